@@ -1,0 +1,56 @@
+"""One look for every figure: a style, a figure factory and an atomic PNG writer.
+
+Every figure of the package (theory checks, studies, experiments, benchmarks) is made with
+:func:`figure` and written with :func:`save`, so that the docs look like one piece.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+__all__ = ["STYLE", "figure", "save"]
+
+STYLE = {
+    "figure.dpi": 110,
+    "savefig.dpi": 130,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "font.size": 10,
+    "legend.frameon": False,
+}
+
+
+def figure(ncols: int = 1, nrows: int = 1, *, width: float = 4.2, height: float = 3.2, **kwargs):
+    """Return ``(fig, axes)`` in the package style; ``axes`` is a single Axes when ``ncols == nrows == 1``."""
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **kwargs)
+    for ax in axes.flat:
+        ax.grid(True, alpha=STYLE["grid.alpha"])
+        ax.spines[["top", "right"]].set_visible(False)
+    return fig, (axes[0, 0] if ncols == nrows == 1 else axes.squeeze())
+
+
+def save(fig, path: str | os.PathLike) -> Path:
+    """Write ``fig`` to ``path`` (PNG unless the suffix says otherwise) atomically and close it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix or ".png")
+    os.close(fd)
+    try:
+        fig.tight_layout()
+        fig.savefig(tmp)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
