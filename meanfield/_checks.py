@@ -11,8 +11,10 @@ __all__ = ["check_positive", "check_nonnegative", "check_finite_tensor", "check_
 
 
 def _real(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) and not (
-        torch.is_tensor(value) and value.numel() == 1
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        and not (torch.is_tensor(value) and value.numel() == 1)
     ):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
     value = float(value)

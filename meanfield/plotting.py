@@ -32,7 +32,9 @@ STYLE = {
 def figure(ncols: int = 1, nrows: int = 1, *, width: float = 4.2, height: float = 3.2, **kwargs):
     """Return ``(fig, axes)`` in the package style; ``axes`` is a single Axes when ``ncols == nrows == 1``."""
     with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **kwargs)
+        fig, axes = plt.subplots(
+            nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **kwargs
+        )
     for ax in axes.flat:
         ax.grid(True, alpha=STYLE["grid.alpha"])
         ax.spines[["top", "right"]].set_visible(False)

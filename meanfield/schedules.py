@@ -152,5 +152,7 @@ def as_schedule(value: float | Schedule, name: str) -> Schedule:
     if callable(value):
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number or a schedule (a callable of the step), got {type(value).__name__}")
+        raise TypeError(
+            f"{name} must be a number or a schedule (a callable of the step), got {type(value).__name__}"
+        )
     return Constant(value)

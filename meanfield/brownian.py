@@ -1,0 +1,207 @@
+"""Brownian increments on a fixed grid ``t_n = t0 + n·dt``: drawn from a generator, or pre-drawn.
+
+Every solver reads its noise through one of these sources, step by step:
+
+- :class:`GaussianNoise` draws ``ξ_n ~ N(0, I)`` from the caller's ``torch.Generator`` (into one reused
+  buffer, already scaled), so ``dW_n = sqrt(dt)·ξ_n``. Same seed, same path, whichever solver consumes it.
+- :class:`RademacherNoise` draws ``ξ_n ∈ {−1, +1}`` with probability ½ each: the same mean and covariance as
+  a Gaussian, so Euler–Maruyama keeps **weak order 1**, but its paths are not Brownian (no strong order,
+  no exact one-step laws). It is for expectations only.
+- :class:`BrownianIncrements` holds pre-drawn increments ``dW`` of shape ``(N, *noise_shape)`` (and
+  optionally the space-time Lévy areas ``H``); :meth:`BrownianIncrements.coarsen` sums them onto a grid
+  ``k`` times coarser, which is how strong-order tests share one Brownian path over nested step sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+
+import torch
+
+from ._checks import check_int, check_positive
+
+__all__ = ["NoiseSource", "GaussianNoise", "RademacherNoise", "BrownianIncrements"]
+
+
+class NoiseSource(ABC):
+    """Increments of the driving noise on the grid ``t_n = t0 + n·dt``.
+
+    ``increment(n, scale)`` is ``scale·ξ_n`` with ``ξ_n = dW_n / sqrt(dt)`` the normalised increment (so
+    ``increment(n, sqrt(dt)) = dW_n``); ``space_time_area(n)`` is
+    ``H_n = 1/dt ∫ (W_s − W_{t_n} − (s − t_n)/dt · dW_n) ds`` over the step, ``N(0, dt/12)`` and independent
+    of ``dW_n`` (only higher-order solvers ask for it).
+    """
+
+    gaussian: bool = True
+
+    def __init__(self, shape: tuple[int, ...], dt: float) -> None:
+        self.shape, self.dt, self.sqrt_dt = tuple(shape), dt, math.sqrt(dt)
+
+    @abstractmethod
+    def increment(self, n: int, scale: float = 1.0) -> torch.Tensor:
+        """``scale·ξ_n``, shape ``noise_shape``. The tensor may be reused by the next call: consume it at once."""
+
+    def dW(self, n: int) -> torch.Tensor:
+        """``dW_n = sqrt(dt)·ξ_n``."""
+        return self.increment(n, self.sqrt_dt)
+
+    def space_time_area(self, n: int) -> torch.Tensor:
+        raise ValueError(
+            f"{type(self).__name__} has no space-time Lévy area; use Gaussian noise from a generator or "
+            "BrownianIncrements.sample(..., levy_area=True)"
+        )
+
+
+class _SequentialNoise(NoiseSource):
+    """Draws step ``n`` when first asked, in order ``n = 0, 1, 2, …``, already scaled (one pass over the
+    buffer); asking again for step ``n`` returns the same increment."""
+
+    def __init__(
+        self, shape: tuple[int, ...], dt: float, generator: torch.Generator, dtype: torch.dtype, device
+    ) -> None:
+        super().__init__(shape, dt)
+        self.generator = generator
+        self._buffer = torch.empty(self.shape, dtype=dtype, device=device)  # (*noise_shape) = scale·ξ_n
+        self._scale, self._H, self._n = 1.0, None, -1
+
+    @abstractmethod
+    def _draw(self, out: torch.Tensor, scale: float) -> None:
+        """Fill ``out`` with ``scale·ξ`` for a fresh ``ξ``."""
+
+    def _advance(self, n: int, scale: float) -> None:
+        if n != self._n + 1:
+            raise RuntimeError(
+                f"noise drawn from a generator must be read in step order: asked for step {n} after step {self._n}"
+            )
+        self._draw(self._buffer, scale)
+        self._scale, self._H, self._n = scale, None, n
+
+    def increment(self, n: int, scale: float = 1.0) -> torch.Tensor:
+        if n != self._n:
+            self._advance(n, scale)
+        elif scale != self._scale:
+            return self._buffer * (scale / self._scale)
+        return self._buffer
+
+
+class GaussianNoise(_SequentialNoise):
+    """``ξ_n ~ N(0, I)`` from ``generator`` (``normal_(0, scale)``: the scaling costs nothing);
+    ``H_n ~ N(0, dt/12)`` drawn after ``ξ_n`` when asked for."""
+
+    def _draw(self, out: torch.Tensor, scale: float) -> None:
+        out.normal_(0.0, scale, generator=self.generator)
+
+    def space_time_area(self, n: int) -> torch.Tensor:
+        if n != self._n:
+            self._advance(n, self.sqrt_dt)
+        if self._H is None:
+            self._H = torch.empty_like(self._buffer).normal_(
+                0.0, math.sqrt(self.dt / 12.0), generator=self.generator
+            )
+        return self._H
+
+
+class RademacherNoise(_SequentialNoise):
+    """``ξ_n`` with independent entries ``±1`` (probability ½ each): weak order 1 only.
+
+    Uses one random bit per entry (random bytes unpacked 8 to a byte), not a Gaussian draw.
+    """
+
+    gaussian = False
+
+    def __init__(self, shape, dt, generator, dtype, device) -> None:
+        super().__init__(shape, dt, generator, dtype, device)
+        n = self._buffer.numel()
+        self._bytes = torch.empty((n + 7) // 8, dtype=torch.uint8, device=device)
+        self._mask = 1 << torch.arange(8, dtype=torch.uint8, device=device)
+
+    def _draw(self, out: torch.Tensor, scale: float) -> None:
+        self._bytes.random_(0, 256, generator=self.generator)
+        bits = self._bytes.unsqueeze(-1).bitwise_and(self._mask).view(-1)[: out.numel()]  # (n,) 0 or 2^j
+        two_scale = torch.tensor(2.0 * scale, dtype=out.dtype, device=out.device)  # keeps float64 exact
+        torch.mul(bits.view(out.shape).bool(), two_scale, out=out).sub_(scale)  # 2s·bit − s = ±s
+
+
+class BrownianIncrements(NoiseSource):
+    """Pre-drawn Brownian increments ``dW`` on a grid of step ``dt``.
+
+    Args:
+        dW: ``(N, *noise_shape)``, the increments ``W(t_{n+1}) − W(t_n)``.
+        dt: the grid step.
+        H: optional ``(N, *noise_shape)``, the space-time Lévy areas (see :class:`NoiseSource`).
+    """
+
+    def __init__(self, dW: torch.Tensor, dt: float, H: torch.Tensor | None = None) -> None:
+        dt = check_positive("dt", dt)
+        if not torch.is_tensor(dW) or dW.dim() < 2 or not dW.is_floating_point():
+            raise ValueError(
+                "dW must be a floating-point tensor of shape (N, *noise_shape), "
+                f"got {getattr(dW, 'shape', type(dW).__name__)}"
+            )
+        if H is not None and (not torch.is_tensor(H) or H.shape != dW.shape):
+            raise ValueError(f"H must have the shape of dW {tuple(dW.shape)}, got {getattr(H, 'shape', H)}")
+        super().__init__(tuple(dW.shape[1:]), dt)
+        self.increments, self.H = dW, H
+
+    @classmethod
+    def sample(
+        cls,
+        n_steps: int,
+        shape: tuple[int, ...],
+        dt: float,
+        *,
+        generator: torch.Generator,
+        dtype: torch.dtype = torch.float64,
+        device: str | torch.device = "cpu",
+        levy_area: bool = False,
+    ) -> BrownianIncrements:
+        """Draw ``n_steps`` increments ``dW_n ~ N(0, dt·I)`` (and ``H_n ~ N(0, dt/12·I)`` if ``levy_area``)."""
+        n_steps, dt = check_int("n_steps", n_steps), check_positive("dt", dt)
+        full = (n_steps, *shape)
+        dW = torch.randn(full, generator=generator, dtype=dtype, device=device) * math.sqrt(dt)  # (N, ...)
+        H = None
+        if levy_area:
+            H = torch.randn(full, generator=generator, dtype=dtype, device=device) * math.sqrt(dt / 12.0)
+        return cls(dW, dt, H)
+
+    def __len__(self) -> int:
+        return self.increments.shape[0]
+
+    @property
+    def path(self) -> torch.Tensor:
+        """``W(t_n) − W(t_0)`` for ``n = 0 … N``: ``(N + 1, *noise_shape)``."""
+        zero = torch.zeros_like(self.increments[:1])
+        return torch.cat([zero, self.increments.cumsum(0)])
+
+    def coarsen(self, k: int) -> BrownianIncrements:
+        """The same Brownian path on the grid of step ``k·dt``: increments summed in blocks of ``k``.
+
+        The space-time areas combine exactly: over a block of sub-steps of length ``h`` with increments
+        ``w_j`` and areas ``H_j``, ``∫ (W_s − W_start) ds = Σ_j h·(W_{j−1} + w_j/2 + H_j)`` where ``W_{j−1}`` is the
+        increment accumulated before sub-step ``j``, and ``H = ∫(…)ds/(k·h) − ΔW/2``.
+        """
+        k = check_int("k", k)
+        N = len(self)
+        if N % k:
+            raise ValueError(f"cannot coarsen {N} steps by k={k}: k must divide the number of steps")
+        blocks = self.increments.reshape(N // k, k, *self.shape)  # (N/k, k, ...)
+        dW = blocks.sum(1)  # (N/k, ...)
+        H = None
+        if self.H is not None:
+            h = self.dt
+            before = blocks.cumsum(1) - blocks  # (N/k, k, ...) increment accumulated before each sub-step
+            sub_H = self.H.reshape(N // k, k, *self.shape)  # (N/k, k, ...)
+            integral = (h * (before + 0.5 * blocks + sub_H)).sum(1)  # (N/k, ...)
+            H = integral / (k * h) - 0.5 * dW
+        return BrownianIncrements(dW, k * self.dt, H)
+
+    def increment(self, n: int, scale: float = 1.0) -> torch.Tensor:
+        if scale == self.sqrt_dt:
+            return self.increments[n]
+        return self.increments[n] * (scale / self.sqrt_dt)
+
+    def space_time_area(self, n: int) -> torch.Tensor:
+        if self.H is None:
+            return super().space_time_area(n)
+        return self.H[n]

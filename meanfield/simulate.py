@@ -1,0 +1,205 @@
+"""``simulate``: integrate a particle system on a fixed grid and keep a :class:`Trajectory`."""
+
+from __future__ import annotations
+
+import math
+import secrets
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+
+from ._checks import check_finite_tensor, check_int, check_positive, check_rank
+from .brownian import BrownianIncrements, GaussianNoise, NoiseSource, RademacherNoise
+from .solvers import Solver, get_solver
+from .systems import ParticleSystem
+
+__all__ = ["simulate", "Trajectory", "NonFiniteStateError", "NOISES"]
+
+NOISES = {"gaussian": GaussianNoise, "rademacher": RademacherNoise}
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """The saved states of one simulation.
+
+    Attributes:
+        times: ``(S,)`` the saved times, ``t0`` first and ``t1`` last.
+        states: ``(S, B, M, d)`` the states at those times.
+        steps: ``(S,)`` the step indices of the saved states.
+        dt: the step size.
+        solver: the solver's name.
+        seed: the seed of the generator the noise came from, when ``simulate`` made it (else ``None``).
+    """
+
+    times: torch.Tensor
+    states: torch.Tensor
+    steps: torch.Tensor
+    dt: float
+    solver: str
+    seed: int | None = None
+
+    @property
+    def final(self) -> torch.Tensor:
+        """The last state, ``(B, M, d)``."""
+        return self.states[-1]
+
+    def __len__(self) -> int:
+        return self.times.shape[0]
+
+
+class NonFiniteStateError(FloatingPointError):
+    """The state became NaN or ±Inf during a run.
+
+    Attributes:
+        step: the step at which it was found non-finite; ``time`` the time of that step.
+        last_finite_step: the last step at which the state was checked and finite.
+        trajectory: what was saved up to ``last_finite_step`` (nothing is lost).
+    """
+
+    def __init__(self, message: str, step: int, time: float, last_finite_step: int, trajectory: Trajectory):
+        super().__init__(message)
+        self.step, self.time, self.last_finite_step, self.trajectory = (
+            step,
+            time,
+            last_finite_step,
+            trajectory,
+        )
+
+
+def _noise_source(
+    system: ParticleSystem,
+    x0: torch.Tensor,
+    dt: float,
+    n_steps: int,
+    noise: str,
+    generator: torch.Generator | int | None,
+    brownian: BrownianIncrements | None,
+) -> tuple[NoiseSource, int | None]:
+    shape = system.noise_shape(x0.shape)
+    if brownian is not None:
+        if generator is not None:
+            raise ValueError("give either brownian (pre-drawn increments) or generator, not both")
+        if not isinstance(brownian, BrownianIncrements):
+            raise TypeError(
+                f"brownian must be a meanfield.brownian.BrownianIncrements, got {type(brownian).__name__}"
+            )
+        if brownian.shape != shape:
+            raise ValueError(
+                f"brownian increments have shape {brownian.shape} per step, the system needs {shape}"
+            )
+        if len(brownian) != n_steps or not math.isclose(brownian.dt, dt, rel_tol=1e-9):
+            raise ValueError(
+                f"brownian holds {len(brownian)} steps of dt={brownian.dt}; this run needs "
+                f"{n_steps} steps of dt={dt}"
+            )
+        return brownian, None
+    if noise not in NOISES:
+        raise ValueError(f"noise must be one of {sorted(NOISES)}, got {noise!r}")
+    seed = None
+    if generator is None or isinstance(generator, int) and not isinstance(generator, bool):
+        seed = secrets.randbits(63) if generator is None else generator
+        generator = torch.Generator(device=x0.device).manual_seed(seed)
+    elif not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"generator must be a torch.Generator, an int seed or None, got {type(generator).__name__}"
+        )
+    return NOISES[noise](shape, dt, generator, x0.dtype, x0.device), seed
+
+
+def simulate(
+    system: ParticleSystem,
+    x0: torch.Tensor,
+    *,
+    t1: float,
+    dt: float,
+    t0: float = 0.0,
+    solver: str | Solver = "euler",
+    save_every: int | None = None,
+    generator: torch.Generator | int | None = None,
+    noise: str = "gaussian",
+    brownian: BrownianIncrements | None = None,
+    check_every: int = 64,
+    progress: bool = False,
+) -> Trajectory:
+    """Integrate ``system`` from ``x0`` at ``t0`` to ``t1`` with ``n = (t1 − t0)/dt`` steps of size ``dt``.
+
+    Args:
+        system: the particle system (drift, diffusion, noise type).
+        x0: the initial state, ``(B, M, d)``, finite; it is not modified.
+        t1: the final time (``> t0``; ``t1 − t0`` must be a whole number of steps).
+        dt: the step size ``> 0``.
+        t0: the initial time.
+        solver: a name from :data:`meanfield.solvers.SOLVERS` or a solver object; ``"euler"`` is the native
+            Euler–Maruyama.
+        save_every: keep the state every this many steps (the initial and final states are always kept).
+        generator: the ``torch.Generator`` the noise is drawn from, an int seed, or ``None`` for a fresh
+            random seed (recorded in ``Trajectory.seed``).
+        noise: ``"gaussian"`` or ``"rademacher"`` (±1 increments: weak order 1, Euler–Maruyama only).
+        brownian: pre-drawn increments instead of a generator (e.g. a coarsened path for order tests).
+        check_every: check the state for NaN/Inf at least this often (and at every saved state).
+        progress: show a progress bar over the steps.
+
+    Returns:
+        The :class:`Trajectory`. The run is not recorded by autograd.
+
+    Raises:
+        ValueError, TypeError: for bad arguments (the message says which and what is allowed).
+        NonFiniteStateError: when the state becomes NaN/Inf, with the step and time it was found at.
+    """
+    if not isinstance(system, ParticleSystem):
+        raise TypeError(
+            f"system must be a meanfield ParticleSystem (e.g. MeanFieldLangevin or SDE), "
+            f"got {type(system).__name__}"
+        )
+    check_rank("x0", x0, 3, "(B, M, d): replicas, particles, dimensions (use x0[None] for one replica)")
+    check_finite_tensor("x0", x0)
+    dt, t0 = check_positive("dt", dt), float(t0)
+    if not (math.isfinite(float(t1)) and float(t1) > t0):
+        raise ValueError(f"t1 must be a finite time > t0 = {t0}, got {t1}")
+    n_float = (float(t1) - t0) / dt
+    n_steps = round(n_float)
+    if n_steps < 1 or abs(n_float - n_steps) > 1e-6 * max(1.0, n_float):
+        raise ValueError(
+            f"t1 − t0 = {float(t1) - t0} must be a whole number of steps of dt = {dt} "
+            f"(got {n_float:.6g} steps)"
+        )
+    save_every = n_steps if save_every is None else check_int("save_every", save_every)
+    check_every = check_int("check_every", check_every)
+    solver = get_solver(solver)
+    source, seed = _noise_source(system, x0, dt, n_steps, noise, generator, brownian)
+    solver.check(system, source)
+
+    save_steps = sorted(set(range(0, n_steps, save_every)) | {n_steps})
+    states = torch.empty((len(save_steps), *x0.shape), dtype=x0.dtype, device=x0.device)  # (S, B, M, d)
+    states[0] = x0
+    stops = sorted(set(save_steps) | set(range(0, n_steps, check_every)))
+    stepper = solver.stepper(system, source, t0, dt)
+
+    def trajectory(n_saved: int) -> Trajectory:
+        steps = torch.tensor(save_steps[:n_saved])
+        return Trajectory(t0 + steps.to(x0.dtype) * dt, states[:n_saved], steps, dt, solver.name, seed)
+
+    x, saved = x0, 1
+    with (
+        torch.no_grad(),
+        tqdm(total=n_steps, disable=not progress, desc=f"simulate[{solver.name}]", unit="step") as bar,
+    ):
+        for n, n_next in zip(stops, stops[1:]):
+            x = stepper.run(x, n, n_next - n)
+            if not bool(torch.isfinite(x).all()):
+                bad = int((~torch.isfinite(x)).sum())
+                raise NonFiniteStateError(
+                    f"the state became non-finite ({bad} NaN/Inf entries) by step {n_next} (t = {t0 + n_next * dt:g}); "
+                    f"it was finite at step {n} (t = {t0 + n * dt:g}). Reduce dt or check the drift. "
+                    f"error.trajectory holds the {saved} states saved so far.",
+                    n_next,
+                    t0 + n_next * dt,
+                    n,
+                    trajectory(saved),
+                )
+            if n_next == save_steps[saved]:
+                states[saved] = x
+                saved += 1
+            bar.update(n_next - n)
+    return trajectory(saved)

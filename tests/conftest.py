@@ -1,0 +1,14 @@
+"""Shared test set-up. OMP_WAIT_POLICY must be set before torch is imported (2-core CI machines)."""
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+
+@pytest.fixture
+def gen():
+    """A seeded CPU generator factory: ``gen(seed)``."""
+    return lambda seed=0: torch.Generator().manual_seed(seed)

@@ -1,0 +1,159 @@
+"""simulate: reproducibility, the torchsde adapter, saving, and clear errors for bad input."""
+
+import math
+
+import pytest
+import torch
+
+from meanfield import SDE, BrownianIncrements, MeanFieldLangevin, NonFiniteStateError, TorchSDE, simulate
+from meanfield.potentials import DoubleWell, GaussianInteraction, Quadratic, QuadraticInteraction
+
+SYSTEM = MeanFieldLangevin(DoubleWell(), QuadraticInteraction(0.5), beta=0.3)
+
+
+def x0(B=3, M=50, d=2, seed=0):
+    return torch.randn(B, M, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def test_same_seed_gives_bit_identical_trajectories():
+    a = simulate(SYSTEM, x0(), t1=1.0, dt=0.01, save_every=10, generator=torch.Generator().manual_seed(5))
+    b = simulate(SYSTEM, x0(), t1=1.0, dt=0.01, save_every=10, generator=torch.Generator().manual_seed(5))
+    c = simulate(SYSTEM, x0(), t1=1.0, dt=0.01, save_every=10, generator=torch.Generator().manual_seed(6))
+    assert torch.equal(a.states, b.states)
+    assert not torch.equal(a.final, c.final)
+    d = simulate(SYSTEM, x0(), t1=1.0, dt=0.01, generator=123)  # an int seed is recorded
+    e = simulate(SYSTEM, x0(), t1=1.0, dt=0.01, generator=d.seed)
+    assert d.seed == 123 and torch.equal(d.final, e.final)
+    f = simulate(SYSTEM, x0(), t1=1.0, dt=0.01)  # no generator: a fresh seed, recorded for a rerun
+    assert torch.equal(simulate(SYSTEM, x0(), t1=1.0, dt=0.01, generator=f.seed).final, f.final)
+
+
+@pytest.mark.parametrize("system", [SYSTEM, SDE(lambda t, x: -x, lambda t, x: 0.3 * (1 + x.square()))])
+def test_native_euler_equals_torchsde_euler_with_the_same_increments(system):
+    native = simulate(system, x0(), t1=0.5, dt=0.01, generator=torch.Generator().manual_seed(9))
+    other = simulate(
+        system, x0(), t1=0.5, dt=0.01, solver="torchsde_euler", generator=torch.Generator().manual_seed(9)
+    )
+    assert torch.allclose(native.final, other.final, rtol=0, atol=1e-12)
+    shifted = simulate(
+        system, x0(), t1=0.5, dt=0.01, solver="torchsde_euler", generator=torch.Generator().manual_seed(10)
+    )
+    assert not torch.allclose(native.final, shifted.final, atol=1e-3)  # negative control
+
+
+def test_pre_drawn_increments_drive_the_run_step_by_step():
+    path = BrownianIncrements.sample(50, (3, 50, 2), 0.01, generator=torch.Generator().manual_seed(4))
+    run = simulate(SYSTEM, x0(), t1=0.5, dt=0.01, brownian=path).final
+    x = x0()
+    for n in range(50):  # x_{n+1} = x_n + b(x_n) dt + sqrt(2β) dW_n
+        x = x + SYSTEM.drift(n * 0.01, x) * 0.01 + (2 * 0.3) ** 0.5 * path.increments[n]
+    assert torch.allclose(run, x, atol=1e-12)
+    other = simulate(SYSTEM, x0(), t1=0.5, dt=0.01, brownian=path, solver="torchsde_euler").final
+    assert torch.allclose(run, other, atol=1e-12)
+
+
+def test_general_noise_matches_diagonal_when_the_matrix_is_diagonal():
+    diag = SDE(lambda t, x: -x, lambda t, x: 0.5 + 0 * x, noise="diagonal")
+    general = SDE(
+        lambda t, x: -x,
+        lambda t, x: 0.5 * torch.eye(2, dtype=x.dtype).expand(*x.shape, 2),
+        noise="general",
+        brownian_dim=2,
+    )
+    for solver in ("euler", "torchsde_euler"):
+        a = simulate(diag, x0(), t1=0.2, dt=0.01, solver=solver, generator=1)
+        b = simulate(general, x0(), t1=0.2, dt=0.01, solver=solver, generator=1)
+        assert torch.allclose(a.final, b.final, atol=1e-12)
+
+
+def test_trajectory_saves_the_requested_states():
+    traj = simulate(SYSTEM, x0(), t1=1.0, dt=0.1, save_every=3, generator=0)
+    assert traj.steps.tolist() == [0, 3, 6, 9, 10]
+    assert torch.allclose(traj.times, torch.tensor([0.0, 0.3, 0.6, 0.9, 1.0], dtype=torch.float64))
+    assert traj.states.shape == (5, 3, 50, 2) and torch.equal(traj.states[0], x0())
+    assert torch.equal(traj.final, traj.states[-1]) and traj.solver == "euler" and traj.dt == 0.1
+    # the saved intermediate state is the state of a shorter run with the same noise
+    short = simulate(SYSTEM, x0(), t1=0.6, dt=0.1, generator=0)
+    assert torch.equal(short.final, traj.states[2])
+
+
+def test_x0_is_not_modified_and_float32_runs():
+    x = x0().float()
+    before = x.clone()
+    out = simulate(SYSTEM, x, t1=0.1, dt=0.01, generator=0)
+    assert torch.equal(x, before) and out.final.dtype == torch.float32
+
+
+def test_interaction_and_schedule_in_a_run():
+    system = MeanFieldLangevin(Quadratic(1.0), GaussianInteraction(1.0, 0.5), beta=lambda t: 0.1 * (1 + t))
+    out = simulate(system, x0(), t1=0.5, dt=0.01, solver="srk", generator=0)
+    assert torch.isfinite(out.final).all()
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(x0=torch.zeros(5, 2, dtype=torch.float64)), ValueError, r"x0 must have shape \(B, M, d\)"),
+        (dict(x0=torch.tensor([[[math.nan]]])), ValueError, "x0 has 1 non-finite"),
+        (dict(x0=torch.zeros(1, 2, 1, dtype=torch.long)), TypeError, "floating-point"),
+        (dict(dt=0.0), ValueError, "dt must be > 0"),
+        (dict(dt=-0.1), ValueError, "dt must be > 0"),
+        (dict(t1=0.0), ValueError, "t1 must be"),
+        (dict(dt=0.3), ValueError, "whole number of steps"),
+        (dict(solver="rk45"), ValueError, "unknown solver 'rk45'; allowed"),
+        (dict(solver=3), TypeError, "solver must be a name"),
+        (dict(noise="uniform"), ValueError, "noise must be one of"),
+        (dict(noise="rademacher", solver="srk"), ValueError, "needs Gaussian increments"),
+        (dict(save_every=0), ValueError, "save_every must be ≥ 1"),
+        (dict(generator="seed"), TypeError, "generator must be"),
+        (dict(system=object()), TypeError, "system must be a meanfield ParticleSystem"),
+        (
+            dict(generator=None, brownian=BrownianIncrements(torch.zeros(10, 1, 4, 1), 0.1)),
+            ValueError,
+            "brownian increments have shape",
+        ),
+        (
+            dict(generator=None, brownian=BrownianIncrements(torch.zeros(5, 1, 3, 1), 0.1)),
+            ValueError,
+            "holds 5 steps",
+        ),
+        (dict(brownian=BrownianIncrements(torch.zeros(10, 1, 3, 1), 0.1)), ValueError, "not both"),
+    ],
+)
+def test_bad_input_gets_a_clear_error(kwargs, error, match):
+    args = dict(system=SYSTEM, x0=torch.zeros(1, 3, 1, dtype=torch.float64), t1=1.0, dt=0.1, generator=0)
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        simulate(args.pop("system"), args.pop("x0"), **args)
+
+
+def test_bad_systems_and_methods():
+    with pytest.raises(ValueError, match="beta must be ≥ 0"):
+        MeanFieldLangevin(Quadratic(1.0), beta=-1.0)
+    with pytest.raises(TypeError, match="confinement must be"):
+        MeanFieldLangevin(lambda x: x)
+    with pytest.raises(ValueError, match="unknown torchsde method 'rk4'"):
+        TorchSDE("rk4")
+    with pytest.raises(ValueError, match="noise must be one of"):
+        SDE(lambda t, x: x, lambda t, x: x, noise="multiplicative")
+    negative_schedule = MeanFieldLangevin(Quadratic(1.0), beta=lambda t: 1.0 - t)
+    with pytest.raises(ValueError, match=r"beta\(t=1.1\) = -0.1.*≥ 0"):
+        simulate(negative_schedule, torch.zeros(1, 2, 1), t1=2.0, dt=0.1, generator=0)
+    general = SDE(lambda t, x: -x, lambda t, x: torch.ones(*x.shape, 3), noise="general", brownian_dim=3)
+    for method in ("srk", "milstein", "heun"):
+        with pytest.raises(ValueError, match=f"solver '{method}' needs noise of type .* 'general'"):
+            simulate(general, torch.zeros(1, 2, 1), t1=1.0, dt=0.1, solver=method, generator=0)
+
+
+def test_a_diverging_run_stops_with_the_step_and_time():
+    explosive = SDE(lambda t, x: x.square() * 50, lambda t, x: 0 * x + 0.1)
+    with pytest.raises(
+        NonFiniteStateError, match=r"non-finite .* by step \d+ \(t = [\d.]+\); it was finite"
+    ) as err:
+        simulate(
+            explosive, torch.ones(2, 3, 1, dtype=torch.float64), t1=10.0, dt=0.01, save_every=5, generator=0
+        )
+    e = err.value
+    assert e.last_finite_step < e.step <= e.last_finite_step + 5
+    assert e.time == pytest.approx(e.step * 0.01)
+    assert e.trajectory.steps[-1] <= e.last_finite_step and torch.isfinite(e.trajectory.states).all()
