@@ -24,6 +24,13 @@ def _solvers(args: argparse.Namespace) -> int:
     return 0
 
 
+def _validate(args: argparse.Namespace) -> int:
+    from .validation import validate
+
+    report = validate(args.checks or None, preset=args.preset, out=args.out, theory_dir=args.theory)
+    return 0 if report.passed else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="meanfield",
@@ -31,6 +38,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"meanfield {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    p = sub.add_parser(
+        "validate",
+        help="run the theory checks against their analytic answers (the main job)",
+        description="Run the theory checks in theory/, print a pass/fail table, write report.md, results.json "
+        "and one PNG per check; exit 1 if any check fails.",
+    )
+    p.add_argument("checks", nargs="*", help="check names (default: all)")
+    p.add_argument(
+        "--preset", choices=("fast", "full"), default="fast", help="fast: minutes (CI); full: paper figures"
+    )
+    p.add_argument("--out", default="validate-out", help="output folder (default: validate-out)")
+    p.add_argument(
+        "--theory", default=None, help="folder of the checks (default: ./theory or the source checkout's)"
+    )
+    p.set_defaults(func=_validate)
     p = sub.add_parser("solvers", help="list the solvers and their declared strong/weak orders")
     p.set_defaults(func=_solvers)
     return parser

@@ -1,0 +1,292 @@
+"""Theory checks: results, discovery and the ``meanfield validate`` run.
+
+A *check* is a script ``theory/<name>.py`` with
+
+- ``CLAIM``: one line, the claim it checks;
+- ``run(preset: str = "fast") -> CheckResult``: numbers compared with analytic references;
+- ``plot(result: CheckResult) -> matplotlib.figure.Figure``.
+
+A :class:`CheckResult` is a list of :class:`Comparison` rows: a measured value, the analytic reference,
+the tolerance (``z·SE`` plus any known deterministic bias), the smallest error the comparison can detect,
+and whether the two must agree (``expect="agree"``) or must be told apart (``expect="differ"``: a negative
+control, or a bias the check is meant to show). The check passes when every row does.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+__all__ = ["Comparison", "CheckResult", "ValidationReport", "PRESETS", "discover", "load_check", "validate"]
+
+PRESETS = ("fast", "full")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One measured quantity against its analytic reference.
+
+    Attributes:
+        quantity: what is compared (e.g. ``"Var x_T"``).
+        value: the measured value.
+        reference: the analytic value.
+        tolerance: the allowed ``|value − reference|`` (``z·SE + bias``).
+        detectable: the smallest ``|value − reference|`` the comparison detects (its power), in the same unit.
+        expect: ``"agree"`` (pass iff within tolerance) or ``"differ"`` (pass iff outside it).
+        note: how the tolerance was set, in words.
+    """
+
+    quantity: str
+    value: float
+    reference: float
+    tolerance: float
+    detectable: float | None = None
+    expect: str = "agree"
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.expect not in ("agree", "differ"):
+            raise ValueError(f"expect must be 'agree' or 'differ', got {self.expect!r}")
+
+    @property
+    def error(self) -> float:
+        return abs(self.value - self.reference)
+
+    @property
+    def passed(self) -> bool:
+        if not (math.isfinite(self.value) and math.isfinite(self.reference)):
+            return False
+        within = self.error <= self.tolerance
+        return within if self.expect == "agree" else not within
+
+
+@dataclass
+class CheckResult:
+    """What a theory check measured.
+
+    Attributes:
+        name: the check's name (its file stem).
+        claim: the claim, one line.
+        comparisons: the rows; the check passes iff all pass.
+        data: arrays and numbers for ``plot`` (JSON-serialisable).
+        preset: ``"fast"`` or ``"full"``.
+        seconds: wall time of ``run``.
+        error: the traceback if ``run`` raised (then the check fails).
+    """
+
+    name: str
+    claim: str
+    comparisons: list[Comparison] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    preset: str = "fast"
+    seconds: float = 0.0
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and bool(self.comparisons) and all(c.passed for c in self.comparisons)
+
+    def add(
+        self, quantity: str, value: float, reference: float, tolerance: float, **kwargs: Any
+    ) -> Comparison:
+        """Append a :class:`Comparison` and return it."""
+        row = Comparison(quantity, float(value), float(reference), float(tolerance), **kwargs)
+        self.comparisons.append(row)
+        return row
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["passed"] = self.passed
+        for row, c in zip(out["comparisons"], self.comparisons):
+            row["passed"] = c.passed
+        return out
+
+    def table(self) -> str:
+        """The comparisons as a markdown table."""
+        lines = [
+            "| quantity | measured | reference | tolerance | detects | expect | verdict |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for c in self.comparisons:
+            det = "" if c.detectable is None else f"{c.detectable:.3g}"
+            verdict = "pass" if c.passed else "**FAIL**"
+            quantity = c.quantity.replace("|", "\\|")
+            lines.append(
+                f"| {quantity} | {c.value:.6g} | {c.reference:.6g} | {c.tolerance:.3g} | {det} | {c.expect} | {verdict} |"
+            )
+        return "\n".join(lines)
+
+
+def default_theory_dir() -> Path:
+    """``./theory`` if it exists, else the ``theory/`` folder beside the installed package (a source checkout)."""
+    here = Path.cwd() / "theory"
+    if here.is_dir():
+        return here
+    return Path(__file__).resolve().parents[1] / "theory"
+
+
+def discover(theory_dir: str | os.PathLike | None = None) -> dict[str, Path]:
+    """The checks in ``theory_dir``: ``{name: path}`` for every ``*.py`` not starting with ``_``, sorted."""
+    folder = Path(theory_dir) if theory_dir is not None else default_theory_dir()
+    if not folder.is_dir():
+        raise FileNotFoundError(
+            f"no theory folder at {folder}: run from a meanfield source checkout or pass --theory"
+        )
+    return {p.stem: p for p in sorted(folder.glob("*.py")) if not p.stem.startswith("_")}
+
+
+def load_check(path: str | os.PathLike) -> ModuleType:
+    """Import a check script and verify it has ``CLAIM``, ``run`` and ``plot``."""
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(f"meanfield_theory_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for attr in ("CLAIM", "run", "plot"):
+        if not hasattr(module, attr):
+            raise AttributeError(
+                f"theory check {path} has no {attr!r}: a check defines CLAIM, run(preset), plot(result)"
+            )
+    return module
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+@dataclass
+class ValidationReport:
+    """The results of a ``validate`` run and where they were written."""
+
+    results: list[CheckResult]
+    out: Path
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    def summary(self) -> str:
+        """The pass/fail table, one row a check."""
+        width = max([len(r.name) for r in self.results] + [5])
+        lines = [f"{'check':<{width}}  {'verdict':<7}  {'rows':>4}  {'time':>7}  claim"]
+        for r in self.results:
+            verdict = "pass" if r.passed else ("ERROR" if r.error else "FAIL")
+            n_ok = sum(c.passed for c in r.comparisons)
+            lines.append(
+                f"{r.name:<{width}}  {verdict:<7}  {n_ok:>2}/{len(r.comparisons):<1}  {r.seconds:>6.1f}s  {r.claim}"
+            )
+        n_pass = sum(r.passed for r in self.results)
+        lines.append(f"{n_pass} passed, {len(self.results) - n_pass} failed")
+        return "\n".join(lines)
+
+
+def run_check(name: str, path: Path, preset: str) -> tuple[CheckResult, ModuleType | None]:
+    """Run one check, turning an exception into a failed result with its traceback."""
+    start = time.perf_counter()
+    module = None
+    try:
+        module = load_check(path)
+        result = module.run(preset)
+        if not isinstance(result, CheckResult):
+            raise TypeError(f"{name}.run returned {type(result).__name__}, not a CheckResult")
+    except Exception:  # a failing check is reported, the run goes on
+        claim = getattr(module, "CLAIM", "") if module is not None else ""
+        result = CheckResult(name=name, claim=claim, preset=preset, error=traceback.format_exc())
+    result.seconds = time.perf_counter() - start
+    result.preset = preset
+    return result, module
+
+
+def validate(
+    names: Sequence[str] | None = None,
+    *,
+    preset: str = "fast",
+    out: str | os.PathLike = "validate-out",
+    theory_dir: str | os.PathLike | None = None,
+    progress: bool = True,
+    echo: Callable[[str], None] | None = print,
+) -> ValidationReport:
+    """Run the theory checks and write ``report.md``, ``results.json`` and one PNG per check to ``out``.
+
+    Args:
+        names: the checks to run (file stems in ``theory/``); all when ``None``.
+        preset: ``"fast"`` (the whole suite in minutes, what CI runs) or ``"full"`` (paper-quality figures).
+        out: the output folder (created).
+        theory_dir: where the checks are (default: see :func:`default_theory_dir`).
+        progress: show a progress bar over the checks.
+        echo: where to print the summary table (``None``: nowhere).
+    """
+    from tqdm.auto import tqdm
+
+    from .plotting import save
+
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {PRESETS}, got {preset!r}")
+    checks = discover(theory_dir)
+    if names:
+        unknown = [n for n in names if n not in checks]
+        if unknown:
+            raise ValueError(f"unknown check(s) {unknown}; available: {sorted(checks)}")
+        checks = {n: checks[n] for n in names}
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    bar = tqdm(checks.items(), disable=not progress, desc="validate", unit="check")
+    for name, path in bar:
+        bar.set_postfix_str(name)
+        result, module = run_check(name, path, preset)
+        if module is not None and result.error is None:
+            try:
+                save(module.plot(result), out / f"{name}.png")
+            except Exception:
+                result.error = "plot failed:\n" + traceback.format_exc()
+        results.append(result)
+        # written after every check: an interrupted run keeps what it has done
+        _write_atomic(
+            out / "results.json", json.dumps([r.to_dict() for r in results], indent=1, default=float)
+        )
+    report = ValidationReport(results, out)
+    _write_atomic(out / "report.md", _markdown(report))
+    if echo is not None:
+        echo(report.summary())
+        echo(f"report: {(out / 'report.md').resolve()}")
+    return report
+
+
+def _markdown(report: ValidationReport) -> str:
+    parts = ["# meanfield validate\n", "```", report.summary(), "```\n"]
+    for r in report.results:
+        parts.append(f"## {r.name}: {'pass' if r.passed else 'FAIL'}\n\n{r.claim}\n")
+        if r.comparisons:
+            parts.append(r.table() + "\n")
+        if r.error:
+            parts.append("```\n" + r.error + "\n```\n")
+        elif (report.out / f"{r.name}.png").exists():
+            parts.append(f"![{r.name}]({r.name}.png)\n")
+    return "\n".join(parts)
+
+
+def run_as_script(file: str) -> None:
+    """``python theory/<name>.py [--preset full] [--out DIR]``: run one check as ``meanfield validate`` would."""
+    import argparse
+    import sys
+
+    path = Path(file).resolve()
+    parser = argparse.ArgumentParser(prog=f"python theory/{path.name}", description=load_check(path).CLAIM)
+    parser.add_argument("--preset", choices=PRESETS, default="fast")
+    parser.add_argument("--out", default="validate-out")
+    args = parser.parse_args()
+    report = validate([path.stem], preset=args.preset, out=args.out, theory_dir=path.parent, progress=False)
+    sys.exit(0 if report.passed else 1)

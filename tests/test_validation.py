@@ -1,0 +1,59 @@
+"""The validate machinery: comparisons, results, the report files, and the CLI exit code."""
+
+import json
+
+import pytest
+
+from meanfield.cli import main
+from meanfield.validation import CheckResult, Comparison, discover, validate
+
+
+def test_comparison_verdicts():
+    assert Comparison("x", 1.0, 1.05, 0.1).passed
+    assert not Comparison("x", 1.0, 1.2, 0.1).passed
+    assert Comparison("x", 1.0, 1.2, 0.1, expect="differ").passed
+    assert not Comparison("x", float("nan"), 1.0, 1e9).passed  # NaN never passes
+    with pytest.raises(ValueError, match="expect must be"):
+        Comparison("x", 1.0, 1.0, 0.1, expect="maybe")
+    assert not CheckResult("empty", "no rows").passed  # a check that compared nothing fails
+
+
+def _write_checks(folder):
+    good = '''
+from meanfield.validation import CheckResult
+from meanfield.plotting import figure
+CLAIM = "one equals one"
+def run(preset="fast"):
+    r = CheckResult("good", CLAIM)
+    r.add("one", 1.0, 1.0, 1e-12)
+    return r
+def plot(result):
+    fig, ax = figure()
+    ax.plot([0, 1], [0, 1])
+    return fig
+'''
+    (folder / "good.py").write_text(good)
+    (folder / "bad.py").write_text(good.replace('"good"', '"bad"').replace("1.0, 1.0", "1.0, 2.0"))
+    (folder / "broken.py").write_text(good.replace("return r", "raise RuntimeError('boom')"))
+    (folder / "_helper.py").write_text("")
+
+
+def test_validate_writes_report_results_and_figures(tmp_path):
+    theory = tmp_path / "theory"
+    theory.mkdir()
+    _write_checks(theory)
+    assert list(discover(theory)) == ["bad", "broken", "good"]
+    report = validate(preset="fast", out=tmp_path / "out", theory_dir=theory, progress=False, echo=None)
+    verdicts = {r.name: r.passed for r in report.results}
+    assert verdicts == {"bad": False, "broken": False, "good": True} and not report.passed
+    assert "boom" in [r for r in report.results if r.name == "broken"][0].error
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [r["passed"] for r in saved] == [False, False, True]
+    assert (tmp_path / "out" / "good.png").stat().st_size > 1000
+    assert "## good: pass" in (tmp_path / "out" / "report.md").read_text()
+    assert main(["validate", "good", "--theory", str(theory), "--out", str(tmp_path / "o2")]) == 0
+    assert main(["validate", "bad", "--theory", str(theory), "--out", str(tmp_path / "o3")]) == 1
+    with pytest.raises(ValueError, match="unknown check"):
+        validate(["nope"], theory_dir=theory, out=tmp_path / "o4", echo=None)
+    with pytest.raises(ValueError, match="preset must be one of"):
+        validate(preset="medium", theory_dir=theory, out=tmp_path / "o5", echo=None)
