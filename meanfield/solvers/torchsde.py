@@ -130,7 +130,7 @@ class _GridBrownian(BaseBrownian):
 
     def __call__(self, ta, tb=None, return_U=False, return_A=False):
         n = round((float(ta) - self.t0) / self.dt)
-        if tb is None or abs(float(tb) - float(ta) - self.dt) > 1e-9 * max(1.0, abs(float(tb))):
+        if tb is None or abs(float(tb) - float(ta) - self.dt) > 1e-3 * self.dt:
             raise RuntimeError(
                 f"meanfield's torchsde adapter serves increments over grid steps only, "
                 f"asked for [{ta}, {tb}] with dt={self.dt}"
