@@ -1,0 +1,232 @@
+"""Speed of ParticleAttention against multi-head attention and a loop over M separate heads.
+
+A stack of 6 pre-LayerNorm residual attention blocks, ``X ← X + attn(LN(X))``, width d = 256, heads of
+width h = 32 (fixed), M ∈ {8, 16, 32} heads, forward + backward of ``mean(Y²)``, float32 on the CPU.
+Every alternative has the same parameters per layer, ``4·M·h·d`` (no biases):
+
+- ``particle``: :class:`meanfield.nn.ParticleAttention` ``(d, M, h)``: one fused ``X [W_Q|W_K|W_V]``
+  matmul, one batched SDPA over the M heads, one output matmul with ``W_O / M``.
+- ``mha``: multi-head attention written with ``nn.Linear(d, 3·M·h)``, ``F.scaled_dot_product_attention``
+  on M heads and ``nn.Linear(M·h, d)``, inner width ``M·h`` (at M = 8 that is 256 = d).
+- ``torch_mha``: ``nn.MultiheadAttention(d, M, bias=False)`` (SDPA inside); it needs ``M·h = d``, so
+  only at M = 8.
+- ``loop``: M separate head modules (``nn.Linear`` Q, K, V of ``d → h`` and O of ``h → d``), run one
+  after the other in a Python loop and averaged.
+
+The alternatives are interleaved (one step of each in turn, in a rotating order), after warm-up; the
+table gives the median tokens/s over the repeats and the median of the per-round ratios (paired, so that
+load from other processes on the machine cancels). Run::
+
+    python benchmarks/attention.py            # prints the table, writes benchmarks/results/attention.md
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+from meanfield.nn import ParticleAttention  # noqa: E402
+
+D_MODEL, D_HEAD, DEPTH = 256, 32, 6
+
+
+class SDPAMultiHead(nn.Module):
+    """Multi-head attention: fused ``d → 3·M·h`` projection, SDPA over M heads, ``M·h → d`` projection."""
+
+    def __init__(self, d: int, M: int, h: int) -> None:
+        super().__init__()
+        self.M, self.h = M, h
+        self.qkv = nn.Linear(d, 3 * M * h, bias=False)
+        self.out = nn.Linear(M * h, d, bias=False)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        B, T, _ = X.shape
+        q, k, v = self.qkv(X).view(B, T, 3, self.M, self.h).permute(2, 0, 3, 1, 4)  # 3 × (B, M, T, h)
+        o = F.scaled_dot_product_attention(q, k, v)  # (B, M, T, h)
+        return self.out(o.transpose(1, 2).reshape(B, T, self.M * self.h))  # (B, T, d)
+
+
+class TorchMultiHead(nn.Module):
+    """``nn.MultiheadAttention`` as a self-attention ``X -> Y``."""
+
+    def __init__(self, d: int, M: int) -> None:
+        super().__init__()
+        self.mha = nn.MultiheadAttention(d, M, bias=False, batch_first=True)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return self.mha(X, X, X, need_weights=False)[0]
+
+
+class Head(nn.Module):
+    def __init__(self, d: int, h: int) -> None:
+        super().__init__()
+        self.q, self.k, self.v = (nn.Linear(d, h, bias=False) for _ in range(3))
+        self.o = nn.Linear(h, d, bias=False)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return self.o(F.scaled_dot_product_attention(self.q(X), self.k(X), self.v(X)))  # (B, T, d)
+
+
+class HeadLoop(nn.Module):
+    """M separate heads in a Python loop, averaged."""
+
+    def __init__(self, d: int, M: int, h: int) -> None:
+        super().__init__()
+        self.heads = nn.ModuleList(Head(d, h) for _ in range(M))
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        Y = self.heads[0](X)
+        for head in self.heads[1:]:
+            Y = Y + head(X)
+        return Y / len(self.heads)
+
+
+class Stack(nn.Module):
+    """``DEPTH`` pre-LN residual blocks ``X ← X + attn(LN(X))``."""
+
+    def __init__(self, make) -> None:
+        super().__init__()
+        self.norms = nn.ModuleList(nn.LayerNorm(D_MODEL) for _ in range(DEPTH))
+        self.attns = nn.ModuleList(make() for _ in range(DEPTH))
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        for norm, attn in zip(self.norms, self.attns, strict=True):
+            X = X + attn(norm(X))
+        return X
+
+
+def alternatives(M: int) -> dict[str, Stack]:
+    made = {
+        "particle": Stack(lambda: ParticleAttention(D_MODEL, M, D_HEAD)),
+        "mha": Stack(lambda: SDPAMultiHead(D_MODEL, M, D_HEAD)),
+        "loop": Stack(lambda: HeadLoop(D_MODEL, M, D_HEAD)),
+    }
+    if M * D_HEAD == D_MODEL:
+        made["torch_mha"] = Stack(lambda: TorchMultiHead(D_MODEL, M))
+    counts = {name: sum(p.numel() for p in s.attns.parameters()) for name, s in made.items()}
+    assert len(set(counts.values())) == 1, f"parameters differ: {counts}"
+    return made
+
+
+def step(model: Stack, X: torch.Tensor) -> float:
+    """Seconds for one forward + backward."""
+    start = time.perf_counter()
+    model(X).pow(2).mean().backward()
+    elapsed = time.perf_counter() - start
+    model.zero_grad(set_to_none=True)
+    return elapsed
+
+
+def measure(M: int, batch: int, seq: int, repeats: int, warmup: int) -> dict:
+    torch.manual_seed(0)
+    models = alternatives(M)
+    X = torch.randn(batch, seq, D_MODEL)
+    names = list(models)
+    for _ in range(warmup):
+        for name in names:
+            step(models[name], X)
+    times = {name: [] for name in names}
+    for r in range(repeats):
+        order = names[r % len(names) :] + names[: r % len(names)]  # rotate who goes first
+        for name in order:
+            times[name].append(step(models[name], X))
+    tokens = batch * seq
+    row = {
+        "M": M,
+        "params": sum(p.numel() for p in models["particle"].attns[0].parameters()),
+        "tok/s": {n: tokens / statistics.median(t) for n, t in times.items()},
+    }
+    for base in ("mha", "loop", "torch_mha"):
+        if base in times:
+            row[f"vs {base}"] = statistics.median(
+                b / p for p, b in zip(times["particle"], times[base], strict=True)
+            )
+    return row
+
+
+def machine() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        name = next(
+            line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")
+        )
+    except (OSError, subprocess.CalledProcessError, StopIteration):
+        name = platform.processor() or "unknown CPU"
+    return f"{name}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"
+
+
+def table(rows: list[dict]) -> str:
+    head = (
+        "| M | inner width M·h | params/layer | ParticleAttention tok/s | MHA (SDPA) tok/s "
+        "| nn.MultiheadAttention tok/s | loop over M heads tok/s | vs MHA | vs nn.MultiheadAttention | vs loop |"
+    )
+    lines = [head, "|" + "---|" * 10]
+    for r in rows:
+        t = r["tok/s"]
+        torch_mha = f"{t['torch_mha']:,.0f}" if "torch_mha" in t else "— (needs M·h = d)"
+        vs_torch = f"{r['vs torch_mha']:.2f}×" if "vs torch_mha" in r else "—"
+        lines.append(
+            f"| {r['M']} | {r['M'] * D_HEAD} | {r['params']:,} | {t['particle']:,.0f} | {t['mha']:,.0f} "
+            f"| {torch_mha} | {t['loop']:,.0f} | {r['vs mha']:.2f}× | {vs_torch} | {r['vs loop']:.2f}× |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--M", type=int, nargs="+", default=[8, 16, 32])
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "attention.md")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    load_before = os.getloadavg()[0]
+    rows = []
+    for M in args.M:
+        rows.append(measure(M, args.batch, args.seq, args.repeats, args.warmup))
+        print(f"M={M} done ({time.perf_counter() - started:.0f} s)", flush=True)
+    text = "\n".join(
+        [
+            "# ParticleAttention vs multi-head attention vs a loop over heads",
+            "",
+            f"- date: {datetime.date.today().isoformat()}",
+            f"- machine: {machine()}",
+            f"- workload: {DEPTH}-layer stack of pre-LN residual attention blocks, d = {D_MODEL}, d_head = {D_HEAD}, "
+            f"batch {args.batch} × sequence {args.seq} = {args.batch * args.seq} tokens per step, "
+            "forward + backward of mean(Y²), float32",
+            f"- {args.repeats} interleaved repeats after {args.warmup} warm-up steps; tokens/s from the median "
+            "step time; ratios = median over repeats of the paired time ratio (other / ParticleAttention, "
+            "> 1 means ParticleAttention is faster)",
+            "- MHA (SDPA): nn.Linear(d, 3·M·h) + scaled_dot_product_attention on M heads of h + nn.Linear(M·h, d); "
+            "same parameters as ParticleAttention (4·M·h·d per layer, no biases)",
+            f"- command: `python benchmarks/attention.py --batch {args.batch} --seq {args.seq} "
+            f"--repeats {args.repeats}`",
+            f"- total benchmark time: {time.perf_counter() - started:.0f} s; 1-minute load average "
+            f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after (the machine is shared)",
+            "",
+            table(rows),
+            "",
+        ]
+    )
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,333 @@
+"""Diversity of the particles and smoothness of training.
+
+Particles that collapse onto each other waste the width of a mean-field layer; noise (temperature β) keeps
+them apart. These metrics measure how far apart they are, on their parameters, their outputs, or their
+attention maps, and how noisy training is:
+
+- :func:`pairwise_cosine`, :func:`attention_similarity`, :func:`mean_off_diagonal`: cosine similarities.
+- :func:`output_covariance`, :func:`effective_rank`: how many directions the particle outputs span.
+- :func:`teacher_alignment`, :func:`aligned_fraction`: recovery of teacher directions by the ``w_i``.
+- :func:`collapse_rate`: the fraction of particles within a cosine radius of another.
+- :func:`minibatch_gradients`, :func:`gradient_variance`: gradient noise across minibatches.
+- :func:`mean_abs_loss_change`, :func:`detrended_loss_variance`: smoothness of a training-loss curve.
+
+Convention: the cosine of a zero vector with anything is 0. Metrics on particle sets accept leading
+replica axes ``(…, M, D)`` and return one value per replica; scalar results are 0-d tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import torch
+
+from meanfield._checks import check_int, check_nonnegative
+
+__all__ = [
+    "pairwise_cosine",
+    "attention_similarity",
+    "mean_off_diagonal",
+    "output_covariance",
+    "effective_rank",
+    "teacher_alignment",
+    "aligned_fraction",
+    "collapse_rate",
+    "minibatch_gradients",
+    "gradient_variance",
+    "mean_abs_loss_change",
+    "detrended_loss_variance",
+]
+
+
+def _tensor(name: str, x: object, min_rank: int, layout: str) -> torch.Tensor:
+    if not torch.is_tensor(x):
+        raise TypeError(f"{name} must be a torch.Tensor of shape {layout}, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    if x.dim() < min_rank:
+        raise ValueError(f"{name} must have shape {layout} (≥ {min_rank} dimensions), got {tuple(x.shape)}")
+    return x
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    """``x/‖x‖`` along the last axis, and 0 for a zero vector."""
+    norm = x.norm(dim=-1, keepdim=True)  # (…, 1)
+    return x / norm.clamp_min(torch.finfo(x.dtype).tiny)  # (…, D)
+
+
+def pairwise_cosine(features: torch.Tensor) -> torch.Tensor:
+    """Cosine similarity of every pair of particles, ``S_ij = ⟨φ_i, φ_j⟩ / (‖φ_i‖ ‖φ_j‖)``.
+
+    Args:
+        features: ``(…, M, D)``, one feature vector ``φ_i`` per particle (parameters ``w_i``, flattened
+            outputs, flattened attention maps).
+
+    Returns:
+        ``(…, M, M)``, symmetric, entries in ``[−1, 1]``, 1 on the diagonal (0 for a zero vector).
+    """
+    u = _unit(_tensor("features", features, 2, "(…, M, D)"))  # (…, M, D)
+    return u @ u.transpose(-1, -2)  # (…, M, M)
+
+
+def attention_similarity(maps: torch.Tensor) -> torch.Tensor:
+    """Cosine similarity of the attention maps of every pair of heads.
+
+    ``S_ij = ⟨A_i, A_j⟩_F / (‖A_i‖_F ‖A_j‖_F)`` with ``A_i`` head ``i``'s maps over all sequences of the
+    batch, ``⟨A, B⟩_F = Σ_{b,s,t} A[b,s,t] B[b,s,t]``. Attention maps are non-negative, so ``S_ij ∈ [0, 1]``:
+    1 for heads that attend identically (up to a scale), 0 for heads whose supports are disjoint.
+
+    Args:
+        maps: ``(B, M, T, T)``, e.g. ``ParticleAttention.attention_maps(X)``.
+
+    Returns:
+        ``(M, M)``.
+    """
+    maps = _tensor("maps", maps, 4, "(B, M, T, T)")
+    if maps.dim() != 4:
+        raise ValueError(f"maps must have shape (B, M, T, T), got {tuple(maps.shape)}")
+    return pairwise_cosine(maps.transpose(0, 1).flatten(1))  # (M, M)
+
+
+def mean_off_diagonal(S: torch.Tensor) -> torch.Tensor:
+    """``1/(M(M−1)) Σ_{i≠j} S_ij``, the mean pairwise similarity: ``(…, M, M) -> (…)`` (needs M ≥ 2)."""
+    S = _tensor("S", S, 2, "(…, M, M)")
+    M = S.shape[-1]
+    if S.shape[-2] != M or M < 2:
+        raise ValueError(f"S must be square (…, M, M) with M ≥ 2, got {tuple(S.shape)}")
+    total = S.sum((-1, -2)) - S.diagonal(dim1=-2, dim2=-1).sum(-1)  # (…)
+    return total / (M * (M - 1))
+
+
+def output_covariance(outputs: torch.Tensor) -> torch.Tensor:
+    """Covariance of the particle outputs across samples.
+
+    With ``φ_i(n)`` particle ``i``'s output on sample ``n`` (a scalar or an array over the trailing axes)
+    and ``μ_i = 1/N Σ_n φ_i(n)``,
+
+        C_ij = 1/(N−1) Σ_n ⟨φ_i(n) − μ_i, φ_j(n) − μ_j⟩,
+
+    ``⟨·,·⟩`` the sum over the trailing axes. Identical particles give ``C = c·11^T`` (rank 1); particles
+    with uncorrelated outputs of equal variance give ``C = c·I`` (rank M).
+
+    Args:
+        outputs: ``(N, M, *F)``, samples first, particles second, e.g. ``FeatureParticles.particle_outputs``
+            ``(N, M)`` or ``ParticleAttention.particle_outputs`` ``(B, M, T, d)``.
+
+    Returns:
+        ``(M, M)``, symmetric positive semi-definite.
+    """
+    outputs = _tensor("outputs", outputs, 2, "(N, M, *F)")
+    N, M = outputs.shape[:2]
+    if N < 2:
+        raise ValueError(
+            f"outputs needs N ≥ 2 samples on its first axis to estimate a covariance, got N = {N}"
+        )
+    phi = outputs.reshape(N, M, -1)  # (N, M, F)
+    phi = phi - phi.mean(0)  # (N, M, F)
+    return torch.einsum("nif,njf->ij", phi, phi) / (N - 1)  # (M, M)
+
+
+def effective_rank(C: torch.Tensor) -> torch.Tensor:
+    """Effective rank (Roy & Vetterli, 2007) of a symmetric positive semi-definite matrix.
+
+    With eigenvalues ``λ_1..λ_M`` (negative round-off clipped to 0) and ``p_k = λ_k / Σ_l λ_l``,
+
+        erank(C) = exp(H(p)),   H(p) = −Σ_k p_k log p_k   (0 log 0 = 0),
+
+    which lies in ``[1, rank C]``: 1 for a rank-one matrix, M for a multiple of the identity. A zero matrix
+    (no variance at all) has effective rank 0 by convention.
+
+    Args:
+        C: ``(…, M, M)``, e.g. :func:`output_covariance`.
+
+    Returns:
+        ``(…)``.
+    """
+    C = _tensor("C", C, 2, "(…, M, M)")
+    if C.shape[-1] != C.shape[-2]:
+        raise ValueError(f"C must be square (…, M, M), got {tuple(C.shape)}")
+    lam = torch.linalg.eigvalsh(C).clamp_min(0)  # (…, M)
+    total = lam.sum(-1, keepdim=True)  # (…, 1)
+    p = lam / total.clamp_min(torch.finfo(C.dtype).tiny)  # (…, M)
+    H = -torch.special.xlogy(p, p).sum(-1)  # (…)
+    return torch.where(total.squeeze(-1) > 0, H.exp(), torch.zeros_like(H))
+
+
+def teacher_alignment(w: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """Cosine of every particle direction with every teacher direction, ``A_ik = ⟨w_i, u_k⟩/(‖w_i‖ ‖u_k‖)``.
+
+    Args:
+        w: ``(…, M, d)``, the particles' weight vectors.
+        teacher: ``(K, d)``, the teacher directions ``u_k``.
+
+    Returns:
+        ``(…, M, K)``, entries in ``[−1, 1]``.
+    """
+    w = _tensor("w", w, 2, "(…, M, d)")
+    teacher = _tensor("teacher", teacher, 2, "(K, d)")
+    if teacher.dim() != 2 or teacher.shape[-1] != w.shape[-1]:
+        raise ValueError(
+            f"teacher must have shape (K, d={w.shape[-1]}) to match w {tuple(w.shape)}, "
+            f"got {tuple(teacher.shape)}"
+        )
+    return _unit(w) @ _unit(teacher).T  # (…, M, K)
+
+
+def aligned_fraction(
+    w: torch.Tensor, teacher: torch.Tensor, threshold: float = 0.9, symmetric: bool = False
+) -> torch.Tensor:
+    """Fraction of particles aligned with some teacher direction.
+
+        aligned = 1/M Σ_i 1[ max_k c_ik ≥ τ ],   c_ik = A_ik (or |A_ik| when ``symmetric``)
+
+    with ``A`` from :func:`teacher_alignment`. Use ``symmetric=True`` when ``w`` and ``−w`` are the same
+    feature (an odd activation with the sign absorbed by ``a_i``).
+
+    Args:
+        w: ``(…, M, d)``.
+        teacher: ``(K, d)``.
+        threshold: ``τ ∈ [−1, 1]``.
+        symmetric: compare ``|cos|`` instead of ``cos``.
+
+    Returns:
+        ``(…)``, in ``[0, 1]``.
+    """
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+        raise TypeError(
+            f"threshold must be a real number in [−1, 1] (a cosine), got {type(threshold).__name__}"
+        )
+    if not -1.0 <= threshold <= 1.0:
+        raise ValueError(f"threshold must lie in [−1, 1] (a cosine), got {threshold}")
+    tau = float(threshold)
+    A = teacher_alignment(w, teacher)  # (…, M, K)
+    if symmetric:
+        A = A.abs()
+    return (A.max(-1).values >= tau).to(A.dtype).mean(-1)  # (…)
+
+
+def collapse_rate(features: torch.Tensor, radius: float = 0.01) -> torch.Tensor:
+    """Fraction of particles within cosine radius ``r`` of another particle.
+
+        collapse = 1/M Σ_i 1[ ∃ j ≠ i : 1 − S_ij ≤ r ],   S from :func:`pairwise_cosine`.
+
+    Identical particles give 1, pairwise orthogonal ones give 0 (for ``r < 1``).
+
+    Args:
+        features: ``(…, M, D)``.
+        radius: ``r ∈ [0, 2]``, a cosine distance.
+
+    Returns:
+        ``(…)``, in ``[0, 1]``.
+    """
+    r = check_nonnegative("radius", radius)
+    if r > 2:
+        raise ValueError(f"radius must lie in [0, 2] (a cosine distance 1 − cos), got {radius}")
+    S = pairwise_cosine(features)  # (…, M, M)
+    M = S.shape[-1]
+    if M < 2:
+        raise ValueError(f"collapse_rate needs M ≥ 2 particles, got M = {M}")
+    eye = torch.eye(M, dtype=torch.bool, device=S.device)  # (M, M)
+    close = (1 - S <= r) & ~eye  # (…, M, M)
+    return close.any(-1).to(S.dtype).mean(-1)  # (…)
+
+
+def minibatch_gradients(
+    parameters: Sequence[torch.Tensor] | Iterable[torch.Tensor],
+    loss: Callable[[object], torch.Tensor],
+    batches: Iterable[object],
+) -> torch.Tensor:
+    """Flattened gradients ``g_s = ∇_θ loss(batch_s)`` for each minibatch: ``(S, P)``.
+
+    ``.grad`` of the parameters is not touched.
+
+    Args:
+        parameters: the tensors ``θ`` (requiring grad), e.g. ``model.parameters()``.
+        loss: ``batch -> scalar tensor``.
+        batches: the minibatches.
+
+    Returns:
+        ``(S, P)``, ``P`` the total number of parameter entries.
+    """
+    params = list(parameters)
+    if not params or not all(torch.is_tensor(p) and p.requires_grad for p in params):
+        raise ValueError("parameters must be a non-empty collection of tensors that require grad")
+    rows = []
+    for batch in batches:
+        grads = torch.autograd.grad(loss(batch), params, allow_unused=True)
+        rows.append(
+            torch.cat(
+                [
+                    (torch.zeros_like(p) if g is None else g).flatten()
+                    for p, g in zip(params, grads, strict=True)
+                ]
+            )
+        )
+    if len(rows) < 2:
+        raise ValueError(f"batches must hold at least 2 minibatches, got {len(rows)}")
+    return torch.stack(rows)  # (S, P)
+
+
+def gradient_variance(grads: torch.Tensor) -> torch.Tensor:
+    """Total variance of the gradient across minibatches, the trace of its covariance.
+
+        V = 1/(S−1) Σ_s ‖g_s − ḡ‖²,   ḡ = 1/S Σ_s g_s
+
+    Args:
+        grads: ``(S, *P)``, one gradient per minibatch (e.g. :func:`minibatch_gradients`).
+
+    Returns:
+        0-d tensor ``V ≥ 0``.
+    """
+    grads = _tensor("grads", grads, 2, "(S, *P)")
+    S = grads.shape[0]
+    if S < 2:
+        raise ValueError(f"grads needs S ≥ 2 minibatches on its first axis, got S = {S}")
+    g = grads.reshape(S, -1)  # (S, P)
+    return (g - g.mean(0)).pow(2).sum() / (S - 1)
+
+
+def _losses(losses: torch.Tensor | Sequence[float], minimum: int) -> torch.Tensor:
+    x = losses if torch.is_tensor(losses) else torch.as_tensor(losses, dtype=torch.float64)
+    x = _tensor("losses", x, 1, "(T,)")
+    if x.dim() != 1 or x.shape[0] < minimum:
+        raise ValueError(f"losses must have shape (T,) with T ≥ {minimum}, got {tuple(x.shape)}")
+    return x
+
+
+def mean_abs_loss_change(losses: torch.Tensor | Sequence[float]) -> torch.Tensor:
+    """Roughness of a loss curve: ``1/(T−1) Σ_t |ℓ_{t+1} − ℓ_t|``.
+
+    A monotone curve gives ``(ℓ_1 − ℓ_T)/(T−1)`` in absolute value; noise adds to it.
+
+    Args:
+        losses: ``(T,)``, ``T ≥ 2``.
+
+    Returns:
+        0-d tensor.
+    """
+    x = _losses(losses, 2)
+    return x.diff().abs().mean()
+
+
+def detrended_loss_variance(losses: torch.Tensor | Sequence[float], window: int = 11) -> torch.Tensor:
+    """Variance of the loss around its centred moving average.
+
+    With ``w = 2h + 1`` and ``m_t = 1/w Σ_{|s−t|≤h} ℓ_s`` for ``h ≤ t < T − h``, the residual is
+    ``r_t = ℓ_t − m_t`` and the result is ``1/n Σ_t (r_t − r̄)²`` over those ``n = T − 2h`` steps.
+    A curve that is linear over every window gives 0.
+
+    Args:
+        losses: ``(T,)``.
+        window: ``w``, odd, ``3 ≤ w ≤ T − 1``.
+
+    Returns:
+        0-d tensor.
+    """
+    w = check_int("window", window, minimum=3)
+    if w % 2 == 0:
+        raise ValueError(f"window must be odd (a centred moving average), got {w}")
+    x = _losses(losses, w + 1)
+    h = w // 2
+    m = x.unfold(0, w, 1).mean(-1)  # (T − 2h,)
+    r = x[h : x.shape[0] - h] - m  # (T − 2h,)
+    return (r - r.mean()).pow(2).mean()

@@ -1,0 +1,35 @@
+"""Particle layers: attention heads and neurons as the particles of a mean-field law.
+
+- :class:`ParticleAttention` / :class:`CausalParticleAttention`: ``Y = 1/M Σ_i v_{θ_i}(X)`` over M heads.
+- :class:`FeatureParticles`: ``f(x) = 1/M Σ_i a_i σ(w_i · x)`` over M neurons.
+
+Both are :class:`ParticleLayer`\\ s: parameters stacked with a leading particle axis, ``n_particles``,
+``prune(indices)``, ``subsample(k, strategy)`` (strategies in :data:`SUBSAMPLE_STRATEGIES`),
+``importance(X, loss)`` and ``particle_outputs(X)``.
+"""
+
+from meanfield.nn.attention import CausalParticleAttention, ParticleAttention
+from meanfield.nn.features import ACTIVATIONS, FeatureParticles
+from meanfield.nn.particles import (
+    SUBSAMPLE_STRATEGIES,
+    FarthestPoint,
+    Importance,
+    Medoids,
+    ParticleLayer,
+    Random,
+    SubsampleStrategy,
+)
+
+__all__ = [
+    "ParticleAttention",
+    "CausalParticleAttention",
+    "FeatureParticles",
+    "ACTIVATIONS",
+    "ParticleLayer",
+    "SubsampleStrategy",
+    "Random",
+    "Importance",
+    "FarthestPoint",
+    "Medoids",
+    "SUBSAMPLE_STRATEGIES",
+]

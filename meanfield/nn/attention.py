@@ -1,0 +1,145 @@
+"""Mean-field attention: M attention heads as M particles, averaged.
+
+Particle ``i`` is one head ``θ_i = (W_Q^i, W_K^i, W_V^i, W_O^i)`` with ``W_Q^i, W_K^i, W_V^i ∈ R^{d×h}`` and
+``W_O^i ∈ R^{h×d}`` (``d = d_model``, ``h = d_head``). For tokens ``X ∈ R^{T×d}`` a head computes
+
+    v_θ(X) = softmax(X W_Q (X W_K)^T / √h + mask) X W_V W_O  ∈ R^{T×d},
+
+and the layer is the average over the empirical law of the heads, ``Y = 1/M Σ_i v_{θ_i}(X)``.
+With ``h = d/M`` this is ``nn.MultiheadAttention`` (no biases) with its output projection scaled by 1/M;
+with ``h`` fixed and M growing it is the mean-field limit ``Y = ∫ v_θ(X) dρ(θ)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from meanfield._checks import check_int
+from meanfield.nn.particles import ParticleLayer
+
+__all__ = ["ParticleAttention", "CausalParticleAttention"]
+
+
+class ParticleAttention(ParticleLayer):
+    """Self-attention whose M heads are particles: ``Y = 1/M Σ_i v_{θ_i}(X)``.
+
+    ``v_θ(X) = softmax(X W_Q (X W_K)^T / √h) X W_V W_O`` (see the module docstring). The parameters are
+    stacked over the particle axis: ``W_Q, W_K, W_V`` of shape ``(M, d, h)``, ``W_O`` of shape ``(M, h, d)``.
+    All heads run in one batched ``scaled_dot_product_attention`` call (no loop over particles).
+    At initialisation the entries of ``W_Q, W_K, W_V`` are ``N(0, 1/d)`` and those of ``W_O`` are
+    ``N(0, 1/h)``, so each head's output is O(1) and the average of M independent heads is O(M^{-1/2}).
+
+    Args:
+        d_model: token width ``d``.
+        n_particles: number of heads ``M``.
+        d_head: head width ``h``; default ``d_model // n_particles`` (then ``d_model`` must be divisible
+            by ``n_particles``).
+        generator: random generator of the initialisation (``None``: torch's global one).
+        device: device of the parameters.
+        dtype: dtype of the parameters.
+
+    Shapes:
+        ``forward(X)``: ``(B, T, d) -> (B, T, d)``; ``particle_outputs(X)``: ``(B, M, T, d)``;
+        ``attention_maps(X)``: ``(B, M, T, T)``.
+
+    Example:
+        >>> layer = ParticleAttention(d_model=64, n_particles=8)
+        >>> layer(torch.randn(2, 10, 64)).shape
+        torch.Size([2, 10, 64])
+        >>> layer.subsample(4).n_particles
+        4
+    """
+
+    particle_parameter_names = ("W_Q", "W_K", "W_V", "W_O")
+    is_causal: bool = False
+
+    def __init__(
+        self,
+        d_model: int,
+        n_particles: int,
+        d_head: int | None = None,
+        *,
+        generator: torch.Generator | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        d = check_int("d_model", d_model)
+        M = check_int("n_particles", n_particles)
+        if d_head is None:
+            if d % M != 0:
+                raise ValueError(
+                    f"d_model = {d} is not divisible by n_particles = {M}, so d_head = d_model/n_particles "
+                    "is not an integer; pass d_head explicitly"
+                )
+            d_head = d // M
+        h = check_int("d_head", d_head)
+        self.d_model = d
+        self.d_head = h
+        kw = {"generator": generator, "device": device, "dtype": dtype}
+        self.W_Q = nn.Parameter(torch.randn(M, d, h, **kw) / math.sqrt(d))  # (M, d, h)
+        self.W_K = nn.Parameter(torch.randn(M, d, h, **kw) / math.sqrt(d))  # (M, d, h)
+        self.W_V = nn.Parameter(torch.randn(M, d, h, **kw) / math.sqrt(d))  # (M, d, h)
+        self.W_O = nn.Parameter(torch.randn(M, h, d, **kw) / math.sqrt(h))  # (M, h, d)
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, n_particles={self.n_particles}, d_head={self.d_head}"
+
+    def _check_input(self, X: torch.Tensor) -> None:
+        if not torch.is_tensor(X):
+            raise TypeError(f"X must be a torch.Tensor of shape (B, T, d_model), got {type(X).__name__}")
+        if X.dim() != 3 or X.shape[-1] != self.d_model:
+            raise ValueError(f"X must have shape (B, T, d_model={self.d_model}), got {tuple(X.shape)}")
+
+    def _heads(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys, values ``(B, M, T, h)`` from one fused matmul ``X [W_Q | W_K | W_V]``."""
+        self._check_input(X)
+        B, T, _ = X.shape
+        M, h = self.n_particles, self.d_head
+        W = torch.stack((self.W_Q, self.W_K, self.W_V))  # (3, M, d, h)
+        W = W.permute(2, 0, 1, 3).reshape(self.d_model, 3 * M * h)  # (d, 3·M·h)
+        qkv = (X @ W).view(B, T, 3, M, h).permute(2, 0, 3, 1, 4)  # (3, B, M, T, h)
+        return qkv.unbind(0)  # 3 × (B, M, T, h)
+
+    def _mix(self, X: torch.Tensor) -> torch.Tensor:
+        """The attention-weighted values of every head, ``softmax(Q K^T/√h) V``: ``(B, M, T, h)``."""
+        q, k, v = self._heads(X)  # (B, M, T, h) each
+        return F.scaled_dot_product_attention(q, k, v, is_causal=self.is_causal)  # (B, M, T, h)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """``Y = 1/M Σ_i v_{θ_i}(X)``: ``(B, T, d) -> (B, T, d)``."""
+        o = self._mix(X)  # (B, M, T, h)
+        B, M, T, h = o.shape
+        o = o.transpose(1, 2).reshape(B, T, M * h)  # (B, T, M·h)
+        return o @ (self.W_O.reshape(M * h, self.d_model) / M)  # (B, T, d)
+
+    def particle_outputs(self, X: torch.Tensor) -> torch.Tensor:
+        """Every head's output ``v_{θ_i}(X)``, not averaged: ``(B, T, d) -> (B, M, T, d)``."""
+        o = self._mix(X)  # (B, M, T, h)
+        return o @ self.W_O.unsqueeze(0)  # (B, M, T, d)
+
+    def attention_maps(self, X: torch.Tensor) -> torch.Tensor:
+        """Every head's attention matrix ``A_i = softmax(X W_Q^i (X W_K^i)^T / √h + mask)``: ``(B, M, T, T)``.
+
+        Rows sum to 1; with a causal mask ``A_i[s, t] = 0`` for ``t > s``.
+        """
+        q, k, _ = self._heads(X)  # (B, M, T, h) each
+        scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_head)  # (B, M, T, T)
+        if self.is_causal:
+            T = scores.shape[-1]
+            future = torch.ones(T, T, dtype=torch.bool, device=scores.device).triu(1)  # (T, T)
+            scores = scores.masked_fill(future, float("-inf"))
+        return scores.softmax(-1)  # (B, M, T, T)
+
+
+class CausalParticleAttention(ParticleAttention):
+    """:class:`ParticleAttention` with a causal mask: token ``s`` attends only to tokens ``t ≤ s``.
+
+    ``v_θ(X) = softmax(X W_Q (X W_K)^T / √h + C) X W_V W_O`` with ``C[s, t] = −∞`` for ``t > s``, else 0.
+    """
+
+    is_causal = True
