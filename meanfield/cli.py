@@ -31,6 +31,14 @@ def _validate(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
+def _figures(args: argparse.Namespace) -> int:
+    from .figures import generate
+
+    paths = generate(args.out, preset=args.preset, keep_existing=not args.force)
+    print(f"{len(paths)} figures in {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="meanfield",
@@ -53,6 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--theory", default=None, help="folder of the checks (default: ./theory or the source checkout's)"
     )
     p.set_defaults(func=_validate)
+    p = sub.add_parser(
+        "figures", help="regenerate the documentation figures (theory checks' plots, quickstart)"
+    )
+    p.add_argument("--out", default="docs/figures", help="output folder (default: docs/figures)")
+    p.add_argument("--preset", choices=("fast", "full"), default="fast")
+    p.add_argument("--force", action="store_true", help="regenerate figures that already exist")
+    p.set_defaults(func=_figures)
     p = sub.add_parser("solvers", help="list the solvers and their declared strong/weak orders")
     p.set_defaults(func=_solvers)
     return parser

@@ -1,0 +1,56 @@
+"""``meanfield figures``: regenerate every documentation figure by the code users run.
+
+Each theory check's ``plot()`` (through :func:`meanfield.validation.validate`) gives ``<check>.png``; the
+quickstart script gives ``quickstart.png``. Nothing here draws a figure of its own.
+"""
+
+from __future__ import annotations
+
+import runpy
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from .validation import default_theory_dir, discover, validate
+
+__all__ = ["generate"]
+
+
+def generate(
+    out: str | Path = "docs/figures",
+    *,
+    preset: str = "fast",
+    keep_existing: bool = False,
+    progress: bool = True,
+) -> list[Path]:
+    """Write the documentation figures to ``out`` and return their paths.
+
+    Args:
+        out: the folder (created).
+        preset: the theory checks' preset (``"fast"`` for CI builds, ``"full"`` for paper figures).
+        keep_existing: skip figures already in ``out``.
+        progress: show a progress bar over the checks.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    theory = default_theory_dir()
+    names = [n for n in discover(theory) if not (keep_existing and (out / f"{n}.png").exists())]
+    if names:
+        with tempfile.TemporaryDirectory() as tmp:
+            report = validate(names, preset=preset, out=tmp, theory_dir=theory, progress=progress, echo=None)
+            for r in report.results:
+                png = Path(tmp) / f"{r.name}.png"
+                if png.exists():
+                    shutil.copyfile(png, out / png.name)
+                else:
+                    print(f"meanfield figures: {r.name} made no figure ({'error' if r.error else 'no plot'})")
+    quickstart = theory.parent / "experiments" / "quickstart.py"
+    if quickstart.exists() and not (keep_existing and (out / "quickstart.png").exists()):
+        argv = sys.argv
+        try:
+            sys.argv = [str(quickstart), str(out / "quickstart.png")]
+            runpy.run_path(str(quickstart), run_name="__main__")
+        finally:
+            sys.argv = argv
+    return sorted(out.glob("*.png"))
