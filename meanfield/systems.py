@@ -33,7 +33,7 @@ Diffusion = float | torch.Tensor
 def _check_projection(projection: Projection | None) -> Projection | None:
     if projection is not None and not isinstance(projection, Projection):
         raise TypeError(
-            f"projection must be a meanfield.projections.Projection (Box(A), Sphere()) or None, "
+            f"projection must be a meanfield.projections.Projection (Clip(A), Sphere()) or None, "
             f"got {type(projection).__name__}"
         )
     return projection

@@ -7,7 +7,7 @@ import torch
 
 from meanfield import MeanFieldLangevin, simulate
 from meanfield.potentials import Confinement, Quadratic
-from meanfield.projections import Box, Sphere
+from meanfield.projections import Clip, Sphere
 from meanfield.stats import mean_se
 
 
@@ -49,7 +49,7 @@ def test_projected_langevin_on_the_sphere_reaches_von_mises_fisher():
 
 @pytest.mark.parametrize("solver", ["euler", "srk"])
 def test_box_projection_holds_after_every_step(solver):
-    system = MeanFieldLangevin(Quadratic(0.1), beta=5.0, projection=Box(0.5))
+    system = MeanFieldLangevin(Quadratic(0.1), beta=5.0, projection=Clip(0.5))
     traj = simulate(
         system,
         torch.zeros(2, 100, 2, dtype=torch.float64),
@@ -66,5 +66,5 @@ def test_box_projection_holds_after_every_step(solver):
 def test_bad_projection():
     with pytest.raises(TypeError, match="projection must be"):
         MeanFieldLangevin(Quadratic(1.0), projection=lambda x: x)
-    with pytest.raises(ValueError, match="A must be > 0"):
-        Box(0.0)
+    with pytest.raises(ValueError, match="Clip bound A must be > 0"):
+        Clip(0.0)

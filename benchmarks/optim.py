@@ -1,0 +1,205 @@
+"""Speed of one :class:`meanfield.optim.Langevin` step against ``torch.optim.Adam(fused=True)``.
+
+The model: a 20M-parameter particle transformer without its forward pass (an embedding 8192×512, 15 blocks
+of :class:`meanfield.nn.ParticleAttention` with M = 8 heads of width 64 and two LayerNorms each). Every
+parameter holds a fixed random gradient, so only the optimizer step is timed. The target is a Langevin
+step (Adam drift, preconditioned noise on all parameters) within 1.3× of the reference "fused Adam + one
+flat normal draw of the same size" (the noise must be drawn somehow; the draw is what dominates on CPU).
+
+Method: every candidate is timed once per round, in an order rotated each round (interleaved, so a change
+of machine load hits all alike); after ``--warmup`` rounds, the table gives the median over ``--rounds``
+rounds and, for the ratios, the median of the per-round ratios (paired in the same round).
+
+Usage:
+    python benchmarks/optim.py                 # prints the table, writes benchmarks/results/optim.md
+    python benchmarks/optim.py --rounds 5 --params 2 --no-write   # a quick smoke run
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from meanfield.nn import ParticleAttention  # noqa: E402
+from meanfield.optim import Langevin  # noqa: E402
+
+LR, BETA = 1e-3, 1e-6
+LOAD_BEFORE = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+RESULTS = Path(__file__).resolve().parent / "results" / "optim.md"
+
+
+class Model(nn.Module):
+    """Embedding + ``n_blocks`` × (LayerNorm, ParticleAttention, LayerNorm); parameters only."""
+
+    def __init__(self, n_blocks: int, d: int = 512, heads: int = 8, vocab: int = 8192) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.embed = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList(
+            nn.ModuleList(
+                [nn.LayerNorm(d), ParticleAttention(d, heads, d // heads, generator=g), nn.LayerNorm(d)]
+            )
+            for _ in range(n_blocks)
+        )
+
+
+def build(params_millions: float) -> tuple[Model, int]:
+    n_blocks = max(1, round((params_millions * 1e6 - 8192 * 512) / (4 * 512 * 512 + 4 * 512)))
+    model = Model(n_blocks)
+    g = torch.Generator().manual_seed(1)
+    for p in model.parameters():
+        p.grad = torch.randn(p.shape, generator=g)  # fixed gradients: only the step is timed
+    return model, sum(p.numel() for p in model.parameters())
+
+
+def candidates(model: Model, n: int) -> dict[str, Callable[[], None]]:
+    warnings.simplefilter("ignore", UserWarning)  # the scalar-noise row warns that it is not Gibbs
+    params = list(model.parameters())
+    adam = torch.optim.Adam(params, lr=LR, fused=True)
+    g = torch.Generator().manual_seed(2)
+    draw = torch.empty(n)  # (n,)
+
+    def flat_draw() -> None:
+        draw.normal_(generator=g)  # (n,)
+
+    def adam_and_draw() -> None:
+        adam.step()
+        flat_draw()
+
+    naive = torch.optim.Adam(params, lr=LR, fused=True)
+    g_naive = torch.Generator().manual_seed(3)
+
+    @torch.no_grad()
+    def naive_noise() -> None:
+        naive.step()  # then per tensor: η_eff from v, its own draw
+        for p in params:
+            state = naive.state[p]
+            bias2 = 1 - 0.999 ** float(state["step"])
+            eta = LR / (state["exp_avg_sq"].sqrt() / math.sqrt(bias2) + 1e-8)  # (…)
+            p.add_(torch.randn(p.shape, generator=g_naive) * (2 * BETA * eta).sqrt())
+
+    langevin = {
+        "Langevin adam, β=0 (drift only)": Langevin(params, LR, 0.0, drift="adam", seed=0),
+        "Langevin adam + preconditioned noise": Langevin(params, LR, BETA, drift="adam", seed=0),
+        "Langevin adam + scalar noise": Langevin(
+            params, LR, BETA, drift="adam", noise_preconditioned=False, seed=0
+        ),
+        "Langevin sgd + noise": Langevin(params, LR, BETA, drift="sgd", seed=0),
+        "Langevin param_groups_for(model)": Langevin(
+            Langevin.param_groups_for(model), LR, BETA, drift="adam", seed=0
+        ),
+    }
+    stats_opt = Langevin(params, LR, BETA, drift="adam", seed=0)
+
+    def with_stats() -> None:
+        stats_opt.step()
+        stats_opt.last_stats  # noqa: B018 (computed on read)
+
+    table: dict[str, Callable[[], None]] = {
+        "torch.optim.Adam(fused=True)": adam.step,
+        "flat normal draw (n)": flat_draw,
+        "reference: fused Adam + flat draw": adam_and_draw,
+    }
+    table.update({name: opt.step for name, opt in langevin.items()})
+    table["Langevin adam + noise, last_stats read"] = with_stats
+    table["naive: fused Adam + per-tensor noise"] = naive_noise
+    return table
+
+
+def measure(table: dict[str, Callable[[], None]], rounds: int, warmup: int) -> dict[str, list[float]]:
+    names = list(table)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(warmup + rounds):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            t0 = time.perf_counter()
+            table[name]()
+            elapsed = time.perf_counter() - t0
+            if r >= warmup:
+                times[name].append(elapsed)
+    return times
+
+
+def machine() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        model = next(
+            line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")
+        )
+    except (OSError, subprocess.CalledProcessError, StopIteration):
+        model = platform.processor() or platform.machine()
+    return f"{model}, {os.cpu_count()} logical CPUs, torch {torch.__version__} ({torch.get_num_threads()} threads)"
+
+
+def report(times: dict[str, list[float]], n: int, rounds: int, command: str) -> tuple[str, float]:
+    adam = times["torch.optim.Adam(fused=True)"]
+    reference = times["reference: fused Adam + flat draw"]
+    rows = [
+        "| step | median ms | × fused Adam | × (fused Adam + flat draw) |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, ts in times.items():
+        vs_adam = statistics.median(t / a for t, a in zip(ts, adam))
+        vs_ref = statistics.median(t / a for t, a in zip(ts, reference))
+        rows.append(f"| {name} | {1e3 * statistics.median(ts):.1f} | {vs_adam:.2f} | {vs_ref:.2f} |")
+    target = statistics.median(
+        t / a for t, a in zip(times["Langevin adam + preconditioned noise"], reference)
+    )
+    verdict = "meets" if target <= 1.3 else "MISSES"
+    header = [
+        "# Langevin optimizer step vs fused Adam",
+        "",
+        f"- command: `{command}`",
+        f"- machine: {machine()}",
+        f"- date: {datetime.date.today().isoformat()}; load average before the run: {LOAD_BEFORE} "
+        "(the machine is shared with other jobs: the times, and the ratios too, move with its load)",
+        f"- {n / 1e6:.2f}M float32 parameters, fixed gradients, lr = {LR}, β = {BETA}; "
+        f"median over {rounds} interleaved rounds, ratios are medians of per-round ratios",
+        f"- target: Langevin adam + preconditioned noise ≤ 1.3 × (fused Adam + flat draw): "
+        f"{target:.2f} ({verdict} it)",
+        "",
+    ]
+    return "\n".join(header + rows) + "\n", target
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--params", type=float, default=20.0, help="model size in millions (default 20)")
+    parser.add_argument("--rounds", type=int, default=25, help="timed rounds (default 25)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed rounds first (default 3)")
+    parser.add_argument("--no-write", action="store_true", help=f"do not write {RESULTS.name}")
+    args = parser.parse_args(argv)
+    torch.manual_seed(0)
+    model, n = build(args.params)
+    times = measure(candidates(model, n), args.rounds, args.warmup)
+    command = "OMP_WAIT_POLICY=PASSIVE python benchmarks/optim.py " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
+    text, _ = report(times, n, args.rounds, command.strip())
+    print(text)
+    if not args.no_write:
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(text)
+        print(f"written to {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

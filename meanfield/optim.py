@@ -1,0 +1,790 @@
+"""The Langevin optimizer: one Euler–Maruyama step of (preconditioned) mean-field Langevin dynamics per call.
+
+For every parameter ``θ`` of a param group with noise, one :meth:`Langevin.step` is
+
+    θ ← Π( θ − η_eff ⊙ g + sqrt(2 · β_t · η_eff) ⊙ ξ ),   ξ ~ N(0, I),
+
+- ``g`` is the drift direction: the gradient ``M·∂L/∂θ`` (``drift="sgd"``, ``η_eff = lr``) or the
+  bias-corrected Adam mean ``m̂`` of those gradients (``drift="adam"``, ``η_eff = lr/(sqrt(v̂) + ε)`` per
+  coordinate: preconditioned Langevin),
+- ``M`` is the number of particles of the group (the mean-field scaling, below),
+- ``β_t`` is the temperature at step ``t`` (a number or a schedule from :mod:`meanfield.schedules`),
+- ``Π`` is an optional projection (:class:`Clip`, :class:`Sphere`, or a particle layer's own ``project_``).
+
+Groups without noise (embeddings, norms) take the plain SGD/Adam step ``θ ← θ − η_eff ⊙ g``.
+
+**Temperature contract.** With ``drift="sgd"`` the step is the Euler–Maruyama discretisation (time step
+``lr``) of ``dθ = −∇F dt + sqrt(2β) dW``, whose stationary law is the Gibbs law ``∝ exp(−F/β)``; the discrete
+chain's law differs from it by O(lr) (for ``F = a/2 θ²`` the chain's stationary variance is
+``β/(a(1 − lr·a/2))``, not ``β/a``). With ``drift="adam"`` and preconditioned noise (the default) the step
+discretises ``dθ = −P∇F dt + sqrt(2βP) dW`` with the diagonal preconditioner ``P = diag(η_eff/lr)``; for a
+constant ``P`` the Gibbs law ``∝ exp(−F/β)`` is still stationary, and for the slowly varying ``P`` of Adam it
+is the target to first order (the Itô correction ``β ∇·P`` is neglected). With ``noise_preconditioned=False``
+an Adam drift gets the scalar noise ``sqrt(2β·lr) ξ``: the chain discretises
+``dθ = −P∇F dt + sqrt(2β) dW``, which for a constant scalar ``P = p·I`` samples ``∝ exp(−p·F/β)``
+(temperature ``β/p``) and for a non-scalar ``P`` is not a Gibbs law at all (it warns once).
+
+**Mean-field scaling.** A particle layer computes ``f = 1/M Σ_i φ(θ_i) = ∫ φ dρ_M`` with
+``ρ_M = 1/M Σ_i δ_{θ_i}``; the loss is ``L(θ_1, …, θ_M) = F(ρ_M)``. Moving particle ``i`` by ``ε v`` moves
+``ρ_M`` by the mass ``1/M`` at ``θ_i``, so by the chain rule for the first variation ``δF/δρ``
+
+    ∂L/∂θ_i = (1/M) ∇_θ (δF/δρ)(ρ_M, θ_i),   i.e.   M·∂L/∂θ_i = ∇_θ (δF/δρ)(θ_i),
+
+the Wasserstein gradient, which is O(1) whatever M. A group with ``n_particles = M`` therefore multiplies
+its gradients by ``M`` (``mean_field_scaling=False`` switches it off). The M-particle chain then samples
+``∝ exp(−M·L/β)``, whose one-particle marginal tends to the mean-field fixed point
+``ρ ∝ exp(−(δF/δρ)(ρ, ·)/β)`` as ``M → ∞``. With an Adam drift the gradients are not touched: Adam of
+``M·g`` is Adam of ``g`` with ``ε/M`` and weight decay ``λ/M``, and ``η_eff`` carries the factor ``1/M``
+(the moments in the state are those of the raw gradients ``g``).
+
+**Speed.** Per param group and (device, dtype) one fused drift update (``torch._fused_adam_`` or
+``torch._foreach_add_``), one flat normal draw for all the noisy parameters from the optimizer's own
+``torch.Generator`` (split into views), three flat passes over ``v`` (``sqrt``, ``+ε``, ``rsqrt``) and one
+``_foreach_addcmul_`` for the preconditioned noise, after one reduction that checks the gradients are finite.
+:attr:`Langevin.last_stats` is computed when read, not during the step.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from meanfield._checks import check_int, check_nonnegative, check_positive
+from meanfield.projections import Clip, Projection, Sphere
+from meanfield.schedules import Schedule, as_schedule
+
+__all__ = ["Langevin", "LangevinStats", "Projection", "Clip", "Sphere", "LayerProjection", "DRIFTS"]
+
+DRIFTS: tuple[str, ...] = ("sgd", "adam")
+"""The drift rules a param group can use."""
+
+_STATS_CHUNK = 1 << 18  # elements per chunk of the reductions behind Langevin.last_stats
+
+
+# ----------------------------------------------------------------------------------------------------------
+# projections: meanfield.projections (Clip, Sphere), plus a particle layer's own
+# ----------------------------------------------------------------------------------------------------------
+
+
+class LayerProjection(Projection):
+    """The projection a particle layer knows: calls ``layer.project_()`` (e.g. ``FeatureParticles``).
+
+    Args:
+        layer: a module with a ``project_()`` method that projects its own parameters in place.
+    """
+
+    def __init__(self, layer: nn.Module) -> None:
+        if not callable(getattr(layer, "project_", None)):
+            raise TypeError(
+                f"LayerProjection needs a module with a project_() method, got {type(layer).__name__}"
+            )
+        self.layer = layer
+
+    def project_(self, x: torch.Tensor) -> torch.Tensor:
+        self.layer.project_()
+        return x
+
+    def project_all_(self, tensors: Sequence[torch.Tensor]) -> None:
+        self.layer.project_()  # once per step, whatever the number of tensors
+
+    def __repr__(self) -> str:
+        return f"LayerProjection({type(self.layer).__name__})"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# step records
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LangevinStats:
+    """What the last :meth:`Langevin.step` did to the parameters of the groups with noise.
+
+    Over the ``n`` coordinates that received noise (groups with ``noise=True`` and a gradient):
+
+    Attributes:
+        step: the number of steps taken (the step described is the ``step``-th).
+        beta: the temperature ``β_t`` used (the largest one if the noisy groups differ).
+        eta_eff_mean: mean of the per-coordinate step ``η_eff`` (``lr`` for an SGD drift,
+            ``lr/(M·sqrt(v̂) + ε)`` for an Adam drift, ``M`` the group's particle count when scaled).
+        eta_eff_min: its minimum.
+        eta_eff_max: its maximum.
+        noise_rms: root mean square of the noise increment ``sqrt(2β_t η_eff) ξ`` (or ``sqrt(2β_t lr) ξ``).
+        drift_rms: root mean square of the drift increment ``η_eff ⊙ g``.
+        drift_to_noise: ``drift_rms / noise_rms`` (``inf`` without noise): below 1 the step is noise-driven.
+        n: the number of coordinates.
+    """
+
+    step: int
+    beta: float
+    eta_eff_mean: float
+    eta_eff_min: float
+    eta_eff_max: float
+    noise_rms: float
+    drift_rms: float
+    drift_to_noise: float
+    n: int
+
+
+@dataclass
+class _Bucket:
+    """The parameters of one group on one (device, dtype), with flat Adam moments (per-param views)."""
+
+    params: list[torch.Tensor]
+    offsets: list[int]
+    n: int
+    exp_avg: torch.Tensor | None = None  # (n,)
+    exp_avg_sq: torch.Tensor | None = None  # (n,)
+    step_t: torch.Tensor | None = None  # () float32 step count for the fused kernel
+    rsqrt: torch.Tensor | None = None  # (n,) preconditioned-noise work buffer
+    rsqrt_views: list[torch.Tensor] | None = None
+
+    def views(self, flat: torch.Tensor, index: Sequence[int]) -> list[torch.Tensor]:
+        """Views of ``flat`` (n,) shaped like the parameters ``index``."""
+        return [
+            flat[self.offsets[i] : self.offsets[i] + self.params[i].numel()].view_as(self.params[i])
+            for i in index
+        ]
+
+    def gather(self, flat: torch.Tensor, index: Sequence[int]) -> torch.Tensor:
+        """The entries of ``flat`` (n,) that belong to the parameters ``index``, flat."""
+        if len(index) == len(self.params):
+            return flat
+        return torch.cat([v.reshape(-1) for v in self.views(flat, index)])  # (n_index,)
+
+
+@dataclass
+class _Record:
+    """Lazy statistics of one bucket for :attr:`Langevin.last_stats` (valid until the next step)."""
+
+    bucket: _Bucket
+    index: list[int]
+    drift: str
+    lr: float
+    beta: float
+    scale: float  # M (or 1)
+    noise: torch.Tensor | None  # (n,) the standard normal draw, None when β_t = 0
+    preconditioned: bool
+    eps: float = 0.0
+    bias1: float = 1.0
+    bias2: float = 1.0
+    rsqrt_ready: bool = False
+    drift_sq: torch.Tensor | None = None  # () SGD drift ‖η g‖², computed during the step
+
+    def sums(self) -> tuple[int, float, float, float, float, float]:
+        """``(n, Σ η_eff, min η_eff, max η_eff, Σ noise², Σ drift²)`` over the recorded coordinates."""
+        b, index = self.bucket, self.index
+        n = sum(b.params[i].numel() for i in index)
+        if n == 0:
+            return 0, 0.0, math.inf, -math.inf, 0.0, 0.0
+        xi = None if self.noise is None else b.gather(self.noise, index)  # (n,)
+        if self.drift == "sgd":
+            noise_sq = 0.0 if xi is None else 2 * self.beta * self.lr * float(torch.dot(xi, xi))
+            return n, self.lr * n, self.lr, self.lr, noise_sq, float(self.drift_sq)
+        e = self.eps * math.sqrt(self.bias2) / self.scale
+        t_all = b.gather(b.rsqrt, index) if self.rsqrt_ready else None  # (n,) 1/sqrt(sqrt(v) + e)
+        v_all = b.gather(b.exp_avg_sq, index)  # (n,)
+        m_all = b.gather(b.exp_avg, index)  # (n,)
+        sum_t2, t_min, t_max, sum_mt2, sum_xt, sum_x = 0.0, math.inf, -math.inf, 0.0, 0.0, 0.0
+        scratch = torch.empty(min(n, _STATS_CHUNK), dtype=v_all.dtype, device=v_all.device)  # (chunk,)
+        work = torch.empty_like(scratch)  # (chunk,)
+        for a in range(0, n, _STATS_CHUNK):  # chunks: no full-size temporaries
+            z = min(n, a + _STATS_CHUNK)
+            if t_all is None:
+                t = torch.sqrt(v_all[a:z], out=work[: z - a]).add_(e).rsqrt_()  # (chunk,)
+            else:
+                t = t_all[a:z]  # (chunk,)
+            low, high = torch.aminmax(t)
+            t_min, t_max = min(t_min, float(low)), max(t_max, float(high))
+            sum_t2 += float(torch.dot(t, t))
+            s = torch.mul(t, t, out=scratch[: z - a]).mul_(m_all[a:z])  # (chunk,) m·t²
+            sum_mt2 += float(torch.dot(s, s))
+            if xi is not None and self.preconditioned:
+                s = torch.mul(t, xi[a:z], out=scratch[: z - a])  # (chunk,) ξ·t
+                sum_xt += float(torch.dot(s, s))
+            elif xi is not None:
+                sum_x += float(torch.dot(xi[a:z], xi[a:z]))
+        c = self.lr * math.sqrt(self.bias2) / self.scale  # η_eff = c·t²
+        # drift η_eff·m̂ = (lr/bias1)·√bias2·m·t²; noise sqrt(2β c)·t·ξ or sqrt(2β lr)·ξ
+        drift_sq = (self.lr * math.sqrt(self.bias2) / self.bias1) ** 2 * sum_mt2
+        noise_sq = 2 * self.beta * (c * sum_xt if self.preconditioned else self.lr * sum_x)
+        return n, c * sum_t2, c * t_min**2, c * t_max**2, noise_sq, drift_sq
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the optimizer
+# ----------------------------------------------------------------------------------------------------------
+
+_CONFIG_KEYS = ("beta", "projection")  # configuration callables: kept from this optimizer on load
+
+
+class Langevin(torch.optim.Optimizer):
+    r"""Mean-field Langevin dynamics as a ``torch.optim.Optimizer`` (SGD or Adam drift, noise, projection).
+
+    One step on a param group with noise, temperature ``β_t`` and ``M`` particles:
+
+        θ ← Π( θ − η_eff ⊙ g + sqrt(2 · β_t · η_eff) ⊙ ξ ),   ξ ~ N(0, I)
+
+    - ``drift="sgd"``: ``g = M·∇_θL + λθ``, ``η_eff = lr``. This is Euler–Maruyama with time step ``lr`` for
+      ``dθ = −∇F dt + sqrt(2β) dW``; the target law is ``∝ exp(−F/β)`` (``F = M·L + λ/2‖θ‖²``) up to the
+      O(lr) bias of the discrete chain.
+    - ``drift="adam"``: ``g = m̂`` (bias-corrected first moment of ``M·∇_θL + λθ``) and
+      ``η_eff = lr/(sqrt(v̂) + ε)`` per coordinate. With ``noise_preconditioned=True`` (default) the noise
+      is ``sqrt(2β_t η_eff) ξ``: preconditioned Langevin with ``P = diag(η_eff/lr)``, whose target is still
+      ``∝ exp(−F/β)`` to first order while ``P`` varies slowly. With ``noise_preconditioned=False`` the noise
+      is ``sqrt(2β_t lr) ξ`` and the target is no longer the Gibbs law at temperature ``β`` (for a constant
+      ``P = p·I`` it is ``∝ exp(−p·F/β)``; for a non-scalar ``P`` not a Gibbs law at all); it warns once.
+    - Groups with ``noise=False`` take the plain step ``θ ← Π(θ − η_eff ⊙ g)`` (SGD or Adam).
+
+    ``M·∇_θL`` is the Wasserstein gradient ``∇_θ δF/δρ`` of a particle of a layer computing
+    ``1/M Σ_i φ(θ_i)`` (see the module docstring for the derivation); a group declares its M with
+    ``n_particles`` (default 1: no scaling) and ``mean_field_scaling=False`` switches the factor off. At
+    ``β = 0`` the optimizer is ``torch.optim.SGD`` / ``torch.optim.Adam`` on the gradients ``M·∇_θL``.
+
+    Every argument after ``params`` except ``generator`` and ``seed`` is a param-group default and can be
+    overridden per group. :meth:`param_groups_for` builds the groups of a model with particle layers:
+    particles with noise and the ×M scaling, everything else plain.
+
+    Args:
+        params: parameters or param-group dicts.
+        lr: learning rate ``lr > 0`` (the time step of the SDE for an SGD drift).
+        beta: temperature ``β ≥ 0``, a number or a schedule ``step -> β`` (:mod:`meanfield.schedules`),
+            evaluated at the number of steps taken so far (``β(0)`` for the first step).
+        drift: ``"sgd"`` or ``"adam"`` (:data:`DRIFTS`).
+        betas: Adam's ``(β1, β2)``, each in ``[0, 1)``.
+        eps: Adam's ``ε > 0``. With preconditioned noise ``η_eff ≤ lr/ε``: a coordinate whose gradient stays
+            near 0 gets noise up to ``sqrt(2β·lr/ε)``, so pick ``ε`` near the gradients' scale (or keep
+            such parameters in a group without noise); ``last_stats.eta_eff_max`` shows it.
+        weight_decay: ``λ ≥ 0``, an L2 term ``λ/2‖θ‖²`` in ``F`` (a Gaussian prior), added to ``M·∇_θL``.
+        noise: whether the group gets the Langevin noise.
+        n_particles: the number of particles ``M ≥ 1`` of the group (its gradients are multiplied by M).
+        mean_field_scaling: whether to apply the factor ``M``.
+        noise_preconditioned: with an Adam drift, scale the noise with ``η_eff`` (``True``) or ``lr``.
+        projection: ``None`` or a :class:`Projection` (:class:`Clip`, :class:`Sphere`,
+            :class:`LayerProjection`), applied to the group's parameters after every step.
+        generator: the ``torch.Generator`` of the noise (on the parameters' device).
+        seed: seed of the optimizer's own generator (one per device) when ``generator`` is not given; with
+            neither, one seed is drawn from torch's global generator at construction.
+
+    Attributes:
+        last_stats: :class:`LangevinStats` of the last step (computed when read).
+
+    Raises:
+        ValueError / TypeError: on an invalid argument (naming it, what it got and what is allowed), on a
+            schedule value ``β_t < 0`` or non-finite, and in :meth:`step` on a non-finite gradient (before
+            any parameter is changed).
+
+    Example:
+        >>> import torch
+        >>> from meanfield.schedules import Cosine
+        >>> theta = torch.nn.Parameter(torch.zeros(1000, 3, dtype=torch.float64))  # (M, d) particles
+        >>> opt = Langevin([theta], lr=0.1, beta=Cosine(1.0, 0.01, T=100), n_particles=1000, seed=0)
+        >>> for _ in range(100):
+        ...     opt.zero_grad()
+        ...     loss = 0.5 * (theta**2).sum(1).mean()  # L = 1/M Σ V(θ_i), V = |θ|²/2
+        ...     loss.backward()
+        ...     opt.step()
+        >>> opt.last_stats.step, opt.last_stats.eta_eff_mean
+        (100, 0.1)
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict[str, Any]],
+        lr: float,
+        beta: float | Schedule,
+        *,
+        drift: str = "sgd",
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        noise: bool = True,
+        n_particles: int = 1,
+        mean_field_scaling: bool = True,
+        noise_preconditioned: bool = True,
+        projection: Projection | None = None,
+        generator: torch.Generator | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+        if seed is not None:
+            seed = check_int("seed", seed, minimum=0)
+        if generator is not None and seed is not None:
+            raise ValueError("pass either generator or seed, not both")
+        self._warned_not_gibbs = False
+        self._layout: list[list[_Bucket]] | None = None
+        self._layout_key: tuple | None = None
+        self._noise_buffers: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+        self._records: list[_Record] = []
+        self._stats: LangevinStats | None = None
+        self._n_steps = 0
+        self._generators: dict[torch.device, torch.Generator] = {}
+        if generator is not None:
+            self._generators[torch.device(generator.device)] = generator
+            self._seed = None
+        else:
+            self._seed = int(torch.randint(0, 2**62, (1,))) if seed is None else seed
+        defaults = {
+            "lr": lr,
+            "beta": beta,
+            "drift": drift,
+            "betas": betas,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "noise": noise,
+            "n_particles": n_particles,
+            "mean_field_scaling": mean_field_scaling,
+            "noise_preconditioned": noise_preconditioned,
+            "projection": projection,
+            "step": 0,
+        }
+        _check_group(defaults, "Langevin")
+        self._constructed = False
+        super().__init__(params, defaults)
+        self._constructed = True
+        if any(_not_gibbs(g) for g in self.param_groups):
+            self._warn_not_gibbs(stacklevel=2)
+
+    # -- groups ----------------------------------------------------------------------------------------------
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a param group (``torch.optim.Optimizer.add_param_group``), checking its options."""
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        where = f"param group {len(self.param_groups) - 1}"
+        try:
+            _check_group(group, where)
+            for p in group["params"]:
+                if not p.is_floating_point():
+                    raise TypeError(
+                        f"{where}: parameters must be floating-point tensors, got dtype {p.dtype}"
+                    )
+            if group["projection"] is not None:
+                for p in group["params"]:
+                    group["projection"].check(p)
+        except (TypeError, ValueError):
+            self.param_groups.pop()
+            raise
+        if self._constructed and _not_gibbs(group):
+            self._warn_not_gibbs(stacklevel=3)
+        self._layout = None
+
+    def _warn_not_gibbs(self, stacklevel: int) -> None:
+        if not self._warned_not_gibbs:
+            self._warned_not_gibbs = True
+            warnings.warn(
+                "Langevin: an Adam drift with noise_preconditioned=False gets the noise sqrt(2·β·lr)·ξ while its "
+                "drift is preconditioned by P = diag(η_eff/lr): the chain no longer targets the Gibbs law "
+                "exp(−F/β) (for a scalar P = p·I it targets exp(−p·F/β); otherwise no Gibbs law). Use "
+                "noise_preconditioned=True for the temperature contract.",
+                UserWarning,
+                stacklevel=stacklevel + 1,
+            )
+
+    @staticmethod
+    def param_groups_for(
+        model: nn.Module, *, others: dict[str, Any] | None = None, **particle_options: Any
+    ) -> list[dict[str, Any]]:
+        """Param groups for a model with particle layers: particles noisy and ×M, everything else plain.
+
+        A *particle layer* is a submodule with an attribute ``n_particles = M``. Its particle parameters are
+        the ones named in its ``particle_parameter_names`` (as in :class:`meanfield.nn.ParticleLayer`) or,
+        without that attribute, its parameters whose leading dimension is ``M``; a parameter belongs to the
+        innermost such layer. Each layer gives one group ``{"params": …, "n_particles": M, "noise": True}``
+        (plus ``"projection": LayerProjection(layer)`` when the layer has a ``project_()`` method), updated by
+        ``particle_options``; all other parameters form one last group ``{"noise": False,
+        "n_particles": 1}`` updated by ``others`` (e.g. its own ``lr`` or ``weight_decay``).
+
+        Args:
+            model: the model.
+            others: options of the group of the non-particle parameters.
+            **particle_options: options of every particle group (e.g. ``projection=Sphere()``).
+
+        Returns:
+            A list of param-group dicts for :class:`Langevin` (the last one is omitted when empty).
+        """
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        claimed: set[int] = set()
+        groups: list[dict[str, Any]] = []
+        for _, module in reversed(list(model.named_modules())):  # innermost layers first
+            M = getattr(module, "n_particles", None)
+            if M is None:
+                continue
+            M = check_int(f"{type(module).__name__}.n_particles", int(M))
+            names = getattr(module, "particle_parameter_names", None)
+            if names is not None:
+                candidates = [getattr(module, name) for name in names]
+            else:
+                candidates = [p for p in module.parameters() if p.dim() >= 1 and p.shape[0] == M]
+            params = [p for p in candidates if id(p) not in claimed and p.requires_grad]
+            if not params:
+                continue
+            claimed.update(id(p) for p in params)
+            group: dict[str, Any] = {"params": params, "n_particles": M, "noise": True}
+            if callable(getattr(module, "project_", None)):
+                group["projection"] = LayerProjection(module)
+            group.update(particle_options)
+            groups.append(group)
+        groups.reverse()  # model order
+        rest = [p for p in model.parameters() if id(p) not in claimed and p.requires_grad]
+        if rest:
+            groups.append({"params": rest, "noise": False, "n_particles": 1, **(others or {})})
+        return groups
+
+    # -- randomness ------------------------------------------------------------------------------------------
+
+    def _generator(self, device: torch.device) -> torch.Generator:
+        g = self._generators.get(device)
+        if g is None:
+            if self._seed is None:
+                have = ", ".join(str(d) for d in self._generators)
+                raise ValueError(
+                    f"the generator passed to Langevin is on {have} but noisy parameters are on {device}; "
+                    "pass a generator on the parameters' device, or seed= for one generator per device"
+                )
+            g = torch.Generator(device=device).manual_seed(self._seed)
+            self._generators[device] = g
+        return g
+
+    # -- layout ----------------------------------------------------------------------------------------------
+
+    def _get_layout(self) -> list[list[_Bucket]]:
+        key = tuple((tuple(id(p) for p in g["params"]), g["drift"]) for g in self.param_groups)
+        if self._layout is None or key != self._layout_key:
+            self._layout = [self._build_buckets(g) for g in self.param_groups]
+            self._layout_key = key
+        return self._layout
+
+    def _build_buckets(self, group: dict[str, Any]) -> list[_Bucket]:
+        by_kind: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+        for p in group["params"]:
+            by_kind.setdefault((p.device, p.dtype), []).append(p)
+        buckets = []
+        for (device, dtype), params in by_kind.items():
+            offsets, n = [], 0
+            for p in params:
+                offsets.append(n)
+                n += p.numel()
+            b = _Bucket(params, offsets, n)
+            if group["drift"] == "adam":
+                b.step_t = torch.zeros((), dtype=torch.float32, device=device)
+                for key in ("exp_avg", "exp_avg_sq"):
+                    flat = torch.zeros(n, device=device, dtype=dtype)  # (n,)
+                    for p, view in zip(params, b.views(flat, range(len(params)))):
+                        old = self.state[p].get(key)
+                        if old is not None:
+                            view.copy_(old.reshape(view.shape))
+                        self.state[p][key] = view
+                    setattr(b, key, flat)
+            buckets.append(b)
+        return buckets
+
+    # -- the step --------------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
+        """One Langevin step for every param group (see the class docstring for the update).
+
+        Args:
+            closure: re-evaluates the model and returns the loss (optional, as in ``torch.optim``).
+
+        Returns:
+            The closure's loss, or ``None``.
+
+        Raises:
+            ValueError: a gradient has a NaN or Inf entry, or a β schedule returned a value that is not a
+                finite number ≥ 0 (nothing is changed then).
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        layout = self._get_layout()
+
+        # 1. gather gradients, check them (one reduction per bucket) and the temperatures before any change
+        plan = []
+        for gi, (group, buckets) in enumerate(zip(self.param_groups, layout)):
+            work = []
+            for b in buckets:
+                index = [i for i, p in enumerate(b.params) if p.grad is not None]
+                if not index:
+                    continue
+                grads = [b.params[i].grad for i in index]
+                if any(g.is_sparse for g in grads):
+                    raise ValueError(f"param group {gi}: Langevin does not support sparse gradients")
+                norms = torch.stack(torch._foreach_norm(grads))  # (k,) ‖∂L/∂θ‖ per parameter
+                work.append((b, index, grads, norms))
+            if work:
+                beta_t = self._beta_at(group, gi) if group["noise"] else 0.0
+                plan.append((group, beta_t, work))
+        for group, _, work in plan:
+            for b, index, grads, norms in work:
+                if not bool(torch.isfinite(norms).all()):  # a NaN/Inf entry, or a norm that overflows
+                    self._check_entries(group, b, index, grads, norms)
+
+        # 2. drift, 3. noise (one flat draw per device and dtype), 4. projection
+        self._records = []
+        self._stats = None
+        noisy = []
+        for group, beta_t, work in plan:
+            for b, index, grads, norms in work:
+                record = self._drift(group, b, index, grads, norms, beta_t)
+                if group["noise"]:
+                    self._records.append(record)
+                    if beta_t > 0:
+                        noisy.append((b, index, record))
+        self._add_noise(noisy)
+        for group, _, _ in plan:
+            if group["projection"] is not None:
+                group["projection"].project_all_(group["params"])
+            group["step"] += 1
+        self._n_steps += 1
+        return loss
+
+    def _beta_at(self, group: dict[str, Any], gi: int) -> float:
+        k = group["step"]
+        beta = group["beta"]
+        value = beta(k) if callable(beta) else beta
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"param group {gi}: the β schedule returned {value!r} at step {k}; it must return a number"
+            ) from None
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(
+                f"param group {gi}: the temperature β_t must be a finite number ≥ 0, but the β schedule "
+                f"returned {value} at step {k}"
+            )
+        return value
+
+    def _check_entries(
+        self,
+        group: dict[str, Any],
+        b: _Bucket,
+        index: list[int],
+        grads: list[torch.Tensor],
+        norms: torch.Tensor,
+    ) -> None:
+        """Raise on the first gradient with a NaN/Inf entry; a finite gradient whose norm overflowed gets its
+        norm recomputed in float64 (in place in ``norms``)."""
+        gi = next(k for k, g in enumerate(self.param_groups) if g is group)
+        for j in (~torch.isfinite(norms)).nonzero()[:, 0].tolist():
+            grad = grads[j]
+            bad = int((~torch.isfinite(grad)).sum())
+            if bad == 0:
+                norms[j] = torch.linalg.vector_norm(grad.double())
+                continue
+            p = b.params[index[j]]
+            k = next(i for i, q in enumerate(group["params"]) if q is p)
+            raise ValueError(
+                f"the gradient of parameter {k} (shape {tuple(p.shape)}) of param group {gi} has {bad} "
+                "non-finite entries (NaN or Inf); Langevin needs finite gradients (check the loss, lower lr, "
+                "or clip the gradients). No parameter was changed."
+            )
+
+    def _drift(
+        self,
+        group: dict[str, Any],
+        b: _Bucket,
+        index: list[int],
+        grads: list[torch.Tensor],
+        norms: torch.Tensor,
+        beta_t: float,
+    ) -> _Record:
+        lr = float(group["lr"])
+        scale = float(group["n_particles"]) if group["mean_field_scaling"] else 1.0
+        wd = group["weight_decay"]
+        params = [b.params[i] for i in index]
+        if group["drift"] == "sgd":
+            if wd:
+                drift = torch._foreach_mul(grads, scale)  # [(…)] M·g
+                torch._foreach_add_(drift, params, alpha=wd)  # M·g + λθ
+                drift_sq = torch.stack(torch._foreach_norm(drift)).double().square().sum() * lr**2
+                torch._foreach_add_(params, drift, alpha=-lr)
+            else:
+                drift_sq = norms.double().square().sum() * (lr * scale) ** 2
+                torch._foreach_add_(params, grads, alpha=-lr * scale)
+            return _Record(b, index, "sgd", lr, beta_t, scale, None, False, drift_sq=drift_sq)
+        beta1, beta2 = group["betas"]
+        k = group["step"] + 1
+        b.step_t.fill_(k)
+        # Adam of M·g = Adam of g with ε/M and λ/M (the moments stay those of the raw gradient g)
+        torch._fused_adam_(
+            params,
+            grads,
+            b.views(b.exp_avg, index),
+            b.views(b.exp_avg_sq, index),
+            [],
+            [b.step_t] * len(params),
+            lr=lr,
+            beta1=beta1,
+            beta2=beta2,
+            weight_decay=wd / scale,
+            eps=group["eps"] / scale,
+            amsgrad=False,
+            maximize=False,
+        )
+        return _Record(
+            b,
+            index,
+            "adam",
+            lr,
+            beta_t,
+            scale,
+            None,
+            bool(group["noise_preconditioned"]),
+            eps=group["eps"],
+            bias1=1 - beta1**k,
+            bias2=1 - beta2**k,
+        )
+
+    def _add_noise(self, noisy: list[tuple[_Bucket, list[int], _Record]]) -> None:
+        """One normal draw per (device, dtype) of the total size of the noisy buckets, added through views."""
+        sizes: dict[tuple[torch.device, torch.dtype], int] = {}
+        for b, _, _ in noisy:
+            kind = (b.params[0].device, b.params[0].dtype)
+            sizes[kind] = sizes.get(kind, 0) + b.n
+        draws = {}
+        for kind, n in sizes.items():
+            buffer = self._noise_buffers.get(kind)
+            if buffer is None or buffer.numel() < n:
+                buffer = torch.empty(n, device=kind[0], dtype=kind[1])  # (n,)
+                self._noise_buffers[kind] = buffer
+            draws[kind] = buffer[:n].normal_(generator=self._generator(kind[0]))  # (n,) ξ ~ N(0, I)
+        used = dict.fromkeys(sizes, 0)
+        for b, index, record in noisy:
+            kind = (b.params[0].device, b.params[0].dtype)
+            start = used[kind]
+            used[kind] = start + b.n
+            xi = draws[kind][start : start + b.n]  # (n,)
+            record.noise = xi
+            params = [b.params[i] for i in index]
+            lr, beta_t, scale = record.lr, record.beta, record.scale
+            if record.drift == "adam" and record.preconditioned:
+                # η_eff = lr/(M·sqrt(v/bias2) + ε) = (lr·√bias2/M)·t², t = 1/sqrt(sqrt(v) + ε·√bias2/M)
+                if b.rsqrt is None:
+                    b.rsqrt = torch.empty_like(b.exp_avg)  # (n,)
+                    b.rsqrt_views = b.views(b.rsqrt, range(len(b.params)))
+                t = torch.sqrt(b.exp_avg_sq, out=b.rsqrt)  # (n,)
+                t.add_(record.eps * math.sqrt(record.bias2) / scale).rsqrt_()  # (n,)
+                record.rsqrt_ready = True
+                amplitude = math.sqrt(2 * beta_t * lr * math.sqrt(record.bias2) / scale)
+                t_views = b.rsqrt_views if len(index) == len(b.params) else [b.rsqrt_views[i] for i in index]
+                torch._foreach_addcmul_(params, t_views, b.views(xi, index), value=amplitude)
+            else:
+                torch._foreach_add_(params, b.views(xi, index), alpha=math.sqrt(2 * beta_t * lr))
+
+    # -- records ---------------------------------------------------------------------------------------------
+
+    @property
+    def last_stats(self) -> LangevinStats | None:
+        """:class:`LangevinStats` of the last step over the noisy groups (``None`` before the first step).
+
+        Computed when first read after a step (a few passes over the noisy parameters), then cached.
+        """
+        if self._stats is None and self._n_steps > 0:
+            n, eta_sum, eta_min, eta_max, noise_sq, drift_sq = 0, 0.0, math.inf, -math.inf, 0.0, 0.0
+            for record in self._records:
+                r = record.sums()
+                n += r[0]
+                eta_sum += r[1]
+                eta_min = min(eta_min, r[2])
+                eta_max = max(eta_max, r[3])
+                noise_sq += r[4]
+                drift_sq += r[5]
+            nan = math.nan
+            noise_rms = math.sqrt(noise_sq / n) if n else nan
+            drift_rms = math.sqrt(drift_sq / n) if n else nan
+            self._stats = LangevinStats(
+                step=self._n_steps,
+                beta=max((r.beta for r in self._records), default=nan),
+                eta_eff_mean=eta_sum / n if n else nan,
+                eta_eff_min=eta_min if n else nan,
+                eta_eff_max=eta_max if n else nan,
+                noise_rms=noise_rms,
+                drift_rms=drift_rms,
+                drift_to_noise=(drift_rms / noise_rms if noise_rms > 0 else math.inf) if n else nan,
+                n=n,
+            )
+        return self._stats
+
+    # -- checkpoints -----------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """``torch.optim`` state plus the generators' states (a resumed run draws the same noise).
+
+        Projections are stored by their ``repr`` only (a :class:`LayerProjection` holds a module).
+        """
+        state = super().state_dict()
+        for group in state["param_groups"]:
+            if group.get("projection") is not None:
+                group["projection"] = repr(group["projection"])
+        state["generators"] = {str(d): g.get_state() for d, g in self._generators.items()}
+        state["seed"] = self._seed
+        state["n_steps"] = self._n_steps
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load a :meth:`state_dict`. The β schedules and projections of this optimizer are kept."""
+        state_dict = dict(state_dict)
+        generators = state_dict.pop("generators", {})
+        seed = state_dict.pop("seed", self._seed)
+        n_steps = state_dict.pop("n_steps", self._n_steps)
+        kept = [{key: g[key] for key in _CONFIG_KEYS} for g in self.param_groups]
+        super().load_state_dict(state_dict)
+        for group, config in zip(self.param_groups, kept):
+            group.update(config)
+        self._seed = seed
+        self._n_steps = n_steps
+        for name, rng_state in generators.items():
+            self._generator(torch.device(name)).set_state(rng_state)
+        self._layout = None
+        self._records = []
+        self._stats = None
+
+
+def _not_gibbs(group: dict[str, Any]) -> bool:
+    """Whether ``group`` has noise that does not follow its Adam preconditioner (not Gibbs at ``β``)."""
+    return group["noise"] and group["drift"] == "adam" and not group["noise_preconditioned"]
+
+
+def _check_group(group: dict[str, Any], where: str) -> None:
+    """Raise a ``ValueError``/``TypeError`` naming the option of ``group`` that is not allowed."""
+    check_positive(f"{where}: lr", group["lr"])
+    beta = group["beta"]
+    as_schedule(beta, f"{where}: beta")  # TypeError unless a number or a callable
+    if not callable(beta):
+        check_nonnegative(f"{where}: beta (the temperature)", beta)
+    if group["drift"] not in DRIFTS:
+        raise ValueError(f"{where}: drift must be one of {DRIFTS}, got {group['drift']!r}")
+    betas = group["betas"]
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise TypeError(f"{where}: betas must be a pair (β1, β2), got {betas!r}")
+    for name, value in zip(("β1", "β2"), betas):
+        value = check_nonnegative(f"{where}: betas {name}", value)
+        if value >= 1:
+            raise ValueError(f"{where}: betas {name} must be in [0, 1), got {value}")
+    check_positive(f"{where}: eps", group["eps"])
+    check_nonnegative(f"{where}: weight_decay", group["weight_decay"])
+    for name in ("noise", "mean_field_scaling", "noise_preconditioned"):
+        if not isinstance(group[name], bool):
+            raise TypeError(f"{where}: {name} must be a bool, got {type(group[name]).__name__}")
+    check_int(f"{where}: n_particles", group["n_particles"])
+    projection = group["projection"]
+    if projection is not None and not isinstance(projection, Projection):
+        raise TypeError(
+            f"{where}: projection must be None or a Projection (Clip, Sphere, LayerProjection), "
+            f"got {type(projection).__name__}"
+        )
+    step = group["step"]
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"{where}: step (the group's step count) must be an int ≥ 0, got {step!r}")
