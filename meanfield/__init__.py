@@ -4,10 +4,12 @@ Mean-field here means *particles*: M particles ``θ_i`` (points, attention heads
 law ``ρ_M = 1/M Σ δ_{θ_i}`` and move by ``dθ = −∇(δL/δρ) dt + sqrt(2β) dW``.
 """
 
-from . import potentials, projections, schedules
+from . import metrics, nn, optim, potentials, projections, schedules, studies
 from .brownian import BrownianIncrements
+from .optim import Langevin
 from .simulate import NonFiniteStateError, Trajectory, simulate
 from .solvers import SOLVERS, EulerMaruyama, Solver, TorchSDE, get_solver
+from .studies import StudyResult, SweepResult, convergence_in_m, sweep
 from .systems import SDE, MeanFieldLangevin, ParticleSystem
 
 __version__ = "0.1.0"
@@ -15,17 +17,26 @@ __version__ = "0.1.0"
 __all__ = [
     "BrownianIncrements",
     "EulerMaruyama",
+    "Langevin",
     "MeanFieldLangevin",
     "NonFiniteStateError",
     "ParticleSystem",
     "SDE",
     "SOLVERS",
     "Solver",
+    "StudyResult",
+    "SweepResult",
     "TorchSDE",
     "Trajectory",
+    "convergence_in_m",
     "get_solver",
+    "metrics",
+    "nn",
+    "optim",
     "potentials",
     "projections",
     "schedules",
     "simulate",
+    "studies",
+    "sweep",
 ]

@@ -1,4 +1,8 @@
-"""Measures of the particle law: Wasserstein distances, diversity, order parameters."""
+"""Measures of the particle law: Wasserstein distances, diversity, order parameters.
+
+``meanfield.metrics.wasserstein`` is the module; its ``wasserstein(x, y, ...)`` (the result object with the
+method used) is not re-exported here, so that the name keeps meaning the module.
+"""
 
 from meanfield.metrics.diversity import (
     aligned_fraction,
@@ -14,8 +18,28 @@ from meanfield.metrics.diversity import (
     pairwise_cosine,
     teacher_alignment,
 )
+from meanfield.metrics.wasserstein import (
+    EXACT_MAX_POINTS,
+    METHODS,
+    Law1d,
+    Normal,
+    Uniform,
+    WassersteinResult,
+    resolve_method,
+    w1,
+    w2,
+    w2_gaussian,
+    w2_squared,
+    wasserstein_to_law,
+)
 
 __all__ = [
+    "EXACT_MAX_POINTS",
+    "METHODS",
+    "Law1d",
+    "Normal",
+    "Uniform",
+    "WassersteinResult",
     "aligned_fraction",
     "attention_similarity",
     "collapse_rate",
@@ -27,5 +51,11 @@ __all__ = [
     "minibatch_gradients",
     "output_covariance",
     "pairwise_cosine",
+    "resolve_method",
     "teacher_alignment",
+    "w1",
+    "w2",
+    "w2_gaussian",
+    "w2_squared",
+    "wasserstein_to_law",
 ]
