@@ -28,14 +28,13 @@ os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
-import platform  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from _common import machine, write_result  # noqa: E402
 from torch import nn  # noqa: E402
 
 from meanfield.nn import ParticleAttention  # noqa: E402
@@ -157,17 +156,6 @@ def measure(M: int, batch: int, seq: int, repeats: int, warmup: int) -> dict:
     return row
 
 
-def machine() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        name = next(
-            line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")
-        )
-    except (OSError, subprocess.CalledProcessError, StopIteration):
-        name = platform.processor() or "unknown CPU"
-    return f"{name}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"
-
-
 def table(rows: list[dict]) -> str:
     head = (
         "| M | inner width M·h | params/layer | ParticleAttention tok/s | MHA (SDPA) tok/s "
@@ -225,7 +213,7 @@ def main() -> None:
     )
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    write_result(args.out, text)
 
 
 if __name__ == "__main__":

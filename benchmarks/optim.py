@@ -24,9 +24,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import argparse  # noqa: E402
 import datetime  # noqa: E402
 import math  # noqa: E402
-import platform  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
@@ -34,6 +32,7 @@ from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
+from _common import machine, write_result  # noqa: E402
 from torch import nn  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -138,17 +137,6 @@ def measure(table: dict[str, Callable[[], None]], rounds: int, warmup: int) -> d
     return times
 
 
-def machine() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        model = next(
-            line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")
-        )
-    except (OSError, subprocess.CalledProcessError, StopIteration):
-        model = platform.processor() or platform.machine()
-    return f"{model}, {os.cpu_count()} logical CPUs, torch {torch.__version__} ({torch.get_num_threads()} threads)"
-
-
 def report(times: dict[str, list[float]], n: int, rounds: int, command: str) -> tuple[str, float]:
     adam = times["torch.optim.Adam(fused=True)"]
     reference = times["reference: fused Adam + flat draw"]
@@ -197,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
     print(text)
     if not args.no_write:
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(text)
+        write_result(RESULTS, text)
         print(f"written to {RESULTS}")
 
 

@@ -24,14 +24,13 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: spin-waitin
 import argparse  # noqa: E402
 import datetime  # noqa: E402
 import math  # noqa: E402
-import platform  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 import torchsde  # noqa: E402
+from _common import machine, write_result  # noqa: E402
 from torchsde._brownian import BaseBrownian  # noqa: E402
 
 import meanfield as mf  # noqa: E402
@@ -131,17 +130,6 @@ def bench_case(M: int, d: int, mean_field: bool, steps: int, default_steps: int,
     return {name: statistics.median(r) for name, r in rates.items()}
 
 
-def machine() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        model = next(
-            line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")
-        )
-    except (OSError, StopIteration):
-        model = platform.processor() or "unknown CPU"
-    return f"{model}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads)"
-
-
 def main(argv=None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat: checks that it runs")
@@ -184,11 +172,7 @@ def main(argv=None) -> str:
             "",
         ]
     )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(out)
+    out = write_result(args.out, text)
     print(f"written: {out}")
     return text
 

@@ -22,15 +22,14 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: spin-waitin
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
-import platform  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import ot  # noqa: E402
 import torch  # noqa: E402
+from _common import machine, write_result  # noqa: E402
 
 from meanfield.metrics.wasserstein import _projections, w2_squared  # noqa: E402
 
@@ -99,20 +98,6 @@ def fmt_time(t: float | None) -> str:
     return f"{t * 1e3:.3g} ms" if t < 1 else f"{t:.3g} s"
 
 
-def machine() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        model = next(
-            line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")
-        )
-    except (OSError, StopIteration):
-        model = platform.processor() or "unknown CPU"
-    return (
-        f"{model}, {os.cpu_count()} cores, numpy {np.__version__}, POT {ot.__version__}, "
-        f"torch {torch.__version__} ({torch.get_num_threads()} threads)"
-    )
-
-
 def main(argv=None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, few repeats: checks that it runs")
@@ -176,11 +161,7 @@ def main(argv=None) -> str:
     )
     for c in checks:
         print(c)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(out)
+    out = write_result(args.out, text)
     print(f"written: {out}")
     return text
 
