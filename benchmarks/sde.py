@@ -151,7 +151,7 @@ def main(argv=None) -> str:
             for d in ds:
                 n = M * d
                 steps = 20 if args.smoke else max(50, min(2000, int(2e8 / (n * 200))))
-                default_steps = 5 if args.smoke else max(5, min(200, steps // 4))
+                default_steps = 5 if args.smoke else steps
                 r = bench_case(M, d, mean_field, steps, default_steps, repeats)
                 row = (
                     f"| {'mean-field' if mean_field else 'OU'} | {M:.0e} | {d} | {r['native']:.0f} | "

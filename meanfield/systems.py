@@ -21,7 +21,7 @@ import torch
 from ._checks import check_int, check_nonnegative
 from .potentials import Confinement, Interaction, Quadratic, QuadraticInteraction
 from .projections import Projection
-from .schedules import Schedule, as_schedule
+from .schedules import Constant, Schedule, as_schedule
 
 __all__ = ["ParticleSystem", "MeanFieldLangevin", "SDE", "NOISE_TYPES"]
 
@@ -113,6 +113,7 @@ class MeanFieldLangevin(ParticleSystem):
             check_nonnegative("beta", beta)
         self.confinement, self.interaction = confinement, interaction
         self.beta = as_schedule(beta, "beta")
+        self._sigma = math.sqrt(2.0 * self.beta.value) if isinstance(self.beta, Constant) else None
         self.projection = _check_projection(projection)
         # b(x) = −(a + k)·x + k·x̄ when V = a/2|x|² and W = k/2|z|² (or no W): one fused pass per step
         self._affine = type(confinement) is Quadratic and (
@@ -141,6 +142,8 @@ class MeanFieldLangevin(ParticleSystem):
         return beta
 
     def diffusion(self, t: float, x: torch.Tensor) -> float:
+        if self._sigma is not None:  # constant β: computed once
+            return self._sigma
         return math.sqrt(2.0 * self.temperature(t))
 
     def energy(self, x: torch.Tensor) -> torch.Tensor:

@@ -35,18 +35,19 @@ class _EulerStepper(Stepper):
         self.sqrt_dt = dt**0.5
 
     def run(self, x: torch.Tensor, n: int, k: int) -> torch.Tensor:
-        system, source, dt, sqrt_dt = self.system, self.source, self.dt, self.sqrt_dt
+        system, source, t0, dt, sqrt_dt = self.system, self.source, self.t0, self.dt, self.sqrt_dt
+        general, projection, update = system.noise == "general", system.projection, system.euler_update_
         x = x.clone()  # (B, M, d): the update may work in place
         for step in range(n, n + k):
-            t = self.t0 + step * dt
+            t = t0 + step * dt
             sigma = system.diffusion(t, x)
-            if system.noise == "general":  # σ: (B, M, d, m), dW: (B, M, m)
+            if general:  # σ: (B, M, d, m), dW: (B, M, m)
                 noise = torch.einsum("bmdk,bmk->bmd", sigma, source.increment(step, sqrt_dt))
             elif torch.is_tensor(sigma):  # σ: (B, M, d) or broadcastable
                 noise = sigma * source.increment(step, sqrt_dt)
             else:  # a number: the scaling is folded into the draw
-                noise = source.increment(step, float(sigma) * sqrt_dt)  # (B, M, d)
-            x = system.euler_update_(t, x, dt, noise)
-            if system.projection is not None:
-                x = system.projection.project_(x)
+                noise = source.increment(step, sigma * sqrt_dt)  # (B, M, d)
+            x = update(t, x, dt, noise)
+            if projection is not None:
+                x = projection.project_(x)
         return x
