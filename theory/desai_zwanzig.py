@@ -7,7 +7,8 @@ Formulas (Dawson 1983, J. Stat. Phys. 31; Shiino 1987, Phys. Rev. A 36; Gomes & 
 - mean-field stationary laws ρ_m ∝ exp(−(V(x) + θ/2·(x − m)²)/β) with the self-consistency m = R(m) := ∫x ρ_m;
 - R'(0) = θ·Var_{ρ_0}(x)/β, so the symmetric law m = 0 loses stability at the β_c solving
   θ·Var_{ρ_0}(x) = β_c (scipy brentq; β_c = 0.456947 for θ = 1); below β_c the magnetisation m*(β) > 0 is the
-  positive root of R(m) = m;
+  positive root of R(m) = m (unique: R is concave on m ≥ 0 by the GHS inequality for single-site laws
+  ∝ exp(−ax⁴ − bx²), Ellis, Monroe & Newman 1976 — the transition is continuous);
 - the M-particle chain has the exact Gibbs law ∝ exp(−H/β), H = Σ V(x_i) + θ/2·Σ(x_i − x̄)². A
   Hubbard–Stratonovich field h with h | x ~ N(a·x̄, a/M), a = θ/β, makes the particles i.i.d. ρ_{m = h/a}
   given h, and the law of h ∝ exp(−M[h²/(2a) − log Z(h)]) (Z(h) = ∫exp(−(V + θx²/2)/β + h·x)dx). Hence
@@ -26,7 +27,8 @@ plus, for the mean-field rows, the exact finite-M correction |m_M − m*|. False
 must be told apart from 0. The fast preset stays at 0.7·β_c and 1.3·β_c (away from the critical slowing
 down: the relaxation time of x̄ is ≈ 6 time units at 1.3·β_c and grows as |β − β_c|⁻¹).
 
-Smallest detectable error: the tolerance of each row (≈ 0.015 on m* = 0.666, ≈ 45 % on χ at 1.3·β_c in fast).
+Smallest detectable error: the tolerance of each row (fast: ≈ 0.013 on m* = 0.666, i.e. 2 %; ≈ 35 % on
+M·Var x̄ below and ≈ 25 % on M·E x̄² at 1.3·β_c, where the SE is set by B·T/τ).
 Negative controls: below β_c the magnetisation is not 0; above β_c the ordered value m*(0.7β_c) is rejected.
 BROKEN: the simulated interaction is dropped (θ = 0): no ordered phase, x̄ decays to 0 and χ falls to Var(x).
 """
