@@ -159,10 +159,14 @@ class BrownianIncrements(NoiseSource):
         """Draw ``n_steps`` increments ``dW_n ~ N(0, dt·I)`` (and ``H_n ~ N(0, dt/12·I)`` if ``levy_area``)."""
         n_steps, dt = check_int("n_steps", n_steps), check_positive("dt", dt)
         full = (n_steps, *shape)
-        dW = torch.randn(full, generator=generator, dtype=dtype, device=device) * math.sqrt(dt)  # (N, ...)
+        dW = torch.empty(full, dtype=dtype, device=device).normal_(
+            0.0, math.sqrt(dt), generator=generator
+        )  # (N, ...)
         H = None
         if levy_area:
-            H = torch.randn(full, generator=generator, dtype=dtype, device=device) * math.sqrt(dt / 12.0)
+            H = torch.empty(full, dtype=dtype, device=device).normal_(
+                0.0, math.sqrt(dt / 12.0), generator=generator
+            )
         return cls(dW, dt, H)
 
     def __len__(self) -> int:

@@ -27,6 +27,7 @@ __all__ = [
     "Quadratic",
     "DoubleWell",
     "QuadraticInteraction",
+    "Alignment",
     "RadialInteraction",
     "GaussianInteraction",
 ]
@@ -45,7 +46,9 @@ class Confinement(ABC):
 
 
 class Interaction(ABC):
-    """A pair potential ``W: R^d → R`` with ``W(z) = W(−z)``, averaged over the particles of a replica."""
+    """A symmetric pair potential, averaged over the particles of a replica: usually ``W(x_i − x_j)`` with
+    ``W(z) = W(−z)``, but any ``W(x_i, x_j) = W(x_j, x_i)`` works (e.g. :class:`Alignment`), since the
+    drift only uses ``mean_field_grad``."""
 
     @abstractmethod
     def energy(self, x: torch.Tensor) -> torch.Tensor:
@@ -115,6 +118,32 @@ class QuadraticInteraction(Interaction):
 
     def __repr__(self) -> str:
         return f"QuadraticInteraction(k={self.k})"
+
+
+class Alignment(Interaction):
+    """``W(x, y) = −κ·x·y``: alignment (Kuramoto / von Mises–Fisher on the sphere), through the mean.
+
+    ``1/M Σ_j W(x_i, x_j) = −κ·x_i·x̄`` and ``1/M Σ_j ∇_{x_i} W = −κ·x̄``: O(M) per replica. On the sphere
+    ``−κ x·y = κ/2·|x − y|² − κ``, so it gives the law of ``QuadraticInteraction(κ)``, whose extra radial
+    term the projection removes.
+
+    Args:
+        kappa: strength; ``κ > 0`` aligns, ``κ < 0`` anti-aligns.
+    """
+
+    def __init__(self, kappa: float = 1.0) -> None:
+        self.kappa = float(kappa)
+        if not math.isfinite(self.kappa):
+            raise ValueError(f"kappa must be finite, got {kappa}")
+
+    def energy(self, x: torch.Tensor) -> torch.Tensor:
+        return -self.kappa * (x * x.mean(1, keepdim=True)).sum(-1)  # (B, M)
+
+    def mean_field_grad(self, x: torch.Tensor) -> torch.Tensor:
+        return (-self.kappa * x.mean(1, keepdim=True)).expand_as(x)  # (B, M, d)
+
+    def __repr__(self) -> str:
+        return f"Alignment(kappa={self.kappa})"
 
 
 class RadialInteraction(Interaction):

@@ -13,7 +13,16 @@ import numpy as np
 import torch
 from scipy import stats as _st
 
-__all__ = ["Z", "Estimate", "mean_se", "within", "chi2_variance_pvalue", "loglog_slope", "false_failure_rate"]
+__all__ = [
+    "Z",
+    "Estimate",
+    "mean_se",
+    "within",
+    "chi2_variance_pvalue",
+    "jackknife",
+    "loglog_slope",
+    "false_failure_rate",
+]
 
 Z = 5.0
 
@@ -80,3 +89,34 @@ def loglog_slope(x, y, y_se=None) -> Estimate:
     sxx = np.sum(w * (lx - xm) ** 2)
     slope = np.sum(w * (lx - xm) * ly) / sxx
     return Estimate(float(slope), float(1.0 / math.sqrt(sxx)))
+
+
+def jackknife(stat, samples) -> Estimate:
+    """A smooth function of replica means and its delete-one jackknife standard error.
+
+    ``samples`` is an array with the replicas on its first axis, or a (nested) dict of such arrays, all with
+    the same number B of replicas. ``stat`` receives the same structure with every array replaced by its
+    mean over the replicas kept, and returns a number: the estimate is ``stat`` of all B means, the SE
+    ``sqrt((B − 1)/B · Σ_b (θ_{−b} − θ̄)²)`` over the B leave-one-out values (Efron & Stein 1981).
+    Correlations within a replica (e.g. over time) are kept whole.
+    """
+
+    def count(tree) -> int:
+        return count(next(iter(tree.values()))) if isinstance(tree, dict) else len(tree)
+
+    def means(tree, keep):
+        if isinstance(tree, dict):
+            return {k: means(v, keep) for k, v in tree.items()}
+        return float(np.asarray(tree)[keep].mean())
+
+    B = count(samples)
+    if B < 2:
+        raise ValueError(f"the jackknife needs at least 2 replicas, got {B}")
+    keep = np.ones(B, dtype=bool)
+    value = float(stat(means(samples, keep)))
+    loo = np.empty(B)
+    for b in range(B):
+        keep[b] = False
+        loo[b] = stat(means(samples, keep))
+        keep[b] = True
+    return Estimate(value, float(math.sqrt((B - 1) / B * ((loo - loo.mean()) ** 2).sum())))

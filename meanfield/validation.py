@@ -120,11 +120,18 @@ class CheckResult:
         for c in self.comparisons:
             det = "" if c.detectable is None else f"{c.detectable:.3g}"
             verdict = "pass" if c.passed else "**FAIL**"
-            quantity = c.quantity.replace("|", "\\|")
+            quantity = _escape_markdown(c.quantity)
             lines.append(
                 f"| {quantity} | {c.value:.6g} | {c.reference:.6g} | {c.tolerance:.3g} | {det} | {c.expect} | {verdict} |"
             )
         return "\n".join(lines)
+
+
+def _escape_markdown(text: str) -> str:
+    """Escape the characters a markdown table cell would read as markup (``|``, ``*``, ``_``)."""
+    for ch in ("\\", "|", "*", "_"):
+        text = text.replace(ch, "\\" + ch)
+    return text
 
 
 def default_theory_dir() -> Path:

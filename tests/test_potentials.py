@@ -38,7 +38,7 @@ def test_double_well_values():
     ],
 )
 def test_mean_field_gradient_is_the_gradient_of_the_pair_energy(W):
-    """E = 1/(2M) Σ_ij W(x_i − x_j) has ∂E/∂x_i = 1/M Σ_j ∇W(x_i − x_j) (W even)."""
+    """E = 1/(2M) Σ_ij W(x_i, x_j) has ∂E/∂x_i = 1/M Σ_j ∇_1 W(x_i, x_j) (W symmetric)."""
     y = x().requires_grad_(True)
     (auto,) = torch.autograd.grad(0.5 * W.energy(y).sum(), y)
     assert torch.allclose(W.mean_field_grad(y.detach()), auto, atol=1e-10)

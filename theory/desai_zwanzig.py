@@ -41,10 +41,11 @@ import numpy as np
 import torch
 from scipy import optimize
 
-from meanfield import BrownianIncrements, MeanFieldLangevin, simulate
+from meanfield import MeanFieldLangevin
 from meanfield.plotting import figure
 from meanfield.potentials import DoubleWell, QuadraticInteraction
-from meanfield.stats import Z
+from meanfield.richardson import coupled_step_sizes, richardson
+from meanfield.stats import Z, jackknife
 from meanfield.validation import CheckResult
 
 CLAIM = "Desai–Zwanzig: θ·Var_ρ0(x) = β_c, magnetisation m*(β) below β_c, m = 0 and susceptibility χ above"
@@ -129,45 +130,28 @@ def coupled_runs(system, x0, *, eta, n_burn, n_measure, generator):
     ``n_burn`` and ``n_measure`` count segments of ``SEGMENT·RECORD`` fine steps; the first ``n_burn·SEGMENT``
     records are the burn-in.
     """
-    states = {k: x0.clone() for k in LEVELS}
-    series = {k: [] for k in LEVELS}
-    n_fine, t = SEGMENT * RECORD, 0.0
-    for _ in range(n_burn + n_measure):
-        path = BrownianIncrements.sample(n_fine, tuple(x0.shape), eta, generator=generator)
-        for k in LEVELS:
-            traj = simulate(
-                system,
-                states[k],
-                t0=t,
-                t1=t + n_fine * eta,
-                dt=k * eta,
-                brownian=path if k == 1 else path.coarsen(k),
-                save_every=RECORD // k,
-            )
-            states[k] = traj.final
-            series[k].append(traj.states[1:].mean(dim=(2, 3)))  # (SEGMENT, B)
-        t += n_fine * eta
-    return {k: torch.cat(v).numpy() for k, v in series.items()}
+    return coupled_step_sizes(
+        system,
+        x0,
+        eta=eta,
+        n_segments=n_burn + n_measure,
+        observable=lambda states: states.mean(dim=(2, 3)),
+        generator=generator,
+        levels=LEVELS,
+        record_every=RECORD,
+        segment=SEGMENT,
+    )
 
 
 def _jackknife(stat, per_replica: dict[int, dict[str, np.ndarray]]):
     """``stat(means)`` with ``means[k][name]`` the replica average, and its jackknife standard error."""
-    B = len(next(iter(next(iter(per_replica.values())).values())))
-
-    def means(drop=None):
-        keep = np.ones(B, bool)
-        if drop is not None:
-            keep[drop] = False
-        return {k: {n: float(v[keep].mean()) for n, v in d.items()} for k, d in per_replica.items()}
-
-    value = stat(means())
-    loo = np.array([stat(means(b)) for b in range(B)])
-    return float(value), float(math.sqrt((B - 1) / B * ((loo - loo.mean()) ** 2).sum()))
+    est = jackknife(stat, per_replica)
+    return est.value, est.se
 
 
 def _richardson(f, k1: int = 1, k2: int = 2):
     """The statistic 2·f(level k1) − f(level k2) of the replica means (k2 = 2·k1): its O(η) bias removed."""
-    return lambda means: 2 * f(means[k1]) - f(means[k2])
+    return lambda means: richardson(f(means[k1]), f(means[k2]))
 
 
 def _extrapolate(per_replica, f):

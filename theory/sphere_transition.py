@@ -52,11 +52,12 @@ import numpy as np
 import torch
 from scipy import integrate, optimize, special
 
-from meanfield import BrownianIncrements, MeanFieldLangevin, simulate
+from meanfield import MeanFieldLangevin
 from meanfield.plotting import figure
-from meanfield.potentials import Confinement, Interaction, Quadratic
+from meanfield.potentials import Alignment, Confinement, Interaction, Quadratic
 from meanfield.projections import Sphere
-from meanfield.stats import Z
+from meanfield.richardson import coupled_step_sizes, richardson
+from meanfield.stats import Z, jackknife
 from meanfield.validation import CheckResult
 
 CLAIM = "Sphere: Kuramoto transition at λ = βd/κ = 1 (exact finite M); He₂ teacher–student crossover at λ = βd/4 ≈ 1"
@@ -84,23 +85,6 @@ SEGMENT = 16  # records per block of pre-drawn increments
 
 
 # --- the two models ------------------------------------------------------------------------------------------
-class Alignment(Interaction):
-    """``W(w, w') = −κ·w·w'``: ``1/M Σ_j W = −κ·w_i·w̄`` and ``1/M Σ_j ∇_w W = −κ·w̄`` (O(M) per replica).
-
-    On the sphere ``−κ w·w' = κ/2·|w − w'|² − κ``: the same law as ``QuadraticInteraction(κ)`` (whose extra radial
-    term ``κ·w_i`` the projection removes, up to O(η)).
-    """
-
-    def __init__(self, kappa: float) -> None:
-        self.kappa = float(kappa)
-
-    def energy(self, x: torch.Tensor) -> torch.Tensor:
-        return -self.kappa * (x * x.mean(1, keepdim=True)).sum(-1)  # (B, M)
-
-    def mean_field_grad(self, x: torch.Tensor) -> torch.Tensor:
-        return (-self.kappa * x.mean(1, keepdim=True)).expand_as(x)  # (B, M, d)
-
-
 class TeacherOverlap(Confinement):
     """``V(w) = −2(w·w*)²``, ``∇V = −4(w·w*)·w*``: the teacher part of δL/δρ."""
 
@@ -200,42 +184,30 @@ def _importance_moment(d: int, n: int, weight, moment, generator: np.random.Gene
 # --- simulation -------------------------------------------------------------------------------------------------
 def coupled_runs(system, x0, *, eta, n_segments, observable, generator):
     """``observable(states) -> (S, B)`` at steps η·k (k in LEVELS) driven by one Brownian path: ``{k: (S, B)}``."""
-    states = {k: x0.clone() for k in LEVELS}
-    series = {k: [] for k in LEVELS}
-    n_fine, t = SEGMENT * RECORD, 0.0
-    for _ in range(n_segments):
-        path = BrownianIncrements.sample(n_fine, tuple(x0.shape), eta, generator=generator)
-        for k in LEVELS:
-            traj = simulate(
-                system,
-                states[k],
-                t0=t,
-                t1=t + n_fine * eta,
-                dt=k * eta,
-                brownian=path if k == 1 else path.coarsen(k),
-                save_every=RECORD // k,
-            )
-            states[k] = traj.final
-            series[k].append(observable(traj.states[1:]))  # (SEGMENT, B)
-        t += n_fine * eta
-    return {k: torch.cat(v).numpy() for k, v in series.items()}
+    return coupled_step_sizes(
+        system,
+        x0,
+        eta=eta,
+        n_segments=n_segments,
+        observable=observable,
+        generator=generator,
+        levels=LEVELS,
+        record_every=RECORD,
+        segment=SEGMENT,
+    )
 
 
 def _jackknife(stat, per_replica: dict[int, np.ndarray]) -> tuple[float, float]:
     """``stat({level: replica mean})`` and its jackknife SE over the replicas."""
-    B = len(next(iter(per_replica.values())))
-    value = stat({k: float(v.mean()) for k, v in per_replica.items()})
-    loo = np.array(
-        [stat({k: float(np.delete(v, b).mean()) for k, v in per_replica.items()}) for b in range(B)]
-    )
-    return float(value), float(math.sqrt((B - 1) / B * ((loo - loo.mean()) ** 2).sum()))
+    est = jackknife(stat, per_replica)
+    return est.value, est.se
 
 
 def extrapolate(series: dict[int, np.ndarray], n_burn: int) -> dict[str, float]:
     """Richardson 2·v(η) − v(2η) of the time averages after ``n_burn`` records: value, SE, O(η²) allowance, raw."""
     per = {k: s[n_burn:].mean(0) for k, s in series.items()}  # (B,) per level
-    value, se = _jackknife(lambda m: 2 * m[1] - m[2], per)
-    resid, resid_se = _jackknife(lambda m: (2 * m[2] - m[4]) - (2 * m[1] - m[2]), per)
+    value, se = _jackknife(lambda m: richardson(m[1], m[2]), per)
+    resid, resid_se = _jackknife(lambda m: richardson(m[2], m[4]) - richardson(m[1], m[2]), per)
     bias, bias_se = _jackknife(lambda m: m[2] - m[1], per)
     return dict(
         value=value,
