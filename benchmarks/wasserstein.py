@@ -71,7 +71,7 @@ def case_1d(n: int, budget: float, cap: int):
 
 def case_sliced(n: int, budget: float, cap: int, with_pot: bool):
     x, y = clouds(n, SLICED_D)
-    theta = _projections(SLICED_D, SLICED_L, seed=0)  # (L, d): the directions ours uses with seed 0
+    theta = _projections(SLICED_D, SLICED_L, seed=0).numpy()  # (L, d): the directions ours uses with seed 0
     xn, yn = x.numpy(), y.numpy()
     fns = {"ours": lambda: w2_squared(x, y, method="sliced", n_projections=SLICED_L, seed=0)}
     if with_pot:

@@ -100,7 +100,7 @@ def test_exact_matches_pot_emd2_and_linear_sum_assignment(p):
 def test_sliced_matches_pot_with_the_same_projections(p):
     x, y = randn(2, 200, 4, seed=13), rand(2, 150, 4, seed=14)
     a, b = rand(2, 200, seed=15), rand(2, 150, seed=16)
-    theta = _projections(4, 40, seed=3).T  # (d, L), as POT takes them
+    theta = _projections(4, 40, seed=3).numpy().T  # (d, L), as POT takes them
     for weights in [False, True]:
         kw = {"x_weights": a, "y_weights": b} if weights else {}
         ours = wasserstein(x, y, p=p, method="sliced", n_projections=40, seed=3, **kw).cost  # (B,)
@@ -115,7 +115,7 @@ def test_sliced_projection_seed_fixes_the_value_and_directions_are_unit():
     same = [float(w2_squared(x, y, method="sliced", seed=5)) for _ in range(2)]
     other = float(w2_squared(x, y, method="sliced", seed=6))
     assert same[0] == same[1] and other != same[0]
-    theta = _projections(3, 1000, seed=0)
+    theta = _projections(3, 1000, seed=0).numpy()
     np.testing.assert_allclose(np.linalg.norm(theta, axis=1), 1.0, rtol=1e-14)
 
 
@@ -123,7 +123,7 @@ def test_sliced_of_a_translation_is_the_mean_squared_projection():
     """``SW2²(x, x + v) = mean_θ (θ·v)²`` exactly, and ``≈ |v|²/d`` (here the sliced/true ratio)."""
     x = randn(100, 3, seed=19)
     v = torch.tensor([1.0, -2.0, 0.5], dtype=DT)
-    theta = _projections(3, 500, seed=0)
+    theta = _projections(3, 500, seed=0).numpy()
     got = float(w2_squared(x, x + v, method="sliced", n_projections=500))
     assert abs(got - float(np.mean((theta @ v.numpy()) ** 2))) <= 1e-12
     assert abs(float(w2_squared(x, x + v, method="exact")) - float(v @ v)) <= 1e-12
@@ -229,7 +229,7 @@ def test_collapsed_clouds(method):
     gap = float(((p[0] - q[0]) ** 2).sum())
     got = float(w2_squared(p, q, method=method))
     if method == "sliced":  # SW2² of two Diracs = mean_θ (θ·(p − q))²
-        gap = float(np.mean((_projections(d, 128, 0) @ (p[0] - q[0]).numpy()) ** 2))
+        gap = float(np.mean((_projections(d, 128, 0).numpy() @ (p[0] - q[0]).numpy()) ** 2))
     assert abs(got - gap) <= 1e-10 * gap
     if method in ("1d", "exact"):  # one collapsed cloud: W2² = mean |y − p|²
         y = randn(9, d, seed=30)

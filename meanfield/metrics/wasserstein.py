@@ -30,6 +30,7 @@ non-negative relative masses and are divided by their sum (a law has mass one). 
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -229,17 +230,21 @@ _SLICE_BUDGET = 1 << 18
 """Sliced: at most this many projected values are held at once (2 MiB in float64: cache-sized passes)."""
 
 
-def _projections(d: int, n_projections: int, seed: int) -> np.ndarray:
-    """``n_projections`` directions uniform on the unit sphere of R^d, shape ``(n_projections, d)``."""
+@functools.lru_cache(maxsize=64)
+def _projections(d: int, n_projections: int, seed: int) -> torch.Tensor:
+    """``n_projections`` directions uniform on the unit sphere of R^d, shape ``(n_projections, d)``.
+
+    Cached (the same seed gives the same directions): do not modify the tensor.
+    """
     gen = torch.Generator().manual_seed(seed)
     theta = torch.randn(n_projections, d, generator=gen, dtype=torch.float64)  # (L, d)
-    return (theta / theta.norm(dim=1, keepdim=True)).numpy()  # (L, d)
+    return theta / theta.norm(dim=1, keepdim=True)  # (L, d)
 
 
 def _method_sliced(x, y, a, b, p, *, n_projections, seed, epsilon):
     B, M, d = x.shape
     N = y.shape[1]
-    theta = torch.from_numpy(_projections(d, n_projections, seed))  # (L, d)
+    theta = _projections(d, n_projections, seed)  # (L, d)
     per_direction = max(1, min(n_projections, _SLICE_BUDGET // (M + N)))  # directions per pass
     per_replica = max(1, _SLICE_BUDGET // ((M + N) * per_direction))  # replicas per pass
     total = np.zeros(B)
