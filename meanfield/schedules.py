@@ -52,66 +52,54 @@ class Constant:
 
 
 @dataclass(frozen=True)
-class Cosine:
+class _Anneal:
+    """A schedule from ``start`` at ``s = 0`` to ``end`` at ``s = T``, constant outside ``[0, T]``."""
+
+    start: float
+    end: float
+    T: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "start", _check_finite("start", self.start))
+        object.__setattr__(self, "end", _check_finite("end", self.end))
+        object.__setattr__(self, "T", _check_horizon(self.T))
+
+    def _progress(self, s: float) -> float:
+        """``u = clamp(s, 0, T)/T`` in ``[0, 1]``."""
+        return min(max(float(s), 0.0), self.T) / self.T
+
+
+class Cosine(_Anneal):
     """Cosine annealing ``λ_s = λ_end + ½(λ_start − λ_end)(1 + cos(π s/T))`` for ``0 ≤ s ≤ T``.
 
     With ``start = λ_max`` and ``end = λ_min`` this is the usual ``λ_max → λ_min`` anneal.
     """
 
-    start: float
-    end: float
-    T: float
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "start", _check_finite("start", self.start))
-        object.__setattr__(self, "end", _check_finite("end", self.end))
-        object.__setattr__(self, "T", _check_horizon(self.T))
-
     def __call__(self, s: float) -> float:
-        u = min(max(float(s), 0.0), self.T) / self.T
-        return self.end + 0.5 * (self.start - self.end) * (1.0 + math.cos(math.pi * u))
+        return self.end + 0.5 * (self.start - self.end) * (1.0 + math.cos(math.pi * self._progress(s)))
 
 
-@dataclass(frozen=True)
-class Linear:
+class Linear(_Anneal):
     """Linear interpolation ``λ_s = λ_start + (λ_end − λ_start)·s/T`` for ``0 ≤ s ≤ T``."""
 
-    start: float
-    end: float
-    T: float
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "start", _check_finite("start", self.start))
-        object.__setattr__(self, "end", _check_finite("end", self.end))
-        object.__setattr__(self, "T", _check_horizon(self.T))
-
     def __call__(self, s: float) -> float:
-        u = min(max(float(s), 0.0), self.T) / self.T
-        return self.start + (self.end - self.start) * u
+        return self.start + (self.end - self.start) * self._progress(s)
 
 
-@dataclass(frozen=True)
-class Exponential:
+class Exponential(_Anneal):
     """Geometric interpolation ``λ_s = λ_start·(λ_end/λ_start)^(s/T)`` for ``0 ≤ s ≤ T``.
 
     Both ends must be > 0 (the schedule decays or grows by a constant factor per unit of ``s``).
     """
 
-    start: float
-    end: float
-    T: float
-
     def __post_init__(self) -> None:
+        super().__post_init__()
         for name in ("start", "end"):
-            value = _check_finite(name, getattr(self, name))
-            if value <= 0:
-                raise ValueError(f"Exponential schedule needs {name} > 0, got {value}")
-            object.__setattr__(self, name, value)
-        object.__setattr__(self, "T", _check_horizon(self.T))
+            if getattr(self, name) <= 0:
+                raise ValueError(f"Exponential schedule needs {name} > 0, got {getattr(self, name)}")
 
     def __call__(self, s: float) -> float:
-        u = min(max(float(s), 0.0), self.T) / self.T
-        return self.start * (self.end / self.start) ** u
+        return self.start * (self.end / self.start) ** self._progress(s)
 
 
 @dataclass(frozen=True)
