@@ -6,7 +6,8 @@ whose output projection is ``W_O/M`` with ``W_O = [W_O^1; …; W_O^M]`` and whos
 heads' ``W_Q, W_K, W_V`` (Vaswani et al. 2017, eq. for MultiHead: Concat(head_i) W^O = Σ_i head_i W_O^i).
 
 The comparison is deterministic: float64, tolerance 1e-12 on the largest absolute difference (round-off
-of a few hundred flops of O(1) numbers is ~1e-15). Negative control: the unscaled ``nn.MultiheadAttention``
+of a few hundred flops of O(1) numbers is ~1e-15), so the false-failure rate is 0 and any error above
+1e-12 is detected. Negative control: the unscaled ``nn.MultiheadAttention``
 (output projection not divided by M) must differ, by a factor M − 1 of the output.
 """
 
