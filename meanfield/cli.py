@@ -27,7 +27,9 @@ def _solvers(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     from .validation import validate
 
-    report = validate(args.checks or None, preset=args.preset, out=args.out, theory_dir=args.theory)
+    report = validate(
+        args.checks or None, preset=args.preset, out=args.out, theory_dir=args.theory, resume=args.resume
+    )
     return 0 if report.passed else 1
 
 
@@ -59,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="validate-out", help="output folder (default: validate-out)")
     p.add_argument(
         "--theory", default=None, help="folder of the checks (default: ./theory or the source checkout's)"
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="reuse the finished results already in --out (after an interruption)",
     )
     p.set_defaults(func=_validate)
     p = sub.add_parser(

@@ -104,6 +104,21 @@ class CheckResult:
         self.comparisons.append(row)
         return row
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CheckResult:
+        """The inverse of :meth:`to_dict` (derived fields such as ``passed`` are recomputed, not read)."""
+        fields = ("quantity", "value", "reference", "tolerance", "detectable", "expect", "note")
+        rows = [Comparison(**{k: row[k] for k in fields if k in row}) for row in data["comparisons"]]
+        return cls(
+            data["name"],
+            data["claim"],
+            rows,
+            data.get("data", {}),
+            data.get("preset", "fast"),
+            data.get("seconds", 0.0),
+            data.get("error"),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["passed"] = self.passed
@@ -224,8 +239,13 @@ def validate(
     theory_dir: str | os.PathLike | None = None,
     progress: bool = True,
     echo: Callable[[str], None] | None = print,
+    resume: bool = False,
 ) -> ValidationReport:
     """Run the theory checks and write ``report.md``, ``results.json`` and one PNG per check to ``out``.
+
+    ``results.json`` is rewritten (atomically) after every check, so an interrupted run keeps what it has
+    done; ``resume=True`` then reuses every result in it that ran with the same preset, finished without an
+    error and has its figure, and runs only the rest.
 
     Args:
         names: the checks to run (file stems in ``theory/``); all when ``None``.
@@ -234,6 +254,7 @@ def validate(
         theory_dir: where the checks are (default: see :func:`default_theory_dir`).
         progress: show a progress bar over the checks.
         echo: where to print the summary table (``None``: nowhere).
+        resume: reuse the finished results of an earlier run into the same ``out`` (see above).
     """
     from tqdm.auto import tqdm
 
@@ -249,10 +270,14 @@ def validate(
         checks = {n: checks[n] for n in names}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    done = _finished_results(out, preset) if resume else {}
     results = []
     bar = tqdm(checks.items(), disable=not progress, desc="validate", unit="check")
     for name, path in bar:
         bar.set_postfix_str(name)
+        if name in done:
+            results.append(done[name])
+            continue
         result, module = run_check(name, path, preset)
         if module is not None and result.error is None:
             try:
@@ -270,6 +295,19 @@ def validate(
         echo(report.summary())
         echo(f"report: {(out / 'report.md').resolve()}")
     return report
+
+
+def _finished_results(out: Path, preset: str) -> dict[str, CheckResult]:
+    """The results in ``out/results.json`` that ran with ``preset``, without an error, and have their PNG."""
+    path = out / "results.json"
+    if not path.exists():
+        return {}
+    results = (CheckResult.from_dict(d) for d in json.loads(path.read_text()))
+    return {
+        r.name: r
+        for r in results
+        if r.preset == preset and r.error is None and (out / f"{r.name}.png").exists()
+    }
 
 
 def _markdown(report: ValidationReport) -> str:

@@ -19,7 +19,7 @@ def test_comparison_verdicts():
 
 
 def _write_checks(folder):
-    good = '''
+    good = """
 from meanfield.validation import CheckResult
 from meanfield.plotting import figure
 CLAIM = "one equals one"
@@ -31,7 +31,7 @@ def plot(result):
     fig, ax = figure()
     ax.plot([0, 1], [0, 1])
     return fig
-'''
+"""
     (folder / "good.py").write_text(good)
     (folder / "bad.py").write_text(good.replace('"good"', '"bad"').replace("1.0, 1.0", "1.0, 2.0"))
     (folder / "broken.py").write_text(good.replace("return r", "raise RuntimeError('boom')"))
@@ -57,3 +57,23 @@ def test_validate_writes_report_results_and_figures(tmp_path):
         validate(["nope"], theory_dir=theory, out=tmp_path / "o4", echo=None)
     with pytest.raises(ValueError, match="preset must be one of"):
         validate(preset="medium", theory_dir=theory, out=tmp_path / "o5", echo=None)
+
+
+def test_resume_reuses_finished_results_and_reruns_the_rest(tmp_path):
+    theory = tmp_path / "theory"
+    theory.mkdir()
+    _write_checks(theory)
+    out = tmp_path / "out"
+    first = validate(preset="fast", out=out, theory_dir=theory, progress=False, echo=None)
+    (theory / "good.py").write_text("raise RuntimeError('must not be imported again')")
+    again = validate(preset="fast", out=out, theory_dir=theory, progress=False, echo=None, resume=True)
+    by_name = {r.name: r for r in again.results}
+    assert (
+        by_name["good"].passed
+        and by_name["good"].to_dict() == [r for r in first.results if r.name == "good"][0].to_dict()
+    )
+    assert by_name["broken"].error is not None  # a failed check is run again, not reused
+    fresh = validate(
+        ["good"], preset="full", out=out, theory_dir=theory, progress=False, echo=None, resume=True
+    )
+    assert fresh.results[0].error is not None  # another preset: nothing reused, the (now broken) check reruns
