@@ -157,3 +157,16 @@ def test_a_diverging_run_stops_with_the_step_and_time():
     assert e.last_finite_step < e.step <= e.last_finite_step + 5
     assert e.time == pytest.approx(e.step * 0.01)
     assert e.trajectory.steps[-1] <= e.last_finite_step and torch.isfinite(e.trajectory.states).all()
+
+
+def test_a_run_split_in_two_with_the_generator_state_equals_one_run():
+    """Checkpoint = (state, time, generator state): resuming reproduces the uninterrupted run bit for bit."""
+    whole = simulate(SYSTEM, x0(), t1=1.0, dt=0.01, generator=torch.Generator().manual_seed(3)).final
+    gen = torch.Generator().manual_seed(3)
+    first = simulate(SYSTEM, x0(), t1=0.5, dt=0.01, generator=gen)
+    checkpoint = {"x": first.final.clone(), "t": 0.5, "rng": gen.get_state()}
+    resumed_gen = torch.Generator()
+    resumed_gen.set_state(checkpoint["rng"])
+    second = simulate(SYSTEM, checkpoint["x"], t0=checkpoint["t"], t1=1.0, dt=0.01, generator=resumed_gen)
+    assert torch.equal(second.final, whole)
+    assert torch.allclose(second.times[[0, -1]], torch.tensor([0.5, 1.0], dtype=torch.float64))
