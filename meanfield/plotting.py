@@ -49,7 +49,7 @@ def save(fig, path: str | os.PathLike) -> Path:
     os.close(fd)
     try:
         fig.tight_layout()
-        fig.savefig(tmp)
+        fig.savefig(tmp, dpi=STYLE["savefig.dpi"])  # the style's dpi: rc_context only covered creation
         os.replace(tmp, path)
     finally:
         plt.close(fig)

@@ -180,7 +180,7 @@ def simulate(
         steps = torch.tensor(save_steps[:n_saved])
         return Trajectory(t0 + steps.to(x0.dtype) * dt, states[:n_saved], steps, dt, solver.name, seed)
 
-    x, saved = x0, 1
+    x, saved = x0.clone(), 1  # (B, M, d): steppers may update it in place; x0 stays the caller's
     with (
         torch.no_grad(),
         tqdm(total=n_steps, disable=not progress, desc=f"simulate[{solver.name}]", unit="step") as bar,

@@ -21,7 +21,7 @@ class Stepper(ABC):
 
     @abstractmethod
     def run(self, x: torch.Tensor, n: int, k: int) -> torch.Tensor:
-        """``(B, M, d) -> (B, M, d)`` after ``k`` steps from step index ``n``. Does not modify ``x``."""
+        """``(B, M, d) -> (B, M, d)`` after ``k`` steps from step index ``n``; may update ``x`` in place."""
 
 
 class Solver(ABC):

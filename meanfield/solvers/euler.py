@@ -37,7 +37,6 @@ class _EulerStepper(Stepper):
     def run(self, x: torch.Tensor, n: int, k: int) -> torch.Tensor:
         system, source, t0, dt, sqrt_dt = self.system, self.source, self.t0, self.dt, self.sqrt_dt
         general, projection, update = system.noise == "general", system.projection, system.euler_update_
-        x = x.clone()  # (B, M, d): the update may work in place
         for step in range(n, n + k):
             t = t0 + step * dt
             sigma = system.diffusion(t, x)
