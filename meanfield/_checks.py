@@ -7,7 +7,14 @@ import math
 
 import torch
 
-__all__ = ["check_positive", "check_nonnegative", "check_finite_tensor", "check_rank", "check_int"]
+__all__ = [
+    "check_finite",
+    "check_positive",
+    "check_nonnegative",
+    "check_finite_tensor",
+    "check_rank",
+    "check_int",
+]
 
 
 def _real(name: str, value: object) -> float:
@@ -21,6 +28,11 @@ def _real(name: str, value: object) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
     return value
+
+
+def check_finite(name: str, value: object) -> float:
+    """Return ``float(value)``; raise unless it is a finite real number."""
+    return _real(name, value)
 
 
 def check_positive(name: str, value: object) -> float:

@@ -19,23 +19,15 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ._checks import check_finite, check_positive
+
 __all__ = ["Schedule", "Constant", "Cosine", "Linear", "Exponential", "Step", "as_schedule"]
 
 Schedule = Callable[[float], float]
 
 
-def _check_finite(name: str, value: float) -> float:
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value}")
-    return value
-
-
 def _check_horizon(T: float) -> float:
-    T = _check_finite("T", T)
-    if T <= 0:
-        raise ValueError(f"T (the length of the schedule) must be > 0, got {T}")
-    return T
+    return check_positive("T (the length of the schedule)", T)
 
 
 @dataclass(frozen=True)
@@ -45,7 +37,7 @@ class Constant:
     value: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "value", _check_finite("value", self.value))
+        object.__setattr__(self, "value", check_finite("value", self.value))
 
     def __call__(self, s: float) -> float:
         return self.value
@@ -60,8 +52,8 @@ class _Anneal:
     T: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "start", _check_finite("start", self.start))
-        object.__setattr__(self, "end", _check_finite("end", self.end))
+        object.__setattr__(self, "start", check_finite("start", self.start))
+        object.__setattr__(self, "end", check_finite("end", self.end))
         object.__setattr__(self, "T", _check_horizon(self.T))
 
     def _progress(self, s: float) -> float:
@@ -115,8 +107,8 @@ class Step:
     boundaries: Sequence[float]
 
     def __post_init__(self) -> None:
-        values = tuple(_check_finite("values[i]", v) for v in self.values)
-        boundaries = tuple(_check_finite("boundaries[i]", b) for b in self.boundaries)
+        values = tuple(check_finite("values[i]", v) for v in self.values)
+        boundaries = tuple(check_finite("boundaries[i]", b) for b in self.boundaries)
         if len(values) != len(boundaries) + 1:
             raise ValueError(
                 f"Step needs len(values) == len(boundaries) + 1, got {len(values)} values "
