@@ -4,10 +4,13 @@ A stack of 6 pre-LayerNorm residual attention blocks, ``X ← X + attn(LN(X))``,
 width h = 32 (fixed), M ∈ {8, 16, 32} heads, forward + backward of ``mean(Y²)``, float32 on the CPU.
 Every alternative has the same parameters per layer, ``4·M·h·d`` (no biases):
 
-- ``particle``: :class:`meanfield.nn.ParticleAttention` ``(d, M, h)``: one fused ``X [W_Q|W_K|W_V]``
-  matmul, one batched SDPA over the M heads, one output matmul with ``W_O / M``.
+- ``particle``: :class:`meanfield.nn.ParticleAttention` ``(d, M, h)``: one fused in-projection
+  ``F.linear(X, W_QKV.view(3·M·h, d))`` (the stacked ``(M, 3, h, d)`` particles, no weight copy), one
+  batched SDPA over the M heads, one output matmul with ``W_O.view(M·h, d) / M``.
 - ``mha``: multi-head attention written with ``nn.Linear(d, 3·M·h)``, ``F.scaled_dot_product_attention``
   on M heads and ``nn.Linear(M·h, d)``, inner width ``M·h`` (at M = 8 that is 256 = d).
+- ``mha_avg``: ``mha`` with the output weight divided by M (``F.linear(o, W_out / M)``), i.e. the
+  function ParticleAttention computes, written as multi-head attention: what the average's 1/M costs.
 - ``torch_mha``: ``nn.MultiheadAttention(d, M, bias=False)`` (SDPA inside); it needs ``M·h = d``, so
   only at M = 8.
 - ``loop``: M separate head modules (``nn.Linear`` Q, K, V of ``d → h`` and O of ``h → d``), run one
@@ -43,11 +46,15 @@ D_MODEL, D_HEAD, DEPTH = 256, 32, 6
 
 
 class SDPAMultiHead(nn.Module):
-    """Multi-head attention: fused ``d → 3·M·h`` projection, SDPA over M heads, ``M·h → d`` projection."""
+    """Multi-head attention: fused ``d → 3·M·h`` projection, SDPA over M heads, ``M·h → d`` projection.
 
-    def __init__(self, d: int, M: int, h: int) -> None:
+    With ``average=True`` the output projection is scaled by ``1/M`` (``F.linear(o, W_out / M)``): the
+    function ParticleAttention computes, written as multi-head attention.
+    """
+
+    def __init__(self, d: int, M: int, h: int, average: bool = False) -> None:
         super().__init__()
-        self.M, self.h = M, h
+        self.M, self.h, self.average = M, h, average
         self.qkv = nn.Linear(d, 3 * M * h, bias=False)
         self.out = nn.Linear(M * h, d, bias=False)
 
@@ -55,7 +62,10 @@ class SDPAMultiHead(nn.Module):
         B, T, _ = X.shape
         q, k, v = self.qkv(X).view(B, T, 3, self.M, self.h).permute(2, 0, 3, 1, 4)  # 3 × (B, M, T, h)
         o = F.scaled_dot_product_attention(q, k, v)  # (B, M, T, h)
-        return self.out(o.transpose(1, 2).reshape(B, T, self.M * self.h))  # (B, T, d)
+        o = o.transpose(1, 2).reshape(B, T, self.M * self.h)  # (B, T, M·h)
+        if self.average:
+            return F.linear(o, self.out.weight / self.M)  # (B, T, d)
+        return self.out(o)  # (B, T, d)
 
 
 class TorchMultiHead(nn.Module):
@@ -111,6 +121,7 @@ def alternatives(M: int) -> dict[str, Stack]:
     made = {
         "particle": Stack(lambda: ParticleAttention(D_MODEL, M, D_HEAD)),
         "mha": Stack(lambda: SDPAMultiHead(D_MODEL, M, D_HEAD)),
+        "mha_avg": Stack(lambda: SDPAMultiHead(D_MODEL, M, D_HEAD, average=True)),
         "loop": Stack(lambda: HeadLoop(D_MODEL, M, D_HEAD)),
     }
     if M * D_HEAD == D_MODEL:
@@ -148,27 +159,44 @@ def measure(M: int, batch: int, seq: int, repeats: int, warmup: int) -> dict:
         "params": sum(p.numel() for p in models["particle"].attns[0].parameters()),
         "tok/s": {n: tokens / statistics.median(t) for n, t in times.items()},
     }
-    for base in ("mha", "loop", "torch_mha"):
+    for base in ("mha", "mha_avg", "loop", "torch_mha"):
         if base in times:
-            row[f"vs {base}"] = statistics.median(
-                b / p for p, b in zip(times["particle"], times[base], strict=True)
-            )
+            ratios = [b / p for p, b in zip(times["particle"], times[base], strict=True)]
+            row[f"vs {base}"] = statistics.median(ratios)
+            row[f"ci {base}"] = median_ci(ratios)
     return row
+
+
+def median_ci(ratios: list[float], level: float = 0.95, resamples: int = 2000) -> tuple[float, float]:
+    """Percentile-bootstrap confidence interval of the median of the paired ratios (fixed seed)."""
+    g = torch.Generator().manual_seed(0)
+    r = torch.tensor(ratios, dtype=torch.float64)  # (n,)
+    idx = torch.randint(len(ratios), (resamples, len(ratios)), generator=g)  # (resamples, n)
+    medians = r[idx].median(dim=1).values.sort().values  # (resamples,)
+    lo = medians[int((1 - level) / 2 * resamples)]
+    hi = medians[int((1 + level) / 2 * resamples) - 1]
+    return float(lo), float(hi)
+
+
+def ci(bounds: tuple[float, float]) -> str:
+    return f"{bounds[0]:.2f}–{bounds[1]:.2f}"
 
 
 def table(rows: list[dict]) -> str:
     head = (
         "| M | inner width M·h | params/layer | ParticleAttention tok/s | MHA (SDPA) tok/s "
-        "| nn.MultiheadAttention tok/s | loop over M heads tok/s | vs MHA | vs nn.MultiheadAttention | vs loop |"
+        "| nn.MultiheadAttention tok/s | loop over M heads tok/s | vs MHA (95% CI) "
+        "| vs MHA with W_out/M (95% CI) | vs nn.MultiheadAttention | vs loop |"
     )
-    lines = [head, "|" + "---|" * 10]
+    lines = [head, "|" + "---|" * 11]
     for r in rows:
         t = r["tok/s"]
         torch_mha = f"{t['torch_mha']:,.0f}" if "torch_mha" in t else "— (needs M·h = d)"
         vs_torch = f"{r['vs torch_mha']:.2f}×" if "vs torch_mha" in r else "—"
         lines.append(
             f"| {r['M']} | {r['M'] * D_HEAD} | {r['params']:,} | {t['particle']:,.0f} | {t['mha']:,.0f} "
-            f"| {torch_mha} | {t['loop']:,.0f} | {r['vs mha']:.2f}× | {vs_torch} | {r['vs loop']:.2f}× |"
+            f"| {torch_mha} | {t['loop']:,.0f} | {r['vs mha']:.2f}× ({ci(r['ci mha'])}) "
+            f"| {r['vs mha_avg']:.2f}× ({ci(r['ci mha_avg'])}) | {vs_torch} | {r['vs loop']:.2f}× |"
         )
     return "\n".join(lines)
 
@@ -201,7 +229,9 @@ def main() -> None:
             "step time; ratios = median over repeats of the paired time ratio (other / ParticleAttention, "
             "> 1 means ParticleAttention is faster)",
             "- MHA (SDPA): nn.Linear(d, 3·M·h) + scaled_dot_product_attention on M heads of h + nn.Linear(M·h, d); "
-            "same parameters as ParticleAttention (4·M·h·d per layer, no biases)",
+            "same parameters as ParticleAttention (4·M·h·d per layer, no biases); 'MHA with W_out/M' is the same "
+            "with the output projection scaled by 1/M, i.e. the function ParticleAttention computes",
+            "- 95% CI: percentile bootstrap (2000 resamples) of the median paired ratio",
             f"- command: `python benchmarks/attention.py --batch {args.batch} --seq {args.seq} "
             f"--repeats {args.repeats}`",
             f"- total benchmark time: {time.perf_counter() - started:.0f} s; 1-minute load average "

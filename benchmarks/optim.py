@@ -5,6 +5,9 @@ of :class:`meanfield.nn.ParticleAttention` with M = 8 heads of width 64 and two 
 parameter holds a fixed random gradient, so only the optimizer step is timed. The target is a Langevin
 step (Adam drift, preconditioned noise on all parameters) within 1.3× of the reference "fused Adam + one
 flat normal draw of the same size" (the noise must be drawn somehow; the draw is what dominates on CPU).
+torch's CPU ``normal_`` runs on one thread, so Langevin draws in a background thread while the other
+core(s) check the gradients, apply the drift and compute the preconditioner; the row "draw not
+overlapped" is the same step with the draw in the caller's thread (what the overlap buys).
 
 Method: every candidate is timed once per round, in an order rotated each round (interleaved, so a change
 of machine load hits all alike); after ``--warmup`` rounds, the table gives the median over ``--rounds``
@@ -37,6 +40,7 @@ from torch import nn  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import meanfield.optim  # noqa: E402
 from meanfield.nn import ParticleAttention  # noqa: E402
 from meanfield.optim import Langevin  # noqa: E402
 
@@ -118,6 +122,17 @@ def candidates(model: Model, n: int) -> dict[str, Callable[[], None]]:
         "reference: fused Adam + flat draw": adam_and_draw,
     }
     table.update({name: opt.step for name, opt in langevin.items()})
+    serial_opt = Langevin(params, LR, BETA, drift="adam", seed=0)
+
+    def serial() -> None:
+        saved = meanfield.optim._OVERLAP_MIN
+        meanfield.optim._OVERLAP_MIN = math.inf  # the draw in the caller's thread, before the noise pass
+        try:
+            serial_opt.step()
+        finally:
+            meanfield.optim._OVERLAP_MIN = saved
+
+    table["Langevin adam + preconditioned noise, draw not overlapped"] = serial
     table["Langevin adam + noise, last_stats read"] = with_stats
     table["naive: fused Adam + per-tensor noise"] = naive_noise
     return table

@@ -41,6 +41,9 @@ its gradients by ``M`` (``mean_field_scaling=False`` switches it off). The M-par
 ``torch._foreach_add_``), one flat normal draw for all the noisy parameters from the optimizer's own
 ``torch.Generator`` (split into views), three flat passes over ``v`` (``sqrt``, ``+ε``, ``rsqrt``) and one
 ``_foreach_addcmul_`` for the preconditioned noise, after one reduction that checks the gradients are finite.
+torch's CPU ``normal_`` runs on one thread and dominates the step, so on the CPU a large draw runs in a
+background thread while the caller's thread checks the gradients and applies the drift (the numbers drawn
+are the same either way).
 :attr:`Langevin.last_stats` is computed when read, not during the step.
 """
 
@@ -49,6 +52,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -215,6 +219,61 @@ class _Record:
         drift_sq = (self.lr * math.sqrt(self.bias2) / self.bias1) ** 2 * sum_mt2
         noise_sq = 2 * self.beta * (c * sum_xt if self.preconditioned else self.lr * sum_x)
         return n, c * sum_t2, c * t_min**2, c * t_max**2, noise_sq, drift_sq
+
+
+_OVERLAP_MIN = 1 << 16  # CPU draws of at least this many numbers run in the background thread
+_draw_thread: ThreadPoolExecutor | None = None
+
+
+def _background() -> ThreadPoolExecutor:
+    """The one worker thread that draws the noise on the CPU (shared by every optimizer)."""
+    global _draw_thread
+    if _draw_thread is None:
+        _draw_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="meanfield-noise")
+    return _draw_thread
+
+
+def _fill_normal(jobs: Sequence[tuple[torch.Tensor, torch.Generator]]) -> None:
+    for flat, generator in jobs:  # in order: kinds sharing a generator draw in the same sequence always
+        flat.normal_(generator=generator)  # (n,) ξ ~ N(0, I)
+
+
+class _NoiseDraw:
+    """The standard normal draws of one step, one flat buffer per (device, dtype).
+
+    torch's CPU ``normal_`` runs on one thread. When the CPU draws hold ``≥ _OVERLAP_MIN`` numbers they run
+    in a background thread while the caller checks the gradients and applies the drift on the other cores;
+    :meth:`wait` joins it. The numbers drawn are the same either way (same generators, same order).
+
+    Args:
+        jobs: ``(flat, generator)`` pairs, ``flat`` of shape ``(n,)`` to fill with ``N(0, 1)``.
+        views: the per-bucket slices of the flat buffers (what the caller reads after :meth:`wait`).
+    """
+
+    def __init__(self, jobs: list[tuple[torch.Tensor, torch.Generator]], views: list[torch.Tensor]) -> None:
+        self.views = views
+        self._saved = {id(g): (g, g.get_state()) for _, g in jobs}
+        cpu = [(flat, g) for flat, g in jobs if flat.device.type == "cpu"]
+        _fill_normal([(flat, g) for flat, g in jobs if flat.device.type != "cpu"])  # asynchronous anyway
+        self._pending: Future | None = None
+        if sum(flat.numel() for flat, _ in cpu) >= _OVERLAP_MIN:
+            self._pending = _background().submit(_fill_normal, cpu)
+        else:
+            _fill_normal(cpu)
+
+    def wait(self) -> None:
+        """Block until every buffer is drawn (re-raises an error of the background draw)."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def undo(self) -> None:
+        """Wait, then put the generators back in the state they had before the draw."""
+        try:
+            self.wait()
+        finally:
+            for g, state in self._saved.values():
+                g.set_state(state)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -509,7 +568,7 @@ class Langevin(torch.optim.Optimizer):
                 loss = closure()
         layout = self._get_layout()
 
-        # 1. gather gradients, check them (one reduction per bucket) and the temperatures before any change
+        # 1. gather gradients and temperatures (a schedule error raises before anything changes)
         plan = []
         for gi, (group, buckets) in enumerate(zip(self.param_groups, layout)):
             work = []
@@ -520,28 +579,48 @@ class Langevin(torch.optim.Optimizer):
                 grads = [b.params[i].grad for i in index]
                 if any(g.is_sparse for g in grads):
                     raise ValueError(f"param group {gi}: Langevin does not support sparse gradients")
-                norms = torch.stack(torch._foreach_norm(grads))  # (k,) ‖∂L/∂θ‖ per parameter
-                work.append((b, index, grads, norms))
+                work.append((b, index, grads))
             if work:
                 beta_t = self._beta_at(group, gi) if group["noise"] else 0.0
                 plan.append((group, beta_t, work))
-        for group, _, work in plan:
-            for b, index, grads, norms in work:
-                if not bool(torch.isfinite(norms).all()):  # a NaN/Inf entry, or a norm that overflows
-                    self._check_entries(group, b, index, grads, norms)
-
-        # 2. drift, 3. noise (one flat draw per device and dtype), 4. projection
-        self._records = []
+        self._records = []  # the last step's records point into the noise buffers about to be redrawn
         self._stats = None
-        noisy = []
-        for group, beta_t, work in plan:
-            for b, index, grads, norms in work:
+
+        # 2. the noise draw starts (on the CPU in a background thread) while 3. the gradients are checked
+        noisy = [
+            (b, index)
+            for group, beta_t, work in plan
+            if group["noise"] and beta_t > 0
+            for b, index, _ in work
+        ]
+        draw = self._start_noise(noisy)
+        try:
+            checked = []
+            for group, beta_t, work in plan:
+                entries = []
+                for b, index, grads in work:
+                    norms = torch.stack(torch._foreach_norm(grads))  # (k,) ‖∂L/∂θ‖ per parameter
+                    if not bool(torch.isfinite(norms).all()):  # a NaN/Inf entry, or a norm that overflows
+                        self._check_entries(group, b, index, grads, norms)
+                    entries.append((b, index, grads, norms))
+                checked.append((group, beta_t, entries))
+        except BaseException:
+            draw.undo()  # nothing changed: the generators are back where they were
+            raise
+
+        # 4. drift (and the noise preconditioner), 5. noise, 6. projection
+        records = []
+        for group, beta_t, entries in checked:
+            for b, index, grads, norms in entries:
                 record = self._drift(group, b, index, grads, norms, beta_t)
                 if group["noise"]:
                     self._records.append(record)
                     if beta_t > 0:
-                        noisy.append((b, index, record))
-        self._add_noise(noisy)
+                        self._precondition(record)
+                        records.append(record)
+        draw.wait()
+        for record, xi in zip(records, draw.views, strict=True):
+            self._add_noise(record, xi)
         for group, _, _ in plan:
             if group["projection"] is not None:
                 group["projection"].project_all_(group["params"])
@@ -647,41 +726,58 @@ class Langevin(torch.optim.Optimizer):
             bias2=1 - beta2**k,
         )
 
-    def _add_noise(self, noisy: list[tuple[_Bucket, list[int], _Record]]) -> None:
-        """One normal draw per (device, dtype) of the total size of the noisy buckets, added through views."""
+    def _start_noise(self, noisy: list[tuple[_Bucket, list[int]]]) -> _NoiseDraw:
+        """Start the step's standard normal draws: one flat draw per (device, dtype) over ``noisy``'s buckets.
+
+        Returns a :class:`_NoiseDraw` whose ``views[j]`` (``(n_j,)``) is the noise of ``noisy[j]``'s bucket.
+        """
         sizes: dict[tuple[torch.device, torch.dtype], int] = {}
-        for b, _, _ in noisy:
+        for b, _ in noisy:
             kind = (b.params[0].device, b.params[0].dtype)
             sizes[kind] = sizes.get(kind, 0) + b.n
-        draws = {}
+        flats = {}
         for kind, n in sizes.items():
             buffer = self._noise_buffers.get(kind)
             if buffer is None or buffer.numel() < n:
                 buffer = torch.empty(n, device=kind[0], dtype=kind[1])  # (n,)
                 self._noise_buffers[kind] = buffer
-            draws[kind] = buffer[:n].normal_(generator=self._generator(kind[0]))  # (n,) ξ ~ N(0, I)
+            flats[kind] = buffer[:n]  # (n,) to hold ξ ~ N(0, I)
         used = dict.fromkeys(sizes, 0)
-        for b, index, record in noisy:
+        views = []
+        for b, _ in noisy:
             kind = (b.params[0].device, b.params[0].dtype)
-            start = used[kind]
-            used[kind] = start + b.n
-            xi = draws[kind][start : start + b.n]  # (n,)
-            record.noise = xi
-            params = [b.params[i] for i in index]
-            lr, beta_t, scale = record.lr, record.beta, record.scale
-            if record.drift == "adam" and record.preconditioned:
-                # η_eff = lr/(M·sqrt(v/bias2) + ε) = (lr·√bias2/M)·t², t = 1/sqrt(sqrt(v) + ε·√bias2/M)
-                if b.rsqrt is None:
-                    b.rsqrt = torch.empty_like(b.exp_avg)  # (n,)
-                    b.rsqrt_views = b.views(b.rsqrt, range(len(b.params)))
-                t = torch.sqrt(b.exp_avg_sq, out=b.rsqrt)  # (n,)
-                t.add_(record.eps * math.sqrt(record.bias2) / scale).rsqrt_()  # (n,)
-                record.rsqrt_ready = True
-                amplitude = math.sqrt(2 * beta_t * lr * math.sqrt(record.bias2) / scale)
-                t_views = b.rsqrt_views if len(index) == len(b.params) else [b.rsqrt_views[i] for i in index]
-                torch._foreach_addcmul_(params, t_views, b.views(xi, index), value=amplitude)
-            else:
-                torch._foreach_add_(params, b.views(xi, index), alpha=math.sqrt(2 * beta_t * lr))
+            views.append(flats[kind][used[kind] : used[kind] + b.n])  # (n_b,)
+            used[kind] += b.n
+        return _NoiseDraw([(flat, self._generator(kind[0])) for kind, flat in flats.items()], views)
+
+    @staticmethod
+    def _precondition(record: _Record) -> None:
+        """For preconditioned Adam noise: ``t = 1/sqrt(sqrt(v) + ε·√bias2/M)`` into the bucket's buffer,
+        so that ``η_eff = (lr·√bias2/M)·t²`` (three flat passes over ``v``)."""
+        if record.drift != "adam" or not record.preconditioned:
+            return
+        b = record.bucket
+        if b.rsqrt is None:
+            b.rsqrt = torch.empty_like(b.exp_avg)  # (n,)
+            b.rsqrt_views = b.views(b.rsqrt, range(len(b.params)))
+        t = torch.sqrt(b.exp_avg_sq, out=b.rsqrt)  # (n,)
+        t.add_(record.eps * math.sqrt(record.bias2) / record.scale).rsqrt_()  # (n,)
+        record.rsqrt_ready = True
+
+    @staticmethod
+    def _add_noise(record: _Record, xi: torch.Tensor) -> None:
+        """Add ``sqrt(2β_t η_eff) ξ`` (or ``sqrt(2β_t lr) ξ``) to the record's parameters; ``xi``: ``(n,)``."""
+        b, index = record.bucket, record.index
+        record.noise = xi
+        params = [b.params[i] for i in index]
+        lr, beta_t, scale = record.lr, record.beta, record.scale
+        if record.rsqrt_ready:
+            # η_eff = lr/(M·sqrt(v/bias2) + ε) = (lr·√bias2/M)·t², t = 1/sqrt(sqrt(v) + ε·√bias2/M)
+            amplitude = math.sqrt(2 * beta_t * lr * math.sqrt(record.bias2) / scale)
+            t_views = b.rsqrt_views if len(index) == len(b.params) else [b.rsqrt_views[i] for i in index]
+            torch._foreach_addcmul_(params, t_views, b.views(xi, index), value=amplitude)
+        else:
+            torch._foreach_add_(params, b.views(xi, index), alpha=math.sqrt(2 * beta_t * lr))
 
     # -- records ---------------------------------------------------------------------------------------------
 

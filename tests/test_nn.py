@@ -199,12 +199,41 @@ def test_subsample_matches_recomputing_with_those_particles(kind, M, seed, data)
     assert_close(small(X), layer.particle_outputs(X)[:, S].mean(1))
 
 
+def test_fused_qkv_layout_is_the_heads_maps():
+    """``W_QKV[i, j]`` is ``W_j^iᵀ`` (j = Q, K, V); the views write through, and the gradients of the views are
+    the slices of ``W_QKV.grad``; a head computed from ``W_Q, W_K, W_V, W_O`` by hand is the layer's head."""
+    layer, X = attention(8, 3, h=2, seed=4), tokens(2, 5, 8, 5)
+    for j, W in enumerate((layer.W_Q, layer.W_K, layer.W_V)):
+        assert W.shape == (3, 8, 2)
+        assert torch.equal(W, layer.W_QKV.detach()[:, j].transpose(1, 2))
+        assert W._base is layer.W_QKV  # a view, no copy
+    before = layer(X).detach()
+    with torch.no_grad():
+        layer.W_V.mul_(2.0)  # writes W_QKV[:, 2]: values double, so the output doubles
+    assert_close(layer(X), 2 * before)
+    q = X @ layer.W_Q[1]  # (B, T, h), by hand from the views
+    k, v = X @ layer.W_K[1], X @ layer.W_V[1]
+    head = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(2), -1) @ v @ layer.W_O[1]  # (B, T, d)
+    assert_close(layer.particle_outputs(X)[:, 1], head)
+    layer(X).square().sum().backward()
+    leaves = [W.detach().requires_grad_() for W in (layer.W_Q, layer.W_K, layer.W_V, layer.W_O)]
+    Wq, Wk, Wv, Wo = leaves  # the same function of independent (M, d, h), (M, h, d) leaves, by hand
+    heads = [
+        torch.softmax((X @ Wq[i]) @ (X @ Wk[i]).transpose(1, 2) / math.sqrt(2), -1) @ X @ Wv[i] @ Wo[i]
+        for i in range(3)
+    ]
+    (sum(heads) / 3).square().sum().backward()
+    for j in range(3):
+        assert_close(layer.W_QKV.grad[:, j].transpose(1, 2), leaves[j].grad)
+    assert_close(layer.W_O.grad, Wo.grad)
+
+
 def test_prune_copies_and_accepts_masks_and_repeats():
     layer, X = make("attention", 4, 0)
     small = layer.prune(torch.tensor([True, False, True, False]))
     assert small.n_particles == 2
     assert torch.equal(small.W_Q, layer.W_Q[[0, 2]])
-    assert small.W_Q.requires_grad and small.W_Q.grad is None
+    assert small.W_QKV.requires_grad and small.W_QKV.grad is None
     with torch.no_grad():
         small.W_Q.zero_()
     assert bool(layer.W_Q.abs().sum() > 0)  # the original is untouched

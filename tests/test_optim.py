@@ -544,3 +544,53 @@ def test_huge_but_finite_gradient_is_not_an_error():
     opt.step()
     torch.testing.assert_close(p.detach(), torch.full((4,), -1.0), rtol=1e-6, atol=0)
     assert opt.last_stats.drift_rms == pytest.approx(1.0, rel=1e-6)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the background noise draw
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _trace(monkeypatch, overlap_min: int, drift: str, bad_at: int | None = None):
+    """Parameters, stats and generator state after 4 steps on float32 + float64 parameters (two draws from
+    one generator); with ``bad_at`` the gradient of that step is NaN once (the step raises, then is redone)."""
+    import meanfield.optim as optim
+
+    monkeypatch.setattr(optim, "_OVERLAP_MIN", overlap_min)
+    ps = [_param((300, 3), 0), nn.Parameter(_param((50,), 1).detach().float()), _param((7,), 2)]
+    opt = Langevin(
+        [{"params": ps[:2]}, {"params": ps[2:], "n_particles": 7}], lr=0.01, beta=0.3, drift=drift, seed=5
+    )
+    stats = []
+    for k in range(4):
+        opt.zero_grad()
+        sum(_loss(p).double() for p in ps).backward()
+        if k == bad_at:
+            good = ps[0].grad.clone()
+            ps[0].grad[0, 0] = float("nan")
+            with pytest.raises(ValueError, match="non-finite"):
+                opt.step()
+            ps[0].grad.copy_(good)
+        opt.step()
+        stats.append(opt.last_stats)
+    return [p.detach().clone() for p in ps], stats, opt._generator(torch.device("cpu")).get_state()
+
+
+@pytest.mark.parametrize("drift", DRIFTS)
+def test_background_draw_is_the_inline_draw(monkeypatch, drift):
+    """The draw in the background thread (threshold 0) and in the caller's thread (threshold ∞) give the same
+    parameters, stats and generator state bit for bit; a different seed would not (test_same_seed_...)."""
+    inline = _trace(monkeypatch, 10**12, drift)
+    background = _trace(monkeypatch, 0, drift)
+    assert all(torch.equal(a, b) for a, b in zip(inline[0], background[0]))
+    assert inline[1] == background[1]
+    assert torch.equal(inline[2], background[2])
+
+
+@pytest.mark.parametrize("overlap_min", [0, 10**12])
+def test_failed_step_leaves_the_generator_unchanged(monkeypatch, overlap_min):
+    """A step refused for a NaN gradient draws nothing: redoing it gives the run that never failed."""
+    clean = _trace(monkeypatch, overlap_min, "adam")
+    failed = _trace(monkeypatch, overlap_min, "adam", bad_at=2)
+    assert all(torch.equal(a, b) for a, b in zip(clean[0], failed[0]))
+    assert torch.equal(clean[2], failed[2])

@@ -59,6 +59,18 @@ def test_validate_writes_report_results_and_figures(tmp_path):
         validate(preset="medium", theory_dir=theory, out=tmp_path / "o5", echo=None)
 
 
+def test_cli_bad_input_is_a_one_line_error_not_a_traceback(tmp_path, capsys):
+    theory = tmp_path / "theory"
+    theory.mkdir()
+    _write_checks(theory)
+    assert main(["validate", "nope", "--theory", str(theory), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("meanfield validate: error: unknown check(s) ['nope']; available:")
+    assert "Traceback" not in err
+    assert main(["validate", "--theory", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
+    assert "no theory folder" in capsys.readouterr().err
+
+
 def test_resume_reuses_finished_results_and_reruns_the_rest(tmp_path):
     theory = tmp_path / "theory"
     theory.mkdir()

@@ -28,9 +28,16 @@ class ParticleAttention(ParticleLayer):
     """Self-attention whose M heads are particles: ``Y = 1/M Σ_i v_{θ_i}(X)``.
 
     ``v_θ(X) = softmax(X W_Q (X W_K)^T / √h) X W_V W_O`` (see the module docstring). The parameters are
-    stacked over the particle axis: ``W_Q, W_K, W_V`` of shape ``(M, d, h)``, ``W_O`` of shape ``(M, h, d)``.
-    All heads run in one batched ``scaled_dot_product_attention`` call (no loop over particles).
-    At initialisation the entries of ``W_Q, W_K, W_V`` are ``N(0, 1/d)`` and those of ``W_O`` are
+    stacked over the particle axis in two tensors:
+
+    - ``W_QKV`` of shape ``(M, 3, h, d)``: ``W_QKV[i] = (W_Q^iᵀ, W_K^iᵀ, W_V^iᵀ)``, particle ``i``'s query, key
+      and value maps in ``nn.Linear``'s ``(out, in)`` layout, so that ``W_QKV.view(3·M·h, d)`` is the fused
+      in-projection of multi-head attention with no copy;
+    - ``W_O`` of shape ``(M, h, d)``, so that ``W_O.view(M·h, d)`` is the out-projection.
+
+    ``W_Q``, ``W_K``, ``W_V`` are views ``(M, d, h)`` of ``W_QKV`` (reading or writing them in place reads or
+    writes ``W_QKV``). All heads run in one batched ``scaled_dot_product_attention`` call (no loop over
+    particles). At initialisation the entries of ``W_QKV`` are ``N(0, 1/d)`` and those of ``W_O`` are
     ``N(0, 1/h)``, so each head's output is O(1) and the average of M independent heads is O(M^{-1/2}).
 
     Args:
@@ -50,11 +57,13 @@ class ParticleAttention(ParticleLayer):
         >>> layer = ParticleAttention(d_model=64, n_particles=8)
         >>> layer(torch.randn(2, 10, 64)).shape
         torch.Size([2, 10, 64])
+        >>> layer.W_Q.shape, layer.W_QKV.shape
+        (torch.Size([8, 64, 8]), torch.Size([8, 3, 8, 64]))
         >>> layer.subsample(4).n_particles
         4
     """
 
-    particle_parameter_names = ("W_Q", "W_K", "W_V", "W_O")
+    particle_parameter_names = ("W_QKV", "W_O")
     is_causal: bool = False
 
     def __init__(
@@ -81,10 +90,23 @@ class ParticleAttention(ParticleLayer):
         self.d_model = d
         self.d_head = h
         kw = {"generator": generator, "device": device, "dtype": dtype}
-        self.W_Q = nn.Parameter(torch.randn(M, d, h, **kw) / math.sqrt(d))  # (M, d, h)
-        self.W_K = nn.Parameter(torch.randn(M, d, h, **kw) / math.sqrt(d))  # (M, d, h)
-        self.W_V = nn.Parameter(torch.randn(M, d, h, **kw) / math.sqrt(d))  # (M, d, h)
+        self.W_QKV = nn.Parameter(torch.randn(M, 3, h, d, **kw) / math.sqrt(d))  # (M, 3, h, d)
         self.W_O = nn.Parameter(torch.randn(M, h, d, **kw) / math.sqrt(h))  # (M, h, d)
+
+    @property
+    def W_Q(self) -> torch.Tensor:
+        """The query maps ``(M, d, h)``, a view of ``W_QKV``."""
+        return self.W_QKV[:, 0].transpose(-1, -2)  # (M, d, h)
+
+    @property
+    def W_K(self) -> torch.Tensor:
+        """The key maps ``(M, d, h)``, a view of ``W_QKV``."""
+        return self.W_QKV[:, 1].transpose(-1, -2)  # (M, d, h)
+
+    @property
+    def W_V(self) -> torch.Tensor:
+        """The value maps ``(M, d, h)``, a view of ``W_QKV``."""
+        return self.W_QKV[:, 2].transpose(-1, -2)  # (M, d, h)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, n_particles={self.n_particles}, d_head={self.d_head}"
@@ -96,14 +118,12 @@ class ParticleAttention(ParticleLayer):
             raise ValueError(f"X must have shape (B, T, d_model={self.d_model}), got {tuple(X.shape)}")
 
     def _heads(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Queries, keys, values ``(B, M, T, h)`` from one fused matmul ``X [W_Q | W_K | W_V]``."""
+        """Queries, keys, values ``(B, M, T, h)`` from one fused matmul ``X W_QKVᵀ`` (no weight copy)."""
         self._check_input(X)
-        B, T, _ = X.shape
+        B, T, d = X.shape
         M, h = self.n_particles, self.d_head
-        W = torch.stack((self.W_Q, self.W_K, self.W_V))  # (3, M, d, h)
-        W = W.permute(2, 0, 1, 3).reshape(self.d_model, 3 * M * h)  # (d, 3·M·h)
-        qkv = (X @ W).view(B, T, 3, M, h).permute(2, 0, 3, 1, 4)  # (3, B, M, T, h)
-        return qkv.unbind(0)  # 3 × (B, M, T, h)
+        qkv = F.linear(X, self.W_QKV.view(M * 3 * h, d))  # (B, T, M·3·h)
+        return qkv.view(B, T, M, 3, h).permute(3, 0, 2, 1, 4).unbind(0)  # 3 × (B, M, T, h)
 
     def _mix(self, X: torch.Tensor) -> torch.Tensor:
         """The attention-weighted values of every head, ``softmax(Q K^T/√h) V``: ``(B, M, T, h)``."""
@@ -115,7 +135,7 @@ class ParticleAttention(ParticleLayer):
         o = self._mix(X)  # (B, M, T, h)
         B, M, T, h = o.shape
         o = o.transpose(1, 2).reshape(B, T, M * h)  # (B, T, M·h)
-        return o @ (self.W_O.reshape(M * h, self.d_model) / M)  # (B, T, d)
+        return o @ (self.W_O.view(M * h, self.d_model) / M)  # (B, T, d)
 
     def particle_outputs(self, X: torch.Tensor) -> torch.Tensor:
         """Every head's output ``v_{θ_i}(X)``, not averaged: ``(B, T, d) -> (B, M, T, d)``."""
