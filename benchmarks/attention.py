@@ -7,8 +7,9 @@ Every alternative has the same parameters per layer, ``4·M·h·d`` (no biases):
 - ``particle``: :class:`meanfield.nn.ParticleAttention` ``(d, M, h)``: one fused in-projection
   ``F.linear(X, W_QKV.view(3·M·h, d))`` (the stacked ``(M, 3, h, d)`` particles, no weight copy), one
   batched SDPA over the M heads, one output matmul with ``W_O.view(M·h, d) / M``.
-- ``mha``: multi-head attention written with ``nn.Linear(d, 3·M·h)``, ``F.scaled_dot_product_attention``
-  on M heads and ``nn.Linear(M·h, d)``, inner width ``M·h`` (at M = 8 that is 256 = d).
+- ``mha``: multi-head attention written with ``nn.Linear(d, 3·M·h)`` split into q, k, v on the feature axis
+  (as nanoGPT does), ``F.scaled_dot_product_attention`` on M heads and ``nn.Linear(M·h, d)``, inner width
+  ``M·h`` (at M = 8 that is 256 = d).
 - ``mha_avg``: ``mha`` with the output weight divided by M (``F.linear(o, W_out / M)``), i.e. the
   function ParticleAttention computes, written as multi-head attention: what the average's 1/M costs.
 - ``torch_mha``: ``nn.MultiheadAttention(d, M, bias=False)`` (SDPA inside); it needs ``M·h = d``, so
@@ -60,7 +61,12 @@ class SDPAMultiHead(nn.Module):
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         B, T, _ = X.shape
-        q, k, v = self.qkv(X).view(B, T, 3, self.M, self.h).permute(2, 0, 3, 1, 4)  # 3 × (B, M, T, h)
+        M, h = self.M, self.h
+        # split on the feature axis, then per-head views (as nanoGPT does): the backward pass concatenates the
+        # three gradients straight into the (B, T, 3·M·h) layout (a permute-then-unbind split adds a copy)
+        q, k, v = (
+            t.view(B, T, M, h).transpose(1, 2) for t in self.qkv(X).split(M * h, dim=2)
+        )  # (B, M, T, h)
         o = F.scaled_dot_product_attention(q, k, v)  # (B, M, T, h)
         o = o.transpose(1, 2).reshape(B, T, self.M * self.h)  # (B, T, M·h)
         if self.average:
@@ -228,7 +234,8 @@ def main() -> None:
             f"- {args.repeats} interleaved repeats after {args.warmup} warm-up steps; tokens/s from the median "
             "step time; ratios = median over repeats of the paired time ratio (other / ParticleAttention, "
             "> 1 means ParticleAttention is faster)",
-            "- MHA (SDPA): nn.Linear(d, 3·M·h) + scaled_dot_product_attention on M heads of h + nn.Linear(M·h, d); "
+            "- MHA (SDPA): nn.Linear(d, 3·M·h) split into q, k, v on the feature axis + scaled_dot_product_attention "
+            "on M heads of h + nn.Linear(M·h, d); "
             "same parameters as ParticleAttention (4·M·h·d per layer, no biases); 'MHA with W_out/M' is the same "
             "with the output projection scaled by 1/M, i.e. the function ParticleAttention computes",
             "- 95% CI: percentile bootstrap (2000 resamples) of the median paired ratio",

@@ -118,12 +118,18 @@ class ParticleAttention(ParticleLayer):
             raise ValueError(f"X must have shape (B, T, d_model={self.d_model}), got {tuple(X.shape)}")
 
     def _heads(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Queries, keys, values ``(B, M, T, h)`` from one fused matmul ``X W_QKVᵀ`` (no weight copy)."""
+        """Queries, keys, values ``(B, M, T, h)`` from one fused matmul ``X W_QKVᵀ`` (no weight copy).
+
+        Split by ``unbind`` on the q/k/v axis of ``(B, T, M, 3, h)`` before the transposes, so that the
+        backward pass stacks the three gradients straight into the ``(B, T, M·3·h)`` layout of the matmul
+        (one copy, where splitting after a permute costs a stack and a re-layout).
+        """
         self._check_input(X)
         B, T, d = X.shape
         M, h = self.n_particles, self.d_head
-        qkv = F.linear(X, self.W_QKV.view(M * 3 * h, d))  # (B, T, M·3·h)
-        return qkv.view(B, T, M, 3, h).permute(3, 0, 2, 1, 4).unbind(0)  # 3 × (B, M, T, h)
+        qkv = F.linear(X, self.W_QKV.view(M * 3 * h, d)).view(B, T, M, 3, h)  # (B, T, M, 3, h)
+        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(3))  # 3 × (B, M, T, h)
+        return q, k, v
 
     def _mix(self, X: torch.Tensor) -> torch.Tensor:
         """The attention-weighted values of every head, ``softmax(Q K^T/√h) V``: ``(B, M, T, h)``."""
