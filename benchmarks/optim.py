@@ -40,7 +40,7 @@ from torch import nn  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import meanfield.optim  # noqa: E402
+from meanfield import _background  # noqa: E402
 from meanfield.nn import ParticleAttention  # noqa: E402
 from meanfield.optim import Langevin  # noqa: E402
 
@@ -125,12 +125,12 @@ def candidates(model: Model, n: int) -> dict[str, Callable[[], None]]:
     serial_opt = Langevin(params, LR, BETA, drift="adam", seed=0)
 
     def serial() -> None:
-        saved = meanfield.optim._OVERLAP_MIN
-        meanfield.optim._OVERLAP_MIN = math.inf  # the draw in the caller's thread, before the noise pass
+        saved = _background.OVERLAP_MIN
+        _background.OVERLAP_MIN = math.inf  # the draw in the caller's thread, before the noise pass
         try:
             serial_opt.step()
         finally:
-            meanfield.optim._OVERLAP_MIN = saved
+            _background.OVERLAP_MIN = saved
 
     table["Langevin adam + preconditioned noise, draw not overlapped"] = serial
     table["Langevin adam + noise, last_stats read"] = with_stats

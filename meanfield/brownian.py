@@ -19,6 +19,7 @@ from abc import ABC, abstractmethod
 
 import torch
 
+from . import _background
 from ._checks import check_int, check_positive
 
 __all__ = ["NoiseSource", "GaussianNoise", "RademacherNoise", "BrownianIncrements"]
@@ -46,6 +47,22 @@ class NoiseSource(ABC):
         """``dW_n = sqrt(dt)·ξ_n``."""
         return self.increment(n, self.sqrt_dt)
 
+    @property
+    def prefetches(self) -> bool:
+        """Whether :meth:`prefetch` does anything (so a stepper can skip preparing its hints)."""
+        return False
+
+    def prefetch(self, n: int, scale: float = 1.0) -> None:
+        """Hint: step ``n`` is asked for next, as ``increment(n, scale)``; a source may start drawing it now.
+
+        The increments are the same with or without the hint. The default does nothing.
+        """
+        return None
+
+    def settle(self) -> None:
+        """Finish any draw started by :meth:`prefetch` (after which nothing runs in the background)."""
+        return None
+
     def space_time_area(self, n: int) -> torch.Tensor:
         raise ValueError(
             f"{type(self).__name__} has no space-time Lévy area; use Gaussian noise from a generator or "
@@ -55,7 +72,14 @@ class NoiseSource(ABC):
 
 class _SequentialNoise(NoiseSource):
     """Draws step ``n`` when first asked, in order ``n = 0, 1, 2, …``, already scaled (one pass over the
-    buffer); asking again for step ``n`` returns the same increment."""
+    buffer); asking again for step ``n`` returns the same increment.
+
+    :meth:`prefetch` (``n`` the step after the current one) draws step ``n`` into a second buffer in the
+    background thread of :mod:`meanfield._background` when the buffer is on the CPU and holds at least
+    ``OVERLAP_MIN`` numbers, so that the caller's update of step ``n − 1`` runs while step ``n`` is drawn.
+    The generator is used in the same order, so the increments are the same; if ``increment(n, scale)``
+    then asks for another scale than the one prefetched, the buffer is rescaled (equal up to rounding).
+    """
 
     def __init__(
         self, shape: tuple[int, ...], dt: float, generator: torch.Generator, dtype: torch.dtype, device
@@ -63,6 +87,8 @@ class _SequentialNoise(NoiseSource):
         super().__init__(shape, dt)
         self.generator = generator
         self._buffer = torch.empty(self.shape, dtype=dtype, device=device)  # (*noise_shape) = scale·ξ_n
+        self._spare: torch.Tensor | None = None  # (*noise_shape) the buffer a prefetch draws into
+        self._pending: tuple[int, float, _background.Pending] | None = None  # (step, scale, the draw)
         self._scale, self._H, self._n = 1.0, None, -1
 
     @abstractmethod
@@ -74,7 +100,15 @@ class _SequentialNoise(NoiseSource):
             raise RuntimeError(
                 f"noise drawn from a generator must be read in step order: asked for step {n} after step {self._n}"
             )
-        self._draw(self._buffer, scale)
+        if self._pending is not None:  # step n was prefetched
+            _, drawn_scale, draw = self._pending
+            self._pending = None
+            draw.result()
+            self._buffer, self._spare = self._spare, self._buffer
+            if scale != drawn_scale:
+                self._buffer.mul_(scale / drawn_scale)
+        else:
+            self._draw(self._buffer, scale)
         self._scale, self._H, self._n = scale, None, n
 
     def increment(self, n: int, scale: float = 1.0) -> torch.Tensor:
@@ -83,6 +117,21 @@ class _SequentialNoise(NoiseSource):
         elif scale != self._scale:
             return self._buffer * (scale / self._scale)
         return self._buffer
+
+    @property
+    def prefetches(self) -> bool:
+        return self._buffer.device.type == "cpu" and self._buffer.numel() >= _background.OVERLAP_MIN
+
+    def prefetch(self, n: int, scale: float = 1.0) -> None:
+        if n != self._n + 1 or self._pending is not None or not self.prefetches:
+            return
+        if self._spare is None:
+            self._spare = torch.empty_like(self._buffer)  # (*noise_shape)
+        self._pending = (n, scale, _background.submit(self._draw, self._spare, scale))
+
+    def settle(self) -> None:
+        if self._pending is not None:
+            self._pending[2].result()
 
 
 class GaussianNoise(_SequentialNoise):
@@ -95,6 +144,8 @@ class GaussianNoise(_SequentialNoise):
     def space_time_area(self, n: int) -> torch.Tensor:
         if n != self._n:
             self._advance(n, self.sqrt_dt)
+        if self._pending is not None:
+            raise RuntimeError("the Lévy area of a step must be asked for before the next step is prefetched")
         if self._H is None:
             self._H = torch.empty_like(self._buffer).normal_(
                 0.0, math.sqrt(self.dt / 12.0), generator=self.generator

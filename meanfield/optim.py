@@ -52,13 +52,13 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
+from meanfield import _background
 from meanfield._checks import check_int, check_nonnegative, check_positive
 from meanfield.projections import Clip, Projection, Sphere
 from meanfield.schedules import Schedule, as_schedule
@@ -221,18 +221,6 @@ class _Record:
         return n, c * sum_t2, c * t_min**2, c * t_max**2, noise_sq, drift_sq
 
 
-_OVERLAP_MIN = 1 << 16  # CPU draws of at least this many numbers run in the background thread
-_draw_thread: ThreadPoolExecutor | None = None
-
-
-def _background() -> ThreadPoolExecutor:
-    """The one worker thread that draws the noise on the CPU (shared by every optimizer)."""
-    global _draw_thread
-    if _draw_thread is None:
-        _draw_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="meanfield-noise")
-    return _draw_thread
-
-
 def _fill_normal(jobs: Sequence[tuple[torch.Tensor, torch.Generator]]) -> None:
     for flat, generator in jobs:  # in order: kinds sharing a generator draw in the same sequence always
         flat.normal_(generator=generator)  # (n,) ξ ~ N(0, I)
@@ -241,9 +229,10 @@ def _fill_normal(jobs: Sequence[tuple[torch.Tensor, torch.Generator]]) -> None:
 class _NoiseDraw:
     """The standard normal draws of one step, one flat buffer per (device, dtype).
 
-    torch's CPU ``normal_`` runs on one thread. When the CPU draws hold ``≥ _OVERLAP_MIN`` numbers they run
-    in a background thread while the caller checks the gradients and applies the drift on the other cores;
-    :meth:`wait` joins it. The numbers drawn are the same either way (same generators, same order).
+    torch's CPU ``normal_`` runs on one thread. When the CPU draws hold ``≥ _background.OVERLAP_MIN``
+    numbers they run in a background thread (:mod:`meanfield._background`) while the caller checks the
+    gradients and applies the drift on the other cores; :meth:`wait` joins it. The numbers drawn are the
+    same either way (same generators, same order).
 
     Args:
         jobs: ``(flat, generator)`` pairs, ``flat`` of shape ``(n,)`` to fill with ``N(0, 1)``.
@@ -255,9 +244,9 @@ class _NoiseDraw:
         self._saved = {id(g): (g, g.get_state()) for _, g in jobs}
         cpu = [(flat, g) for flat, g in jobs if flat.device.type == "cpu"]
         _fill_normal([(flat, g) for flat, g in jobs if flat.device.type != "cpu"])  # asynchronous anyway
-        self._pending: Future | None = None
-        if sum(flat.numel() for flat, _ in cpu) >= _OVERLAP_MIN:
-            self._pending = _background().submit(_fill_normal, cpu)
+        self._pending: _background.Pending | None = None
+        if sum(flat.numel() for flat, _ in cpu) >= _background.OVERLAP_MIN:
+            self._pending = _background.submit(_fill_normal, cpu)
         else:
             _fill_normal(cpu)
 

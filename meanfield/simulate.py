@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import secrets
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -107,6 +109,15 @@ def _noise_source(
     return NOISES[noise](shape, dt, generator, x0.dtype, x0.device), seed
 
 
+@contextlib.contextmanager
+def _settled(source: NoiseSource) -> Iterator[None]:
+    """On the way out (also on an error), wait for a noise draw still running in the background."""
+    try:
+        yield
+    finally:
+        source.settle()
+
+
 def simulate(
     system: ParticleSystem,
     x0: torch.Tensor,
@@ -184,6 +195,7 @@ def simulate(
     with (
         torch.no_grad(),
         tqdm(total=n_steps, disable=not progress, desc=f"simulate[{solver.name}]", unit="step") as bar,
+        _settled(source),
     ):
         for n, n_next in zip(stops, stops[1:]):
             x = stepper.run(x, n, n_next - n)

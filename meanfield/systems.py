@@ -185,6 +185,11 @@ class SDE(ParticleSystem):
         if noise not in NOISE_TYPES:
             raise ValueError(f"noise must be one of {NOISE_TYPES}, got {noise!r}")
         if noise == "general":
+            if brownian_dim is None:
+                raise TypeError(
+                    "noise='general' needs brownian_dim = m, the number of driving Brownian motions "
+                    "(the diffusion returns σ of shape (B, M, d, m))"
+                )
             brownian_dim = check_int("brownian_dim", brownian_dim)
         elif brownian_dim is not None:
             raise ValueError(f"brownian_dim is only used with noise='general', got noise={noise!r}")

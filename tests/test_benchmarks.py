@@ -15,14 +15,20 @@ ROOT = Path(__file__).resolve().parents[1]
     [
         ("sde.py", ["--smoke", "--out", "{tmp}/sde.md"]),
         ("wasserstein.py", ["--smoke", "--out", "{tmp}/wasserstein.md"]),
-        ("attention.py", ["--M", "8", "--batch", "1", "--seq", "16", "--repeats", "1", "--out", "{tmp}/attention.md"]),
+        (
+            "attention.py",
+            ["--M", "8", "--batch", "1", "--seq", "16", "--repeats", "1", "--out", "{tmp}/attention.md"],
+        ),
         ("optim.py", ["--params", "0.05", "--rounds", "2", "--warmup", "1", "--no-write"]),
     ],
 )
 def test_benchmark_script_runs(script, args, tmp_path):
     argv = [a.format(tmp=tmp_path) for a in args]
     run = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / script), *argv], capture_output=True, text=True, timeout=600
+        [sys.executable, str(ROOT / "benchmarks" / script), *argv],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "|" in run.stdout  # it printed its table

@@ -112,6 +112,8 @@ def test_getting_started_example_runs(tmp_path):
 def test_readme_example_runs(tmp_path):
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
     assert blocks, "the README has a Python example"
-    run = subprocess.run([sys.executable, "-c", blocks[0]], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-c", blocks[0]], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "tensor(" in run.stdout  # the magnetisation per replica is printed

@@ -554,9 +554,9 @@ def test_huge_but_finite_gradient_is_not_an_error():
 def _trace(monkeypatch, overlap_min: int, drift: str, bad_at: int | None = None):
     """Parameters, stats and generator state after 4 steps on float32 + float64 parameters (two draws from
     one generator); with ``bad_at`` the gradient of that step is NaN once (the step raises, then is redone)."""
-    import meanfield.optim as optim
+    from meanfield import _background
 
-    monkeypatch.setattr(optim, "_OVERLAP_MIN", overlap_min)
+    monkeypatch.setattr(_background, "OVERLAP_MIN", overlap_min)
     ps = [_param((300, 3), 0), nn.Parameter(_param((50,), 1).detach().float()), _param((7,), 2)]
     opt = Langevin(
         [{"params": ps[:2]}, {"params": ps[2:], "n_particles": 7}], lr=0.01, beta=0.3, drift=drift, seed=5

@@ -7,6 +7,7 @@ import torch
 
 from meanfield import SDE, BrownianIncrements, MeanFieldLangevin, NonFiniteStateError, TorchSDE, simulate
 from meanfield.potentials import DoubleWell, GaussianInteraction, Quadratic, QuadraticInteraction
+from meanfield.schedules import Linear
 
 SYSTEM = MeanFieldLangevin(DoubleWell(), QuadraticInteraction(0.5), beta=0.3)
 
@@ -170,3 +171,67 @@ def test_a_run_split_in_two_with_the_generator_state_equals_one_run():
     second = simulate(SYSTEM, checkpoint["x"], t0=checkpoint["t"], t1=1.0, dt=0.01, generator=resumed_gen)
     assert torch.equal(second.final, whole)
     assert torch.allclose(second.times[[0, -1]], torch.tensor([0.5, 1.0], dtype=torch.float64))
+
+
+# ---------------------------------------------------------------- the next draw in the background
+
+
+def _prefetched_and_not(monkeypatch, system, noise="gaussian", **kw):
+    """(run with the background prefetch, run without, generator states after each)."""
+    from meanfield import _background
+
+    out = []
+    for overlap_min in (0, 10**12):  # 0: every draw is prefetched; 10**12: none is
+        monkeypatch.setattr(_background, "OVERLAP_MIN", overlap_min)
+        gen = torch.Generator().manual_seed(11)
+        traj = simulate(system, x0(), t1=0.4, dt=0.01, generator=gen, noise=noise, **kw)
+        out.append((traj.states, gen.get_state()))
+    return out
+
+
+def _tanh_sde(noise):
+    if noise == "general":
+        return SDE(lambda t, x: -x, lambda t, x: 0.2 * torch.diag_embed(1 + x.tanh()), "general", 2)
+    return SDE(lambda t, x: -x, lambda t, x: 0.3 * (1 + x.square()), noise="diagonal")
+
+
+@pytest.mark.parametrize(
+    "system, noise",
+    [
+        (SYSTEM, "gaussian"),
+        (SYSTEM, "rademacher"),
+        (
+            MeanFieldLangevin(DoubleWell(), QuadraticInteraction(0.5), beta=Linear(0.5, 0.05, T=0.4)),
+            "gaussian",
+        ),
+        (SDE(lambda t, x: -x, lambda t, x: 0.4 + t), "gaussian"),  # σ a number that changes with t
+        (_tanh_sde("diagonal"), "gaussian"),
+        (_tanh_sde("general"), "gaussian"),
+    ],
+    ids=["constant-beta", "rademacher", "beta-schedule", "sigma-of-t", "diagonal", "general"],
+)
+def test_background_prefetch_gives_the_same_run(monkeypatch, system, noise):
+    """Drawing step n+1 in the background during the update of step n changes nothing, bit for bit: states,
+    and the generator's state at the end (so a checkpointed run still resumes exactly); also across the
+    segments that saving and checking cut the run into."""
+    (with_, gen_with), (without, gen_without) = _prefetched_and_not(
+        monkeypatch, system, noise, save_every=7, check_every=5
+    )
+    assert torch.equal(with_, without)
+    assert torch.equal(gen_with, gen_without)
+
+
+def test_prefetch_out_of_order_is_ignored_and_lévy_area_refuses_after_it(monkeypatch):
+    from meanfield import _background
+    from meanfield.brownian import GaussianNoise
+
+    monkeypatch.setattr(_background, "OVERLAP_MIN", 0)
+    a = GaussianNoise((4, 3), 0.01, torch.Generator().manual_seed(0), torch.float64, "cpu")
+    b = GaussianNoise((4, 3), 0.01, torch.Generator().manual_seed(0), torch.float64, "cpu")
+    a.prefetch(5)  # not the next step: nothing happens
+    assert torch.equal(a.increment(0, 0.1), b.increment(0, 0.1))
+    a.prefetch(1, 0.1)
+    with pytest.raises(RuntimeError, match="before the next step is prefetched"):
+        a.space_time_area(0)
+    assert torch.equal(a.increment(1, 0.2), b.increment(1, 0.2))  # another scale than prefetched: rescaled
+    a.settle()

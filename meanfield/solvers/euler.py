@@ -34,9 +34,18 @@ class _EulerStepper(Stepper):
         self.system, self.source, self.t0, self.dt = system, source, t0, dt
         self.sqrt_dt = dt**0.5
 
+    def _next_scale(self, t_next: float, x: torch.Tensor, sigma: object) -> float:
+        """The scale the next step will ask the noise for: ``σ(t_next)·sqrt(dt)`` for a number σ (exact for
+        a σ that depends on t only, as in MeanFieldLangevin; otherwise the draw is rescaled when read)."""
+        if torch.is_tensor(sigma):
+            return self.sqrt_dt
+        sigma_next = self.system.diffusion(t_next, x)
+        return self.sqrt_dt if torch.is_tensor(sigma_next) else sigma_next * self.sqrt_dt
+
     def run(self, x: torch.Tensor, n: int, k: int) -> torch.Tensor:
         system, source, t0, dt, sqrt_dt = self.system, self.source, self.t0, self.dt, self.sqrt_dt
         general, projection, update = system.noise == "general", system.projection, system.euler_update_
+        last = n + k - 1 if source.prefetches else -1  # prefetch only within this segment
         for step in range(n, n + k):
             t = t0 + step * dt
             sigma = system.diffusion(t, x)
@@ -46,6 +55,8 @@ class _EulerStepper(Stepper):
                 noise = sigma * source.increment(step, sqrt_dt)
             else:  # a number: the scaling is folded into the draw
                 noise = source.increment(step, sigma * sqrt_dt)  # (B, M, d)
+            if step < last:  # the next draw runs in the background during this update
+                source.prefetch(step + 1, self._next_scale(t0 + (step + 1) * dt, x, sigma))
             x = update(t, x, dt, noise)
             if projection is not None:
                 x = projection.project_(x)
