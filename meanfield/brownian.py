@@ -77,8 +77,16 @@ class _SequentialNoise(NoiseSource):
     :meth:`prefetch` (``n`` the step after the current one) draws step ``n`` into a second buffer in the
     background thread of :mod:`meanfield._background` when the buffer is on the CPU and holds at least
     ``OVERLAP_MIN`` numbers, so that the caller's update of step ``n − 1`` runs while step ``n`` is drawn.
-    The generator is used in the same order, so the increments are the same; if ``increment(n, scale)``
-    then asks for another scale than the one prefetched, the buffer is rescaled (equal up to rounding).
+    The generator is read in the same order, so the increments are the same, bit for bit:
+
+    - a prefetch made with the scale that ``increment(n, scale)`` then asks for is used as drawn; one made
+      with scale 1 (when the caller cannot know the scale) is multiplied by it, which for buffers of 16 or
+      more numbers is what ``normal_(0, scale)`` gives (any other mismatch is rescaled, equal to rounding);
+    - the caller's update must not draw from the same generator while a prefetch runs. Each draw made in
+      the caller's thread (the first steps, and the first step after every gap in the prefetching) checks
+      that nothing else has drawn from the generator since the previous draw; if something has, this
+      source stops prefetching for good. A caller that draws from it only now and then is not detected:
+      give it its own generator.
     """
 
     def __init__(
@@ -90,6 +98,9 @@ class _SequentialNoise(NoiseSource):
         self._spare: torch.Tensor | None = None  # (*noise_shape) the buffer a prefetch draws into
         self._pending: tuple[int, float, _background.Pending] | None = None  # (step, scale, the draw)
         self._scale, self._H, self._n = 1.0, None, -1
+        self._state_after: torch.Tensor | None = None  # the generator's state after the last draw
+        self._verified = False  # the caller's last update drew nothing from the generator
+        self._shared = False  # something else draws from the generator: never prefetch
 
     @abstractmethod
     def _draw(self, out: torch.Tensor, scale: float) -> None:
@@ -100,15 +111,21 @@ class _SequentialNoise(NoiseSource):
             raise RuntimeError(
                 f"noise drawn from a generator must be read in step order: asked for step {n} after step {self._n}"
             )
+        watch = self.prefetches and not self._shared
         if self._pending is not None:  # step n was prefetched
             _, drawn_scale, draw = self._pending
-            self._pending = None
             draw.result()
+            self._pending = None
             self._buffer, self._spare = self._spare, self._buffer
             if scale != drawn_scale:
-                self._buffer.mul_(scale / drawn_scale)
+                self._buffer.mul_(scale if drawn_scale == 1.0 else scale / drawn_scale)
         else:
+            if watch and self._state_after is not None:  # did the update since the last draw use it?
+                self._verified = torch.equal(self.generator.get_state(), self._state_after)
+                self._shared = not self._verified
             self._draw(self._buffer, scale)
+        if watch:
+            self._state_after = self.generator.get_state()
         self._scale, self._H, self._n = scale, None, n
 
     def increment(self, n: int, scale: float = 1.0) -> torch.Tensor:
@@ -123,7 +140,9 @@ class _SequentialNoise(NoiseSource):
         return self._buffer.device.type == "cpu" and self._buffer.numel() >= _background.OVERLAP_MIN
 
     def prefetch(self, n: int, scale: float = 1.0) -> None:
-        if n != self._n + 1 or self._pending is not None or not self.prefetches:
+        if n != self._n + 1 or self._pending is not None or self._shared or not self._verified:
+            return
+        if not self.prefetches:
             return
         if self._spare is None:
             self._spare = torch.empty_like(self._buffer)  # (*noise_shape)
@@ -132,6 +151,7 @@ class _SequentialNoise(NoiseSource):
     def settle(self) -> None:
         if self._pending is not None:
             self._pending[2].result()
+            self._verified = False  # the next draw is made here, and checks the generator first
 
 
 class GaussianNoise(_SequentialNoise):

@@ -92,9 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    from .validation import InputError
+
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as error:  # bad input (a check name, a folder): say it, exit 2
+    except InputError as error:  # a bad check name, preset or folder: one line, exit 2 (bugs keep tracebacks)
         print(f"meanfield {args.command}: error: {error}", file=sys.stderr)
         return 2
 

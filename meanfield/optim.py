@@ -253,14 +253,18 @@ class _NoiseDraw:
     def wait(self) -> None:
         """Block until every buffer is drawn (re-raises an error of the background draw)."""
         if self._pending is not None:
-            pending, self._pending = self._pending, None
-            pending.result()
+            self._pending.result()
+            self._pending = None
 
     def undo(self) -> None:
-        """Wait, then put the generators back in the state they had before the draw."""
+        """Wait for the draw (whatever it raised), then put the generators back as they were before it."""
         try:
-            self.wait()
+            if self._pending is not None:
+                self._pending.result()
+        except Exception:
+            pass  # the step is being abandoned for another error; this one says nothing more
         finally:
+            self._pending = None
             for g, state in self._saved.values():
                 g.set_state(state)
 
@@ -572,10 +576,20 @@ class Langevin(torch.optim.Optimizer):
             if work:
                 beta_t = self._beta_at(group, gi) if group["noise"] else 0.0
                 plan.append((group, beta_t, work))
+        # 2. check the gradients (one reduction per bucket): a refused step changes nothing, stats included
+        checked = []
+        for group, beta_t, work in plan:
+            entries = []
+            for b, index, grads in work:
+                norms = torch.stack(torch._foreach_norm(grads))  # (k,) ‖∂L/∂θ‖ per parameter
+                if not bool(torch.isfinite(norms).all()):  # a NaN/Inf entry, or a norm that overflows
+                    self._check_entries(group, b, index, grads, norms)
+                entries.append((b, index, grads, norms))
+            checked.append((group, beta_t, entries))
+
+        # 3. the noise draw starts (on the CPU in a background thread) while 4. the drift is applied
         self._records = []  # the last step's records point into the noise buffers about to be redrawn
         self._stats = None
-
-        # 2. the noise draw starts (on the CPU in a background thread) while 3. the gradients are checked
         noisy = [
             (b, index)
             for group, beta_t, work in plan
@@ -584,30 +598,20 @@ class Langevin(torch.optim.Optimizer):
         ]
         draw = self._start_noise(noisy)
         try:
-            checked = []
-            for group, beta_t, work in plan:
-                entries = []
-                for b, index, grads in work:
-                    norms = torch.stack(torch._foreach_norm(grads))  # (k,) ‖∂L/∂θ‖ per parameter
-                    if not bool(torch.isfinite(norms).all()):  # a NaN/Inf entry, or a norm that overflows
-                        self._check_entries(group, b, index, grads, norms)
-                    entries.append((b, index, grads, norms))
-                checked.append((group, beta_t, entries))
+            records = []
+            for group, beta_t, entries in checked:
+                for b, index, grads, norms in entries:
+                    record = self._drift(group, b, index, grads, norms, beta_t)
+                    if group["noise"]:
+                        self._records.append(record)
+                        if beta_t > 0:
+                            self._precondition(record)
+                            records.append(record)
+            draw.wait()
         except BaseException:
-            draw.undo()  # nothing changed: the generators are back where they were
+            draw.undo()  # no draw left running on the generator, which is back where it was
             raise
-
-        # 4. drift (and the noise preconditioner), 5. noise, 6. projection
-        records = []
-        for group, beta_t, entries in checked:
-            for b, index, grads, norms in entries:
-                record = self._drift(group, b, index, grads, norms, beta_t)
-                if group["noise"]:
-                    self._records.append(record)
-                    if beta_t > 0:
-                        self._precondition(record)
-                        records.append(record)
-        draw.wait()
+        # 5. noise, 6. projection
         for record, xi in zip(records, draw.views, strict=True):
             self._add_noise(record, xi)
         for group, _, _ in plan:

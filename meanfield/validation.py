@@ -27,9 +27,27 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["Comparison", "CheckResult", "ValidationReport", "PRESETS", "discover", "load_check", "validate"]
+__all__ = [
+    "Comparison",
+    "CheckResult",
+    "ValidationReport",
+    "PRESETS",
+    "InputError",
+    "NoTheoryFolder",
+    "discover",
+    "load_check",
+    "validate",
+]
 
 PRESETS = ("fast", "full")
+
+
+class InputError(ValueError):
+    """A bad argument to :func:`validate` (a check name, a preset): the command line reports it in one line."""
+
+
+class NoTheoryFolder(InputError, FileNotFoundError):
+    """The folder of theory checks does not exist."""
 
 
 @dataclass(frozen=True)
@@ -161,7 +179,7 @@ def discover(theory_dir: str | os.PathLike | None = None) -> dict[str, Path]:
     """The checks in ``theory_dir``: ``{name: path}`` for every ``*.py`` not starting with ``_``, sorted."""
     folder = Path(theory_dir) if theory_dir is not None else default_theory_dir()
     if not folder.is_dir():
-        raise FileNotFoundError(
+        raise NoTheoryFolder(
             f"no theory folder at {folder}: run from a meanfield source checkout or pass --theory"
         )
     return {p.stem: p for p in sorted(folder.glob("*.py")) if not p.stem.startswith("_")}
@@ -261,12 +279,12 @@ def validate(
     from .plotting import save
 
     if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {PRESETS}, got {preset!r}")
+        raise InputError(f"preset must be one of {PRESETS}, got {preset!r}")
     checks = discover(theory_dir)
     if names:
         unknown = [n for n in names if n not in checks]
         if unknown:
-            raise ValueError(f"unknown check(s) {unknown}; available: {sorted(checks)}")
+            raise InputError(f"unknown check(s) {unknown}; available: {sorted(checks)}")
         checks = {n: checks[n] for n in names}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

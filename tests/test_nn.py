@@ -411,3 +411,23 @@ def test_strategies_return_distinct_particles_among_duplicates(strategy):
     for k in (3, 5, 6):
         S = f.select(k, strategy, X=X, loss=lambda Y: Y.pow(2).sum(), generator=gen(k))
         assert len(set(S.tolist())) == k, (strategy, k, S)
+
+
+def test_state_dict_of_the_separate_qkv_layout_loads_and_channels_last_runs():
+    """A state dict with separate ``W_Q, W_K, W_V (M, d, h)`` (the earlier layout) loads into ``W_QKV``; a
+    layer moved to channels_last (its 4-D ``W_QKV`` no longer contiguous) computes the same output."""
+    layer, X = attention(8, 3, h=2, seed=6), tokens(2, 5, 8, 7)
+    old = {"W_Q": layer.W_Q.detach().clone(), "W_K": layer.W_K.detach().clone()}
+    old |= {"W_V": layer.W_V.detach().clone(), "W_O": layer.W_O.detach().clone()}
+    fresh = attention(8, 3, h=2, seed=99)
+    assert not torch.equal(fresh(X), layer(X))
+    fresh.load_state_dict(old)
+    assert torch.equal(fresh.W_QKV, layer.W_QKV) and torch.equal(fresh(X), layer(X))
+    with pytest.raises(RuntimeError, match="Missing key"):
+        attention(8, 3, h=2, seed=1).load_state_dict({"W_Q": old["W_Q"], "W_O": old["W_O"]})
+    wrapped = nn.Sequential(attention(8, 3, h=2, seed=5))  # nested: the prefix is honoured
+    wrapped.load_state_dict({f"0.{k}": v for k, v in old.items()})
+    assert torch.equal(wrapped(X), layer(X))
+    cl = attention(8, 3, h=2, seed=6).to(memory_format=torch.channels_last)
+    assert not cl.W_QKV.is_contiguous()
+    assert_close(cl(X), layer(X))

@@ -594,3 +594,82 @@ def test_failed_step_leaves_the_generator_unchanged(monkeypatch, overlap_min):
     failed = _trace(monkeypatch, overlap_min, "adam", bad_at=2)
     assert all(torch.equal(a, b) for a, b in zip(clean[0], failed[0]))
     assert torch.equal(clean[2], failed[2])
+
+
+def test_refused_step_keeps_the_last_stats(monkeypatch):
+    from meanfield import _background
+
+    monkeypatch.setattr(_background, "OVERLAP_MIN", 0)
+    p = _param((30, 3))
+    opt = Langevin([p], lr=0.01, beta=0.2, drift="adam", seed=1)
+    _run(opt, [p], 2)
+    before = opt.last_stats
+    p.grad[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="non-finite"):
+        opt.step()
+    assert opt.last_stats == before and before.n == 90
+
+
+def test_an_error_during_the_drift_leaves_no_draw_running_and_the_generator_unchanged(monkeypatch):
+    from meanfield import _background
+
+    monkeypatch.setattr(_background, "OVERLAP_MIN", 0)
+    p = _param((300, 3))
+    opt = Langevin([p], lr=0.01, beta=0.2, seed=1)
+    _run(opt, [p], 1)
+    state = opt._generator(torch.device("cpu")).get_state()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("drift failed")
+
+    monkeypatch.setattr(opt, "_drift", broken)
+    with pytest.raises(RuntimeError, match="drift failed"):
+        opt.step()
+    assert torch.equal(opt._generator(torch.device("cpu")).get_state(), state)
+
+
+@pytest.mark.parametrize("overlap_min", [0, 10**12])
+@pytest.mark.parametrize("drift", DRIFTS)
+def test_step_equals_an_independent_implementation(monkeypatch, overlap_min, drift):
+    """The documented step, written out by hand: drift by torch.optim.SGD/Adam on M·g, then ONE flat
+    N(0, I) draw per (device, dtype) in the order the kinds first appear (groups in order, parameters in
+    order), noise sqrt(2β η_eff) ξ. Float64 and float32 parameters share the generator, so the draw order
+    matters; a run with the kinds drawn in another order would not match."""
+    from meanfield import _background
+
+    monkeypatch.setattr(_background, "OVERLAP_MIN", overlap_min)
+    lr, beta, M, eps = 0.01, 0.3, 4, 1e-8
+    ps = [_param((5, 3), 0), nn.Parameter(_param((7,), 1).detach().float()), _param((2, 2), 2)]
+    qs = [nn.Parameter(p.detach().clone()) for p in ps]
+    opt = Langevin(
+        [{"params": ps[:2]}, {"params": ps[2:]}], lr=lr, beta=beta, drift=drift, n_particles=M, seed=9
+    )
+    base = (torch.optim.SGD if drift == "sgd" else torch.optim.Adam)(
+        qs, lr=lr, **({} if drift == "sgd" else {"eps": eps})
+    )
+    gen = torch.Generator().manual_seed(9)
+    for _ in range(3):
+        for ps_or_qs in (ps, qs):
+            for x in ps_or_qs:
+                x.grad = None
+            sum(_loss(x).double() for x in ps_or_qs).backward()
+        opt.step()
+        with torch.no_grad():
+            for q in qs:
+                q.grad.mul_(M)  # the Wasserstein gradient M·g
+            base.step()
+            # kinds in order of first appearance: float64 (params 0 and 2), then float32 (param 1)
+            xi64 = torch.empty(15 + 4, dtype=torch.float64).normal_(generator=gen)
+            xi32 = torch.empty(7, dtype=torch.float32).normal_(generator=gen)
+            noise = [xi64[:15].view(5, 3), xi32.view(7), xi64[15:].view(2, 2)]
+            for q, xi in zip(qs, noise):
+                if drift == "sgd":
+                    eta = torch.full_like(q, lr)
+                else:
+                    state = base.state[q]
+                    bias2 = 1 - 0.999 ** float(state["step"])
+                    eta = lr / (state["exp_avg_sq"].sqrt() / math.sqrt(bias2) + eps)
+                q.add_((2 * beta * eta).sqrt() * xi)
+    for p, q in zip(ps, qs):
+        tol = 1e-12 if p.dtype == torch.float64 else 1e-6
+        assert float((p.detach() - q.detach()).abs().max()) <= tol

@@ -1,6 +1,7 @@
 """simulate: reproducibility, the torchsde adapter, saving, and clear errors for bad input."""
 
 import math
+import time
 
 import pytest
 import torch
@@ -221,17 +222,58 @@ def test_background_prefetch_gives_the_same_run(monkeypatch, system, noise):
     assert torch.equal(gen_with, gen_without)
 
 
-def test_prefetch_out_of_order_is_ignored_and_lévy_area_refuses_after_it(monkeypatch):
+def test_prefetch_rules(monkeypatch):
+    """A prefetch starts only for the next step, once a draw has shown that the caller's update left the
+    generator alone; a scale-1 prefetch read at another scale is exactly the direct draw; the Lévy area of
+    a step cannot be drawn once the next step is being drawn."""
     from meanfield import _background
     from meanfield.brownian import GaussianNoise
 
     monkeypatch.setattr(_background, "OVERLAP_MIN", 0)
-    a = GaussianNoise((4, 3), 0.01, torch.Generator().manual_seed(0), torch.float64, "cpu")
-    b = GaussianNoise((4, 3), 0.01, torch.Generator().manual_seed(0), torch.float64, "cpu")
-    a.prefetch(5)  # not the next step: nothing happens
+    shape = (40, 3)  # ≥ 16 numbers: normal_'s vectorised path
+    a = GaussianNoise(shape, 0.01, torch.Generator().manual_seed(0), torch.float64, "cpu")
+    b = GaussianNoise(shape, 0.01, torch.Generator().manual_seed(0), torch.float64, "cpu")
     assert torch.equal(a.increment(0, 0.1), b.increment(0, 0.1))
-    a.prefetch(1, 0.1)
+    a.prefetch(1, 0.1)  # not yet verified (no update seen): nothing starts
+    assert a._pending is None
+    assert torch.equal(a.increment(1, 0.1), b.increment(1, 0.1))
+    a.prefetch(5)  # not the next step: nothing starts
+    assert a._pending is None
+    a.prefetch(2, 1.0)  # the caller does not know the scale yet
+    assert a._pending is not None
     with pytest.raises(RuntimeError, match="before the next step is prefetched"):
-        a.space_time_area(0)
-    assert torch.equal(a.increment(1, 0.2), b.increment(1, 0.2))  # another scale than prefetched: rescaled
+        a.space_time_area(1)
+    assert torch.equal(a.increment(2, 0.37), b.increment(2, 0.37))  # bit for bit
+    a.prefetch(3, 0.1)  # a wrong guess of the scale: rescaled, equal to rounding
+    assert torch.allclose(a.increment(3, 0.37), b.increment(3, 0.37), rtol=1e-15, atol=0)
     a.settle()
+
+
+def test_a_system_drawing_from_the_noise_generator_turns_prefetching_off(monkeypatch):
+    """A drift that draws from simulate's own generator (the random-batch idea) would race with a prefetch:
+    the source sees the generator move between its draws and never prefetches, so the run is the serial
+    run, bit for bit, every time."""
+    from meanfield import _background
+
+    gen_holder = {}
+
+    def drift(t, x):
+        time.sleep(0.002)  # a prefetch that was started would surely draw first: a race made certain
+        noise = torch.randn(x.shape[:2], generator=gen_holder["g"], dtype=x.dtype)  # (B, M)
+        return -x + 0.1 * noise[..., None]
+
+    system = SDE(drift, lambda t, x: 0.3, noise="additive")
+    runs = []
+    for overlap_min in (0, 0, 10**12):
+        monkeypatch.setattr(_background, "OVERLAP_MIN", overlap_min)
+        gen_holder["g"] = gen = torch.Generator().manual_seed(4)
+        runs.append(simulate(system, x0(), t1=0.3, dt=0.01, generator=gen).final)
+    assert torch.equal(runs[0], runs[2]) and torch.equal(runs[1], runs[2])
+
+
+def test_state_dependent_scalar_sigma_is_read_exactly(monkeypatch):
+    """σ a number that depends on x (diagonal noise): the prefetch cannot know the scale, draws at scale 1
+    and multiplies when read: the run equals the serial one bit for bit, also through σ = 0."""
+    system = SDE(lambda t, x: -x, lambda t, x: float(x.abs().mean() > 0.75) * 0.5, noise="diagonal")
+    (with_, gen_with), (without, gen_without) = _prefetched_and_not(monkeypatch, system)
+    assert torch.equal(with_, without) and torch.equal(gen_with, gen_without)

@@ -32,11 +32,13 @@ class ParticleAttention(ParticleLayer):
 
     - ``W_QKV`` of shape ``(M, 3, h, d)``: ``W_QKV[i] = (W_Q^iᵀ, W_K^iᵀ, W_V^iᵀ)``, particle ``i``'s query, key
       and value maps in ``nn.Linear``'s ``(out, in)`` layout, so that ``W_QKV.view(3·M·h, d)`` is the fused
-      in-projection of multi-head attention with no copy;
+      in-projection of multi-head attention with no copy (state dicts with the earlier separate
+      ``W_Q, W_K, W_V`` still load);
     - ``W_O`` of shape ``(M, h, d)``, so that ``W_O.view(M·h, d)`` is the out-projection.
 
     ``W_Q``, ``W_K``, ``W_V`` are views ``(M, d, h)`` of ``W_QKV`` (reading or writing them in place reads or
-    writes ``W_QKV``). All heads run in one batched ``scaled_dot_product_attention`` call (no loop over
+    writes ``W_QKV``; their gradients are read from ``W_QKV.grad``, e.g. ``W_QKV.grad[:, 0].mT`` for
+    ``W_Q``). All heads run in one batched ``scaled_dot_product_attention`` call (no loop over
     particles). At initialisation the entries of ``W_QKV`` are ``N(0, 1/d)`` and those of ``W_O`` are
     ``N(0, 1/h)``, so each head's output is O(1) and the average of M independent heads is O(M^{-1/2}).
 
@@ -111,6 +113,14 @@ class ParticleAttention(ParticleLayer):
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, n_particles={self.n_particles}, d_head={self.d_head}"
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        """Also load state dicts of the earlier layout, with separate ``W_Q, W_K, W_V`` of shape ``(M, d, h)``."""
+        old = [prefix + name for name in ("W_Q", "W_K", "W_V")]
+        if prefix + "W_QKV" not in state_dict and all(key in state_dict for key in old):
+            maps = [state_dict.pop(key).transpose(-1, -2) for key in old]  # 3 × (M, h, d)
+            state_dict[prefix + "W_QKV"] = torch.stack(maps, dim=1)  # (M, 3, h, d)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def _check_input(self, X: torch.Tensor) -> None:
         if not torch.is_tensor(X):
             raise TypeError(f"X must be a torch.Tensor of shape (B, T, d_model), got {type(X).__name__}")
@@ -127,7 +137,7 @@ class ParticleAttention(ParticleLayer):
         self._check_input(X)
         B, T, d = X.shape
         M, h = self.n_particles, self.d_head
-        qkv = F.linear(X, self.W_QKV.view(M * 3 * h, d)).view(B, T, M, 3, h)  # (B, T, M, 3, h)
+        qkv = F.linear(X, self.W_QKV.reshape(M * 3 * h, d)).view(B, T, M, 3, h)  # (B, T, M, 3, h)
         q, k, v = (t.transpose(1, 2) for t in qkv.unbind(3))  # 3 × (B, M, T, h)
         return q, k, v
 
@@ -141,7 +151,7 @@ class ParticleAttention(ParticleLayer):
         o = self._mix(X)  # (B, M, T, h)
         B, M, T, h = o.shape
         o = o.transpose(1, 2).reshape(B, T, M * h)  # (B, T, M·h)
-        return o @ (self.W_O.view(M * h, self.d_model) / M)  # (B, T, d)
+        return o @ (self.W_O.reshape(M * h, self.d_model) / M)  # (B, T, d)
 
     def particle_outputs(self, X: torch.Tensor) -> torch.Tensor:
         """Every head's output ``v_{θ_i}(X)``, not averaged: ``(B, T, d) -> (B, M, T, d)``."""

@@ -35,12 +35,16 @@ class _EulerStepper(Stepper):
         self.sqrt_dt = dt**0.5
 
     def _next_scale(self, t_next: float, x: torch.Tensor, sigma: object) -> float:
-        """The scale the next step will ask the noise for: ``σ(t_next)·sqrt(dt)`` for a number σ (exact for
-        a σ that depends on t only, as in MeanFieldLangevin; otherwise the draw is rescaled when read)."""
+        """The scale the next step will ask the noise for, when it can be known now: ``sqrt(dt)`` for a
+        tensor σ, ``σ(t_next)·sqrt(dt)`` for additive noise (σ depends on t only). Otherwise 1: the
+        prefetched draw is then multiplied by the scale when read (the same numbers)."""
         if torch.is_tensor(sigma):
             return self.sqrt_dt
-        sigma_next = self.system.diffusion(t_next, x)
-        return self.sqrt_dt if torch.is_tensor(sigma_next) else sigma_next * self.sqrt_dt
+        if self.system.noise == "additive":
+            sigma_next = self.system.diffusion(t_next, x)
+            if not torch.is_tensor(sigma_next) and sigma_next != 0:
+                return sigma_next * self.sqrt_dt
+        return 1.0
 
     def run(self, x: torch.Tensor, n: int, k: int) -> torch.Tensor:
         system, source, t0, dt, sqrt_dt = self.system, self.source, self.t0, self.dt, self.sqrt_dt
