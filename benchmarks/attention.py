@@ -17,9 +17,9 @@ Every alternative has the same parameters per layer, ``4·M·h·d`` (no biases):
 - ``loop``: M separate head modules (``nn.Linear`` Q, K, V of ``d → h`` and O of ``h → d``), run one
   after the other in a Python loop and averaged.
 
-The alternatives are interleaved (one step of each in turn, in a rotating order), after warm-up; the
-table gives the median tokens/s over the repeats and the median of the per-round ratios (paired, so that
-load from other processes on the machine cancels). Run::
+The alternatives are interleaved (one step of each in turn, in a random order drawn afresh each round),
+after warm-up; the table gives the median tokens/s over the repeats and the median of the per-round ratios
+(paired, so that load from other processes on the machine cancels). Run::
 
     python benchmarks/attention.py            # prints the table, writes benchmarks/results/attention.md
 """
@@ -155,8 +155,9 @@ def measure(M: int, batch: int, seq: int, repeats: int, warmup: int) -> dict:
         for name in names:
             step(models[name], X)
     times = {name: [] for name in names}
-    for r in range(repeats):
-        order = names[r % len(names) :] + names[: r % len(names)]  # rotate who goes first
+    shuffle = torch.Generator().manual_seed(M)
+    for _ in range(repeats):
+        order = [names[i] for i in torch.randperm(len(names), generator=shuffle)]  # no fixed neighbours
         for name in order:
             times[name].append(step(models[name], X))
     tokens = batch * seq

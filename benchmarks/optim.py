@@ -6,7 +6,7 @@ parameter holds a fixed random gradient, so only the optimizer step is timed. Th
 step (Adam drift, preconditioned noise on all parameters) within 1.3× of the reference "fused Adam + one
 flat normal draw of the same size" (the noise must be drawn somehow; the draw is what dominates on CPU).
 torch's CPU ``normal_`` runs on one thread, so Langevin draws in a background thread while the other
-core(s) check the gradients, apply the drift and compute the preconditioner; the row "draw not
+core(s) apply the drift and compute the preconditioner; the row "draw not
 overlapped" is the same step with the draw in the caller's thread (what the overlap buys).
 
 Method: every candidate is timed once per round, in an order rotated each round (interleaved, so a change

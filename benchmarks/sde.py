@@ -1,7 +1,7 @@
 """Native Euler–Maruyama vs torchsde's Euler, side by side, for OU and a mean-field drift.
 
 Columns (steps per second, float32, B = 1 replica of M particles in d dimensions, medians of interleaved
-repeats in one run, their order rotated every repeat):
+repeats in one run, in a random order drawn afresh every repeat):
 
 - ``native``: ``meanfield.simulate(system, x0, solver="euler")`` — the default solver. From 262,144 numbers
   a step, the draw of step n + 1 runs in a background thread during the update of step n (same numbers).
@@ -146,17 +146,18 @@ def bench_case(M: int, d: int, mean_field: bool, steps: int, default_steps: int,
     for fn, n in cases.values():  # warm-up
         fn() if n == steps else None
     names = list(cases)
-    for r in range(repeats):  # interleaved, in an order rotated every repeat (no case always goes first)
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            fn, n = cases[name]
-            rates[name].append(_timed(fn, n))
+    order = torch.Generator().manual_seed(M * d)
+    for _ in range(repeats):  # interleaved, in a fresh random order every repeat (no fixed neighbours)
+        for i in torch.randperm(len(names), generator=order).tolist():
+            fn, n = cases[names[i]]
+            rates[names[i]].append(_timed(fn, n))
     return {name: statistics.median(r) for name, r in rates.items()}
 
 
 def main(argv=None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat: checks that it runs")
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--out", default=str(Path(__file__).with_name("results") / "sde.md"))
     args = parser.parse_args(argv)
     Ms = (100,) if args.smoke else (1_000, 10_000, 100_000)

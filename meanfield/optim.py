@@ -42,8 +42,7 @@ its gradients by ``M`` (``mean_field_scaling=False`` switches it off). The M-par
 ``torch.Generator`` (split into views), three flat passes over ``v`` (``sqrt``, ``+ε``, ``rsqrt``) and one
 ``_foreach_addcmul_`` for the preconditioned noise, after one reduction that checks the gradients are finite.
 torch's CPU ``normal_`` runs on one thread and dominates the step, so on the CPU a large draw runs in a
-background thread while the caller's thread checks the gradients and applies the drift (the numbers drawn
-are the same either way).
+background thread while the caller's thread applies the drift (the numbers drawn are the same either way).
 :attr:`Langevin.last_stats` is computed when read, not during the step.
 """
 
@@ -230,9 +229,9 @@ class _NoiseDraw:
     """The standard normal draws of one step, one flat buffer per (device, dtype).
 
     torch's CPU ``normal_`` runs on one thread. When the CPU draws hold ``≥ _background.OVERLAP_MIN``
-    numbers they run in a background thread (:mod:`meanfield._background`) while the caller checks the
-    gradients and applies the drift on the other cores; :meth:`wait` joins it. The numbers drawn are the
-    same either way (same generators, same order).
+    numbers they run in a background thread (:mod:`meanfield._background`) while the caller applies the
+    drift on the other cores; :meth:`wait` joins it. The numbers drawn are the same either way (same
+    generators, same order).
 
     Args:
         jobs: ``(flat, generator)`` pairs, ``flat`` of shape ``(n,)`` to fill with ``N(0, 1)``.
