@@ -6,11 +6,11 @@ parameter holds a fixed random gradient, so only the optimizer step is timed. Th
 step (Adam drift, preconditioned noise on all parameters) within 1.3× of the reference "fused Adam + one
 flat normal draw of the same size" (the noise must be drawn somehow; the draw is what dominates on CPU).
 torch's CPU ``normal_`` runs on one thread, so Langevin draws in a background thread while the other
-core(s) apply the drift and compute the preconditioner; the row "draw not
-overlapped" is the same step with the draw in the caller's thread (what the overlap buys).
+core(s) apply the drift and compute the preconditioner; the row "draw not overlapped" is the same step
+with the draw in the caller's thread (what the overlap buys).
 
-Method: every candidate is timed once per round, in an order rotated each round (interleaved, so a change
-of machine load hits all alike); after ``--warmup`` rounds, the table gives the median over ``--rounds``
+Method: every candidate is timed once per round, in a random order drawn afresh each round (interleaved,
+so a change of machine load hits all alike, and no candidate always follows the same one); after ``--warmup`` rounds, the table gives the median over ``--rounds``
 rounds and, for the ratios, the median of the per-round ratios (paired in the same round).
 
 Usage:
@@ -141,9 +141,9 @@ def candidates(model: Model, n: int) -> dict[str, Callable[[], None]]:
 def measure(table: dict[str, Callable[[], None]], rounds: int, warmup: int) -> dict[str, list[float]]:
     names = list(table)
     times: dict[str, list[float]] = {name: [] for name in names}
+    shuffle = torch.Generator().manual_seed(0)
     for r in range(warmup + rounds):
-        k = r % len(names)
-        for name in names[k:] + names[:k]:
+        for name in [names[i] for i in torch.randperm(len(names), generator=shuffle)]:  # no fixed neighbours
             t0 = time.perf_counter()
             table[name]()
             elapsed = time.perf_counter() - t0

@@ -49,7 +49,11 @@ class NoiseSource(ABC):
 
     @property
     def prefetches(self) -> bool:
-        """Whether :meth:`prefetch` does anything (so a stepper can skip preparing its hints)."""
+        """Whether :meth:`prefetch` can do anything in this run (so a stepper can skip preparing hints)."""
+        return False
+
+    def will_prefetch(self, n: int) -> bool:
+        """Whether :meth:`prefetch` ``(n)`` would start a draw now."""
         return False
 
     def prefetch(self, n: int, scale: float = 1.0) -> None:
@@ -101,6 +105,7 @@ class _SequentialNoise(NoiseSource):
         self._state_after: torch.Tensor | None = None  # the generator's state after the last draw
         self._verified = False  # the caller's last update drew nothing from the generator
         self._shared = False  # something else draws from the generator: never prefetch
+        self._before_prefetch: torch.Tensor | None = None  # the generator's state when a prefetch started
 
     @abstractmethod
     def _draw(self, out: torch.Tensor, scale: float) -> None:
@@ -137,21 +142,37 @@ class _SequentialNoise(NoiseSource):
 
     @property
     def prefetches(self) -> bool:
-        return self._buffer.device.type == "cpu" and self._buffer.numel() >= _background.OVERLAP_MIN
+        b = self._buffer
+        exact = b.dtype in (torch.float32, torch.float64)  # where a scale-1 draw times s is normal_(0, s)
+        return b.device.type == "cpu" and exact and b.numel() >= _background.OVERLAP_MIN
+
+    def will_prefetch(self, n: int) -> bool:
+        return (
+            n == self._n + 1
+            and self._pending is None
+            and self._verified
+            and not self._shared
+            and self.prefetches
+        )
 
     def prefetch(self, n: int, scale: float = 1.0) -> None:
-        if n != self._n + 1 or self._pending is not None or self._shared or not self._verified:
-            return
-        if not self.prefetches:
+        if not self.will_prefetch(n):
             return
         if self._spare is None:
             self._spare = torch.empty_like(self._buffer)  # (*noise_shape)
+        self._before_prefetch = self.generator.get_state()
         self._pending = (n, scale, _background.submit(self._draw, self._spare, scale))
 
     def settle(self) -> None:
+        """Abandon a prefetched draw that was not read: wait for it and put the generator back, so that it
+        is where the serial run would have left it."""
         if self._pending is not None:
-            self._pending[2].result()
-            self._verified = False  # the next draw is made here, and checks the generator first
+            try:
+                self._pending[2].result()
+            finally:
+                self._pending = None
+                self.generator.set_state(self._before_prefetch)
+                self._state_after = self._before_prefetch
 
 
 class GaussianNoise(_SequentialNoise):

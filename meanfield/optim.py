@@ -148,18 +148,31 @@ class _Bucket:
     rsqrt: torch.Tensor | None = None  # (n,) preconditioned-noise work buffer
     rsqrt_views: list[torch.Tensor] | None = None
 
-    def views(self, flat: torch.Tensor, index: Sequence[int]) -> list[torch.Tensor]:
-        """Views of ``flat`` (n,) shaped like the parameters ``index``."""
-        return [
-            flat[self.offsets[i] : self.offsets[i] + self.params[i].numel()].view_as(self.params[i])
-            for i in index
-        ]
+    def views(self, flat: torch.Tensor, index: Sequence[int], strided: bool = False) -> list[torch.Tensor]:
+        """Views of ``flat`` (n,) shaped like the parameters ``index``.
 
-    def gather(self, flat: torch.Tensor, index: Sequence[int]) -> torch.Tensor:
-        """The entries of ``flat`` (n,) that belong to the parameters ``index``, flat."""
-        if len(index) == len(self.params):
+        ``strided=False``: each segment in the parameter's logical (row-major) order, ``view_as``.
+        ``strided=True``: with the parameter's own strides (e.g. channels_last), so that a kernel walking
+        memory (``_fused_adam_``) and an elementwise op agree on which entry belongs to which coordinate:
+        for the optimizer state (moments, preconditioner) of non-contiguous parameters.
+        """
+        out = []
+        for i in index:
+            p = self.params[i]
+            segment = flat[self.offsets[i] : self.offsets[i] + p.numel()]  # (numel,)
+            out.append(
+                segment.as_strided(p.shape, p.stride())
+                if strided and not p.is_contiguous()
+                else segment.view_as(p)
+            )
+        return out
+
+    def gather(self, flat: torch.Tensor, index: Sequence[int], strided: bool = False) -> torch.Tensor:
+        """The entries of ``flat`` (n,) that belong to the parameters ``index``, flat, in logical order
+        (``strided`` as in :meth:`views`: how ``flat`` is laid out)."""
+        if len(index) == len(self.params) and (not strided or all(p.is_contiguous() for p in self.params)):
             return flat
-        return torch.cat([v.reshape(-1) for v in self.views(flat, index)])  # (n_index,)
+        return torch.cat([v.reshape(-1) for v in self.views(flat, index, strided)])  # (n_index,)
 
 
 @dataclass
@@ -191,9 +204,11 @@ class _Record:
             noise_sq = 0.0 if xi is None else 2 * self.beta * self.lr * float(torch.dot(xi, xi))
             return n, self.lr * n, self.lr, self.lr, noise_sq, float(self.drift_sq)
         e = self.eps * math.sqrt(self.bias2) / self.scale
-        t_all = b.gather(b.rsqrt, index) if self.rsqrt_ready else None  # (n,) 1/sqrt(sqrt(v) + e)
-        v_all = b.gather(b.exp_avg_sq, index)  # (n,)
-        m_all = b.gather(b.exp_avg, index)  # (n,)
+        t_all = (
+            b.gather(b.rsqrt, index, strided=True) if self.rsqrt_ready else None
+        )  # (n,) 1/sqrt(sqrt(v) + e)
+        v_all = b.gather(b.exp_avg_sq, index, strided=True)  # (n,)
+        m_all = b.gather(b.exp_avg, index, strided=True)  # (n,)
         sum_t2, t_min, t_max, sum_mt2, sum_xt, sum_x = 0.0, math.inf, -math.inf, 0.0, 0.0, 0.0
         scratch = torch.empty(min(n, _STATS_CHUNK), dtype=v_all.dtype, device=v_all.device)  # (chunk,)
         work = torch.empty_like(scratch)  # (chunk,)
@@ -373,7 +388,7 @@ class Langevin(torch.optim.Optimizer):
         self._layout: list[list[_Bucket]] | None = None
         self._layout_key: tuple | None = None
         self._noise_buffers: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
-        self._records: list[_Record] = []
+        self._records: list[_Record] | None = []  # None: the last step failed half way
         self._stats: LangevinStats | None = None
         self._n_steps = 0
         self._generators: dict[torch.device, torch.Generator] = {}
@@ -522,6 +537,7 @@ class Langevin(torch.optim.Optimizer):
         for (device, dtype), params in by_kind.items():
             offsets, n = [], 0
             for p in params:
+                _check_dense(p, group, self.param_groups)
                 offsets.append(n)
                 n += p.numel()
             b = _Bucket(params, offsets, n)
@@ -529,7 +545,7 @@ class Langevin(torch.optim.Optimizer):
                 b.step_t = torch.zeros((), dtype=torch.float32, device=device)
                 for key in ("exp_avg", "exp_avg_sq"):
                     flat = torch.zeros(n, device=device, dtype=dtype)  # (n,)
-                    for p, view in zip(params, b.views(flat, range(len(params)))):
+                    for p, view in zip(params, b.views(flat, range(len(params)), strided=True)):
                         old = self.state[p].get(key)
                         if old is not None:
                             view.copy_(old.reshape(view.shape))
@@ -552,7 +568,11 @@ class Langevin(torch.optim.Optimizer):
 
         Raises:
             ValueError: a gradient has a NaN or Inf entry, or a β schedule returned a value that is not a
-                finite number ≥ 0 (nothing is changed then).
+                finite number ≥ 0 (nothing is changed then, :attr:`last_stats` included).
+
+        An error while the parameters are being updated (e.g. a ``KeyboardInterrupt``) leaves the groups
+        before it updated and the rest not; the noise generator is put back and :attr:`last_stats` is
+        ``None``: reload a checkpoint (:meth:`state_dict`) rather than step again.
         """
         loss = None
         if closure is not None:
@@ -609,6 +629,7 @@ class Langevin(torch.optim.Optimizer):
             draw.wait()
         except BaseException:
             draw.undo()  # no draw left running on the generator, which is back where it was
+            self._records = None  # the step is half done: no stats describe it (last_stats is None)
             raise
         # 5. noise, 6. projection
         for record, xi in zip(records, draw.views, strict=True):
@@ -688,12 +709,16 @@ class Langevin(torch.optim.Optimizer):
         beta1, beta2 = group["betas"]
         k = group["step"] + 1
         b.step_t.fill_(k)
+        # the fused kernel walks memory: a gradient laid out unlike its parameter is copied into its layout
+        grads = [
+            g if g.stride() == p.stride() else torch.empty_like(p).copy_(g) for p, g in zip(params, grads)
+        ]
         # Adam of M·g = Adam of g with ε/M and λ/M (the moments stay those of the raw gradient g)
         torch._fused_adam_(
             params,
             grads,
-            b.views(b.exp_avg, index),
-            b.views(b.exp_avg_sq, index),
+            b.views(b.exp_avg, index, strided=True),
+            b.views(b.exp_avg_sq, index, strided=True),
             [],
             [b.step_t] * len(params),
             lr=lr,
@@ -751,7 +776,7 @@ class Langevin(torch.optim.Optimizer):
         b = record.bucket
         if b.rsqrt is None:
             b.rsqrt = torch.empty_like(b.exp_avg)  # (n,)
-            b.rsqrt_views = b.views(b.rsqrt, range(len(b.params)))
+            b.rsqrt_views = b.views(b.rsqrt, range(len(b.params)), strided=True)
         t = torch.sqrt(b.exp_avg_sq, out=b.rsqrt)  # (n,)
         t.add_(record.eps * math.sqrt(record.bias2) / record.scale).rsqrt_()  # (n,)
         record.rsqrt_ready = True
@@ -775,10 +800,13 @@ class Langevin(torch.optim.Optimizer):
 
     @property
     def last_stats(self) -> LangevinStats | None:
-        """:class:`LangevinStats` of the last step over the noisy groups (``None`` before the first step).
+        """:class:`LangevinStats` of the last step over the noisy groups (``None`` before the first step, and
+        after a step that raised while it was updating the parameters).
 
         Computed when first read after a step (a few passes over the noisy parameters), then cached.
         """
+        if self._records is None:  # the last step raised during its update
+            return None
         if self._stats is None and self._n_steps > 0:
             n, eta_sum, eta_min, eta_max, noise_sq, drift_sq = 0, 0.0, math.inf, -math.inf, 0.0, 0.0
             for record in self._records:
@@ -838,6 +866,20 @@ class Langevin(torch.optim.Optimizer):
         self._layout = None
         self._records = []
         self._stats = None
+
+
+def _check_dense(p: torch.Tensor, group: dict[str, Any], groups: list[dict[str, Any]]) -> None:
+    """The optimizer keeps per-parameter state in flat buffers laid out like each parameter: that needs a
+    parameter whose memory is dense (contiguous, or a permutation of it such as channels_last)."""
+    span = 1 + sum((size - 1) * stride for size, stride in zip(p.shape, p.stride()) if size > 0)
+    if p.numel() > 0 and (span != p.numel() or min(p.stride(), default=1) < 0):
+        gi = next(k for k, g in enumerate(groups) if g is group)
+        k = next(i for i, q in enumerate(group["params"]) if q is p)
+        raise ValueError(
+            f"parameter {k} of param group {gi} (shape {tuple(p.shape)}, strides {p.stride()}) does not fill "
+            "its memory densely; Langevin needs parameters that are contiguous or a permutation of it "
+            "(e.g. channels_last): use p.data = p.data.contiguous()"
+        )
 
 
 def _not_gibbs(group: dict[str, Any]) -> bool:

@@ -673,3 +673,33 @@ def test_step_equals_an_independent_implementation(monkeypatch, overlap_min, dri
     for p, q in zip(ps, qs):
         tol = 1e-12 if p.dtype == torch.float64 else 1e-6
         assert float((p.detach() - q.detach()).abs().max()) <= tol
+
+
+def test_channels_last_parameters_get_their_own_preconditioner():
+    """A channels_last parameter (memory order ≠ logical order) takes exactly the step of the same
+    parameter stored contiguously: the Adam moments and η_eff of each coordinate stay with it, and the
+    noise ξ of logical coordinate i is the same. A gradient laid out unlike its parameter is handled too."""
+    runs = []
+    for layout in ("contiguous", "channels_last", "grad contiguous"):
+        g = torch.Generator().manual_seed(3)
+        p = nn.Parameter(torch.randn(2, 3, 4, 5, generator=g, dtype=F64))
+        if layout != "contiguous":
+            p = nn.Parameter(p.detach().to(memory_format=torch.channels_last))
+        opt = Langevin([p], lr=0.05, beta=0.3, drift="adam", seed=4)
+        for k in range(3):
+            grad = torch.sin(3 * p.detach()).contiguous() + 0.1 * k  # (2, 3, 4, 5), row-major
+            p.grad = grad.to(memory_format=torch.channels_last) if layout == "channels_last" else grad
+            opt.step()
+        runs.append((p.detach().contiguous(), opt.last_stats))
+    for p, stats in runs[1:]:
+        assert torch.equal(p, runs[0][0])
+        assert math.isclose(stats.noise_rms, runs[0][1].noise_rms, rel_tol=1e-12)
+        assert math.isclose(stats.eta_eff_max, runs[0][1].eta_eff_max, rel_tol=1e-12)
+
+
+def test_a_parameter_with_holes_in_its_memory_is_refused():
+    base = torch.zeros(4, 6, dtype=F64)
+    p = nn.Parameter(base[:, ::2])  # (4, 3), strides (6, 2): every other number
+    p.grad = torch.ones_like(p)
+    with pytest.raises(ValueError, match=r"parameter 0 of param group 0 .* does not fill its memory densely"):
+        Langevin([p], lr=0.1, beta=0.1, seed=0).step()

@@ -277,3 +277,24 @@ def test_state_dependent_scalar_sigma_is_read_exactly(monkeypatch):
     system = SDE(lambda t, x: -x, lambda t, x: float(x.abs().mean() > 0.75) * 0.5, noise="diagonal")
     (with_, gen_with), (without, gen_without) = _prefetched_and_not(monkeypatch, system)
     assert torch.equal(with_, without) and torch.equal(gen_with, gen_without)
+
+
+def test_an_error_inside_the_run_leaves_the_generator_where_the_serial_run_does(monkeypatch):
+    """The drift raises half way through a segment, while the next draw is being prefetched: simulate waits
+    for that draw and puts the generator back, so it is where the serial run leaves it."""
+    from meanfield import _background
+
+    def drift(t, x):
+        if t > 0.155:
+            raise RuntimeError("drift failed")
+        return -x
+
+    system = SDE(drift, lambda t, x: 0.3, noise="additive")
+    states = []
+    for overlap_min in (0, 10**12):
+        monkeypatch.setattr(_background, "OVERLAP_MIN", overlap_min)
+        gen = torch.Generator().manual_seed(2)
+        with pytest.raises(RuntimeError, match="drift failed"):
+            simulate(system, x0(), t1=0.3, dt=0.01, generator=gen)
+        states.append(gen.get_state())
+    assert torch.equal(states[0], states[1])

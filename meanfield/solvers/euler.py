@@ -59,7 +59,7 @@ class _EulerStepper(Stepper):
                 noise = sigma * source.increment(step, sqrt_dt)
             else:  # a number: the scaling is folded into the draw
                 noise = source.increment(step, sigma * sqrt_dt)  # (B, M, d)
-            if step < last:  # the next draw runs in the background during this update
+            if step < last and source.will_prefetch(step + 1):  # drawn in the background during this update
                 source.prefetch(step + 1, self._next_scale(t0 + (step + 1) * dt, x, sigma))
             x = update(t, x, dt, noise)
             if projection is not None:
