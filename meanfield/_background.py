@@ -17,11 +17,24 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 OVERLAP_MIN = 1 << 18
 """Draws of at least this many numbers go to the background thread (below it, the hand-off and the
 contention for the cores cost about what the overlap saves)."""
 
+MIN_THREADS = 2
+"""...and only when torch may use at least this many threads: with ``torch.set_num_threads(1)`` (e.g. one
+process per core in a sweep) there is no idle core for the draw, and an extra thread would only compete."""
+
 _tasks: queue.SimpleQueue | None = None
+
+
+def pays(n: int) -> bool:
+    """Whether a CPU draw of ``n`` numbers should go to the background thread."""
+    return n >= OVERLAP_MIN and torch.get_num_threads() >= MIN_THREADS
+
+
 _pid: int | None = None
 
 

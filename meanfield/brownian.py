@@ -80,7 +80,7 @@ class _SequentialNoise(NoiseSource):
 
     :meth:`prefetch` (``n`` the step after the current one) draws step ``n`` into a second buffer in the
     background thread of :mod:`meanfield._background` when the buffer is on the CPU and holds at least
-    ``OVERLAP_MIN`` numbers, so that the caller's update of step ``n − 1`` runs while step ``n`` is drawn.
+    ``OVERLAP_MIN`` numbers (and torch may use two threads or more), so that the caller's update of step ``n − 1`` runs while step ``n`` is drawn.
     The generator is read in the same order, so the increments are the same, bit for bit:
 
     - a prefetch made with the scale that ``increment(n, scale)`` then asks for is used as drawn; one made
@@ -144,7 +144,7 @@ class _SequentialNoise(NoiseSource):
     def prefetches(self) -> bool:
         b = self._buffer
         exact = b.dtype in (torch.float32, torch.float64)  # where a scale-1 draw times s is normal_(0, s)
-        return b.device.type == "cpu" and exact and b.numel() >= _background.OVERLAP_MIN
+        return b.device.type == "cpu" and exact and _background.pays(b.numel())
 
     def will_prefetch(self, n: int) -> bool:
         return (

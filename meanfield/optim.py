@@ -244,7 +244,7 @@ class _NoiseDraw:
     """The standard normal draws of one step, one flat buffer per (device, dtype).
 
     torch's CPU ``normal_`` runs on one thread. When the CPU draws hold ``≥ _background.OVERLAP_MIN``
-    numbers they run in a background thread (:mod:`meanfield._background`) while the caller applies the
+    numbers (and torch may use two threads or more) they run in a background thread (:mod:`meanfield._background`) while the caller applies the
     drift on the other cores; :meth:`wait` joins it. The numbers drawn are the same either way (same
     generators, same order).
 
@@ -259,7 +259,7 @@ class _NoiseDraw:
         cpu = [(flat, g) for flat, g in jobs if flat.device.type == "cpu"]
         _fill_normal([(flat, g) for flat, g in jobs if flat.device.type != "cpu"])  # asynchronous anyway
         self._pending: _background.Pending | None = None
-        if sum(flat.numel() for flat, _ in cpu) >= _background.OVERLAP_MIN:
+        if _background.pays(sum(flat.numel() for flat, _ in cpu)):
             self._pending = _background.submit(_fill_normal, cpu)
         else:
             _fill_normal(cpu)

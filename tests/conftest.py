@@ -15,6 +15,15 @@ def gen():
 
 
 @pytest.fixture(autouse=True)
+def _background_draws_whatever_the_threads(monkeypatch):
+    """Tests that switch the background draws on (``OVERLAP_MIN = 0``) get them on any machine, also one
+    where torch runs a single thread."""
+    from meanfield import _background
+
+    monkeypatch.setattr(_background, "MIN_THREADS", 1)
+
+
+@pytest.fixture(autouse=True)
 def _seed_global_rng():
     """Tests pass explicit generators; this pins the global RNG too, so no test depends on the run order."""
     torch.manual_seed(0)

@@ -298,3 +298,15 @@ def test_an_error_inside_the_run_leaves_the_generator_where_the_serial_run_does(
             simulate(system, x0(), t1=0.3, dt=0.01, generator=gen)
         states.append(gen.get_state())
     assert torch.equal(states[0], states[1])
+
+
+def test_no_background_draws_when_torch_runs_one_thread(monkeypatch):
+    """With torch on one thread there is no idle core for the draw (the global setting is not touched
+    here: changing torch's thread count slows later tests)."""
+    from meanfield import _background
+
+    monkeypatch.setattr(_background, "MIN_THREADS", 2)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert not _background.pays(10**9)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert _background.pays(_background.OVERLAP_MIN) and not _background.pays(_background.OVERLAP_MIN - 1)
