@@ -59,9 +59,10 @@ class Pending:
 
 def _work(tasks: queue.SimpleQueue) -> None:
     while True:
-        fn, args, pending = tasks.get()
+        fn, args, pending, inference, grad = tasks.get()
         try:
-            outcome = (True, fn(*args))
+            with torch.inference_mode(inference), torch.set_grad_enabled(grad):  # the caller's modes
+                outcome = (True, fn(*args))
         except BaseException as error:  # handed to the caller, which re-raises it
             outcome = (False, error)
         pending._done.put(outcome)
@@ -69,11 +70,12 @@ def _work(tasks: queue.SimpleQueue) -> None:
 
 def submit(fn: Callable[..., Any], *args: Any) -> Pending:
     """Run ``fn(*args)`` in the background thread (one worker, shared; started on first use and again in a
-    forked child process, which inherits no threads)."""
+    forked child process, which inherits no threads), under the caller's inference and grad modes (they
+    are thread-local: a buffer made under ``torch.inference_mode()`` may only be written under it)."""
     global _tasks, _pid
     if _tasks is None or _pid != os.getpid():
         _tasks, _pid = queue.SimpleQueue(), os.getpid()
         threading.Thread(target=_work, args=(_tasks,), name="meanfield-draw", daemon=True).start()
     pending = Pending()
-    _tasks.put((fn, args, pending))
+    _tasks.put((fn, args, pending, torch.is_inference_mode_enabled(), torch.is_grad_enabled()))
     return pending

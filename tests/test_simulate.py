@@ -310,3 +310,23 @@ def test_no_background_draws_when_torch_runs_one_thread(monkeypatch):
     assert not _background.pays(10**9)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     assert _background.pays(_background.OVERLAP_MIN) and not _background.pays(_background.OVERLAP_MIN - 1)
+
+
+def test_background_draws_work_under_inference_mode(monkeypatch):
+    """Buffers made under torch.inference_mode() may only be written under it; the background thread runs
+    its draws in the caller's mode, so simulate and Langevin.step work there, with the same numbers."""
+    from meanfield import _background
+    from meanfield.optim import Langevin
+
+    results = []
+    for overlap_min in (0, 10**12):
+        monkeypatch.setattr(_background, "OVERLAP_MIN", overlap_min)
+        p = torch.nn.Parameter(torch.zeros(500, dtype=torch.float64))
+        opt = Langevin([p], lr=0.1, beta=0.2, drift="adam", seed=3)
+        with torch.inference_mode():
+            traj = simulate(SYSTEM, x0(), t1=0.1, dt=0.01, generator=3)
+            for _ in range(3):
+                p.grad = torch.ones_like(p)
+                opt.step()
+        results.append((traj.final, p.detach().clone()))
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
