@@ -668,7 +668,6 @@ class Langevin(torch.optim.Optimizer):
     ) -> None:
         """Raise on the first gradient with a NaN/Inf entry; a finite gradient whose norm overflowed gets its
         norm recomputed in float64 (in place in ``norms``)."""
-        gi = next(k for k, g in enumerate(self.param_groups) if g is group)
         for j in (~torch.isfinite(norms)).nonzero()[:, 0].tolist():
             grad = grads[j]
             bad = int((~torch.isfinite(grad)).sum())
@@ -676,7 +675,7 @@ class Langevin(torch.optim.Optimizer):
                 norms[j] = torch.linalg.vector_norm(grad.double())
                 continue
             p = b.params[index[j]]
-            k = next(i for i, q in enumerate(group["params"]) if q is p)
+            gi, k = _position(self.param_groups, group, p)
             raise ValueError(
                 f"the gradient of parameter {k} (shape {tuple(p.shape)}) of param group {gi} has {bad} "
                 "non-finite entries (NaN or Inf); Langevin needs finite gradients (check the loss, lower lr, "
@@ -868,13 +867,18 @@ class Langevin(torch.optim.Optimizer):
         self._stats = None
 
 
+def _position(groups: list[dict[str, Any]], group: dict[str, Any], p: torch.Tensor) -> tuple[int, int]:
+    """``(group index, parameter index in the group)`` of ``p``, for error messages."""
+    gi = next(i for i, g in enumerate(groups) if g is group)
+    return gi, next(k for k, q in enumerate(group["params"]) if q is p)
+
+
 def _check_dense(p: torch.Tensor, group: dict[str, Any], groups: list[dict[str, Any]]) -> None:
     """The optimizer keeps per-parameter state in flat buffers laid out like each parameter: that needs a
     parameter whose memory is dense (contiguous, or a permutation of it such as channels_last)."""
     span = 1 + sum((size - 1) * stride for size, stride in zip(p.shape, p.stride()) if size > 0)
     if p.numel() > 0 and (span != p.numel() or min(p.stride(), default=1) < 0):
-        gi = next(k for k, g in enumerate(groups) if g is group)
-        k = next(i for i, q in enumerate(group["params"]) if q is p)
+        gi, k = _position(groups, group, p)
         raise ValueError(
             f"parameter {k} of param group {gi} (shape {tuple(p.shape)}, strides {p.stride()}) does not fill "
             "its memory densely; Langevin needs parameters that are contiguous or a permutation of it "
