@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -28,14 +28,12 @@ MIN_THREADS = 2
 process per core in a sweep) there is no idle core for the draw, and an extra thread would only compete."""
 
 _tasks: queue.SimpleQueue | None = None
+_pid: int | None = None
 
 
 def pays(n: int) -> bool:
     """Whether a CPU draw of ``n`` numbers should go to the background thread."""
     return n >= OVERLAP_MIN and torch.get_num_threads() >= MIN_THREADS
-
-
-_pid: int | None = None
 
 
 class Pending:
@@ -79,3 +77,16 @@ def submit(fn: Callable[..., Any], *args: Any) -> Pending:
     pending = Pending()
     _tasks.put((fn, args, pending, torch.is_inference_mode_enabled(), torch.is_grad_enabled()))
     return pending
+
+
+def abandon(pending: Pending | None, states: Iterable[tuple[torch.Generator, torch.Tensor]]) -> None:
+    """Give up a draw: wait for ``pending`` (its own error is dropped: the caller is already failing with
+    another), then put each generator back in the state saved before the draw."""
+    try:
+        if pending is not None:
+            pending.result()
+    except Exception:
+        pass
+    finally:
+        for generator, state in states:
+            generator.set_state(state)

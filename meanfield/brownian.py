@@ -80,8 +80,9 @@ class _SequentialNoise(NoiseSource):
 
     :meth:`prefetch` (``n`` the step after the current one) draws step ``n`` into a second buffer in the
     background thread of :mod:`meanfield._background` when the buffer is on the CPU and holds at least
-    ``OVERLAP_MIN`` numbers (and torch may use two threads or more), so that the caller's update of step ``n − 1`` runs while step ``n`` is drawn.
-    The generator is read in the same order, so the increments are the same, bit for bit:
+    ``OVERLAP_MIN`` numbers (and torch may use two threads or more), so that the caller's update of step
+    ``n − 1`` runs while step ``n`` is drawn. The generator is read in the same order, so the increments
+    are the same, bit for bit:
 
     - a prefetch made with the scale that ``increment(n, scale)`` then asks for is used as drawn; one made
       with scale 1 (when the caller cannot know the scale) is multiplied by it, which for buffers of 16 or
@@ -167,12 +168,9 @@ class _SequentialNoise(NoiseSource):
         """Abandon a prefetched draw that was not read: wait for it and put the generator back, so that it
         is where the serial run would have left it."""
         if self._pending is not None:
-            try:
-                self._pending[2].result()
-            finally:
-                self._pending = None
-                self.generator.set_state(self._before_prefetch)
-                self._state_after = self._before_prefetch
+            draw, self._pending = self._pending[2], None
+            _background.abandon(draw, [(self.generator, self._before_prefetch)])
+            self._state_after = self._before_prefetch
 
 
 class GaussianNoise(_SequentialNoise):

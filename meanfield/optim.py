@@ -204,9 +204,9 @@ class _Record:
             noise_sq = 0.0 if xi is None else 2 * self.beta * self.lr * float(torch.dot(xi, xi))
             return n, self.lr * n, self.lr, self.lr, noise_sq, float(self.drift_sq)
         e = self.eps * math.sqrt(self.bias2) / self.scale
-        t_all = (
-            b.gather(b.rsqrt, index, strided=True) if self.rsqrt_ready else None
-        )  # (n,) 1/sqrt(sqrt(v) + e)
+        t_all = None  # (n,) 1/sqrt(sqrt(v) + e), when the step computed it
+        if self.rsqrt_ready:
+            t_all = b.gather(b.rsqrt, index, strided=True)
         v_all = b.gather(b.exp_avg_sq, index, strided=True)  # (n,)
         m_all = b.gather(b.exp_avg, index, strided=True)  # (n,)
         sum_t2, t_min, t_max, sum_mt2, sum_xt, sum_x = 0.0, math.inf, -math.inf, 0.0, 0.0, 0.0
@@ -244,8 +244,9 @@ class _NoiseDraw:
     """The standard normal draws of one step, one flat buffer per (device, dtype).
 
     torch's CPU ``normal_`` runs on one thread. When the CPU draws hold ``≥ _background.OVERLAP_MIN``
-    numbers (and torch may use two threads or more) they run in a background thread (:mod:`meanfield._background`) while the caller applies the
-    drift on the other cores; :meth:`wait` joins it. The numbers drawn are the same either way (same
+    numbers (and torch may use two threads or more) they run in a background thread
+    (:mod:`meanfield._background`) while the caller applies the drift on the other cores; :meth:`wait`
+    joins it. The numbers drawn are the same either way (same
     generators, same order).
 
     Args:
@@ -272,15 +273,8 @@ class _NoiseDraw:
 
     def undo(self) -> None:
         """Wait for the draw (whatever it raised), then put the generators back as they were before it."""
-        try:
-            if self._pending is not None:
-                self._pending.result()
-        except Exception:
-            pass  # the step is being abandoned for another error; this one says nothing more
-        finally:
-            self._pending = None
-            for g, state in self._saved.values():
-                g.set_state(state)
+        pending, self._pending = self._pending, None
+        _background.abandon(pending, self._saved.values())
 
 
 # ----------------------------------------------------------------------------------------------------------
