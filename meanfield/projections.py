@@ -3,17 +3,22 @@
 One projection serves both steppers: :func:`meanfield.simulate` applies it to the state ``(B, M, d)``
 after every step, :class:`meanfield.optim.Langevin` to every parameter of a group after every step.
 ``project_(x)`` projects one tensor in place and returns it; ``project_all_(tensors)`` does a list.
+
+**Projections are data.** ``to_dict()`` gives plain data with a ``"kind"`` (``{"kind": "clip", "A": 2.0}``,
+``{"kind": "sphere", "radius": 1.0, "dim": [-1]}``) and :func:`projection_from_dict` rebuilds the
+projection (:data:`PROJECTIONS`: the kinds it knows), for TOML configs and ``weights_only`` checkpoints.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
 from ._checks import check_positive
 
-__all__ = ["Projection", "Clip", "Sphere"]
+__all__ = ["Projection", "Clip", "Sphere", "PROJECTIONS", "projection_from_dict"]
 
 
 class Projection:
@@ -34,6 +39,12 @@ class Projection:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.project_(x)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The projection as plain data. A subclass without its own ``to_dict`` is described (not rebuilt):
+        ``{"kind": "custom", "class": <qualified name>, "repr": repr(self)}``."""
+        cls = type(self)
+        return {"kind": "custom", "class": f"{cls.__module__}.{cls.__qualname__}", "repr": repr(self)}
+
 
 class Clip(Projection):
     """``Π(θ) = clip(θ, −A, A)`` coordinate-wise: the Euclidean projection onto the box ``[−A, A]^d``.
@@ -50,6 +61,10 @@ class Clip(Projection):
 
     def __repr__(self) -> str:
         return f"Clip(A={self.A})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"kind": "clip", "A": A}`` (see :func:`projection_from_dict`)."""
+        return {"kind": "clip", "A": self.A}
 
 
 class Sphere(Projection):
@@ -94,3 +109,56 @@ class Sphere(Projection):
 
     def __repr__(self) -> str:
         return f"Sphere(radius={self.radius}, dim={self.dim if len(self.dim) > 1 else self.dim[0]})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"kind": "sphere", "radius": r, "dim": [axes]}`` (see :func:`projection_from_dict`)."""
+        return {"kind": "sphere", "radius": self.radius, "dim": list(self.dim)}
+
+
+PROJECTIONS: dict[str, type] = {"clip": Clip, "sphere": Sphere}
+"""The projection classes that :func:`projection_from_dict` rebuilds, by the ``"kind"`` of their ``to_dict()``.
+
+Two other kinds exist only as descriptions: ``"layer"`` (:class:`meanfield.optim.LayerProjection`, which holds
+a module: its owner rebuilds it, e.g. :meth:`meanfield.optim.Langevin.param_groups_for`) and ``"custom"``.
+"""
+
+_PROJECTION_FIELDS = {"clip": ("A",), "sphere": ("radius", "dim")}
+
+
+def projection_from_dict(data: Mapping[str, Any]) -> Projection:
+    """Rebuild a projection from its ``to_dict()``: ``{"kind": "clip", "A": …}`` or
+    ``{"kind": "sphere", "radius": …, "dim": [...]}`` (``dim`` an int or a list of ints).
+
+    Raises:
+        TypeError: ``data`` is not a mapping.
+        ValueError: an unknown kind (the message lists :data:`PROJECTIONS`; ``"layer"`` and ``"custom"``
+            say who rebuilds them), a missing or extra field, or a field value the projection refuses.
+    """
+    if not isinstance(data, Mapping):
+        raise TypeError(f"a projection's data must be a dict with a 'kind', got {type(data).__name__}")
+    kind = data.get("kind")
+    if kind in ("layer", "custom"):
+        raise ValueError(
+            f"a projection of kind {kind!r} ({dict(data)!r}) cannot be rebuilt from data: it belongs to "
+            "an object (a layer's project_(), a user class); its owner rebuilds it "
+            "(e.g. Langevin.param_groups_for(model))"
+        )
+    if kind not in PROJECTIONS:
+        raise ValueError(
+            f"projection data needs 'kind' in {sorted(PROJECTIONS)}, got {kind!r} (in {dict(data)!r})"
+        )
+    fields = _PROJECTION_FIELDS[kind]
+    given = set(data) - {"kind"}
+    missing, extra = [f for f in fields if f not in given], sorted(given - set(fields))
+    if missing or extra:
+        raise ValueError(
+            f"projection data of kind {kind!r} needs exactly the fields {list(fields)}; "
+            f"missing {missing}, unexpected {extra} (in {dict(data)!r})"
+        )
+    kwargs = {f: data[f] for f in fields}
+    if kind == "sphere" and isinstance(kwargs["dim"], list):
+        kwargs["dim"] = tuple(kwargs["dim"])
+    try:
+        return PROJECTIONS[kind](**kwargs)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"projection data {dict(data)!r}: {error}") from None

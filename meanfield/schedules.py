@@ -5,6 +5,11 @@ A schedule is a plain callable of one number, the *clock* ``s``: the step count 
 Every schedule runs from ``start`` at ``s = 0`` to ``end`` at ``s = T`` and stays at ``end`` afterwards
 (``s`` is clamped to ``[0, T]``). Any callable ``s -> float`` can be used where a schedule is asked for.
 
+**Schedules are data.** Every schedule class here has ``to_dict()`` (plain numbers, lists and a ``"kind"``
+naming it in :data:`SCHEDULES`) and :func:`schedule_from_dict` rebuilds it, so a β schedule can live in a
+TOML config and in a checkpoint read by ``torch.load(weights_only=True)``. :func:`schedule_to_data` turns
+a number or a schedule into such data and refuses an arbitrary callable (a lambda has no data form).
+
 Example:
     >>> from meanfield.schedules import Cosine
     >>> beta = Cosine(start=1.0, end=0.01, T=1000)
@@ -15,13 +20,26 @@ Example:
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ._checks import check_finite, check_positive
 
-__all__ = ["Schedule", "Constant", "Cosine", "Linear", "Exponential", "Step", "as_schedule"]
+__all__ = [
+    "Schedule",
+    "Constant",
+    "Cosine",
+    "Linear",
+    "Exponential",
+    "Step",
+    "SCHEDULES",
+    "as_schedule",
+    "schedule_from_dict",
+    "schedule_to_data",
+]
 
 Schedule = Callable[[float], float]
 
@@ -42,6 +60,10 @@ class Constant:
     def __call__(self, s: float) -> float:
         return self.value
 
+    def to_dict(self) -> dict[str, Any]:
+        """``{"kind": "constant", "value": value}`` (see :func:`schedule_from_dict`)."""
+        return {"kind": "constant", "value": self.value}
+
 
 @dataclass(frozen=True)
 class _Anneal:
@@ -59,6 +81,10 @@ class _Anneal:
     def _progress(self, s: float) -> float:
         """``u = clamp(s, 0, T)/T`` in ``[0, 1]``."""
         return min(max(float(s), 0.0), self.T) / self.T
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"kind": <name>, "start": …, "end": …, "T": …}`` (see :func:`schedule_from_dict`)."""
+        return {"kind": _kind_of(type(self)), "start": self.start, "end": self.end, "T": self.T}
 
 
 class Cosine(_Anneal):
@@ -122,15 +148,103 @@ class Step:
     def __call__(self, s: float) -> float:
         return self.values[bisect.bisect_right(self.boundaries, float(s))]
 
+    def to_dict(self) -> dict[str, Any]:
+        """``{"kind": "step", "values": [...], "boundaries": [...]}`` (see :func:`schedule_from_dict`)."""
+        return {"kind": "step", "values": list(self.values), "boundaries": list(self.boundaries)}
 
-def as_schedule(value: float | Schedule, name: str) -> Schedule:
-    """Return ``value`` as a schedule: a number becomes :class:`Constant`, a callable is kept.
+
+SCHEDULES: dict[str, type] = {
+    "constant": Constant,
+    "cosine": Cosine,
+    "linear": Linear,
+    "exponential": Exponential,
+    "step": Step,
+}
+"""The schedule classes by the ``"kind"`` of their ``to_dict()``."""
+
+
+def _kind_of(cls: type) -> str:
+    return next(kind for kind, c in SCHEDULES.items() if c is cls)
+
+
+def _fields(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def schedule_from_dict(data: Mapping[str, Any]) -> Schedule:
+    """Rebuild a schedule from its ``to_dict()``: ``{"kind": <a key of SCHEDULES>, <its fields>}``.
+
+    Example: ``schedule_from_dict({"kind": "cosine", "start": 1.0, "end": 0.001, "T": 1000.0})`` is
+    ``Cosine(1.0, 0.001, 1000.0)``.
 
     Raises:
-        TypeError: if ``value`` is neither a real number nor a callable.
+        TypeError: ``data`` is not a mapping.
+        ValueError: no ``"kind"``, an unknown kind (the message lists :data:`SCHEDULES`), a missing or
+            extra field (the message lists the kind's fields), or a field value the schedule refuses.
+    """
+    if not isinstance(data, Mapping):
+        raise TypeError(f"a schedule's data must be a dict with a 'kind', got {type(data).__name__}")
+    kind = data.get("kind")
+    if kind not in SCHEDULES:
+        raise ValueError(
+            f"schedule data needs 'kind' in {sorted(SCHEDULES)}, got {kind!r} (in {dict(data)!r})"
+        )
+    cls = SCHEDULES[kind]
+    fields = _fields(cls)
+    given = set(data) - {"kind"}
+    missing, extra = [f for f in fields if f not in given], sorted(given - set(fields))
+    if missing or extra:
+        raise ValueError(
+            f"schedule data of kind {kind!r} needs exactly the fields {list(fields)}; "
+            f"missing {missing}, unexpected {extra} (in {dict(data)!r})"
+        )
+    try:
+        return cls(**{f: data[f] for f in fields})
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"schedule data {dict(data)!r}: {error}") from None
+
+
+def schedule_to_data(value: float | Schedule, name: str = "schedule") -> float | dict[str, Any]:
+    """A number or a schedule as plain data: a number stays a ``float``, a schedule gives its ``to_dict()``.
+
+    Args:
+        value: a real number or a schedule of this module (anything with ``to_dict()``).
+        name: the argument's name for the error message (e.g. ``"param group 0: beta"``).
+
+    Raises:
+        TypeError: ``value`` is another callable (a lambda, a function): it has no data form, so it can be
+            neither written to a config nor read back by ``torch.load(weights_only=True)``.
+    """
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be a number or a schedule, got bool")
+    if isinstance(value, (int, float)):
+        return float(value)
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):
+        return to_dict()
+    raise TypeError(
+        f"{name} is {value!r}, which cannot be saved: only numbers and meanfield.schedules objects "
+        f"({', '.join(c.__name__ for c in SCHEDULES.values())}) can be saved as data, because a checkpoint "
+        "is read back with torch.load(weights_only=True) and a config is TOML, neither of which can hold "
+        "code. Use one of those schedules (or a Step schedule tabulating your function)."
+    )
+
+
+def as_schedule(value: float | Schedule | Mapping[str, Any], name: str) -> Schedule:
+    """Return ``value`` as a schedule: a number becomes :class:`Constant`, a callable is kept, a dict (a
+    schedule's ``to_dict()``) is rebuilt by :func:`schedule_from_dict`.
+
+    Raises:
+        TypeError: if ``value`` is neither a real number, a callable nor a dict.
+        ValueError: a dict that :func:`schedule_from_dict` refuses.
     """
     if callable(value):
         return value
+    if isinstance(value, Mapping):
+        try:
+            return schedule_from_dict(value)
+        except ValueError as error:
+            raise ValueError(f"{name}: {error}") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(
             f"{name} must be a number or a schedule (a callable of the step), got {type(value).__name__}"
