@@ -1,0 +1,54 @@
+"""Data for the experiments: real datasets from local files, synthetic teacher–student tasks, and seeded
+minibatch order that checkpoints can save.
+
+Every loader reads a folder (``root``, else :func:`default_root`), never the network, and returns a
+dataclass of tensors with a ``description`` of what was loaded. A missing dataset raises
+:class:`DataNotFoundError` (a ``FileNotFoundError``) saying where to get it; a corrupt file raises
+:class:`CorruptDataError` (a ``ValueError``) naming the file.
+
+* text: :func:`wikitext2` (word level), :func:`tiny_shakespeare` (character level) → :class:`TokenCorpus`
+* images: :func:`fashion_mnist`, :func:`cifar10` → :class:`ImageDataset`
+* synthetic: :func:`teacher_student` → :class:`TeacherStudent`
+* batching: :class:`Batches`, :class:`TokenBatches`, :func:`iter_blocks`
+* what is where: :func:`catalog`, :func:`format_catalog`
+"""
+
+from ._errors import SOURCES, CorruptDataError, DataNotFoundError
+from ._paths import default_root
+from .batches import Batches, TokenBatches, iter_blocks
+from .catalog import DatasetInfo, FileInfo, catalog, format_catalog, read_sha256sums, sha256
+from .cifar import CIFAR10_CLASSES, cache_dir, cifar10
+from .fashion import FASHION_CLASSES, fashion_mnist, read_idx
+from .images import ImageDataset, channel_stats
+from .teacher import ACTIVATIONS, TeacherStudent, teacher_student
+from .text import TokenCorpus, tiny_shakespeare, wikitext2
+
+__all__ = [
+    "ACTIVATIONS",
+    "Batches",
+    "CIFAR10_CLASSES",
+    "CorruptDataError",
+    "DataNotFoundError",
+    "DatasetInfo",
+    "FASHION_CLASSES",
+    "FileInfo",
+    "ImageDataset",
+    "SOURCES",
+    "TeacherStudent",
+    "TokenBatches",
+    "TokenCorpus",
+    "cache_dir",
+    "catalog",
+    "channel_stats",
+    "cifar10",
+    "default_root",
+    "fashion_mnist",
+    "format_catalog",
+    "iter_blocks",
+    "read_idx",
+    "read_sha256sums",
+    "sha256",
+    "teacher_student",
+    "tiny_shakespeare",
+    "wikitext2",
+]
