@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,13 +59,73 @@ from torch import nn
 
 from meanfield import _background
 from meanfield._checks import check_int, check_nonnegative, check_positive
-from meanfield.projections import Clip, Projection, Sphere
-from meanfield.schedules import Schedule, as_schedule
+from meanfield.projections import Clip, Projection, Sphere, projection_from_dict
+from meanfield.schedules import Schedule, as_schedule, schedule_from_dict, schedule_to_data
 
-__all__ = ["Langevin", "LangevinStats", "Projection", "Clip", "Sphere", "LayerProjection", "DRIFTS"]
+__all__ = [
+    "Langevin",
+    "LangevinStats",
+    "Projection",
+    "Clip",
+    "Sphere",
+    "LayerProjection",
+    "DRIFTS",
+    "TEMPERATURE_CONVENTIONS",
+    "momentum_variance_factor",
+]
 
 DRIFTS: tuple[str, ...] = ("sgd", "adam")
 """The drift rules a param group can use."""
+
+TEMPERATURE_CONVENTIONS: tuple[str, ...] = ("mean_field", "loss")
+"""What a group's ``β`` means: the temperature of the mean-field law (``"mean_field"``, the default) or of the
+raw loss ``L`` (``"loss"``, the seeds' convention ``θ ← θ − η∇L + sqrt(2βη)ξ``); see :class:`Langevin`."""
+
+NOISY_BETAS: tuple[float, float] = (0.0, 0.999)
+"""Adam's ``(β1, β2)`` for a group with noise when ``betas`` is not given: no momentum (see
+:func:`momentum_variance_factor`), i.e. the RMSprop-preconditioned drift of pSGLD."""
+PLAIN_BETAS: tuple[float, float] = (0.9, 0.999)
+"""Adam's ``(β1, β2)`` for a group without noise when ``betas`` is not given (torch's default)."""
+NOISY_EPS: float = 1.0
+"""Adam's ``ε`` for a group with noise when ``eps`` is not given: ``η_eff = lr/(sqrt(v̂) + ε) ≤ lr``."""
+PLAIN_EPS: float = 1e-8
+"""Adam's ``ε`` for a group without noise when ``eps`` is not given (torch's default)."""
+
+
+def momentum_variance_factor(u: float, beta1: float) -> float:
+    """Stationary ``Var θ / (β/a)`` of the Adam-momentum Langevin chain on ``F = a/2 θ²`` with a constant step.
+
+    The chain (fused Adam order, bias corrections at their limit 1, ``h = η_eff``, ``u = h·a``)
+
+        m' = β1 m + (1 − β1) a θ,    θ' = θ − h m' + sqrt(2βh) ξ
+
+    is linear in ``x = (θ, h·m)``: ``x' = A x + b ξ`` with ``A = [[1 − (1−β1)u, −β1], [(1−β1)u, β1]]`` and
+    ``b = (sqrt(2βh), 0)``. Its stationary covariance solves the discrete Lyapunov equation
+    ``Σ = A Σ Aᵀ + b bᵀ``, whose ``θθ`` entry is
+
+        Var θ = (β/a) · 2(1 − β1² + 2β1·u) / ((1 − β1)(2(1 + β1) − (1 − β1)u))
+              = (β/a) · (1 + (u/2)(1 + β1)/(1 − β1) + O(u²)),
+
+    stable for ``u < 2(1 + β1)/(1 − β1)``. At ``β1 = 0`` it is the Euler–Maruyama value ``1/(1 − u/2)``;
+    momentum multiplies the chain's O(u) bias by ``(1 + β1)/(1 − β1)`` (19 at ``β1 = 0.9``) and the factor
+    grows without bound as ``β1 → 1``.
+
+    Args:
+        u: ``η_eff·a ≥ 0``, the step times the curvature.
+        beta1: Adam's ``β1`` in ``[0, 1)``.
+
+    Returns:
+        The factor ``Var θ/(β/a)``; ``inf`` where the chain is not stable.
+    """
+    u = check_nonnegative("u (η_eff·a)", u)
+    beta1 = check_nonnegative("beta1", beta1)
+    if beta1 >= 1:
+        raise ValueError(f"beta1 must be in [0, 1), got {beta1}")
+    denominator = (1 - beta1) * (2 * (1 + beta1) - (1 - beta1) * u)
+    if denominator <= 0:
+        return math.inf
+    return 2 * (1 - beta1**2 + 2 * beta1 * u) / denominator
+
 
 _STATS_CHUNK = 1 << 18  # elements per chunk of the reductions behind Langevin.last_stats
 
@@ -96,6 +156,10 @@ class LayerProjection(Projection):
     def project_all_(self, tensors: Sequence[torch.Tensor]) -> None:
         self.layer.project_()  # once per step, whatever the number of tensors
 
+    def to_dict(self) -> dict[str, Any]:
+        """``{"kind": "layer", "layer": <class name>}``: a description; the layer's owner rebuilds it."""
+        return {"kind": "layer", "layer": type(self.layer).__name__}
+
     def __repr__(self) -> str:
         return f"LayerProjection({type(self.layer).__name__})"
 
@@ -107,13 +171,17 @@ class LayerProjection(Projection):
 
 @dataclass(frozen=True)
 class LangevinStats:
-    """What the last :meth:`Langevin.step` did to the parameters of the groups with noise.
+    """What the last :meth:`Langevin.step` did to the parameters of the groups with noise (or of one group).
 
-    Over the ``n`` coordinates that received noise (groups with ``noise=True`` and a gradient):
+    :attr:`Langevin.last_stats` covers the ``n`` coordinates that received noise (groups with ``noise=True``
+    and a gradient); :attr:`Langevin.last_group_stats` has one per param group (a group without noise: its
+    drift, with ``beta = 0`` and ``noise_rms = 0``). A dataclass of floats and ints
+    (``dataclasses.asdict`` gives a loggable dict).
 
     Attributes:
         step: the number of steps taken (the step described is the ``step``-th).
-        beta: the temperature ``β_t`` used (the largest one if the noisy groups differ).
+        beta: the temperature ``β_t`` the schedule gave, in the group's ``temperature_convention`` (the
+            largest one if the noisy groups differ).
         eta_eff_mean: mean of the per-coordinate step ``η_eff`` (``lr`` for an SGD drift,
             ``lr/(M·sqrt(v̂) + ε)`` for an Adam drift, ``M`` the group's particle count when scaled).
         eta_eff_min: its minimum.
@@ -144,7 +212,8 @@ class _Bucket:
     n: int
     exp_avg: torch.Tensor | None = None  # (n,)
     exp_avg_sq: torch.Tensor | None = None  # (n,)
-    step_t: torch.Tensor | None = None  # () float32 step count for the fused kernel
+    steps: list[torch.Tensor] | None = None  # per parameter: () float32 Adam step count (the fused kernel's)
+    counts: list[int] | None = None  # the same counts as Python ints
     rsqrt: torch.Tensor | None = None  # (n,) preconditioned-noise work buffer
     rsqrt_views: list[torch.Tensor] | None = None
 
@@ -183,7 +252,7 @@ class _Record:
     index: list[int]
     drift: str
     lr: float
-    beta: float
+    beta: float  # the β in the noise sqrt(2β η_eff) (×M in the "loss" convention)
     scale: float  # M (or 1)
     noise: torch.Tensor | None  # (n,) the standard normal draw, None when β_t = 0
     preconditioned: bool
@@ -192,6 +261,7 @@ class _Record:
     bias2: float = 1.0
     rsqrt_ready: bool = False
     drift_sq: torch.Tensor | None = None  # () SGD drift ‖η g‖², computed during the step
+    beta_given: float = 0.0  # the schedule's β_t (the group's convention), reported in the stats
 
     def sums(self) -> tuple[int, float, float, float, float, float]:
         """``(n, Σ η_eff, min η_eff, max η_eff, Σ noise², Σ drift²)`` over the recorded coordinates."""
@@ -361,16 +431,17 @@ class Langevin(torch.optim.Optimizer):
         beta: float | Schedule,
         *,
         drift: str = "sgd",
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
+        betas: tuple[float, float] | None = None,
+        eps: float | None = None,
         weight_decay: float = 0.0,
         noise: bool = True,
         n_particles: int = 1,
         mean_field_scaling: bool = True,
         noise_preconditioned: bool = True,
-        projection: Projection | None = None,
+        projection: Projection | Mapping[str, Any] | None = None,
         generator: torch.Generator | None = None,
         seed: int | None = None,
+        temperature_convention: str = "mean_field",
     ) -> None:
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
@@ -379,11 +450,14 @@ class Langevin(torch.optim.Optimizer):
         if generator is not None and seed is not None:
             raise ValueError("pass either generator or seed, not both")
         self._warned_not_gibbs = False
+        self._warned_momentum = False
         self._layout: list[list[_Bucket]] | None = None
         self._layout_key: tuple | None = None
         self._noise_buffers: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
-        self._records: list[_Record] | None = []  # None: the last step failed half way
+        self._records: list[_Record] | None = []  # noisy groups' records; None: the last step failed half way
+        self._group_records: list[list[_Record]] = []  # every group's records of the last step
         self._stats: LangevinStats | None = None
+        self._group_stats: list[LangevinStats | None] | None = None
         self._n_steps = 0
         self._generators: dict[torch.device, torch.Generator] = {}
         if generator is not None:
@@ -403,14 +477,18 @@ class Langevin(torch.optim.Optimizer):
             "mean_field_scaling": mean_field_scaling,
             "noise_preconditioned": noise_preconditioned,
             "projection": projection,
+            "temperature_convention": temperature_convention,
             "step": 0,
         }
+        _normalise(defaults, "Langevin")
         _check_group(defaults, "Langevin")
         self._constructed = False
         super().__init__(params, defaults)
         self._constructed = True
         if any(_not_gibbs(g) for g in self.param_groups):
             self._warn_not_gibbs(stacklevel=2)
+        if any(_momentum_with_noise(g) for g in self.param_groups):
+            self._warn_momentum(stacklevel=2)
 
     # -- groups ----------------------------------------------------------------------------------------------
 
@@ -420,7 +498,9 @@ class Langevin(torch.optim.Optimizer):
         group = self.param_groups[-1]
         where = f"param group {len(self.param_groups) - 1}"
         try:
+            _normalise(group, where)
             _check_group(group, where)
+            _resolve_defaults(group)
             for p in group["params"]:
                 if not p.is_floating_point():
                     raise TypeError(
@@ -434,6 +514,8 @@ class Langevin(torch.optim.Optimizer):
             raise
         if self._constructed and _not_gibbs(group):
             self._warn_not_gibbs(stacklevel=3)
+        if self._constructed and _momentum_with_noise(group):
+            self._warn_momentum(stacklevel=3)
         self._layout = None
 
     def _warn_not_gibbs(self, stacklevel: int) -> None:
@@ -444,6 +526,18 @@ class Langevin(torch.optim.Optimizer):
                 "drift is preconditioned by P = diag(η_eff/lr): the chain no longer targets the Gibbs law "
                 "exp(−F/β) (for a scalar P = p·I it targets exp(−p·F/β); otherwise no Gibbs law). Use "
                 "noise_preconditioned=True for the temperature contract.",
+                UserWarning,
+                stacklevel=stacklevel + 1,
+            )
+
+    def _warn_momentum(self, stacklevel: int) -> None:
+        if not self._warned_momentum:
+            self._warned_momentum = True
+            warnings.warn(
+                "Langevin: a group with noise has an Adam drift with momentum β1 > 0: the chain's stationary law "
+                "is biased beyond the Euler–Maruyama O(η) bias (on F = a/2·θ², Var θ = β/a·(1 + "
+                "(η_eff·a/2)(1 + β1)/(1 − β1) + …), see momentum_variance_factor). Leave betas unset (β1 = 0 "
+                "for groups with noise: the pSGLD drift) for the Gibbs law.",
                 UserWarning,
                 stacklevel=stacklevel + 1,
             )
@@ -536,7 +630,16 @@ class Langevin(torch.optim.Optimizer):
                 n += p.numel()
             b = _Bucket(params, offsets, n)
             if group["drift"] == "adam":
-                b.step_t = torch.zeros((), dtype=torch.float32, device=device)
+                # per-parameter step counts: a parameter whose first gradient comes late gets its own bias
+                # correction (a state without them, from an older checkpoint, takes the group's count)
+                b.counts, b.steps = [], []
+                for p in params:
+                    old = self.state[p].get("step")
+                    if old is None:
+                        old = group["step"] if "exp_avg" in self.state[p] else 0
+                    b.counts.append(int(old))
+                    b.steps.append(torch.tensor(float(int(old)), dtype=torch.float32, device=device))
+                    self.state[p]["step"] = b.steps[-1]
                 for key in ("exp_avg", "exp_avg_sq"):
                     flat = torch.zeros(n, device=device, dtype=dtype)  # (n,)
                     for p, view in zip(params, b.views(flat, range(len(params)), strided=True)):
@@ -588,47 +691,53 @@ class Langevin(torch.optim.Optimizer):
                 work.append((b, index, grads))
             if work:
                 beta_t = self._beta_at(group, gi) if group["noise"] else 0.0
-                plan.append((group, beta_t, work))
+                plan.append((gi, group, beta_t, work))
         # 2. check the gradients (one reduction per bucket): a refused step changes nothing, stats included
         checked = []
-        for group, beta_t, work in plan:
+        for gi, group, beta_t, work in plan:
             entries = []
             for b, index, grads in work:
                 norms = torch.stack(torch._foreach_norm(grads))  # (k,) ‖∂L/∂θ‖ per parameter
                 if not bool(torch.isfinite(norms).all()):  # a NaN/Inf entry, or a norm that overflows
                     self._check_entries(group, b, index, grads, norms)
                 entries.append((b, index, grads, norms))
-            checked.append((group, beta_t, entries))
+            checked.append((gi, group, beta_t, entries))
 
         # 3. the noise draw starts (on the CPU in a background thread) while 4. the drift is applied
         self._records = []  # the last step's records point into the noise buffers about to be redrawn
+        self._group_records = [[] for _ in self.param_groups]
         self._stats = None
+        self._group_stats = None
         noisy = [
             (b, index)
-            for group, beta_t, work in plan
+            for _, group, beta_t, work in plan
             if group["noise"] and beta_t > 0
             for b, index, _ in work
         ]
         draw = self._start_noise(noisy)
         try:
-            records = []
-            for group, beta_t, entries in checked:
+            records = []  # (record, j): a record of the j-th bucket of the draw (noisy[j])
+            j = 0
+            for gi, group, beta_t, entries in checked:
                 for b, index, grads, norms in entries:
-                    record = self._drift(group, b, index, grads, norms, beta_t)
+                    bucket_records = self._drift(group, b, index, grads, norms, beta_t)
+                    self._group_records[gi].extend(bucket_records)
                     if group["noise"]:
-                        self._records.append(record)
+                        self._records.extend(bucket_records)
                         if beta_t > 0:
-                            self._precondition(record)
-                            records.append(record)
+                            for record in bucket_records:
+                                self._precondition(record)
+                                records.append((record, j))
+                            j += 1
             draw.wait()
         except BaseException:
             draw.undo()  # no draw left running on the generator, which is back where it was
             self._records = None  # the step is half done: no stats describe it (last_stats is None)
             raise
         # 5. noise, 6. projection
-        for record, xi in zip(records, draw.views, strict=True):
-            self._add_noise(record, xi)
-        for group, _, _ in plan:
+        for record, j in records:
+            self._add_noise(record, draw.views[j])
+        for _, group, _, _ in plan:
             if group["projection"] is not None:
                 group["projection"].project_all_(group["params"])
             group["step"] += 1
@@ -684,9 +793,14 @@ class Langevin(torch.optim.Optimizer):
         grads: list[torch.Tensor],
         norms: torch.Tensor,
         beta_t: float,
-    ) -> _Record:
+    ) -> list[_Record]:
+        """Apply the drift to the parameters ``index`` of bucket ``b``; return their records (one per Adam
+        step count: parameters whose first gradient came at different steps have different bias corrections)."""
         lr = float(group["lr"])
         scale = float(group["n_particles"]) if group["mean_field_scaling"] else 1.0
+        # the β of the noise sqrt(2β η_eff): the "loss" convention's β is the temperature of exp(−L/β), i.e.
+        # of exp(−M·L/(M·β)): M·β in the mean-field convention
+        beta_noise = beta_t * scale if group["temperature_convention"] == "loss" else beta_t
         wd = group["weight_decay"]
         params = [b.params[i] for i in index]
         if group["drift"] == "sgd":
@@ -698,10 +812,16 @@ class Langevin(torch.optim.Optimizer):
             else:
                 drift_sq = norms.double().square().sum() * (lr * scale) ** 2
                 torch._foreach_add_(params, grads, alpha=-lr * scale)
-            return _Record(b, index, "sgd", lr, beta_t, scale, None, False, drift_sq=drift_sq)
+            return [
+                _Record(
+                    b, index, "sgd", lr, beta_noise, scale, None, False, drift_sq=drift_sq, beta_given=beta_t
+                )
+            ]
         beta1, beta2 = group["betas"]
-        k = group["step"] + 1
-        b.step_t.fill_(k)
+        steps = [b.steps[i] for i in index]
+        torch._foreach_add_(steps, 1.0)
+        for i in index:
+            b.counts[i] += 1
         # the fused kernel walks memory: a gradient laid out unlike its parameter is copied into its layout
         grads = [
             g if g.stride() == p.stride() else torch.empty_like(p).copy_(g) for p, g in zip(params, grads)
@@ -713,7 +833,7 @@ class Langevin(torch.optim.Optimizer):
             b.views(b.exp_avg, index, strided=True),
             b.views(b.exp_avg_sq, index, strided=True),
             [],
-            [b.step_t] * len(params),
+            steps,
             lr=lr,
             beta1=beta1,
             beta2=beta2,
@@ -722,19 +842,26 @@ class Langevin(torch.optim.Optimizer):
             amsgrad=False,
             maximize=False,
         )
-        return _Record(
-            b,
-            index,
-            "adam",
-            lr,
-            beta_t,
-            scale,
-            None,
-            bool(group["noise_preconditioned"]),
-            eps=group["eps"],
-            bias1=1 - beta1**k,
-            bias2=1 - beta2**k,
-        )
+        by_count: dict[int, list[int]] = {}
+        for i in index:
+            by_count.setdefault(b.counts[i], []).append(i)
+        return [
+            _Record(
+                b,
+                sub,
+                "adam",
+                lr,
+                beta_noise,
+                scale,
+                None,
+                bool(group["noise_preconditioned"]),
+                eps=group["eps"],
+                bias1=1 - beta1**k,
+                bias2=1 - beta2**k,
+                beta_given=beta_t,
+            )
+            for k, sub in by_count.items()
+        ]
 
     def _start_noise(self, noisy: list[tuple[_Bucket, list[int]]]) -> _NoiseDraw:
         """Start the step's standard normal draws: one flat draw per (device, dtype) over ``noisy``'s buckets.
@@ -770,8 +897,16 @@ class Langevin(torch.optim.Optimizer):
         if b.rsqrt is None:
             b.rsqrt = torch.empty_like(b.exp_avg)  # (n,)
             b.rsqrt_views = b.views(b.rsqrt, range(len(b.params)), strided=True)
-        t = torch.sqrt(b.exp_avg_sq, out=b.rsqrt)  # (n,)
-        t.add_(record.eps * math.sqrt(record.bias2) / record.scale).rsqrt_()  # (n,)
+        e = record.eps * math.sqrt(record.bias2) / record.scale
+        if len(record.index) == len(b.params):
+            t = torch.sqrt(b.exp_avg_sq, out=b.rsqrt)  # (n,)
+            t.add_(e).rsqrt_()  # (n,)
+        else:  # some parameters only (no gradient, or another step count): their views
+            views = [b.rsqrt_views[i] for i in record.index]
+            for t, v in zip(views, b.views(b.exp_avg_sq, record.index, strided=True)):
+                torch.sqrt(v, out=t)  # (…) laid out like the parameter
+            torch._foreach_add_(views, e)
+            torch._foreach_rsqrt_(views)
         record.rsqrt_ready = True
 
     @staticmethod
@@ -801,49 +936,59 @@ class Langevin(torch.optim.Optimizer):
         if self._records is None:  # the last step raised during its update
             return None
         if self._stats is None and self._n_steps > 0:
-            n, eta_sum, eta_min, eta_max, noise_sq, drift_sq = 0, 0.0, math.inf, -math.inf, 0.0, 0.0
-            for record in self._records:
-                r = record.sums()
-                n += r[0]
-                eta_sum += r[1]
-                eta_min = min(eta_min, r[2])
-                eta_max = max(eta_max, r[3])
-                noise_sq += r[4]
-                drift_sq += r[5]
-            nan = math.nan
-            noise_rms = math.sqrt(noise_sq / n) if n else nan
-            drift_rms = math.sqrt(drift_sq / n) if n else nan
-            self._stats = LangevinStats(
-                step=self._n_steps,
-                beta=max((r.beta for r in self._records), default=nan),
-                eta_eff_mean=eta_sum / n if n else nan,
-                eta_eff_min=eta_min if n else nan,
-                eta_eff_max=eta_max if n else nan,
-                noise_rms=noise_rms,
-                drift_rms=drift_rms,
-                drift_to_noise=(drift_rms / noise_rms if noise_rms > 0 else math.inf) if n else nan,
-                n=n,
-            )
+            self._stats = _aggregate(self._records, self._n_steps)
         return self._stats
+
+    @property
+    def last_group_stats(self) -> list[LangevinStats | None]:
+        """One :class:`LangevinStats` per param group for the last step, in the order of ``param_groups``:
+        ``None`` for a group none of whose parameters had a gradient (and for every group before the first
+        step, or after a step that raised while it was updating the parameters). A group without noise is
+        described too (its drift; ``beta = 0``, ``noise_rms = 0``). Computed when first read, then cached.
+        """
+        if self._records is None or self._n_steps == 0:
+            return [None] * len(self.param_groups)
+        if self._group_stats is None:
+            self._group_stats = [
+                _aggregate(records, self._n_steps) if records else None for records in self._group_records
+            ]
+            self._group_stats += [None] * (
+                len(self.param_groups) - len(self._group_stats)
+            )  # groups added since
+        return self._group_stats
 
     # -- checkpoints -----------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """``torch.optim`` state plus the generators' states (a resumed run draws the same noise).
+        """``torch.optim`` state plus the generators' states (a resumed run draws the same noise), as plain data.
 
-        Projections are stored by their ``repr`` only (a :class:`LayerProjection` holds a module).
+        Everything in it is a tensor, a number, a string, a list, a tuple, a dict or ``None``, so
+        ``torch.save(opt.state_dict(), f)`` and ``torch.load(f, weights_only=True)`` (torch's default) work:
+        β schedules are stored as their ``to_dict()`` (a constant β as a number), projections as their
+        ``to_dict()`` (a :class:`LayerProjection` as ``{"kind": "layer", "layer": <class name>}``). Besides
+        ``state`` and ``param_groups``: ``generators`` (``{device: ByteTensor}``), ``seed``, ``n_steps``.
+
+        Raises:
+            TypeError: a group's β is a callable that is not a :mod:`meanfield.schedules` object (a lambda):
+                it has no data form (use ``Cosine``, ``Linear``, ``Exponential``, ``Step`` or ``Constant``).
         """
         state = super().state_dict()
-        for group in state["param_groups"]:
+        for gi, group in enumerate(state["param_groups"]):
+            group["beta"] = schedule_to_data(group["beta"], f"the β schedule of param group {gi}")
             if group.get("projection") is not None:
-                group["projection"] = repr(group["projection"])
+                group["projection"] = group["projection"].to_dict()
         state["generators"] = {str(d): g.get_state() for d, g in self._generators.items()}
         state["seed"] = self._seed
         state["n_steps"] = self._n_steps
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load a :meth:`state_dict`. The β schedules and projections of this optimizer are kept."""
+        """Load a :meth:`state_dict` (e.g. from ``torch.load(f, weights_only=True)``).
+
+        Moments, per-parameter Adam step counts, group step counts (the schedules' clock), options and the
+        generators' states are restored, so the continuation is bit-identical to the uninterrupted run. The β
+        schedules and projections of this optimizer are kept (the saved ones are data describing them).
+        """
         state_dict = dict(state_dict)
         generators = state_dict.pop("generators", {})
         seed = state_dict.pop("seed", self._seed)
@@ -852,13 +997,45 @@ class Langevin(torch.optim.Optimizer):
         super().load_state_dict(state_dict)
         for group, config in zip(self.param_groups, kept):
             group.update(config)
+            for key, value in self.defaults.items():  # options added since the state was saved
+                group.setdefault(key, value)
+            _resolve_defaults(group)
         self._seed = seed
         self._n_steps = n_steps
         for name, rng_state in generators.items():
             self._generator(torch.device(name)).set_state(rng_state)
         self._layout = None
         self._records = []
+        self._group_records = []
         self._stats = None
+        self._group_stats = None
+
+
+def _aggregate(records: Sequence[_Record], step: int) -> LangevinStats:
+    """The :class:`LangevinStats` of ``records`` (the coordinates of all of them together)."""
+    n, eta_sum, eta_min, eta_max, noise_sq, drift_sq = 0, 0.0, math.inf, -math.inf, 0.0, 0.0
+    for record in records:
+        r = record.sums()
+        n += r[0]
+        eta_sum += r[1]
+        eta_min = min(eta_min, r[2])
+        eta_max = max(eta_max, r[3])
+        noise_sq += r[4]
+        drift_sq += r[5]
+    nan = math.nan
+    noise_rms = math.sqrt(noise_sq / n) if n else nan
+    drift_rms = math.sqrt(drift_sq / n) if n else nan
+    return LangevinStats(
+        step=step,
+        beta=max((r.beta_given for r in records), default=nan),
+        eta_eff_mean=eta_sum / n if n else nan,
+        eta_eff_min=eta_min if n else nan,
+        eta_eff_max=eta_max if n else nan,
+        noise_rms=noise_rms,
+        drift_rms=drift_rms,
+        drift_to_noise=(drift_rms / noise_rms if noise_rms > 0 else math.inf) if n else nan,
+        n=n,
+    )
 
 
 def _position(groups: list[dict[str, Any]], group: dict[str, Any], p: torch.Tensor) -> tuple[int, int]:
@@ -885,6 +1062,33 @@ def _not_gibbs(group: dict[str, Any]) -> bool:
     return group["noise"] and group["drift"] == "adam" and not group["noise_preconditioned"]
 
 
+def _momentum_with_noise(group: dict[str, Any]) -> bool:
+    """Whether ``group`` has noise and an Adam drift with momentum (a biased stationary law)."""
+    return group["noise"] and group["drift"] == "adam" and group["betas"][0] > 0
+
+
+def _normalise(group: dict[str, Any], where: str) -> None:
+    """A β schedule or a projection given as data (a dict: a config or a checkpoint) becomes the object."""
+    if isinstance(group.get("beta"), Mapping):
+        try:
+            group["beta"] = schedule_from_dict(group["beta"])
+        except ValueError as error:
+            raise ValueError(f"{where}: beta: {error}") from None
+    if isinstance(group.get("projection"), Mapping):
+        try:
+            group["projection"] = projection_from_dict(group["projection"])
+        except ValueError as error:
+            raise ValueError(f"{where}: projection: {error}") from None
+
+
+def _resolve_defaults(group: dict[str, Any]) -> None:
+    """``betas``/``eps`` left unset (``None``) take the defaults of a group with or without noise."""
+    if group["betas"] is None:
+        group["betas"] = NOISY_BETAS if group["noise"] else PLAIN_BETAS
+    if group["eps"] is None:
+        group["eps"] = NOISY_EPS if group["noise"] else PLAIN_EPS
+
+
 def _check_group(group: dict[str, Any], where: str) -> None:
     """Raise a ``ValueError``/``TypeError`` naming the option of ``group`` that is not allowed."""
     check_positive(f"{where}: lr", group["lr"])
@@ -895,13 +1099,20 @@ def _check_group(group: dict[str, Any], where: str) -> None:
     if group["drift"] not in DRIFTS:
         raise ValueError(f"{where}: drift must be one of {DRIFTS}, got {group['drift']!r}")
     betas = group["betas"]
-    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-        raise TypeError(f"{where}: betas must be a pair (β1, β2), got {betas!r}")
-    for name, value in zip(("β1", "β2"), betas):
-        value = check_nonnegative(f"{where}: betas {name}", value)
-        if value >= 1:
-            raise ValueError(f"{where}: betas {name} must be in [0, 1), got {value}")
-    check_positive(f"{where}: eps", group["eps"])
+    if betas is not None:
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise TypeError(f"{where}: betas must be None or a pair (β1, β2), got {betas!r}")
+        for name, value in zip(("β1", "β2"), betas):
+            value = check_nonnegative(f"{where}: betas {name}", value)
+            if value >= 1:
+                raise ValueError(f"{where}: betas {name} must be in [0, 1), got {value}")
+    if group["eps"] is not None:
+        check_positive(f"{where}: eps", group["eps"])
+    convention = group["temperature_convention"]
+    if convention not in TEMPERATURE_CONVENTIONS:
+        raise ValueError(
+            f"{where}: temperature_convention must be one of {TEMPERATURE_CONVENTIONS}, got {convention!r}"
+        )
     check_nonnegative(f"{where}: weight_decay", group["weight_decay"])
     for name in ("noise", "mean_field_scaling", "noise_preconditioned"):
         if not isinstance(group[name], bool):

@@ -54,11 +54,19 @@ def test_beta_zero_sgd_equals_torch_sgd():
     torch.testing.assert_close(p, q, rtol=0, atol=1e-15)
 
 
+@pytest.mark.parametrize("noise", [True, False])
 @pytest.mark.parametrize("weight_decay", [0.0, 0.1])
 @pytest.mark.parametrize("fused", [True, False])
-def test_beta_zero_adam_equals_torch_adam(weight_decay, fused):
+def test_beta_zero_adam_equals_torch_adam(weight_decay, fused, noise):
+    """At β = 0 with torch's ``betas`` and ``eps`` given (a group with noise has other defaults), the step is
+    torch.optim.Adam's."""
     p, q = _param((6, 4)), _param((6, 4))
-    opt = Langevin([p], lr=0.01, beta=0.0, drift="adam", betas=(0.8, 0.99), weight_decay=weight_decay, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # β1 > 0 with noise warns (momentum bias), irrelevant at β = 0
+        opt = Langevin(
+            [p], lr=0.01, beta=0.0, drift="adam", betas=(0.8, 0.99), eps=1e-8, weight_decay=weight_decay,
+            noise=noise, seed=0,
+        )  # fmt: skip
     ref = torch.optim.Adam([q], lr=0.01, betas=(0.8, 0.99), weight_decay=weight_decay, fused=fused)
     for _ in range(15):
         for x, o in ((p, opt), (q, ref)):
@@ -108,7 +116,7 @@ def test_mean_field_scaling_adam_is_adam_of_M_times_gradient():
     M = 32
     p, q = _param((M, 2)), _param((M, 2))
     opt = Langevin([p], lr=0.01, beta=0.0, drift="adam", n_particles=M, eps=1e-3, weight_decay=0.5, seed=0)
-    ref = torch.optim.Adam([q], lr=0.01, eps=1e-3)
+    ref = torch.optim.Adam([q], lr=0.01, betas=(0.0, 0.999), eps=1e-3)  # a noisy group's default β1 = 0
     for _ in range(12):
         opt.zero_grad()
         (_loss(p) / M).backward()  # a mean-field loss: O(1/M) per-particle gradient
@@ -638,14 +646,14 @@ def test_step_equals_an_independent_implementation(monkeypatch, overlap_min, dri
     from meanfield import _background
 
     monkeypatch.setattr(_background, "OVERLAP_MIN", overlap_min)
-    lr, beta, M, eps = 0.01, 0.3, 4, 1e-8
+    lr, beta, M, eps = 0.01, 0.3, 4, 1.0  # eps and betas: the defaults of a group with noise
     ps = [_param((5, 3), 0), nn.Parameter(_param((7,), 1).detach().float()), _param((2, 2), 2)]
     qs = [nn.Parameter(p.detach().clone()) for p in ps]
     opt = Langevin(
         [{"params": ps[:2]}, {"params": ps[2:]}], lr=lr, beta=beta, drift=drift, n_particles=M, seed=9
     )
     base = (torch.optim.SGD if drift == "sgd" else torch.optim.Adam)(
-        qs, lr=lr, **({} if drift == "sgd" else {"eps": eps})
+        qs, lr=lr, **({} if drift == "sgd" else {"eps": eps, "betas": (0.0, 0.999)})
     )
     gen = torch.Generator().manual_seed(9)
     for _ in range(3):
