@@ -41,6 +41,70 @@ def _figures(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace) -> int:
+    from .runs import NonFiniteLossError, RunInterrupted, run
+
+    try:
+        run(
+            args.config,
+            args.out,
+            preset=args.preset,
+            overrides=args.set,
+            resume=args.resume,
+            quiet=args.quiet,
+        )
+    except RunInterrupted as error:
+        print(f"meanfield run: {error}", file=sys.stderr)
+        return 130
+    except NonFiniteLossError as error:
+        print(f"meanfield run: error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from .runs import RunInterrupted
+    from .sweeps import parse_grid, sweep_runs
+
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds else [0]
+    out = args.out or f"runs/sweep-{os.path.splitext(os.path.basename(args.config))[0]}" + (
+        f"-{args.preset}" if args.preset else ""
+    )
+    try:
+        table = sweep_runs(
+            args.config,
+            parse_grid(args.grid),
+            seeds,
+            out,
+            preset=args.preset,
+            overrides=args.set,
+            jobs=args.jobs,
+            baseline=args.baseline,
+            metrics=args.metric or None,
+            quiet=args.quiet,
+        )
+    except RunInterrupted as error:
+        print(f"meanfield sweep: {error}; run the same command again to resume", file=sys.stderr)
+        return 130
+    return 1 if table.failed else 0
+
+
+def _data(args: argparse.Namespace) -> int:
+    from .data import catalog, format_catalog
+
+    print(format_catalog(catalog(args.root)))
+    return 0
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Errors caused by the user's input: printed on one line with exit status 2 (bugs keep tracebacks)."""
+    from .config import ConfigError
+    from .data import CorruptDataError, DataNotFoundError
+    from .validation import InputError
+
+    return (InputError, ConfigError, DataNotFoundError, CorruptDataError)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="meanfield",
@@ -77,6 +141,61 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_figures)
     p = sub.add_parser("solvers", help="list the solvers and their declared strong/weak orders")
     p.set_defaults(func=_solvers)
+
+    def config_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("config", help="the TOML configuration file")
+        p.add_argument("--preset", default=None, help="a preset of the file: smoke, quick, full, …")
+        p.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="override a key after the preset (repeatable), e.g. --set train.steps=100",
+        )
+        p.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
+
+    p = sub.add_parser(
+        "run",
+        help="train a configured task into a run folder (checkpoints, metrics, resume)",
+        description="Train the task of CONFIG.toml into a run folder: config.toml, environment.json, "
+        "metrics.jsonl, summary.json, figures/, checkpoints/. Ctrl-C writes a checkpoint (exit 130); a "
+        "non-finite loss stops the run (exit 1); a bad configuration is one line (exit 2).",
+    )
+    config_options(p)
+    p.add_argument("--out", default=None, help="the run folder (default: runs/<config>[-<preset>])")
+    p.add_argument("--resume", action="store_true", help="continue from the folder's latest checkpoint")
+    p.set_defaults(func=_run)
+
+    p = sub.add_parser(
+        "sweep",
+        help="run a grid of configurations over seeds; table of means, CIs and paired differences",
+        description="One run folder per (grid point, seed) under --out; finished points are skipped and "
+        "unfinished ones resume, so an interrupted sweep continues when the command is run again. Writes "
+        "runs.csv, summary.csv and summary.md (mean ± 95 % t interval over seeds; paired difference against "
+        "--baseline with the paired t-test's p-value).",
+    )
+    config_options(p)
+    p.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="a grid axis (repeatable); the sweep is the product of the axes",
+    )
+    p.add_argument("--seeds", default="0", help="comma-separated seeds (default: 0)")
+    p.add_argument("--jobs", type=int, default=1, help="points run at once, in separate processes")
+    p.add_argument("--out", default=None, help="the sweep folder (default: runs/sweep-<config>[-<preset>])")
+    p.add_argument(
+        "--baseline", default=None, metavar="KEY=V", help="the grid point compared with, seed by seed"
+    )
+    p.add_argument(
+        "--metric", action="append", default=[], help="a final metric to summarise (repeatable; default all)"
+    )
+    p.set_defaults(func=_sweep)
+
+    p = sub.add_parser("data", help="list the datasets found, their sizes and SHA-256 checks")
+    p.add_argument("--root", default=None, help="the data folder (default: $MEANFIELD_DATA or the project's)")
+    p.set_defaults(func=_data)
     return parser
 
 
@@ -92,11 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
-    from .validation import InputError
-
     try:
         return args.func(args)
-    except InputError as error:  # a bad check name, preset or folder: one line, exit 2 (bugs keep tracebacks)
+    except _user_errors() as error:  # a bad name, configuration, preset or file: one line, exit 2
         print(f"meanfield {args.command}: error: {error}", file=sys.stderr)
         return 2
 

@@ -23,13 +23,13 @@ from pathlib import Path
 
 import matplotlib.ticker
 import numpy as np
-import scipy.stats
 import torch
 from tqdm.auto import tqdm
 
 from ._checks import check_finite_tensor, check_int
 from .metrics.wasserstein import Law1d, resolve_method, wasserstein, wasserstein_to_law
 from .plotting import figure, save
+from .stats import t_interval
 
 __all__ = ["METRICS", "StudyResult", "SweepResult", "convergence_in_m", "sweep"]
 
@@ -468,11 +468,8 @@ class SweepResult:
                 groups.setdefault((r.get(hue) if hue else None, r[x]), []).append(float(value))
         out = []
         for (h, xv), ys in groups.items():
-            n = len(ys)
-            mean = float(np.mean(ys))
-            se = float(np.std(ys, ddof=1) / math.sqrt(n)) if n > 1 else math.nan
-            half = float(scipy.stats.t.ppf((1 + level) / 2, n - 1)) * se if n > 1 else math.nan
-            row = {"x": xv, "mean": mean, "se": se, "lo": mean - half, "hi": mean + half, "n": n}
+            ci = t_interval(ys, level)
+            row = {"x": xv, "mean": ci.mean, "se": ci.se, "lo": ci.lo, "hi": ci.hi, "n": ci.n}
             out.append(row if hue is None else {"hue": h, **row})
         return sorted(out, key=lambda r: (repr(r.get("hue")), r["x"]))
 

@@ -2,6 +2,8 @@
 
 - :class:`ParticleAttention` / :class:`CausalParticleAttention`: ``Y = 1/M Σ_i v_{θ_i}(X)`` over M heads.
 - :class:`FeatureParticles`: ``f(x) = 1/M Σ_i a_i σ(w_i · x)`` over M neurons.
+- :class:`TransformerLM`: a pre-norm causal language model whose attention is multi-head
+  (:class:`CausalSelfAttention`) or particle attention, with residual step ``Δt``.
 
 Both are :class:`ParticleLayer`\\ s: parameters stacked with a leading particle axis, ``n_particles``,
 ``prune(indices)``, ``subsample(k, strategy)`` (strategies in :data:`SUBSAMPLE_STRATEGIES`),
@@ -19,6 +21,7 @@ from meanfield.nn.particles import (
     Random,
     SubsampleStrategy,
 )
+from meanfield.nn.transformer import ATTENTIONS, CausalSelfAttention, TransformerLM
 
 __all__ = [
     "ParticleAttention",
@@ -32,4 +35,7 @@ __all__ = [
     "FarthestPoint",
     "Medoids",
     "SUBSAMPLE_STRATEGIES",
+    "TransformerLM",
+    "CausalSelfAttention",
+    "ATTENTIONS",
 ]

@@ -1,0 +1,165 @@
+"""A pre-norm causal Transformer language model whose attention is multi-head or particle attention.
+
+One block with residual step ``Δt`` (the depth view of the attention seed: tokens are particles transported
+through depth by ``x ← x + Δt·V(x)``):
+
+    x ← x + Δt · Attn(LN(x)),        x ← x + Δt · MLP(LN(x)),
+
+where ``Attn`` is ordinary causal multi-head attention (:class:`CausalSelfAttention`, the baseline) or
+:class:`~meanfield.nn.CausalParticleAttention` (``1/M Σ_i v_{θ_i}``, the heads as particles). Token and
+position embeddings are learned, the output head is tied to the token embedding (nanoGPT's GPT without
+biases or dropout).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from meanfield._checks import check_int, check_positive
+from meanfield.nn.attention import CausalParticleAttention
+
+__all__ = ["CausalSelfAttention", "TransformerLM", "ATTENTIONS"]
+
+ATTENTIONS: tuple[str, ...] = ("mha", "particle")
+"""The attention kinds of :class:`TransformerLM`."""
+
+
+class CausalSelfAttention(nn.Module):
+    """Causal multi-head self-attention (no biases): ``Y = Concat_j softmax(Q_j K_jᵀ/√h + C) V_j · W_out``.
+
+    Args:
+        d_model: token width ``d``.
+        n_heads: number of heads ``H`` (``d`` divisible by ``H``; head width ``h = d/H``).
+
+    Shapes:
+        ``forward(X)``: ``(B, T, d) -> (B, T, d)``.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, *, device=None, dtype=None) -> None:
+        super().__init__()
+        self.d_model, self.n_heads = check_int("d_model", d_model), check_int("n_heads", n_heads)
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False, device=device, dtype=dtype)
+        self.out = nn.Linear(d_model, d_model, bias=False, device=device, dtype=dtype)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        B, T, d = X.shape
+        q, k, v = self.qkv(X).split(d, dim=-1)  # 3 × (B, T, d)
+        shape = (B, T, self.n_heads, d // self.n_heads)
+        q, k, v = (z.view(shape).transpose(1, 2) for z in (q, k, v))  # (B, H, T, h)
+        Y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, h)
+        return self.out(Y.transpose(1, 2).reshape(B, T, d))  # (B, T, d)
+
+
+class _Block(nn.Module):
+    def __init__(self, attention: nn.Module, d_model: int, mlp_ratio: int, dt: float, device, dtype) -> None:
+        super().__init__()
+        self.dt = dt
+        self.ln1 = nn.LayerNorm(d_model, bias=False, device=device, dtype=dtype)
+        self.attention = attention
+        self.ln2 = nn.LayerNorm(d_model, bias=False, device=device, dtype=dtype)
+        hidden = mlp_ratio * d_model
+        self.mlp = nn.Sequential(
+            nn.Linear(d_model, hidden, bias=False, device=device, dtype=dtype),
+            nn.GELU(),
+            nn.Linear(hidden, d_model, bias=False, device=device, dtype=dtype),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.dt * self.attention(self.ln1(x))  # (B, T, d)
+        return x + self.dt * self.mlp(self.ln2(x))  # (B, T, d)
+
+
+class TransformerLM(nn.Module):
+    """Pre-norm causal Transformer LM with multi-head (``"mha"``) or particle (``"particle"``) attention.
+
+    Args:
+        vocab_size: number of tokens ``V``.
+        block_size: the longest context ``T_max``.
+        d_model: token width ``d``.
+        n_layers: number of blocks ``L``.
+        n_heads: heads ``H`` of multi-head attention, or particles ``M`` of particle attention.
+        attention: ``"mha"`` or ``"particle"`` (:data:`ATTENTIONS`).
+        d_head: head width of particle attention (default ``d/M``: the same parameters as MHA).
+        mlp_ratio: MLP hidden width ``mlp_ratio·d``.
+        dt: the residual step ``Δt`` (1 for the usual Transformer).
+        generator: random generator of the initialisation (``None``: torch's global one).
+
+    Linear and embedding weights start ``N(0, 0.02²)`` (the output projections of each block
+    ``N(0, 0.02²/(2L))``, as GPT-2); particle attention keeps its own initialisation.
+
+    Shapes:
+        ``forward(idx)``: ``(B, T)`` int64 ``-> (B, T, V)`` logits.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        block_size: int,
+        d_model: int,
+        n_layers: int,
+        n_heads: int,
+        attention: str = "mha",
+        *,
+        d_head: int | None = None,
+        mlp_ratio: int = 4,
+        dt: float = 1.0,
+        generator: torch.Generator | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
+        self.vocab_size, self.block_size = (
+            check_int("vocab_size", vocab_size),
+            check_int("block_size", block_size),
+        )
+        d_model, n_layers = check_int("d_model", d_model), check_int("n_layers", n_layers)
+        check_int("n_heads", n_heads)
+        self.attention_kind, self.dt = attention, check_positive("dt", dt)
+        kw = {"device": device, "dtype": dtype}
+        self.token_embedding = nn.Embedding(vocab_size, d_model, **kw)
+        self.position_embedding = nn.Embedding(block_size, d_model, **kw)
+        blocks = []
+        for _ in range(n_layers):
+            if attention == "mha":
+                layer: nn.Module = CausalSelfAttention(d_model, n_heads, **kw)
+            else:
+                layer = CausalParticleAttention(d_model, n_heads, d_head=d_head, generator=generator, **kw)
+            blocks.append(_Block(layer, d_model, check_int("mlp_ratio", mlp_ratio), self.dt, **kw))
+        self.blocks = nn.ModuleList(blocks)
+        self.ln_f = nn.LayerNorm(d_model, bias=False, **kw)
+        self._init(generator, n_layers)
+
+    @torch.no_grad()
+    def _init(self, generator: torch.Generator | None, n_layers: int) -> None:
+        for name, p in self.named_parameters():
+            if name.endswith(("W_QKV", "W_O")) or p.dim() < 2:  # particle heads; LayerNorm weights stay 1
+                continue
+            std = 0.02 / math.sqrt(2 * n_layers) if name.endswith(("out.weight", "mlp.2.weight")) else 0.02
+            p.normal_(0.0, std, generator=generator)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        if idx.dim() != 2 or idx.dtype != torch.long:
+            raise ValueError(
+                f"idx must be an int64 tensor of shape (B, T), got {idx.dtype} {tuple(idx.shape)}"
+            )
+        T = idx.shape[1]
+        if T > self.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size={self.block_size}")
+        positions = torch.arange(T, device=idx.device)  # (T,)
+        x = self.token_embedding(idx) + self.position_embedding(positions)  # (B, T, d)
+        for block in self.blocks:
+            x = block(x)  # (B, T, d)
+        return self.ln_f(x) @ self.token_embedding.weight.T  # (B, T, V) tied output head
+
+    def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean next-token cross-entropy ``−1/(BT) Σ log p(targets | idx)`` (nats)."""
+        logits = self(idx)  # (B, T, V)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))

@@ -1,0 +1,415 @@
+"""Sweeps: one run folder per (grid point, seed), resumable point by point, with a table of means and paired tests.
+
+``meanfield sweep CONFIG.toml --grid key=v1,v2 … --seeds 0,1,2 [--preset NAME] [--jobs N] [--baseline key=v]``
+expands the grid's Cartesian product times the seeds into points. Each point is a set of overrides, and its
+folder is a pure function of the point (:func:`point_name`), so that any engine can run the points and a
+sweep that was interrupted skips the finished ones and resumes the others from their checkpoints::
+
+    SWEEP/sweep.json                    the sweep's specification (config, preset, overrides, grid, seeds)
+    SWEEP/<point>/                      one run folder per point (see :mod:`meanfield.runs`)
+    SWEEP/runs.csv                      one row per point: the grid values, seed, status, final metrics
+    SWEEP/summary.csv, summary.md       per grid point: mean ± 95 % t interval over the seeds, and the
+                                        paired difference against the baseline point (same seeds) with the
+                                        paired t-test's p-value
+
+``--jobs N`` runs N points at a time in separate processes, each with ``cpu_count/N`` torch threads.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import csv
+import hashlib
+import io
+import itertools
+import json
+import math
+import multiprocessing
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from meanfield import config as _config
+from meanfield._io import write_json_atomic, write_text_atomic
+from meanfield.config import ConfigError
+from meanfield.stats import paired_difference, t_interval
+
+__all__ = ["parse_grid", "expand", "point_name", "point_overrides", "sweep_runs", "SweepTable", "summarize"]
+
+_NAME_LIMIT = 120
+
+
+def _split_values(text: str) -> list[str]:
+    """Split ``"a,[1,2],{k=1,m=2}"`` at the commas outside brackets and quotes."""
+    parts, depth, quote, current = [], 0, "", []
+    for c in text:
+        if quote:
+            quote = "" if c == quote else quote
+        elif c in "\"'":
+            quote = c
+        elif c in "[{":
+            depth += 1
+        elif c in "]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(c)
+    parts.append("".join(current))
+    return [p.strip() for p in parts]
+
+
+def parse_grid(items: Sequence[str]) -> dict[str, list[Any]]:
+    """``["optim.beta=0,1e-4", "model.n_particles=8,16"]`` → ``{"optim.beta": [0, 1e-4], …}``.
+
+    Each value is read as a TOML value (a string when it is not one); commas inside ``[…]``, ``{…}`` or quotes
+    do not split.
+
+    Raises:
+        ConfigError: for an item without ``=``, an empty value list, or a key given twice.
+    """
+    grid: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not values.strip():
+            raise ConfigError(f"a grid axis must look like key=v1,v2,…, got {item!r}")
+        if key in grid:
+            raise ConfigError(f"grid key {key!r} is given twice")
+        grid[key] = [_config.parse_override(f"{key}={v}")[1] for v in _split_values(values)]
+    return grid
+
+
+def expand(grid: Mapping[str, Sequence[Any]], seeds: Sequence[int]) -> list[dict[str, Any]]:
+    """The points of the sweep: the Cartesian product of the grid (in its key order) times the seeds.
+
+    Each point is ``{key: value, …, "seed": s}``, the seed varying fastest.
+    """
+    if not seeds:
+        raise ConfigError("a sweep needs at least one seed")
+    keys = list(grid)
+    return [
+        {**dict(zip(keys, values)), "seed": seed}
+        for values in itertools.product(*(grid[k] for k in keys))
+        for seed in seeds
+    ]
+
+
+def _value_text(value: Any) -> str:
+    text = _config._toml_value(value)
+    return text[1:-1] if isinstance(value, str) else text
+
+
+def point_name(point: Mapping[str, Any]) -> str:
+    """The folder name of a point: ``key=value`` pairs in the point's order joined by ``,`` (a pure function).
+
+    Characters other than letters, digits and ``._=,+-`` become ``_``; a name longer than 120 characters is
+    cut and ends with the first 10 hex digits of the SHA-256 of the full name (still unique).
+    """
+    name = ",".join(f"{k}={_value_text(v)}" for k, v in point.items())
+    name = re.sub(r"[^A-Za-z0-9._=,+-]", "_", name)
+    if len(name) > _NAME_LIMIT:
+        digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+        name = f"{name[: _NAME_LIMIT - 11]}~{digest}"
+    return name
+
+
+def point_overrides(point: Mapping[str, Any]) -> list[str]:
+    """The ``key=value`` overrides of a point (the seed is the top-level ``seed``)."""
+    return [f"{k}={_config._toml_value(v)}" for k, v in point.items()]
+
+
+def _parse_baseline(text: str | None, grid: Mapping[str, Sequence[Any]]) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    baseline = {}
+    for item in _split_values(text):
+        path, value = _config.parse_override(item)
+        key = ".".join(path)
+        if key not in grid:
+            raise ConfigError(f"baseline key {key!r} is not a grid key; the grid keys are {list(grid)}")
+        if value not in grid[key]:
+            raise ConfigError(f"baseline {key}={value!r} is not one of the grid's values {grid[key]}")
+        baseline[key] = value
+    return baseline
+
+
+def _run_point(
+    config: str, folder: str, preset: str | None, overrides: list[str], threads: int | None
+) -> dict[str, Any]:
+    """Run (or resume) one point; returns its summary, or ``{"status": "failed", "error": …}``."""
+    from meanfield.runs import RunInterrupted, RunResult, run
+
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        result = run(config, folder, preset=preset, overrides=overrides, resume=True, quiet=True)
+        return result.summary
+    except RunInterrupted:  # Ctrl-C stops the sweep (the point resumes next time)
+        raise
+    except Exception as error:  # noqa: BLE001 — a failed point is recorded, the sweep goes on
+        summary_path = Path(folder) / "summary.json"
+        if summary_path.exists():
+            summary = RunResult.load(folder).summary
+            summary.setdefault("error", f"{type(error).__name__}: {error}")
+            return summary
+        return {"status": "failed", "error": f"{type(error).__name__}: {error}", "final": {}}
+
+
+def _finished(folder: Path) -> dict[str, Any] | None:
+    path = folder / "summary.json"
+    if not path.exists():
+        return None
+    summary = json.loads(path.read_text())
+    return summary if summary.get("status") == "finished" else None
+
+
+@dataclass
+class SweepTable:
+    """The result of a sweep.
+
+    Attributes:
+        path: the sweep folder.
+        grid: the grid (key → values).
+        rows: one dict per point: the grid values, ``seed``, ``status``, the final metrics, ``error``.
+        summary: one dict per grid point (see :func:`summarize`).
+        metrics: the metrics summarised.
+    """
+
+    path: Path
+    grid: dict[str, list[Any]]
+    rows: list[dict[str, Any]]
+    summary: list[dict[str, Any]]
+    metrics: list[str]
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        """The rows whose run did not finish."""
+        return [r for r in self.rows if r["status"] != "finished"]
+
+    def markdown(self) -> str:
+        """The summary as a Markdown table."""
+        return _markdown(self.summary, list(self.grid), self.metrics)
+
+
+def summarize(
+    rows: Sequence[Mapping[str, Any]],
+    keys: Sequence[str],
+    metrics: Sequence[str],
+    baseline: Mapping[str, Any] | None = None,
+    level: float = 0.95,
+) -> list[dict[str, Any]]:
+    """Per grid point: ``n`` and, per metric, the mean with its t interval over the seeds that finished.
+
+    With a ``baseline`` (values of some grid keys; the other keys are matched point by point) each point also
+    gets, per metric, the paired difference ``point − baseline`` over the seeds both finished: its mean, t
+    interval and the paired t-test's p-value (``metric:diff``, ``metric:diff_lo``, ``metric:diff_hi``,
+    ``metric:p``).
+    """
+    finished = [r for r in rows if r.get("status") == "finished"]
+    groups: dict[tuple, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(tuple(_config._toml_value(r[k]) for k in keys), [])
+    for r in finished:
+        groups[tuple(_config._toml_value(r[k]) for k in keys)].append(r)
+    table = []
+    for group_rows in groups.values():
+        if not group_rows:
+            continue
+        point = {k: group_rows[0][k] for k in keys}
+        entry: dict[str, Any] = {**point, "n": len(group_rows)}
+        for m in metrics:
+            values = [r[m] for r in group_rows if _number(r.get(m))]
+            if values:
+                ci = t_interval(values, level)
+                entry.update({m: ci.mean, f"{m}:lo": ci.lo, f"{m}:hi": ci.hi})
+        if baseline is not None:
+            base_point = {**point, **baseline}
+            base = {r["seed"]: r for r in finished if all(r[k] == base_point[k] for k in keys)}
+            if point != base_point:
+                for m in metrics:
+                    pairs = [
+                        (r[m], base[r["seed"]][m])
+                        for r in group_rows
+                        if r["seed"] in base and _number(r.get(m)) and _number(base[r["seed"]].get(m))
+                    ]
+                    if pairs:
+                        d = paired_difference(*zip(*pairs), level=level)
+                        entry.update(
+                            {
+                                f"{m}:diff": d.mean,
+                                f"{m}:diff_lo": d.lo,
+                                f"{m}:diff_hi": d.hi,
+                                f"{m}:p": d.p_value,
+                            }
+                        )
+        table.append(entry)
+    return table
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return "—" if not math.isfinite(value) else f"{value:.4g}"
+    return str(value)
+
+
+def _markdown(summary: Sequence[Mapping[str, Any]], keys: Sequence[str], metrics: Sequence[str]) -> str:
+    paired = any(f"{m}:diff" in e for e in summary for m in metrics)
+    head = [*keys, "n"]
+    for m in metrics:
+        head.append(f"{m} (95 % CI)")
+        if paired:
+            head += [f"Δ{m} vs baseline (95 % CI)", "p (paired t)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for e in summary:
+        cells = [_fmt(e[k]) for k in keys] + [str(e["n"])]
+        for m in metrics:
+            cells.append(f"{_fmt(e[m])} ({_fmt(e[m + ':lo'])} – {_fmt(e[m + ':hi'])})" if m in e else "—")
+            if paired:
+                if f"{m}:diff" in e:
+                    cells.append(
+                        f"{_fmt(e[m + ':diff'])} ({_fmt(e[m + ':diff_lo'])} – {_fmt(e[m + ':diff_hi'])})"
+                    )
+                    cells.append(_fmt(e[m + ":p"]))
+                else:
+                    cells += ["baseline", ""] if e.get("n") else ["—", "—"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _csv(rows: Sequence[Mapping[str, Any]]) -> str:
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, restval="", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: ("" if v is None else v) for k, v in r.items()} for r in rows)
+    return buffer.getvalue()
+
+
+def sweep_runs(
+    config: str | os.PathLike,
+    grid: Mapping[str, Sequence[Any]],
+    seeds: Sequence[int],
+    out: str | os.PathLike,
+    *,
+    preset: str | None = None,
+    overrides: Sequence[str] = (),
+    jobs: int = 1,
+    baseline: str | None = None,
+    metrics: Sequence[str] | None = None,
+    quiet: bool = False,
+) -> SweepTable:
+    """Run every point of ``grid × seeds`` into ``out/<point_name>`` and write the tables (module docstring).
+
+    Finished points are skipped; unfinished ones resume from their latest checkpoint. Every point's
+    configuration is checked before any runs.
+
+    Args:
+        config: the TOML configuration file.
+        grid: key → values (:func:`parse_grid`).
+        seeds: the seeds (each point runs once per seed).
+        out: the sweep folder.
+        preset: the preset applied to every point.
+        overrides: ``key=value`` applied to every point before the point's own values.
+        jobs: points run at once (separate processes).
+        baseline: ``"key=value[,key=value]"``, the point the others are compared with, seed by seed.
+        metrics: the final metrics to summarise (default: every numeric final metric of the finished runs).
+        quiet: no progress bar and no table printed.
+
+    Returns:
+        :class:`SweepTable`.
+    """
+    from meanfield.runs import load_config
+
+    out = Path(out)
+    grid = {k: list(v) for k, v in grid.items()}
+    seeds = list(seeds)
+    if jobs < 1:
+        raise ConfigError(f"jobs must be ≥ 1, got {jobs}")
+    base = _parse_baseline(baseline, grid)
+    points = expand(grid, seeds)
+    for point in points:  # every point's configuration is valid before the first runs
+        load_config(config, preset, [*overrides, *point_overrides(point)])
+    spec = {
+        "config": str(config),
+        "preset": preset,
+        "overrides": list(overrides),
+        "grid": grid,
+        "seeds": seeds,
+        "baseline": baseline,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "sweep.json", spec)
+
+    summaries: dict[int, dict[str, Any]] = {}
+    todo = []
+    for i, point in enumerate(points):
+        done = _finished(out / point_name(point))
+        if done is not None:
+            summaries[i] = done
+        else:
+            todo.append(i)
+    bar = tqdm(total=len(points), initial=len(points) - len(todo), disable=quiet, unit="run", desc=out.name)
+    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+
+    def args(i: int) -> tuple:
+        point = points[i]
+        return (
+            str(config),
+            str(out / point_name(point)),
+            preset,
+            [*overrides, *point_overrides(point)],
+            threads,
+        )
+
+    try:
+        if jobs == 1:
+            for i in todo:
+                summaries[i] = _run_point(*args(i))
+                bar.update(1)
+        else:
+            context = multiprocessing.get_context("spawn")
+            with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+                futures = {pool.submit(_run_point, *args(i)): i for i in todo}
+                for future in concurrent.futures.as_completed(futures):
+                    summaries[futures[future]] = future.result()
+                    bar.update(1)
+    finally:
+        bar.close()
+
+    rows = []
+    for i, point in enumerate(points):
+        s = summaries[i]
+        finals = {k: v for k, v in s.get("final", {}).items() if _number(v)}
+        rows.append({**point, "status": s.get("status"), **finals, "error": s.get("error")})
+    if metrics is None:
+        metrics = list(
+            dict.fromkeys(
+                k
+                for r in rows
+                if r["status"] == "finished"
+                for k in r
+                if k not in (*grid, "seed", "status", "error") and _number(r[k])
+            )
+        )
+    summary = summarize(rows, list(grid), metrics, base)
+    table = SweepTable(out, grid, rows, summary, list(metrics))
+    write_text_atomic(out / "runs.csv", _csv(rows))
+    write_text_atomic(out / "summary.csv", _csv(summary))
+    write_text_atomic(out / "summary.md", table.markdown())
+    if not quiet:
+        print(table.markdown())
+        if table.failed:
+            print(f"{len(table.failed)} of {len(rows)} runs did not finish; see {out / 'runs.csv'}")
+    return table
