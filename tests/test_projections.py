@@ -68,3 +68,34 @@ def test_bad_projection():
         MeanFieldLangevin(Quadratic(1.0), projection=lambda x: x)
     with pytest.raises(ValueError, match="Clip bound A must be > 0"):
         Clip(0.0)
+
+
+def test_projections_round_trip_through_their_dicts():
+    from meanfield.projections import PROJECTIONS, projection_from_dict
+
+    assert Clip(2.5).to_dict() == {"kind": "clip", "A": 2.5}
+    assert Sphere(2.0, dim=(1, 2)).to_dict() == {"kind": "sphere", "radius": 2.0, "dim": [1, 2]}
+    for p in (Clip(2.5), Sphere(), Sphere(2.0, dim=(1, 2)), Sphere(dim=0)):
+        q = projection_from_dict(p.to_dict())
+        assert (
+            type(q) is type(p) and q.to_dict() == p.to_dict() and PROJECTIONS[p.to_dict()["kind"]] is type(p)
+        )
+        x = torch.randn(4, 3, 2, generator=torch.Generator().manual_seed(0))
+        assert torch.equal(p(x.clone()), q(x.clone()))
+
+
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        ({"kind": "box", "A": 1.0}, r"'kind' in \['clip', 'sphere'\]"),
+        ({"kind": "clip"}, r"missing \['A'\]"),
+        ({"kind": "sphere", "radius": 1.0, "dim": [0], "r": 2}, r"unexpected \['r'\]"),
+        ({"kind": "clip", "A": -1.0}, "A must be > 0"),
+        ({"kind": "layer", "layer": "FeatureParticles"}, "its owner rebuilds it"),
+    ],
+)
+def test_bad_projection_data_is_named(data, match):
+    from meanfield.projections import projection_from_dict
+
+    with pytest.raises(ValueError, match=match):
+        projection_from_dict(data)

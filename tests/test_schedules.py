@@ -2,7 +2,17 @@ import math
 
 import pytest
 
-from meanfield.schedules import Constant, Cosine, Exponential, Linear, Step, as_schedule
+from meanfield.schedules import (
+    SCHEDULES,
+    Constant,
+    Cosine,
+    Exponential,
+    Linear,
+    Step,
+    as_schedule,
+    schedule_from_dict,
+    schedule_to_data,
+)
 
 
 def test_cosine_formula_endpoints_and_clamp():
@@ -38,3 +48,62 @@ def test_linear_exponential_step_constant():
 def test_bad_schedules_raise(make, match):
     with pytest.raises((ValueError, TypeError), match=match):
         make()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# schedules as data
+# ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        Constant(0.3),
+        Cosine(1.0, 0.001, 1000),
+        Linear(0.5, 0.0, 10),
+        Exponential(1.0, 0.01, 50),
+        Step([1.0, 0.5], [7]),
+    ],
+)
+def test_schedule_round_trips_through_its_dict(schedule):
+    data = schedule.to_dict()
+    assert data["kind"] in SCHEDULES and SCHEDULES[data["kind"]] is type(schedule)
+    assert all(isinstance(v, (str, float, list)) for v in data.values())
+    rebuilt = schedule_from_dict(data)
+    assert rebuilt == schedule and [rebuilt(s) for s in (0, 3, 7, 2000)] == [
+        schedule(s) for s in (0, 3, 7, 2000)
+    ]
+    assert as_schedule(data, "beta") == schedule
+    assert schedule_to_data(schedule) == data
+
+
+def test_cosine_dict_is_the_documented_one():
+    assert Cosine(1.0, 0.001, 1000.0).to_dict() == {"kind": "cosine", "start": 1.0, "end": 0.001, "T": 1000.0}
+    assert schedule_to_data(0.5) == 0.5 and isinstance(schedule_to_data(2), float)
+
+
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        ({"kind": "cos", "start": 1, "end": 0, "T": 1}, r"'kind' in \['constant', 'cosine'"),
+        ({"start": 1, "end": 0, "T": 1}, "'kind' in"),
+        ({"kind": "cosine", "start": 1.0, "end": 0.1}, r"fields \['start', 'end', 'T'\]; missing \['T'\]"),
+        ({"kind": "constant", "value": 1.0, "T": 3}, r"unexpected \['T'\]"),
+        ({"kind": "cosine", "start": 1.0, "end": 0.1, "T": -1}, "T .* must be > 0"),
+        ({"kind": "exponential", "start": 0.0, "end": 0.1, "T": 1}, "start > 0"),
+    ],
+)
+def test_bad_schedule_data_is_named(data, match):
+    with pytest.raises(ValueError, match=match):
+        schedule_from_dict(data)
+    with pytest.raises(ValueError, match="beta: "):
+        as_schedule(data, "beta")
+
+
+def test_a_callable_has_no_data_form():
+    with pytest.raises(
+        TypeError, match=r"param group 0: beta .*cannot be saved: only numbers and meanfield\.schedules"
+    ):
+        schedule_to_data(lambda s: 0.1, "param group 0: beta")
+    with pytest.raises(TypeError, match="must be a dict"):
+        schedule_from_dict([("kind", "constant")])
