@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
             ["--M", "8", "--batch", "1", "--seq", "16", "--repeats", "1", "--out", "{tmp}/attention.md"],
         ),
         ("optim.py", ["--params", "0.05", "--rounds", "2", "--warmup", "1", "--no-write"]),
+        ("runs.py", ["--steps", "6", "--rounds", "1", "--out", "{tmp}/runs.md"]),
     ],
 )
 def test_benchmark_script_runs(script, args, tmp_path):

@@ -223,3 +223,14 @@ def test_char_lm_smoke_run_resumes_bit_for_bit(tmp_path):
     records = RunResult.load(a).metrics
     assert "tokens_per_s" in records[0] and "val_loss" in records[-1]
     assert records[-1]["val_ppl"] == pytest.approx(2.718281828459045 ** records[-1]["val_loss"], rel=1e-9)
+
+
+def test_tensorboard_events_hold_the_logged_metrics(uninterrupted):
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    events = event_accumulator.EventAccumulator(str(uninterrupted / "tensorboard"))
+    events.Reload()
+    logged = [(r["step"], r["train_loss"]) for r in RunResult.load(uninterrupted).metrics]
+    scalars = [(e.step, e.value) for e in events.Scalars("train_loss")]
+    assert [s for s, _ in scalars] == [s for s, _ in logged]
+    assert all(v == pytest.approx(w, rel=1e-6) for (_, v), (_, w) in zip(scalars, logged))  # float32 events
+    assert "optim/eta_eff_mean" in events.Tags()["scalars"]
