@@ -224,9 +224,12 @@ def _read_archive(archive: Path) -> dict:
                         pickles[base] = data
                     else:
                         images.append((key, f"{archive}:{member}", data))
+            # tarfile stops silently at a truncated header; a complete archive ends with a zero block
+            if tar.fileobj.tell() - tar.offset < tarfile.BLOCKSIZE:
+                raise tarfile.ReadError("the archive ends without its end-of-archive block")
     except (tarfile.TarError, EOFError, zlib.error, OSError) as error:
         raise CorruptDataError(
-            f"{archive}: truncated or corrupt archive at member {member} ({type(error).__name__}: {error})"
+            f"{archive}: truncated or corrupt archive at or after member {member} ({type(error).__name__}: {error})"
         ) from None
     if pickles:
         return _from_pickles(pickles, str(archive))

@@ -85,7 +85,7 @@ class ImageDataset:
         (of the training split, whichever split is returned). Measured: Fashion-MNIST mean 0.2860, std 0.3530;
         the lossy CIFAR-10 JPEG copy (``../shared/data/cifar10-jpeg``) mean (0.4913, 0.4821, 0.4465), std
         (0.2452, 0.2428, 0.2606). The canonical CIFAR-10 pickles have the train mean
-        (125.31, 122.95, 113.87) / 255 = (0.4914, 0.4822, 0.4466) (from ``../shared/data/README.md``).
+        (125.31, 122.95, 113.87) / 255 = (0.4914, 0.4822, 0.4465) (from ``../shared/data/README.md``).
 
         Args:
             split: ``"train"`` or ``"test"``.

@@ -179,7 +179,9 @@ def wikitext2(
         root,
         ("wikitext-2", "wikitext-2-v1"),
         lambda p: find_file(p, every_file) is not None,
-        "the WikiText-2 split files wiki.{train,valid,test}.tokens or {train,valid,test}.txt",
+        "the WikiText-2 split files ("
+        + ", ".join(f"{WIKITEXT_FILES[s][0]} or {WIKITEXT_FILES[s][1]}" for s in requested)
+        + ")",
     )
     files: dict[str, Path] = {}
     for s in requested:
