@@ -1,0 +1,199 @@
+"""The noise sources are white: mean 0, variance 1, uncorrelated across entries, particles, replicas and steps.
+
+Oracle: the covariance of ``ξ`` is ``I`` (``meanfield.stats.whiteness``: grand mean, mean of ``ξ²``, the variance
+of the sum of all entries, and every pairwise correlation with a Bonferroni z). Each draw laid out for the
+check is two consecutive steps side by side (shape ``(2·B·M·d,)``), so correlations between steps count.
+
+Sizes: n = 3000 draws of D = 2·2·4·3 = 48 entries. With z = 5 (false failure ≈ 5.7e-7 per statistic) the
+check detects a variance off by ≈ 2 % (Gaussian; exactly for ±1 entries), a mean correlation between entries
+of ≈ 0.003–0.005 (the variance of a particle mean ≈ 15 % too large), and any one pair correlated by ≈ 0.11
+(each test asserts the detectable sizes it reaches). Negative controls: ±1 noise whose entries share random
+bits, a step repeated, σ × 1.05 — each must fail.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from meanfield import SDE, MeanFieldLangevin, _background, simulate
+from meanfield.brownian import BrownianIncrements, GaussianNoise, RademacherNoise
+from meanfield.potentials import Quadratic
+from meanfield.stats import whiteness
+
+SHAPE = (2, 4, 3)  # (B, M, d)
+N_DRAWS = 3000
+DT = 0.01
+
+
+def pairs_of_steps(increments: torch.Tensor) -> torch.Tensor:
+    """``(2n, *shape) -> (n, 2·numel)``: steps ``2j`` and ``2j + 1`` side by side."""
+    n2 = increments.shape[0] // 2 * 2
+    return increments[:n2].reshape(n2 // 2, -1)
+
+
+def from_source(source, n_steps: int, scale: float = 1.0) -> torch.Tensor:
+    return torch.stack([source.increment(k, scale).clone() for k in range(n_steps)])  # (n, *shape)
+
+
+class SharedBits(RademacherNoise):
+    """Negative control: one random byte serves two neighbouring groups of 8 entries (each bit used twice)."""
+
+    def _draw(self, out, scale):
+        self._bytes.random_(0, 256, generator=self.generator)
+        half = self._bytes[: (self._bytes.numel() + 1) // 2].repeat_interleave(2)[: self._bytes.numel()]
+        bits = half.unsqueeze(-1).bitwise_and(self._mask).view(-1)[: out.numel()]
+        out.copy_(bits.view(out.shape).bool().to(out.dtype) * (2 * scale) - scale)
+
+
+class RepeatedStep(GaussianNoise):
+    """Negative control: every odd step repeats the even one before it."""
+
+    def _draw(self, out, scale):
+        if self._n % 2 == 0:  # about to give an odd step: keep the buffer
+            return
+        super()._draw(out, scale)
+
+
+def _sources():
+    g = lambda: torch.Generator().manual_seed(11)  # noqa: E731
+    return {
+        "GaussianNoise": lambda: GaussianNoise(SHAPE, DT, g(), torch.float64, "cpu"),
+        "GaussianNoise float32": lambda: GaussianNoise(SHAPE, DT, g(), torch.float32, "cpu"),
+        "RademacherNoise": lambda: RademacherNoise(SHAPE, DT, g(), torch.float64, "cpu"),
+        "RademacherNoise odd size": lambda: RademacherNoise((1, 5, 3), DT, g(), torch.float64, "cpu"),
+        "BrownianIncrements.sample": lambda: BrownianIncrements.sample(2 * N_DRAWS, SHAPE, DT, generator=g()),
+    }
+
+
+@pytest.mark.parametrize("name", list(_sources()))
+def test_noise_sources_are_white(name):
+    """``increment(n, s)/s`` over 2n steps: white across entries and consecutive steps (see the module
+    docstring for the detectable sizes), asked for with a scale ≠ 1 so that the scaling is checked too."""
+    source = _sources()[name]()
+    s = 0.37
+    xi = from_source(source, 2 * N_DRAWS, s) / s
+    check = whiteness(pairs_of_steps(xi))
+    assert check.passed, check.failures
+    assert check.detectable_mean_correlation < 0.005 and check.detectable_pair_correlation < 0.13
+    if "Gaussian" in name or "Brownian" in name:
+        assert check.detectable_variance < 0.03
+        # dW(n) is sqrt(dt)·ξ
+        assert torch.allclose(source.dW(2 * N_DRAWS - 1), source.increment(2 * N_DRAWS - 1, math.sqrt(DT)))
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda g: SharedBits(SHAPE, DT, g, torch.float64, "cpu"), "correlation"),
+        (lambda g: RepeatedStep(SHAPE, DT, g, torch.float64, "cpu"), "correlation"),
+    ],
+    ids=["shared bits", "repeated step"],
+)
+def test_shared_bits_are_caught(make, words):
+    """Negative controls: ±1 entries two of which share a random bit (each is still ±1 with mean 0 and
+    variance 1), or a step that repeats the one before, fail the whiteness check."""
+    source = make(torch.Generator().manual_seed(3))
+    check = whiteness(pairs_of_steps(from_source(source, 2 * N_DRAWS)))
+    assert not check.passed and any(words in f for f in check.failures), check.failures
+
+
+def test_a_wrong_scale_is_caught():
+    """Negative control: σ × 1.05 fails the variance statistic."""
+    source = GaussianNoise(SHAPE, DT, torch.Generator().manual_seed(5), torch.float64, "cpu")
+    check = whiteness(pairs_of_steps(from_source(source, 2 * N_DRAWS)) * 1.05)
+    assert not check.passed and any("variance" in f for f in check.failures)
+
+
+@pytest.mark.parametrize("source", ["gaussian", "brownian"])
+def test_levy_areas_are_independent_of_the_increments(source):
+    """``(ξ_n, H_n/sqrt(dt/12))`` side by side is white: ``H ~ N(0, dt/12)``, independent of ``dW`` and of
+    the other entries and steps."""
+    g = torch.Generator().manual_seed(7)
+    n = 2 * N_DRAWS
+    if source == "gaussian":
+        noise = GaussianNoise(SHAPE, DT, g, torch.float64, "cpu")
+        rows = [
+            torch.cat([noise.increment(k).flatten(), noise.space_time_area(k).flatten()]) for k in range(n)
+        ]
+    else:
+        noise = BrownianIncrements.sample(n, SHAPE, DT, generator=g, levy_area=True)
+        rows = [
+            torch.cat([noise.increment(k).flatten(), noise.space_time_area(k).flatten()]) for k in range(n)
+        ]
+    rows = torch.stack(rows)  # (n, 2·numel)
+    rows[:, rows.shape[1] // 2 :] /= math.sqrt(DT / 12)
+    check = whiteness(rows.reshape(N_DRAWS, -1))
+    assert check.passed, check.failures
+    rows[:, rows.shape[1] // 2 :] = rows[:, : rows.shape[1] // 2]  # negative control: H = ξ
+    assert not whiteness(rows.reshape(N_DRAWS, -1)).passed
+
+
+def test_coarsened_increments_are_white():
+    """``coarsen(k)``: increments ``/sqrt(k·dt)`` and areas ``/sqrt(k·dt/12)`` are white, independent of each
+    other and across coarse steps (the exact law of a Brownian path on the coarse grid)."""
+    k = 4
+    fine = BrownianIncrements.sample(
+        2 * N_DRAWS * k, SHAPE, DT, generator=torch.Generator().manual_seed(8), levy_area=True
+    )
+    coarse = fine.coarsen(k)
+    assert len(coarse) == 2 * N_DRAWS and math.isclose(coarse.dt, k * DT)
+    dW = coarse.increments / math.sqrt(k * DT)
+    H = coarse.H / math.sqrt(k * DT / 12)
+    rows = torch.cat([dW.reshape(2 * N_DRAWS, -1), H.reshape(2 * N_DRAWS, -1)], 1)  # (2n, 2·numel)
+    check = whiteness(rows.reshape(N_DRAWS, -1))
+    assert check.passed, check.failures
+    bad = BrownianIncrements(fine.increments, DT, fine.H * 2).coarsen(k)  # negative control: H too wide
+    assert not whiteness((bad.H / math.sqrt(k * DT / 12)).reshape(N_DRAWS, -1)).passed
+
+
+def _steps_of(traj):
+    return traj.states.diff(dim=0)  # (n, B, M, d)
+
+
+@pytest.mark.parametrize("prefetch", [False, True], ids=["serial", "background draws"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "SDE additive",
+        "SDE diagonal",
+        "MeanFieldLangevin fused",
+        "MeanFieldLangevin rademacher",
+        "torchsde_euler",
+        "heun",
+        "srk",
+    ],
+)
+def test_the_noise_that_reaches_the_state_is_white(monkeypatch, kind, prefetch):
+    """Through ``simulate``: with no drift, ``x_{n+1} − x_n = σ·sqrt(dt)·ξ_n``; the ``ξ_n`` are white across
+    entries and consecutive steps, for the native Euler (fused and generic moves, with and without the
+    background draws) and for torchsde methods."""
+    if prefetch:
+        if kind in ("torchsde_euler", "heun", "srk"):
+            pytest.skip("torchsde steppers do not prefetch")
+        monkeypatch.setattr(_background, "OVERLAP_MIN", 0)
+    sigma, n = 0.8, 2 * N_DRAWS
+    x0 = torch.zeros(SHAPE, dtype=torch.float64)
+    solver, noise = "euler", "gaussian"
+    if kind == "SDE additive":
+        system = SDE(lambda t, x: torch.zeros_like(x), lambda t, x: sigma, noise="additive")
+    elif kind == "SDE diagonal":
+        system = SDE(
+            lambda t, x: torch.zeros_like(x), lambda t, x: torch.full_like(x, sigma), noise="diagonal"
+        )
+    elif kind.startswith("MeanFieldLangevin"):
+        system = MeanFieldLangevin(Quadratic(0.0), beta=sigma**2 / 2)
+        noise = "rademacher" if "rademacher" in kind else "gaussian"
+    else:
+        system = SDE(lambda t, x: torch.zeros_like(x), lambda t, x: sigma, noise="additive")
+        solver = kind
+    traj = simulate(system, x0, t1=n * DT, dt=DT, save_every=1, generator=3, solver=solver, noise=noise)
+    xi = _steps_of(traj) / (sigma * math.sqrt(DT))
+    check = whiteness(pairs_of_steps(xi), z=5.0)
+    # the diff of states in float64 rounds at ≈1e-16 relative: the ±1 variance is exact only to that
+    if noise == "rademacher":
+        assert torch.allclose(xi.abs(), torch.ones_like(xi), atol=1e-9)
+        check = whiteness(pairs_of_steps(xi.sign()))
+    assert check.passed, check.failures
