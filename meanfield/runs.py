@@ -733,6 +733,8 @@ class _Run:
         if not math.isfinite(value):
             raise NonFiniteLossError(f"the training loss is {value} at step {self.step + 1}", self.step + 1)
         loss.backward()
+        if exp.on_backward is not None:
+            exp.on_backward()
         try:
             opt.step()
         except ValueError as error:
@@ -755,6 +757,8 @@ class _Run:
             record[f"{self.experiment.unit}_per_s"] = rate
         record["beta"] = _temperature(self.optimizer)
         record.update(_stats_record(self.optimizer))
+        if self.experiment.window_metrics is not None:
+            record.update(self.experiment.window_metrics())
         if due_eval:
             record.update(self._evaluate())
         self.window = {"loss_sum": 0.0, "n": 0, "time": 0.0}

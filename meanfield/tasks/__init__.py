@@ -1,0 +1,105 @@
+"""Tasks: what ``meanfield run`` trains. A task turns the ``[data]`` and ``[model]`` tables into an experiment.
+
+A task has two dataclass schemas (``Data`` and ``Model``, checked strictly by :func:`meanfield.config.from_dict`)
+and a ``build`` function returning an :class:`Experiment`: the model, the batch sampler (with
+``state_dict``/``load_state_dict``, so a resumed run sees the same data order) and its ``next_batch``, the
+loss of a batch, an evaluation, and the unit of throughput. Built in:
+
+- ``teacher_student``: regression of a single- or multi-index teacher ``y = Σ_k c_k g(w*_k·x)`` on
+  Gaussian inputs by the mean-field network ``f(x) = 1/M Σ_i a_i σ(w_i·x)``
+  (:class:`~meanfield.nn.FeatureParticles`); evaluation: test MSE and teacher alignment.
+- ``lm``: next-token language modelling (tiny-shakespeare characters or WikiText-2 words) with
+  :class:`~meanfield.nn.TransformerLM`, multi-head or particle attention; evaluation: loss and perplexity.
+
+A user task is named ``"package.module:attribute"`` in the config; the attribute is an object with ``Data``,
+``Model`` and ``build`` like :data:`TEACHER_STUDENT`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from meanfield.config import ConfigError
+
+__all__ = ["Experiment", "Task", "TASKS", "get_task", "TEACHER_STUDENT", "LM"]
+
+
+@dataclass
+class Experiment:
+    """What a task builds for a run.
+
+    Attributes:
+        model: the network (its particle layers declare ``n_particles``).
+        batches: the batch sampler, with ``state_dict()``/``load_state_dict()`` (saved in checkpoints).
+        next_batch: the next training batch of ``batches``.
+        loss: the training loss of one batch, a scalar tensor.
+        evaluate: held-out metrics of the model (called under ``torch.no_grad()``, model in eval mode).
+        unit: what ``units_per_step`` counts (``"samples"`` or ``"tokens"``), for throughput.
+        units_per_step: samples or tokens per optimizer step.
+        description: what data and model were built.
+        on_backward: called after every ``loss.backward()``, before the optimizer step (the gradients are
+            in ``.grad``): for streaming statistics such as gradient variance.
+        window_metrics: called at every metrics line; its numbers join the line. State it keeps (e.g. the
+            accumulators of ``on_backward``) must cover the steps since the last line and restart there, so
+            that a run resumed from a checkpoint taken on a logging step logs the same numbers.
+    """
+
+    model: nn.Module
+    batches: Any
+    next_batch: Callable[[], Any]
+    loss: Callable[[Any], torch.Tensor]
+    evaluate: Callable[[], dict[str, float]]
+    unit: str
+    units_per_step: int
+    description: str = ""
+    on_backward: Callable[[], None] | None = None
+    window_metrics: Callable[[], dict[str, float]] | None = None
+
+
+class Task(Protocol):
+    """A task: the ``[data]`` and ``[model]`` schemas and the function that builds the experiment."""
+
+    Data: type
+    Model: type
+
+    def build(
+        self, data: Any, model: Any, *, batch_size: int, seed: int, device: torch.device, dtype: torch.dtype
+    ) -> Experiment: ...
+
+
+from meanfield.tasks.language import LM  # noqa: E402  (the tasks import Experiment from here)
+from meanfield.tasks.regression import TEACHER_STUDENT  # noqa: E402
+
+TASKS: dict[str, Task] = {"teacher_student": TEACHER_STUDENT, "lm": LM}
+"""The built-in tasks by name."""
+
+
+def get_task(name: str) -> Task:
+    """The task named ``name``: a key of :data:`TASKS` or ``"package.module:attribute"``.
+
+    Raises:
+        ConfigError: for an unknown name or an import path that does not resolve to a task.
+    """
+    if not isinstance(name, str):
+        raise ConfigError(f"task must be a string, got {name!r}")
+    if name in TASKS:
+        return TASKS[name]
+    if ":" not in name:
+        raise ConfigError(
+            f"unknown task {name!r}; the built-in tasks are {sorted(TASKS)}, or 'module:attribute'"
+        )
+    module, _, attribute = name.partition(":")
+    try:
+        task = getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as error:
+        raise ConfigError(f"task {name!r} cannot be imported: {error}") from None
+    for needed in ("Data", "Model", "build"):
+        if not hasattr(task, needed):
+            raise ConfigError(f"task {name!r} has no {needed!r}: a task defines Data, Model and build")
+    return task
