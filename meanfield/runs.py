@@ -185,6 +185,15 @@ def check_config(config: Mapping[str, Any]) -> RunConfig:
     for key in ("lr", "beta"):
         if key not in cfg.optim:
             raise ConfigError(f"missing key 'optim.{key}' (the Langevin {key}; see docs/running.md)")
+    for where, table in (("optim", cfg.optim), ("optim.others", others)):
+        for key in ("beta", "projection"):
+            value = table.get(key)
+            if callable(value) or not (value is None or isinstance(value, (int, float, Mapping))):
+                raise ConfigError(
+                    f"{where}.{key} must be a number or a table such as {{kind = \"cosine\", start = 1.0, "
+                    f"end = 0.001}}, got {value!r}: a run's state is saved as data, and a Python callable "
+                    "cannot be (use the schedules of meanfield.schedules and projections of meanfield.projections)"
+                )
     return cfg
 
 
@@ -768,7 +777,10 @@ class _Run:
         cfg = self.cfg.train
         if self.step >= cfg.steps:
             return self._finish()
-        write_json_atomic(self.folder / "environment.json", environment(self.cfg, self.device))
+        env = environment(self.cfg, self.device)
+        if self.step:
+            env["resumed_from_step"] = self.step
+        write_json_atomic(self.folder / "environment.json", env)
         self._write_summary("running", {})
         board = _TensorBoard(self.folder / "tensorboard", cfg.tensorboard, self.step)
         bar = tqdm(
@@ -811,6 +823,7 @@ class _Run:
                         raise RunInterrupted(
                             f"interrupted at step {self.step}; checkpoint written, continue with --resume"
                         )
+                self._checkpoint()  # the end is always saved
         except NonFiniteLossError as error:
             self._write_summary("diverged", self._final(), error=str(error))
             raise NonFiniteLossError(
@@ -828,7 +841,6 @@ class _Run:
         finally:
             bar.close()
             board.close()
-        self._checkpoint()
         return self._finish()
 
     def _status(self) -> str:

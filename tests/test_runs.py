@@ -178,7 +178,7 @@ def test_non_finite_loss_stops_naming_the_step_and_keeps_the_finite_checkpoint(t
 def test_a_schedule_that_cannot_be_saved_is_refused_at_the_start(tmp_path):
     config = load_config(TEACHER, "smoke")
     config["optim"]["beta"] = lambda step: 0.01
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match=r"optim.beta must be a number or a table.*callable cannot be"):
         run(config, tmp_path / "lambda", quiet=True)
     assert not (tmp_path / "lambda" / "config.toml").exists()  # nothing was started
 
