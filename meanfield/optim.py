@@ -6,7 +6,8 @@ For every parameter ``θ`` of a param group with noise, one :meth:`Langevin.step
 
 - ``g`` is the drift direction: the gradient ``M·∂L/∂θ`` (``drift="sgd"``, ``η_eff = lr``) or the
   bias-corrected Adam mean ``m̂`` of those gradients (``drift="adam"``, ``η_eff = lr/(sqrt(v̂) + ε)`` per
-  coordinate: preconditioned Langevin),
+  coordinate: preconditioned Langevin; for a group with noise the defaults are ``β1 = 0``, so ``m̂ = g``,
+  the RMSprop-preconditioned drift of pSGLD, and ``ε = 1``, so ``η_eff ≤ lr``),
 - ``M`` is the number of particles of the group (the mean-field scaling, below),
 - ``β_t`` is the temperature at step ``t`` (a number or a schedule from :mod:`meanfield.schedules`),
 - ``Π`` is an optional projection (:class:`Clip`, :class:`Sphere`, or a particle layer's own ``project_``).
@@ -19,7 +20,26 @@ chain's law differs from it by O(lr) (for ``F = a/2 θ²`` the chain's stationar
 ``β/(a(1 − lr·a/2))``, not ``β/a``). With ``drift="adam"`` and preconditioned noise (the default) the step
 discretises ``dθ = −P∇F dt + sqrt(2βP) dW`` with the diagonal preconditioner ``P = diag(η_eff/lr)``; for a
 constant ``P`` the Gibbs law ``∝ exp(−F/β)`` is still stationary, and for the slowly varying ``P`` of Adam it
-is the target to first order (the Itô correction ``β ∇·P`` is neglected). With ``noise_preconditioned=False``
+is the target to first order (the Itô correction ``β ∇·P`` is neglected, as in pSGLD, Li et al. 2016).
+
+*The first step cannot explode.* Bias-corrected Adam has ``v̂₁ = g₁²``, so with a tiny ``ε``
+``η_eff = lr/(|g₁| + ε)`` is unbounded where a first gradient is small (on a one-layer causal LM with
+``CausalParticleAttention(M=16)``, β = lr = 1e-3, ε = 1e-8: ``η_eff`` up to 1.5e3, weights kicked 5.6 × their
+RMS). ``ε`` is a floor on ``sqrt(v̂)`` in the units of the Wasserstein gradient (pSGLD's λ), so
+``η_eff ≤ lr/ε`` always; groups with noise default to ``ε = 1``: the preconditioner can shorten the SDE's time
+step ``lr`` (where the gradients' RMS exceeds 1) but never lengthen it, so the chain is never less stable than
+the SGD chain at ``lr``, and a first step with small gradients is the SGD step (noise/drift ratio
+``sqrt(2β/(lr·⟨g²⟩))``). A smaller ``ε`` lets Adam lengthen steps by up to ``1/ε``.
+
+*Momentum.* With ``β1 > 0`` the drift uses the running mean ``m̂`` of past gradients and the chain is no
+longer Euler–Maruyama: on ``F = a/2 θ²`` with a constant step ``h = η_eff`` and ``u = h·a``, the linear chain
+``(θ, m)`` has the stationary variance (the discrete Lyapunov solution, :func:`momentum_variance_factor`)
+
+    Var θ = β/a · 2(1 − β1² + 2β1u)/((1 − β1)(2(1 + β1) − (1 − β1)u)) = β/a · (1 + (u/2)(1+β1)/(1−β1) + O(u²)),
+
+the EM bias ``u/2`` multiplied by ``(1 + β1)/(1 − β1)`` (×19 at β1 = 0.9: 1.29 β/a at u = 0.03), unbounded as
+``β1 → 1``. Groups with noise therefore default to ``β1 = 0`` (``m̂ = g``: the drift's noise matches it), and
+an explicit ``β1 > 0`` on a noisy group warns once. With ``noise_preconditioned=False``
 an Adam drift gets the scalar noise ``sqrt(2β·lr) ξ``: the chain discretises
 ``dθ = −P∇F dt + sqrt(2β) dW``, which for a constant scalar ``P = p·I`` samples ``∝ exp(−p·F/β)``
 (temperature ``β/p``) and for a non-scalar ``P`` is not a Gibbs law at all (it warns once).
@@ -36,6 +56,13 @@ its gradients by ``M`` (``mean_field_scaling=False`` switches it off). The M-par
 ``ρ ∝ exp(−(δF/δρ)(ρ, ·)/β)`` as ``M → ∞``. With an Adam drift the gradients are not touched: Adam of
 ``M·g`` is Adam of ``g`` with ``ε/M`` and weight decay ``λ/M``, and ``η_eff`` carries the factor ``1/M``
 (the moments in the state are those of the raw gradients ``g``).
+
+**Temperature conventions.** The seeds write the step without ×M: ``θ ← θ − η_s∇L + sqrt(2β_s η_s)ξ``,
+which samples ``∝ exp(−L/β_s)``. It is this optimizer's chain with ``lr = η_s/M`` and ``β = M·β_s``
+(``lr·M∇L = η_s∇L`` and ``2β·lr = 2β_sη_s``): the same β is M times another temperature. A group's
+``temperature_convention`` says which β it is given: ``"mean_field"`` (default; the M-particle chain samples
+``∝ exp(−M·L/β)``, the mean-field law ``∝ exp(−δF/δρ/β)``) or ``"loss"`` (the seeds' ``β_s``; the noise uses
+``M·β_s``, ``M`` the factor applied to the gradients).
 
 **Speed.** Per param group and (device, dtype) one fused drift update (``torch._fused_adam_`` or
 ``torch._foreach_add_``), one flat normal draw for all the noisy parameters from the optimizer's own
@@ -365,9 +392,13 @@ class Langevin(torch.optim.Optimizer):
       ``dθ = −∇F dt + sqrt(2β) dW``; the target law is ``∝ exp(−F/β)`` (``F = M·L + λ/2‖θ‖²``) up to the
       O(lr) bias of the discrete chain.
     - ``drift="adam"``: ``g = m̂`` (bias-corrected first moment of ``M·∇_θL + λθ``) and
-      ``η_eff = lr/(sqrt(v̂) + ε)`` per coordinate. With ``noise_preconditioned=True`` (default) the noise
-      is ``sqrt(2β_t η_eff) ξ``: preconditioned Langevin with ``P = diag(η_eff/lr)``, whose target is still
-      ``∝ exp(−F/β)`` to first order while ``P`` varies slowly. With ``noise_preconditioned=False`` the noise
+      ``η_eff = lr/(sqrt(v̂) + ε)`` per coordinate (``v̂`` bias-corrected with each parameter's own step
+      count). With ``noise_preconditioned=True`` (default) the noise is ``sqrt(2β_t η_eff) ξ``:
+      preconditioned Langevin with ``P = diag(η_eff/lr)``, whose target is still ``∝ exp(−F/β)`` to first
+      order while ``P`` varies slowly. Groups with noise default to ``betas = (0, 0.999)`` (no momentum:
+      ``m̂ = g``, the pSGLD drift, whose chain has the EM law; momentum multiplies its O(η) bias by
+      ``(1 + β1)/(1 − β1)``, see :func:`momentum_variance_factor`) and ``ε = 1`` (``η_eff ≤ lr``: no
+      explosion at step 1, see the module docstring). With ``noise_preconditioned=False`` the noise
       is ``sqrt(2β_t lr) ξ`` and the target is no longer the Gibbs law at temperature ``β`` (for a constant
       ``P = p·I`` it is ``∝ exp(−p·F/β)``; for a non-scalar ``P`` not a Gibbs law at all); it warns once.
     - Groups with ``noise=False`` take the plain step ``θ ← Π(θ − η_eff ⊙ g)`` (SGD or Adam).
@@ -375,7 +406,8 @@ class Langevin(torch.optim.Optimizer):
     ``M·∇_θL`` is the Wasserstein gradient ``∇_θ δF/δρ`` of a particle of a layer computing
     ``1/M Σ_i φ(θ_i)`` (see the module docstring for the derivation); a group declares its M with
     ``n_particles`` (default 1: no scaling) and ``mean_field_scaling=False`` switches the factor off. At
-    ``β = 0`` the optimizer is ``torch.optim.SGD`` / ``torch.optim.Adam`` on the gradients ``M·∇_θL``.
+    ``β = 0`` the optimizer is ``torch.optim.SGD`` / ``torch.optim.Adam`` on the gradients ``M·∇_θL`` (for
+    Adam on a group with noise, with torch's ``betas``/``eps`` given: its defaults differ).
 
     Every argument after ``params`` except ``generator`` and ``seed`` is a param-group default and can be
     overridden per group. :meth:`param_groups_for` builds the groups of a model with particle layers:
@@ -387,10 +419,12 @@ class Langevin(torch.optim.Optimizer):
         beta: temperature ``β ≥ 0``, a number or a schedule ``step -> β`` (:mod:`meanfield.schedules`),
             evaluated at the number of steps taken so far (``β(0)`` for the first step).
         drift: ``"sgd"`` or ``"adam"`` (:data:`DRIFTS`).
-        betas: Adam's ``(β1, β2)``, each in ``[0, 1)``.
-        eps: Adam's ``ε > 0``. With preconditioned noise ``η_eff ≤ lr/ε``: a coordinate whose gradient stays
-            near 0 gets noise up to ``sqrt(2β·lr/ε)``, so pick ``ε`` near the gradients' scale (or keep
-            such parameters in a group without noise); ``last_stats.eta_eff_max`` shows it.
+        betas: Adam's ``(β1, β2)``, each in ``[0, 1)``; ``None`` (default): ``(0, 0.999)`` for a group with
+            noise (no momentum: the right law), ``(0.9, 0.999)`` without. ``β1 > 0`` with noise warns once.
+        eps: Adam's ``ε > 0``, a floor on ``sqrt(v̂)`` in Wasserstein-gradient units: ``η_eff ≤ lr/ε``, and a
+            coordinate whose gradient stays near 0 gets noise up to ``sqrt(2β·lr/ε)``. ``None`` (default):
+            ``1`` for a group with noise (``η_eff ≤ lr``), ``1e-8`` without; ``last_stats.eta_eff_max`` shows
+            the largest step.
         weight_decay: ``λ ≥ 0``, an L2 term ``λ/2‖θ‖²`` in ``F`` (a Gaussian prior), added to ``M·∇_θL``.
         noise: whether the group gets the Langevin noise.
         n_particles: the number of particles ``M ≥ 1`` of the group (its gradients are multiplied by M).
@@ -401,9 +435,15 @@ class Langevin(torch.optim.Optimizer):
         generator: the ``torch.Generator`` of the noise (on the parameters' device).
         seed: seed of the optimizer's own generator (one per device) when ``generator`` is not given; with
             neither, one seed is drawn from torch's global generator at construction.
+        temperature_convention: what ``beta`` means (:data:`TEMPERATURE_CONVENTIONS`): ``"mean_field"``
+            (default: the temperature of ``exp(−M·L/β)``) or ``"loss"`` (the seeds' ``β_s`` of
+            ``exp(−L/β_s)``; the noise uses ``M·β_s``). ``β_s = β/M`` gives the same chain.
+
+    A β schedule or a projection may also be given as data (its ``to_dict()``, e.g. from a TOML config).
 
     Attributes:
-        last_stats: :class:`LangevinStats` of the last step (computed when read).
+        last_stats: :class:`LangevinStats` of the last step over the groups with noise (computed when read).
+        last_group_stats: one :class:`LangevinStats` (or ``None``) per param group.
 
     Raises:
         ValueError / TypeError: on an invalid argument (naming it, what it got and what is allowed), on a

@@ -61,7 +61,7 @@ F64 = torch.float64
 A_Q, BETA_Q, US = 1.0, 0.3, (0.05, 0.1, 0.2)  # item 1: curvature, temperature, ηa
 BETA_DW, ETA_DW, T_DW = 0.5, 0.05, 6.0  # item 2 (burn-in as gibbs_double_well: e^{−λ2 T} ≈ 1e-6)
 A_MF, K_MF, BETA_MF, ETA_MF, STEPS_MF, MS = 1.0, 2.0, 0.5, 0.05, 200, (2, 8)  # item 3: (1 − ηa)^400 ≈ 1e-9
-A_AD, BETA_AD, LR_AD, STEPS_AD = 2.0, 1e-4, 0.1, 200  # item 4: u ≈ 0.2; a·sd θ = 0.014 ≪ ε = 1
+A_AD, BETA_AD, LR_AD, STEPS_AD = 2.0, 1e-4, 0.1, 200  # item 4: u ≈ 0.2; a·sd θ ≈ 0.015 ≪ ε = 1
 
 
 def _dw():
@@ -267,6 +267,8 @@ def plot(result: CheckResult):
     edges = np.linspace(-2.5, 2.5, len(dw["hist"]) + 1)
     ax2.step(0.5 * (edges[1:] + edges[:-1]), dw["hist"], where="mid", lw=1, label="Langevin particles")
     ax2.plot(dw["chain_x"], dw["chain_density"], "k:", lw=1.2, label=f"EM chain law, η = {ETA_DW:g}")
+    grid = np.linspace(-2.5, 2.5, 400)
+    ax2.plot(grid, _dw().gibbs_density(grid, BETA_DW), "C3-", lw=0.8, label="Gibbs exp(−V/β)/Z")
     ax2.set(xlabel="x", ylabel="density", title=f"double well, β = {BETA_DW}", xlim=(-2.5, 2.5))
     ax2.legend(fontsize=7)
 
@@ -298,6 +300,8 @@ def plot(result: CheckResult):
         label="β/(a+k) + βk/(a(a+k)M)",
     )
     ax3.set(xscale="log", xlabel="M", ylabel="Var x_i", title="×M layer = linear McKean–Vlasov")
+    ax3.set_xticks([2, 4, 8], ["2", "4", "8"], minor=False)
+    ax3.set_xticks([], minor=True)
     ax3.legend(fontsize=6.5)
 
     ad = d["adam"]
