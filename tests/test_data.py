@@ -7,6 +7,7 @@ import hashlib
 import math
 import os
 import pickle
+import struct
 import tarfile
 import time
 from pathlib import Path
@@ -294,6 +295,26 @@ def test_normalized_uses_the_train_statistics(tmp_path):
 # CIFAR-10: pickles
 
 
+def _py2_str(b: bytes) -> bytes:
+    return b"U" + bytes([len(b)]) + b if len(b) < 256 else b"T" + struct.pack("<i", len(b)) + b
+
+
+def _py2_pickle(x: np.ndarray, labels: list[int]) -> bytes:
+    """``{'data': x, 'labels': labels}`` as Python 2's cPickle (protocol 2) wrote the original CIFAR batches:
+    str keys and array bytes as BINSTRING opcodes, the array through ``numpy.core.multiarray._reconstruct``."""
+    out = b"\x80\x02}q\x00(" + _py2_str(b"data")
+    out += (
+        b"cnumpy.core.multiarray\n_reconstruct\nq\x01cnumpy\nndarray\nq\x02K\x00\x85"
+        + _py2_str(b"b")
+        + b"\x87R"
+    )
+    out += b"(K\x01" + b"".join(b"M" + struct.pack("<H", d) for d in x.shape) + b"\x86"
+    out += b"cnumpy\ndtype\n" + _py2_str(b"u1") + b"K\x00K\x01\x87R(K\x03" + _py2_str(b"|")
+    out += b"NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb\x89" + _py2_str(x.tobytes()) + b"tb"
+    out += _py2_str(b"labels") + b"](" + b"".join(b"K" + bytes([v]) for v in labels) + b"eu."
+    return out
+
+
 def _cifar_pickles(folder: Path, per_batch: int = 3, meta: bool = True) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(1)
@@ -302,7 +323,10 @@ def _cifar_pickles(folder: Path, per_batch: int = 3, meta: bool = True) -> dict:
         x = rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8)
         y = rng.integers(0, 10, per_batch).tolist()
         batches[name] = (x, y)
-        with open(folder / name, "wb") as f:  # the original files are Python 2 pickles with bytes keys
+        if name == "data_batch_1":  # byte for byte as Python 2 wrote the originals
+            (folder / name).write_bytes(_py2_pickle(x, y))
+            continue
+        with open(folder / name, "wb") as f:  # as Python 3 writes them, with bytes keys like the originals
             pickle.dump({b"batch_label": name.encode(), b"data": x, b"labels": y}, f, protocol=2)
     if meta:
         names = [c.encode() for c in data.CIFAR10_CLASSES]
@@ -319,6 +343,8 @@ def test_cifar10_pickles(tmp_path):
     assert np.array_equal(ds.train_x[3:6].reshape(3, -1).numpy(), x)  # rows are CHW: R plane, G, B
     assert np.array_equal(ds.train_x[4, 1].numpy(), x[1, 1024:2048].reshape(32, 32))
     assert ds.train_y[3:6].tolist() == y and ds.classes == data.CIFAR10_CLASSES
+    x, y = batches["data_batch_1"]  # the Python 2 pickle
+    assert np.array_equal(ds.train_x[:3].reshape(3, -1).numpy(), x) and ds.train_y[:3].tolist() == y
     assert "pickles" in ds.description and "lossy" not in ds.description
 
 

@@ -16,10 +16,10 @@ dataclass of tensors with a ``description`` of what was loaded. A missing datase
 from ._errors import SOURCES, CorruptDataError, DataNotFoundError
 from ._paths import default_root
 from .batches import Batches, TokenBatches, iter_blocks
-from .catalog import DatasetInfo, FileInfo, catalog, format_catalog, read_sha256sums, sha256
 from .cifar import CIFAR10_CLASSES, cache_dir, cifar10
 from .fashion import FASHION_CLASSES, fashion_mnist, read_idx
 from .images import ImageDataset, channel_stats
+from .inventory import DatasetInfo, FileInfo, catalog, format_catalog, read_sha256sums, sha256
 from .teacher import ACTIVATIONS, TeacherStudent, teacher_student
 from .text import TokenCorpus, tiny_shakespeare, wikitext2
 

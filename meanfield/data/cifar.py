@@ -246,7 +246,8 @@ def _load_cache(path: Path) -> dict | None:
         return None
     try:
         cached = torch.load(path, weights_only=True)
-        assert cached["version"] == CACHE_VERSION and cached["train_x"].dtype == torch.uint8
+        if cached["version"] != CACHE_VERSION or cached["train_x"].dtype != torch.uint8:
+            raise ValueError(f"cache format {cached['version']}, expected {CACHE_VERSION}")
         return cached
     except Exception as error:  # an unreadable cache is rebuilt, never fatal
         warnings.warn(f"ignoring the unreadable cache {path} ({type(error).__name__}: {error})", stacklevel=3)
