@@ -5,8 +5,10 @@ per-group statistics.
 Each of the three defects of the issue is a test here that fails on the code before the fix:
 ``test_state_dict_round_trips_through_torch_load_weights_only`` (a ``Cosine`` schedule in the state),
 ``test_first_step_on_a_small_network_cannot_explode`` (``η_eff`` up to 1.5e3 at step 1) and
-``test_default_adam_drift_with_noise_samples_the_chain_law`` (momentum by default: Var 1.95 × β/a at
-``η_eff·a = 0.1`` instead of 1.05).
+``test_default_adam_drift_with_noise_samples_the_chain_law`` (the old defaults β1 = 0.9, ε = 1e-8 there:
+``⟨η_eff⟩ = 21 × lr``, ``u = 2.1`` instead of 0.1, and momentum). Measured by running this file against the
+old ``optim.py``/``schedules.py``/``projections.py``: 12 of its 13 tests fail (all but the closed-form
+Lyapunov test).
 
 Statistical checks use tolerance ``Z·SE`` (``Z = 5``), float64 and fixed seeds; each states the smallest error it
 detects and has a negative control that must be rejected.
@@ -229,8 +231,8 @@ def test_default_adam_drift_with_noise_samples_the_chain_law():
     ``a·sd θ = 0.01``, so ``η_eff ≈ lr/1.01`` is nearly constant: the chain is ``θ ← (1 − u)θ + sqrt(2βh)ξ``
     with stationary variance ``β/(a(1 − u/2))``, ``u = a·η_eff ≈ 0.099``. ``n = 200 000`` replicas: relative SE
     ``sqrt(2/n) = 0.32 %``, smallest detectable error 1.6 %. Negative controls: the continuous β/a (−5 %) and
-    the law with the old default momentum β1 = 0.9 (+85 %) are rejected. On the code before the fix the
-    default was β1 = 0.9 and this test fails."""
+    the law with the old default momentum β1 = 0.9 (+85 %) are rejected. On the code before the fix (defaults
+    β1 = 0.9, ε = 1e-8) this test fails: ``u = 2.1``."""
     a, beta = 1.0, 1e-4
     est, u = _stationary_adam(None, a=a, beta=beta)
     assert 0.098 < u < 0.1
@@ -263,7 +265,8 @@ def test_momentum_variance_factor_against_a_numerical_lyapunov_solution():
             sigma = solve_discrete_lyapunov(A, [[2 * u, 0.0], [0.0, 0.0]])  # β/a = 1: σ² = 2βh = 2u/a
             assert momentum_variance_factor(u, r) == pytest.approx(sigma[0][0], rel=1e-10)
     assert momentum_variance_factor(0.1, 0.0) == pytest.approx(1 / (1 - 0.05), rel=1e-15)
-    assert momentum_variance_factor(38.001, 0.9) == math.inf  # beyond the stability limit 2(1 + β1)/(1 − β1) = 38
+    # beyond the stability limit 2(1 + β1)/(1 − β1) = 38
+    assert momentum_variance_factor(38.001, 0.9) == math.inf
 
 
 # ----------------------------------------------------------------------------------------------------------
