@@ -8,6 +8,7 @@ import math
 import os
 import pickle
 import struct
+import subprocess
 import tarfile
 import time
 from pathlib import Path
@@ -735,6 +736,18 @@ def test_catalog_checks_sha256sums(tmp_path):
     table = format_catalog(list(infos.values()))
     assert "MISMATCH" in table and "missing" in table and "valid.txt" in table
     assert catalog(tmp_path, hash=False)[0].files[0].status == "not hashed"
+
+
+def test_catalog_checks_wikitext_train_by_its_git_blob_id(tmp_path, monkeypatch):
+    folder = _wikitext(tmp_path / "wikitext-2")
+    blob = subprocess.run(["git", "hash-object", str(folder / "train.txt")], capture_output=True, text=True)
+    if blob.returncode != 0:
+        pytest.skip("git is not installed")
+    assert data.git_blob_id(folder / "train.txt") == blob.stdout.strip()
+    status = {f.path.name: f.status for f in catalog(tmp_path)[0].files}
+    assert status["train.txt"] == "MISMATCH (git blob id)" and status["valid.txt"] == "not listed"
+    monkeypatch.setitem(data.inventory.KNOWN_GIT_BLOBS, ("wikitext-2", "train.txt"), blob.stdout.strip())
+    assert catalog(tmp_path)[0].files[0].status == "OK (git blob id)"
 
 
 def test_catalog_of_the_shared_data():

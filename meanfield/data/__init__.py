@@ -19,7 +19,7 @@ from .batches import Batches, TokenBatches, iter_blocks
 from .cifar import CIFAR10_CLASSES, cache_dir, cifar10
 from .fashion import FASHION_CLASSES, fashion_mnist, read_idx
 from .images import ImageDataset, channel_stats
-from .inventory import DatasetInfo, FileInfo, catalog, format_catalog, read_sha256sums, sha256
+from .inventory import DatasetInfo, FileInfo, catalog, format_catalog, git_blob_id, read_sha256sums, sha256
 from .teacher import ACTIVATIONS, TeacherStudent, teacher_student
 from .text import TokenCorpus, tiny_shakespeare, wikitext2
 
@@ -44,6 +44,7 @@ __all__ = [
     "default_root",
     "fashion_mnist",
     "format_catalog",
+    "git_blob_id",
     "iter_blocks",
     "read_idx",
     "read_sha256sums",

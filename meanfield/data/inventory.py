@@ -15,9 +15,23 @@ from .cifar import IMAGE_SUFFIXES, PICKLE_META, PICKLE_TEST, PICKLE_TRAIN, _arch
 from .fashion import FASHION_FILES
 from .text import SPLITS, WIKITEXT_FILES
 
-__all__ = ["DatasetInfo", "FileInfo", "catalog", "format_catalog", "read_sha256sums", "sha256"]
+__all__ = [
+    "KNOWN_GIT_BLOBS",
+    "DatasetInfo",
+    "FileInfo",
+    "catalog",
+    "format_catalog",
+    "git_blob_id",
+    "read_sha256sums",
+    "sha256",
+]
 
 SUMS_NAME = "SHA256SUMS"
+KNOWN_GIT_BLOBS: dict[tuple[str, str], str] = {
+    ("wikitext-2", "train.txt"): "2d84b35af79e411d73ea7cae83c73964c6ac83b4",
+}
+"""(dataset, file name) → git blob id of the official file, checked when no ``SHA256SUMS`` lists it. The
+WikiText-2 ``train.txt`` id is that of the PyTorch example's copy (from ``../shared/data/README.md``)."""
 
 
 @dataclass
@@ -28,7 +42,8 @@ class FileInfo:
         path: where it is.
         size: its size in bytes.
         sha256: its SHA-256 (hex), or ``None`` when not hashed.
-        status: ``"OK"`` / ``"MISMATCH"`` against a ``SHA256SUMS`` that lists it, ``"not listed"``, or
+        status: ``"OK"`` / ``"MISMATCH"`` against a ``SHA256SUMS`` that lists it, ``"OK (git blob id)"`` /
+            ``"MISMATCH (git blob id)"`` against a known official git blob id, ``"not listed"``, or
             ``"not hashed"``.
     """
 
@@ -67,6 +82,16 @@ class DatasetInfo:
 def sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     """The SHA-256 of a file, hex."""
     digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def git_blob_id(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """The git blob id of a file (what ``git hash-object`` prints): ``sha1(b"blob <size>\\0" + content)``, hex."""
+    path = Path(path)
+    digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
     with open(path, "rb") as f:
         while block := f.read(chunk):
             digest.update(block)
@@ -181,7 +206,9 @@ def catalog(root: str | os.PathLike | None = None, *, hash: bool = True) -> list
     Each dataset is looked for as its loader would (``root`` or :func:`default_root`; Fashion-MNIST also in
     ``/usr/share/datasets``) without being loaded. With ``hash``, every file's SHA-256 is computed and
     checked against the ``SHA256SUMS`` files (``sha256sum`` format, paths relative to the file) in the root,
-    the dataset's folder and its parent: ``OK``, ``MISMATCH`` or ``not listed``.
+    the dataset's folder and its parent: ``OK``, ``MISMATCH`` or ``not listed``; a file no ``SHA256SUMS``
+    lists but whose official git blob id is known (:data:`KNOWN_GIT_BLOBS`: WikiText-2's ``train.txt``) is
+    checked against it instead (``OK (git blob id)`` / ``MISMATCH (git blob id)``).
 
     Args:
         root: the data folder (``None``: :func:`default_root`).
@@ -203,7 +230,12 @@ def catalog(root: str | os.PathLike | None = None, *, hash: bool = True) -> list
         for f in info.files:
             f.sha256 = sha256(f.path)
             listed = sums.get(f.path.resolve())
-            f.status = "not listed" if listed is None else ("OK" if listed == f.sha256 else "MISMATCH")
+            if listed is not None:
+                f.status = "OK" if listed == f.sha256 else "MISMATCH"
+            elif (blob := KNOWN_GIT_BLOBS.get((info.name, f.path.name))) is not None:
+                f.status = "OK (git blob id)" if git_blob_id(f.path) == blob else "MISMATCH (git blob id)"
+            else:
+                f.status = "not listed"
     return infos
 
 
