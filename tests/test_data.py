@@ -439,6 +439,7 @@ def test_cifar10_jpeg_archive_is_lossy_and_cached(tmp_path):
     first = cifar10(tmp_path)
     assert first.lossy and "lossy JPEG copy" in first.description and str(archive) in first.description
     assert first.train_x.shape == (6, 3, 8, 8) and "from the cache" not in first.description
+    assert "cached in" in first.description
     cached = list((tmp_path / "cache").glob("cifar10-cifar10-jpg.tar.gz-*.pt"))
     assert len(cached) == 1
     second = cifar10(archive)

@@ -13,10 +13,11 @@ dataclass of tensors with a ``description`` of what was loaded. A missing datase
 * what is where: :func:`catalog`, :func:`format_catalog`
 """
 
+from ._cache import cache_dir
 from ._errors import SOURCES, CorruptDataError, DataNotFoundError
 from ._paths import default_root
 from .batches import Batches, TokenBatches, iter_blocks
-from .cifar import CIFAR10_CLASSES, cache_dir, cifar10
+from .cifar import CIFAR10_CLASSES, cifar10
 from .fashion import FASHION_CLASSES, fashion_mnist, read_idx
 from .images import ImageDataset, channel_stats
 from .inventory import DatasetInfo, FileInfo, catalog, format_catalog, git_blob_id, read_sha256sums, sha256

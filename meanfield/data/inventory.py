@@ -11,8 +11,9 @@ from pathlib import Path
 from ._errors import SOURCES
 from ._paths import DEBIAN_DATASETS, candidates, default_root, find_file
 from .cifar import FOLDER_NAMES as CIFAR_FOLDERS
-from .cifar import IMAGE_SUFFIXES, PICKLE_META, PICKLE_TEST, PICKLE_TRAIN, _archives, _image_key, _kind
+from .cifar import PICKLE_META, PICKLE_TEST, PICKLE_TRAIN, archives_in, folder_kind
 from .fashion import FASHION_FILES
+from .imagefolder import IMAGE_SUFFIXES, image_key
 from .text import SPLITS, WIKITEXT_FILES
 
 __all__ = [
@@ -168,7 +169,7 @@ def _archive_is_lossy(archive: Path) -> bool | None:
     try:
         with tarfile.open(archive, mode="r|*") as tar:
             for info in tar:
-                if info.isfile() and _image_key(info.name) is not None:
+                if info.isfile() and image_key(info.name) is not None:
                     return IMAGE_SUFFIXES[Path(info.name).suffix.lower()]
     except (tarfile.TarError, EOFError, OSError):
         return None
@@ -177,11 +178,11 @@ def _archive_is_lossy(archive: Path) -> bool | None:
 
 def _cifar(root: str | os.PathLike | None) -> DatasetInfo:
     tried = candidates(root, CIFAR_FOLDERS)
-    folder = _first(tried, lambda p: _kind(p) is not None)
+    folder = _first(tried, lambda p: folder_kind(p) is not None)
     info = DatasetInfo("cifar10", "meanfield.data.cifar10", folder is not None, folder, searched=tried)
     if folder is None:
         return info
-    kind = _kind(folder)
+    kind = folder_kind(folder)
     if kind == "pickles":
         paths = [folder / n for n in (*PICKLE_TRAIN, PICKLE_TEST, PICKLE_META) if (folder / n).is_file()]
         info.files = [FileInfo(p, p.stat().st_size) for p in paths]
@@ -192,7 +193,7 @@ def _cifar(root: str | os.PathLike | None) -> DatasetInfo:
         if any(IMAGE_SUFFIXES.get(p.suffix.lower(), False) for p in images):
             info.note += "; lossy JPEG images, not pixel-exact"
     else:
-        info.files = [FileInfo(p, p.stat().st_size) for p in _archives(folder)]
+        info.files = [FileInfo(p, p.stat().st_size) for p in archives_in(folder)]
         lossy = [f.path.name for f in info.files if _archive_is_lossy(f.path)]
         info.note = "archive, decoded and cached on first load"
         if lossy:
