@@ -81,7 +81,7 @@ def test_wikitext_eos_per_line_and_vocab_from_train(tmp_path):
     assert corpus.decode(corpus.valid) == "the dog sat . <eos> <eos> a <unk> <unk> <eos>"
     assert corpus.valid.dtype == torch.int64 and corpus.valid.dim() == 1
     assert corpus.test.tolist() == corpus.encode("the cat . <eos>").tolist()
-    assert "valid 2 tokens" not in corpus.description and "mapped to <unk>: valid 2" in corpus.description
+    assert "out-of-vocabulary tokens mapped to <unk>: valid 2" in corpus.description
 
 
 def test_wikitext_tokens_layout_from_a_parent_folder(tmp_path):
