@@ -386,6 +386,15 @@ def _git_commit() -> dict[str, Any]:
     return {"commit": commit, "dirty": bool(dirty)}
 
 
+def _cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux), else what ``platform`` knows."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
 def environment(cfg: RunConfig, device: torch.device) -> dict[str, Any]:
     """Package versions, git commit, seed, threads and device of a run (``environment.json``)."""
     from importlib import metadata
@@ -397,7 +406,7 @@ def environment(cfg: RunConfig, device: torch.device) -> dict[str, Any]:
     info = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
+        "processor": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "packages": versions,
         "git": _git_commit(),
