@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from ._checks import check_int, check_nonnegative
+from ._checks import check_finite, check_int, check_nonnegative
 
 __all__ = [
     "Confinement",
@@ -103,9 +103,7 @@ class QuadraticInteraction(Interaction):
     """
 
     def __init__(self, k: float = 1.0) -> None:
-        self.k = float(k)
-        if not math.isfinite(self.k):
-            raise ValueError(f"k must be finite, got {k}")
+        self.k = check_finite("k", k)
 
     def energy(self, x: torch.Tensor) -> torch.Tensor:
         # 1/M Σ_j k/2 |x_i − x_j|² = k/2 (|x_i − x̄|² + Var), Var = 1/M Σ_j |x_j − x̄|²
@@ -132,9 +130,7 @@ class Alignment(Interaction):
     """
 
     def __init__(self, kappa: float = 1.0) -> None:
-        self.kappa = float(kappa)
-        if not math.isfinite(self.kappa):
-            raise ValueError(f"kappa must be finite, got {kappa}")
+        self.kappa = check_finite("kappa", kappa)
 
     def energy(self, x: torch.Tensor) -> torch.Tensor:
         return -self.kappa * (x * x.mean(1, keepdim=True)).sum(-1)  # (B, M)
@@ -206,11 +202,13 @@ class GaussianInteraction(RadialInteraction):
     """
 
     def __init__(self, c: float = 1.0, length: float = 1.0, max_elements: int = 1 << 22) -> None:
-        c = float(c)
-        if not (math.isfinite(c) and math.isfinite(length) and length > 0):
-            raise ValueError(f"GaussianInteraction needs finite c and length > 0, got c={c}, length={length}")
-        s = 1.0 / (2.0 * float(length) ** 2)
-        self.c, self.length = c, float(length)
+        c, length = check_finite("c", c), check_finite("length", length)
+        s = 1.0 / (2.0 * length**2) if length > 0 else math.inf
+        if not math.isfinite(s):
+            raise ValueError(
+                f"GaussianInteraction needs length > 0 with 1/(2·length²) finite, got length={length}"
+            )
+        self.c, self.length = c, length
         super().__init__(
             lambda r2: c * torch.exp(-s * r2), lambda r2: -s * c * torch.exp(-s * r2), max_elements
         )

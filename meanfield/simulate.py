@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import math
 import secrets
 from collections.abc import Iterator
@@ -11,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from ._checks import check_finite_tensor, check_int, check_positive, check_rank
+from ._checks import check_finite, check_finite_tensor, check_int, check_positive, check_rank
 from .brownian import BrownianIncrements, GaussianNoise, NoiseSource, RademacherNoise
 from .solvers import Solver, get_solver
 from .systems import ParticleSystem
@@ -96,11 +98,13 @@ def _noise_source(
                 f"{n_steps} steps of dt={dt}"
             )
         return brownian, None
-    if noise not in NOISES:
+    if not isinstance(noise, str) or noise not in NOISES:
         raise ValueError(f"noise must be one of {sorted(NOISES)}, got {noise!r}")
     seed = None
     if generator is None or isinstance(generator, int) and not isinstance(generator, bool):
         seed = secrets.randbits(63) if generator is None else generator
+        if not -(2**63) <= seed < 2**64:
+            raise ValueError(f"generator as an int seed must lie in [−2^63, 2^64), got {seed}")
         generator = torch.Generator(device=x0.device).manual_seed(seed)
     elif not isinstance(generator, torch.Generator):
         raise TypeError(
@@ -165,15 +169,23 @@ def simulate(
         )
     check_rank("x0", x0, 3, "(B, M, d): replicas, particles, dimensions (use x0[None] for one replica)")
     check_finite_tensor("x0", x0)
-    dt, t0 = check_positive("dt", dt), float(t0)
-    if not (math.isfinite(float(t1)) and float(t1) > t0):
+    if x0.numel() == 0:
+        raise ValueError(
+            f"x0 must have at least one replica, particle and dimension, got shape {tuple(x0.shape)}"
+        )
+    dt, t0, t1 = check_positive("dt", dt), check_finite("t0", t0), check_finite("t1", t1)
+    if not t1 > t0:
         raise ValueError(f"t1 must be a finite time > t0 = {t0}, got {t1}")
-    n_float = (float(t1) - t0) / dt
+    n_float = (t1 - t0) / dt
     n_steps = round(n_float)
     if n_steps < 1 or abs(n_float - n_steps) > 1e-6 * max(1.0, n_float):
         raise ValueError(
-            f"t1 − t0 = {float(t1) - t0} must be a whole number of steps of dt = {dt} "
-            f"(got {n_float:.6g} steps)"
+            f"t1 − t0 = {t1 - t0} must be a whole number of steps of dt = {dt} (got {n_float:.6g} steps)"
+        )
+    if n_steps > 2**53:
+        raise ValueError(
+            f"(t1 − t0)/dt = {n_steps:.3g} steps: more than 2^53, where the step times t0 + n·dt are no longer "
+            "exact in float64; check dt"
         )
     save_every = n_steps if save_every is None else check_int("save_every", save_every)
     check_every = check_int("check_every", check_every)
@@ -181,10 +193,11 @@ def simulate(
     source, seed = _noise_source(system, x0, dt, n_steps, noise, generator, brownian)
     solver.check(system, source)
 
-    save_steps = sorted(set(range(0, n_steps, save_every)) | {n_steps})
+    save_steps = [*range(0, n_steps, save_every), n_steps]
     states = torch.empty((len(save_steps), *x0.shape), dtype=x0.dtype, device=x0.device)  # (S, B, M, d)
     states[0] = x0
-    stops = sorted(set(save_steps) | set(range(0, n_steps, check_every)))
+    # where the loop stops to save or check, merged lazily (a long run does not build a list of its checks)
+    stops = (n for n, _ in itertools.groupby(heapq.merge(save_steps, range(0, n_steps, check_every))))
     stepper = solver.stepper(system, source, t0, dt)
 
     def trajectory(n_saved: int) -> Trajectory:
@@ -197,7 +210,7 @@ def simulate(
         tqdm(total=n_steps, disable=not progress, desc=f"simulate[{solver.name}]", unit="step") as bar,
         _settled(source),
     ):
-        for n, n_next in zip(stops, stops[1:]):
+        for n, n_next in itertools.pairwise(stops):
             x = stepper.run(x, n, n_next - n)
             if not bool(torch.isfinite(x).all()):
                 bad = int((~torch.isfinite(x)).sum())

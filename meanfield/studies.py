@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ._checks import check_finite_tensor, check_int
+from ._checks import check_finite, check_finite_tensor, check_int
 from .metrics.wasserstein import Law1d, resolve_method, wasserstein, wasserstein_to_law
 from .plotting import figure, save
 from .stats import t_interval
@@ -206,12 +206,14 @@ def convergence_in_m(
     """
     if not callable(sample):
         raise TypeError(f"sample must be a callable (M, reps) -> (reps, M, d), got {type(sample).__name__}")
+    if isinstance(Ms, (str, bytes)) or not isinstance(Ms, Iterable):
+        raise TypeError(f"Ms must be a sequence of numbers of particles, got {type(Ms).__name__}")
     Ms = [check_int("Ms[i]", int(M) if isinstance(M, (np.integer, torch.Tensor)) else M) for M in Ms]
     if len(set(Ms)) < 2 or Ms != sorted(Ms) or len(set(Ms)) != len(Ms):
         raise ValueError(f"Ms must be at least 2 distinct increasing integers, got {Ms}")
     check_int("reps", reps, minimum=2)
     check_int("n_boot", n_boot)
-    if not 0 < level < 1:
+    if not 0 < check_finite("level", level) < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
     if not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")

@@ -67,7 +67,13 @@ class ParticleSystem(ABC):
         May update ``x`` in place and must not modify ``noise``; returns the new state. Systems with an
         affine drift override it to make the whole move one pass over the state.
         """
-        return torch.add(x, self.drift(t, x), alpha=dt).add_(noise)  # (B, M, d)
+        b = self.drift(t, x)  # (B, M, d)
+        if not torch.is_tensor(b) or b.shape != x.shape:
+            raise ValueError(
+                f"drift(t, x) must return a tensor of the state's shape {tuple(x.shape)}, "
+                f"got {tuple(b.shape) if torch.is_tensor(b) else type(b).__name__}"
+            )
+        return torch.add(x, b, alpha=dt).add_(noise)  # (B, M, d)
 
     def noise_shape(self, shape: torch.Size) -> tuple[int, ...]:
         """Shape of one Brownian increment for a state of shape ``shape = (B, M, d)``."""
@@ -136,7 +142,13 @@ class MeanFieldLangevin(ParticleSystem):
 
     def temperature(self, t: float) -> float:
         """``β_t``, checked to be a finite number ≥ 0."""
-        beta = float(self.beta(t))
+        value = self.beta(t)
+        try:
+            beta = float(value)
+        except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of several numbers
+            raise TypeError(
+                f"beta(t={t:g}) must return a number (the temperature), got {type(value).__name__}"
+            ) from None
         if not (beta >= 0 and math.isfinite(beta)):
             raise ValueError(f"beta(t={t:g}) = {beta}: the temperature must be a finite number ≥ 0")
         return beta

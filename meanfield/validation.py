@@ -287,7 +287,12 @@ def validate(
             raise InputError(f"unknown check(s) {unknown}; available: {sorted(checks)}")
         checks = {n: checks[n] for n in names}
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"the output folder {out} exists and is not a folder: choose another --out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise InputError(f"cannot create the output folder {out}: {error}") from None
     done = _finished_results(out, preset) if resume else {}
     results = []
     bar = tqdm(checks.items(), disable=not progress, desc="validate", unit="check")
@@ -320,7 +325,13 @@ def _finished_results(out: Path, preset: str) -> dict[str, CheckResult]:
     path = out / "results.json"
     if not path.exists():
         return {}
-    results = (CheckResult.from_dict(d) for d in json.loads(path.read_text()))
+    try:
+        results = [CheckResult.from_dict(d) for d in json.loads(path.read_text())]
+    except (ValueError, KeyError, TypeError, AttributeError) as error:  # JSONDecodeError is a ValueError
+        raise InputError(
+            f"cannot resume from {path}: it is not a results file of meanfield validate "
+            f"({type(error).__name__}: {error}); remove it or choose another --out"
+        ) from None
     return {
         r.name: r
         for r in results

@@ -149,8 +149,20 @@ def test_coarsened_increments_are_white():
     assert not whiteness((bad.H / math.sqrt(k * DT / 12)).reshape(N_DRAWS, -1)).passed
 
 
-def _steps_of(traj):
-    return traj.states.diff(dim=0)  # (n, B, M, d)
+class _Recorded:
+    """Mix-in: keeps a copy of the noise ``σ·dW`` each Euler move receives (one segment: background draws on)."""
+
+    def euler_update_(self, t, x, dt, noise):
+        self.seen.append(noise.clone())
+        return super().euler_update_(t, x, dt, noise)
+
+
+class RecordedSDE(_Recorded, SDE):
+    seen: list
+
+
+class RecordedLangevin(_Recorded, MeanFieldLangevin):
+    seen: list
 
 
 @pytest.mark.parametrize("prefetch", [False, True], ids=["serial", "background draws"])
@@ -167,33 +179,35 @@ def _steps_of(traj):
     ],
 )
 def test_the_noise_that_reaches_the_state_is_white(monkeypatch, kind, prefetch):
-    """Through ``simulate``: with no drift, ``x_{n+1} − x_n = σ·sqrt(dt)·ξ_n``; the ``ξ_n`` are white across
-    entries and consecutive steps, for the native Euler (fused and generic moves, with and without the
-    background draws) and for torchsde methods."""
+    """Through ``simulate``: the noise ``σ·sqrt(dt)·ξ_n`` handed to each native Euler move (fused and generic
+    moves, in one segment so that the background draws run), or with no drift the state increments of the
+    torchsde methods: the ``ξ_n`` are white across entries and consecutive steps."""
     if prefetch:
         if kind in ("torchsde_euler", "heun", "srk"):
             pytest.skip("torchsde steppers do not prefetch")
         monkeypatch.setattr(_background, "OVERLAP_MIN", 0)
     sigma, n = 0.8, 2 * N_DRAWS
     x0 = torch.zeros(SHAPE, dtype=torch.float64)
-    solver, noise = "euler", "gaussian"
-    if kind == "SDE additive":
-        system = SDE(lambda t, x: torch.zeros_like(x), lambda t, x: sigma, noise="additive")
-    elif kind == "SDE diagonal":
-        system = SDE(
-            lambda t, x: torch.zeros_like(x), lambda t, x: torch.full_like(x, sigma), noise="diagonal"
-        )
+    noise = "rademacher" if "rademacher" in kind else "gaussian"
+    zero = lambda t, x: torch.zeros_like(x)  # noqa: E731
+    if kind.startswith("SDE"):
+        diffusion = (lambda t, x: sigma) if "additive" in kind else (lambda t, x: torch.full_like(x, sigma))
+        system = RecordedSDE(zero, diffusion, noise="additive" if "additive" in kind else "diagonal")
     elif kind.startswith("MeanFieldLangevin"):
-        system = MeanFieldLangevin(Quadratic(0.0), beta=sigma**2 / 2)
-        noise = "rademacher" if "rademacher" in kind else "gaussian"
+        system = RecordedLangevin(Quadratic(0.0), beta=sigma**2 / 2)
+    if kind.startswith(("SDE", "MeanFieldLangevin")):
+        system.seen = []
+        simulate(system, x0, t1=n * DT, dt=DT, generator=3, noise=noise, check_every=10 * n)
+        xi = torch.stack(system.seen) / (sigma * math.sqrt(DT))  # (n, B, M, d)
+        if prefetch:  # the background draws did run
+            assert system.seen and _background.pays(xi[0].numel())
     else:
-        system = SDE(lambda t, x: torch.zeros_like(x), lambda t, x: sigma, noise="additive")
-        solver = kind
-    traj = simulate(system, x0, t1=n * DT, dt=DT, save_every=1, generator=3, solver=solver, noise=noise)
-    xi = _steps_of(traj) / (sigma * math.sqrt(DT))
-    check = whiteness(pairs_of_steps(xi), z=5.0)
-    # the diff of states in float64 rounds at ≈1e-16 relative: the ±1 variance is exact only to that
-    if noise == "rademacher":
+        system = SDE(zero, lambda t, x: sigma, noise="additive")
+        traj = simulate(system, x0, t1=n * DT, dt=DT, save_every=1, generator=3, solver=kind)
+        xi = traj.states.diff(dim=0) / (sigma * math.sqrt(DT))  # (n, B, M, d)
+    assert xi.shape == (n, *SHAPE)
+    if noise == "rademacher":  # σ·sqrt(dt)·(±1)/(σ·sqrt(dt)) rounds at 1e-16: compare the signs
         assert torch.allclose(xi.abs(), torch.ones_like(xi), atol=1e-9)
-        check = whiteness(pairs_of_steps(xi.sign()))
+        xi = xi.sign()
+    check = whiteness(pairs_of_steps(xi))
     assert check.passed, check.failures

@@ -42,7 +42,7 @@ import scipy.special
 import torch
 from scipy.spatial.distance import cdist
 
-from .._checks import check_finite_tensor, check_int, check_positive
+from .._checks import check_finite, check_finite_tensor, check_int, check_positive
 
 __all__ = [
     "EXACT_MAX_POINTS",
@@ -304,7 +304,7 @@ METHODS: dict[str, Callable[..., np.ndarray]] = {
 
 def resolve_method(method: str, M: int, N: int, d: int) -> str:
     """The method ``"auto"`` stands for at sizes ``M``, ``N`` in dimension ``d`` (others are returned as is)."""
-    if method != "auto" and method not in METHODS:
+    if not isinstance(method, str) or method != "auto" and method not in METHODS:
         raise ValueError(f"method must be one of {['auto', *METHODS]}, got {method!r}")
     if method != "auto":
         return method
@@ -348,6 +348,8 @@ def wasserstein(
     p = _check_p(p)
     check_int("n_projections", n_projections)
     check_int("seed", seed, minimum=0)
+    if seed >= 2**63:
+        raise ValueError(f"seed must be < 2^63 (a torch.Generator seed), got {seed}")
     if epsilon is not None:
         check_positive("epsilon", epsilon)
     xs, ys, a, b, batched, dtype = _prepare(x, y, x_weights, y_weights)
@@ -412,8 +414,7 @@ class Normal(Law1d):
 
     def __post_init__(self) -> None:
         check_positive("scale", self.scale)
-        if not math.isfinite(self.loc):
-            raise ValueError(f"loc must be finite, got {self.loc}")
+        check_finite("loc", self.loc)
 
     def quantile(self, u):
         return self.loc + self.scale * scipy.special.ndtri(u)
@@ -445,7 +446,9 @@ class Uniform(Law1d):
     high: float = 1.0
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.low) and math.isfinite(self.high) and self.high > self.low):
+        check_finite("low", self.low)
+        check_finite("high", self.high)
+        if not self.high > self.low:
             raise ValueError(f"Uniform needs finite low < high, got low={self.low}, high={self.high}")
 
     def quantile(self, u):

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from meanfield._checks import check_int
-from meanfield.nn.particles import ParticleLayer
+from meanfield.nn.particles import ParticleLayer, check_float_dtype, check_input_matches
 
 __all__ = ["ParticleAttention", "CausalParticleAttention"]
 
@@ -79,6 +79,7 @@ class ParticleAttention(ParticleLayer):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
+        check_float_dtype(dtype)
         d = check_int("d_model", d_model)
         M = check_int("n_particles", n_particles)
         if d_head is None:
@@ -126,6 +127,7 @@ class ParticleAttention(ParticleLayer):
             raise TypeError(f"X must be a torch.Tensor of shape (B, T, d_model), got {type(X).__name__}")
         if X.dim() != 3 or X.shape[-1] != self.d_model:
             raise ValueError(f"X must have shape (B, T, d_model={self.d_model}), got {tuple(X.shape)}")
+        check_input_matches("X", X, self.W_QKV)
 
     def _heads(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries, keys, values ``(B, M, T, h)`` from one fused matmul ``X W_QKVᵀ`` (no weight copy).

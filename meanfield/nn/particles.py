@@ -45,6 +45,25 @@ Loss = Callable[[torch.Tensor], torch.Tensor]
 Layer = TypeVar("Layer", bound="ParticleLayer")
 
 
+def check_float_dtype(dtype: torch.dtype | None) -> None:
+    """Raise a ``TypeError`` unless ``dtype`` is ``None`` or a floating-point ``torch.dtype`` (for parameters)."""
+    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
+        raise TypeError(
+            f"dtype must be a floating-point torch.dtype (e.g. torch.float32) or None, got {dtype!r}"
+        )
+
+
+def check_input_matches(name: str, X: torch.Tensor, weight: torch.Tensor) -> None:
+    """Raise a ``TypeError`` unless ``X`` has the dtype (outside autocast, which casts both) and the device of the
+    layer's ``weight``."""
+    other_dtype = X.dtype != weight.dtype and not torch.is_autocast_enabled(X.device.type)
+    if other_dtype or X.device != weight.device:
+        raise TypeError(
+            f"{name} must have the layer's dtype and device ({weight.dtype} on {weight.device}), "
+            f"got {X.dtype} on {X.device}; convert it with {name}.to(...) or the layer with .to(...)"
+        )
+
+
 class ParticleLayer(nn.Module):
     """Base class of the layers whose parameters are M particles stacked along a leading axis.
 

@@ -54,9 +54,13 @@ class _EulerStepper(Stepper):
             t = t0 + step * dt
             sigma = system.diffusion(t, x)
             if general:  # σ: (B, M, d, m), dW: (B, M, m)
+                if not torch.is_tensor(sigma) or sigma.shape != (*x.shape, source.shape[-1]):
+                    _bad_sigma(sigma, f"{(*x.shape, source.shape[-1])} (noise='general')")
                 noise = torch.einsum("bmdk,bmk->bmd", sigma, source.increment(step, sqrt_dt))
             elif torch.is_tensor(sigma):  # σ: (B, M, d) or broadcastable
                 noise = sigma * source.increment(step, sqrt_dt)
+                if noise.shape != x.shape:
+                    _bad_sigma(sigma, f"{tuple(x.shape)} or one that broadcasts to it")
             else:  # a number: the scaling is folded into the draw
                 noise = source.increment(step, sigma * sqrt_dt)  # (B, M, d)
             if step < last and source.will_prefetch(step + 1):  # drawn in the background during this update
@@ -65,3 +69,8 @@ class _EulerStepper(Stepper):
             if projection is not None:
                 x = projection.project_(x)
         return x
+
+
+def _bad_sigma(sigma: object, allowed: str) -> None:
+    got = tuple(sigma.shape) if torch.is_tensor(sigma) else type(sigma).__name__
+    raise ValueError(f"diffusion(t, x) must return σ of shape {allowed}, got {got}")

@@ -89,6 +89,11 @@ class _SystemAsSDE:
     def f(self, t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         t, x = float(t), y.view(self.shape)  # (B, M, d)
         b = self.system.drift(t, x)  # (B, M, d)
+        if not torch.is_tensor(b) or b.shape != x.shape:
+            raise ValueError(
+                f"drift(t, x) must return a tensor of the state's shape {tuple(x.shape)}, "
+                f"got {tuple(b.shape) if torch.is_tensor(b) else type(b).__name__}"
+            )
         if self.convert:  # Itô -> Stratonovich: b − ½ σ ∂σ/∂x, coordinate-wise for diagonal noise
             with torch.enable_grad():
                 xg = x.detach().requires_grad_(True)
@@ -98,12 +103,30 @@ class _SystemAsSDE:
                 b = b - 0.5 * sigma.detach() * dsigma
         return b.reshape(y.shape)
 
-    def g(self, t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def _sigma(self, t: torch.Tensor, y: torch.Tensor):
+        """``σ(t, x)``, checked to have a shape the noise type allows."""
         sigma = self.system.diffusion(float(t), y.view(self.shape))
+        if not torch.is_tensor(sigma):
+            return sigma
+        if self.system.noise == "general":
+            allowed = (*self.shape, self.system.brownian_dim)
+            ok = sigma.shape == allowed
+        else:
+            allowed = tuple(self.shape)
+            try:
+                ok = torch.broadcast_shapes(sigma.shape, self.shape) == self.shape
+            except RuntimeError:
+                ok = False
+        if not ok:
+            raise ValueError(f"diffusion(t, x) must return σ of shape {allowed}, got {tuple(sigma.shape)}")
+        return sigma
+
+    def g(self, t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        sigma = self._sigma(t, y)
         return torch.as_tensor(sigma, dtype=y.dtype, device=y.device).expand(self.shape).reshape(y.shape)
 
     def g_prod(self, t: torch.Tensor, y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        sigma = self.system.diffusion(float(t), y.view(self.shape))
+        sigma = self._sigma(t, y)
         if self.system.noise == "general":
             B, M, _ = self.shape
             return torch.einsum("bmdk,bmk->bmd", sigma, v.view(B, M, -1)).reshape(y.shape)
