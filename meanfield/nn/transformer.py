@@ -22,10 +22,21 @@ from torch import nn
 from meanfield._checks import check_int, check_positive
 from meanfield.nn.attention import CausalParticleAttention
 
-__all__ = ["CausalSelfAttention", "TransformerLM", "ATTENTIONS"]
+__all__ = [
+    "CausalSelfAttention",
+    "TransformerLM",
+    "ATTENTIONS",
+    "INITS",
+    "particle_layers",
+    "drop_particles",
+    "attention_inputs",
+]
 
 ATTENTIONS: tuple[str, ...] = ("mha", "particle")
 """The attention kinds of :class:`TransformerLM`."""
+
+INITS: tuple[str, ...] = ("native", "matched")
+"""Initialisations of the particle heads of :class:`TransformerLM` (see its docstring)."""
 
 
 class CausalSelfAttention(nn.Module):
@@ -88,10 +99,18 @@ class TransformerLM(nn.Module):
         d_head: head width of particle attention (default ``d/M``: the same parameters as MHA).
         mlp_ratio: MLP hidden width ``mlp_ratio·d``.
         dt: the residual step ``Δt`` (1 for the usual Transformer).
+        init: initialisation of the particle heads (:data:`INITS`): ``"native"`` keeps
+            :class:`~meanfield.nn.CausalParticleAttention`'s own (``W_QKV ~ N(0, 1/d)``, ``W_O ~ N(0, 1/h)``:
+            each head O(1), the 1/M average O(M^{-1/2}), about 20× the GPT-2-initialised baseline block at
+            d = 128, M = 8); ``"matched"`` matches the baseline block's output law at init:
+            ``W_QKV ~ N(0, σ²)`` and ``W_O ~ N(0, σ_o² · M d / h)`` with ``σ = 0.02``,
+            ``σ_o = 0.02/√(2L)``, so that ``Var(1/M Σ_i o_i W_O^i) = h·Var(o)·Var(W_O)/M = d·Var(o)·σ_o²``,
+            the variance of ``Concat(o) W_out`` in the baseline. For ``h = d/M`` the particle block is then
+            *equal in law* to the baseline block (the particle layer is MHA with ``W_out = W_O/M``).
         generator: random generator of the initialisation (``None``: torch's global one).
 
     Linear and embedding weights start ``N(0, 0.02²)`` (the output projections of each block
-    ``N(0, 0.02²/(2L))``, as GPT-2); particle attention keeps its own initialisation.
+    ``N(0, 0.02²/(2L))``, as GPT-2); the particle heads as ``init`` says.
 
     Shapes:
         ``forward(idx)``: ``(B, T)`` int64 ``-> (B, T, V)`` logits.
@@ -109,6 +128,7 @@ class TransformerLM(nn.Module):
         d_head: int | None = None,
         mlp_ratio: int = 4,
         dt: float = 1.0,
+        init: str = "native",
         generator: torch.Generator | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -116,6 +136,9 @@ class TransformerLM(nn.Module):
         super().__init__()
         if attention not in ATTENTIONS:
             raise ValueError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
+        if init not in INITS:
+            raise ValueError(f"init must be one of {INITS}, got {init!r}")
+        self.init = init
         self.vocab_size, self.block_size = (
             check_int("vocab_size", vocab_size),
             check_int("block_size", block_size),
@@ -139,11 +162,17 @@ class TransformerLM(nn.Module):
 
     @torch.no_grad()
     def _init(self, generator: torch.Generator | None, n_layers: int) -> None:
+        out_std = 0.02 / math.sqrt(2 * n_layers)
         for name, p in self.named_parameters():
             if name.endswith(("W_QKV", "W_O")) or p.dim() < 2:  # particle heads; LayerNorm weights stay 1
                 continue
-            std = 0.02 / math.sqrt(2 * n_layers) if name.endswith(("out.weight", "mlp.2.weight")) else 0.02
+            std = out_std if name.endswith(("out.weight", "mlp.2.weight")) else 0.02
             p.normal_(0.0, std, generator=generator)
+        if self.init == "matched":
+            for layer in particle_layers(self):
+                M, h, d = layer.n_particles, layer.d_head, layer.d_model
+                layer.W_QKV.normal_(0.0, 0.02, generator=generator)  # (M, 3, h, d)
+                layer.W_O.normal_(0.0, out_std * math.sqrt(M * d / h), generator=generator)  # (M, h, d)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         if idx.dim() != 2 or idx.dtype != torch.long:
@@ -163,3 +192,108 @@ class TransformerLM(nn.Module):
         """Mean next-token cross-entropy ``−1/(BT) Σ log p(targets | idx)`` (nats)."""
         logits = self(idx)  # (B, T, V)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def particle_layers(model: nn.Module) -> list[CausalParticleAttention]:
+    """The particle attention layers of ``model``, in model order (one per block of a particle LM)."""
+    return [m for m in model.modules() if isinstance(m, CausalParticleAttention)]
+
+
+@torch.no_grad()
+def attention_inputs(model: TransformerLM, idx: torch.Tensor) -> list[torch.Tensor]:
+    """The inputs ``LN₁(x^ℓ)`` of every block's attention on the tokens ``idx`` ``(B, T)``: ``L × (B, T, d)``."""
+    inputs: list[torch.Tensor] = []
+    hooks = [
+        block.attention.register_forward_pre_hook(lambda _m, args: inputs.append(args[0].detach()))
+        for block in model.blocks
+    ]
+    try:
+        model(idx)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return inputs
+
+
+def drop_particles(
+    model: TransformerLM,
+    keep: float | int,
+    strategy: str = "random",
+    *,
+    idx: torch.Tensor | None = None,
+    targets: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> TransformerLM:
+    """A copy of ``model`` keeping ``k`` particles in every particle attention layer (the model is unchanged).
+
+    Each layer ``ℓ`` becomes ``1/k Σ_{i∈S_ℓ} v_{θ_i}`` (:meth:`~meanfield.nn.ParticleLayer.subsample`), the
+    same layer for the empirical law of the kept particles, so the copy is ready to evaluate and to train:
+    its particle parameters are new tensors, so build the optimizer's groups again
+    (``Langevin.param_groups_for(copy)``).
+
+    Strategies (chosen per layer, all layers at once, on the *original* model's activations):
+
+    - ``"random"``: uniformly without replacement (``generator``);
+    - ``"importance"``: the largest mask importances ``Σ_n |∂ℓ_n/∂ξ_i|`` of the next-token loss on
+      ``(idx, targets)``, the gate of layer ℓ's particles seen through the rest of the network;
+    - ``"farthest"`` / ``"medoids"``: diversity-keeping, on the particles' outputs on ``idx``.
+
+    Args:
+        model: a particle :class:`TransformerLM`.
+        keep: the fraction of particles kept (a float in ``(0, 1]``, ``k = max(1, round(keep·M))``) or the
+            number ``k`` (an int).
+        strategy: ``"random"``, ``"importance"``, ``"farthest"`` or ``"medoids"``.
+        idx: tokens ``(B, T)``; needed by every strategy except ``"random"``.
+        targets: next tokens ``(B, T)``; needed by ``"importance"``.
+        generator: for ``"random"``.
+
+    Returns:
+        A new :class:`TransformerLM` (deep copy) with fewer particles per layer.
+
+    Raises:
+        ValueError: for a model without particle layers, a bad ``keep`` or a missing ``idx``/``targets``.
+    """
+    import copy
+
+    if not particle_layers(model):
+        raise ValueError("drop_particles needs a model with particle attention (attention='particle')")
+    if isinstance(keep, bool) or not isinstance(keep, (int, float)):
+        raise TypeError(f"keep must be a fraction (float) or a count (int), got {type(keep).__name__}")
+    if isinstance(keep, float) and not 0.0 < keep <= 1.0:
+        raise ValueError(f"keep as a fraction must lie in (0, 1], got {keep}")
+    if strategy != "random" and idx is None:
+        raise ValueError(f"strategy {strategy!r} needs idx (tokens on which to judge the particles)")
+    if strategy == "importance" and targets is None:
+        raise ValueError("strategy 'importance' needs targets (the next tokens of idx)")
+    new = copy.deepcopy(model)
+    inputs = attention_inputs(model, idx) if idx is not None else [None] * len(new.blocks)
+    for ell, block in enumerate(new.blocks):
+        layer = block.attention
+        M = layer.n_particles
+        k = keep if isinstance(keep, int) else max(1, round(keep * M))
+        if not 1 <= k <= M:
+            raise ValueError(f"keep = {keep} gives k = {k} particles, outside [1, {M}]")
+        loss = None
+        if strategy == "importance":
+            loss = _downstream_loss(model, ell, idx, targets)
+        with torch.enable_grad():
+            block.attention = layer.subsample(k, strategy, X=inputs[ell], loss=loss, generator=generator)
+    return new
+
+
+def _downstream_loss(model: TransformerLM, ell: int, idx: torch.Tensor, targets: torch.Tensor):
+    """``Y ↦`` the next-token loss of ``model`` when block ``ell``'s attention output is ``Y`` ``(B, T, d)``."""
+
+    def loss(Y: torch.Tensor) -> torch.Tensor:
+        T = idx.shape[1]
+        x = model.token_embedding(idx) + model.position_embedding(torch.arange(T, device=idx.device))
+        for i, block in enumerate(model.blocks):
+            if i == ell:
+                x = x + block.dt * Y  # (B, T, d)
+                x = x + block.dt * block.mlp(block.ln2(x))
+            else:
+                x = block(x)  # (B, T, d)
+        logits = model.ln_f(x) @ model.token_embedding.weight.T  # (B, T, V)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum")
+
+    return loss

@@ -10,7 +10,8 @@ import torch
 
 from meanfield import data as _data
 from meanfield.config import ConfigError
-from meanfield.nn.transformer import TransformerLM
+from meanfield.metrics import lm as _lm
+from meanfield.nn.transformer import TransformerLM, drop_particles
 from meanfield.seeds import derive_seed
 from meanfield.tasks import Experiment
 
@@ -29,6 +30,14 @@ class LMData:
     ``dataset`` ``"tiny_shakespeare"`` (characters, nanoGPT's 90/10 split) or ``"wikitext2"`` (words);
     ``train_split`` / ``eval_split`` name the splits (WikiText-2's train split is not on every machine);
     ``eval_blocks`` caps the number of evaluation blocks of ``block_size`` tokens (0: the whole split).
+    WikiText-2 here has only valid and test: train on ``valid``, evaluate on ``test`` (and say so).
+
+    Extra evaluation (``probe_blocks > 0``), on the first ``probe_blocks`` evaluation blocks: the loss after
+    dropping half the particles of every layer (``drop_strategies``; a multi-head baseline is rewritten as
+    the equal particle model, its heads as particles), the loss with a fraction ``corrupt_fraction`` of the
+    input tokens replaced at random, per-layer head similarity (rows with ≥ ``min_context`` visible
+    tokens) and output effective rank. ``grad_stats``: streaming gradient variance and loss roughness per
+    metrics line.
     """
 
     dataset: Literal["tiny_shakespeare", "wikitext2"] = "tiny_shakespeare"
@@ -37,6 +46,11 @@ class LMData:
     train_split: Literal["train", "valid", "test"] = "train"
     eval_split: Literal["train", "valid", "test"] = "valid"
     eval_blocks: int = 0
+    probe_blocks: int = 0
+    corrupt_fraction: float = 0.1
+    min_context: int = 16
+    drop_strategies: tuple[str, ...] = ("random", "importance", "farthest")
+    grad_stats: bool = False
 
 
 @dataclass
@@ -50,6 +64,7 @@ class LMModel:
     d_head: int | None = None
     mlp_ratio: int = 4
     dt: float = 1.0
+    init: Literal["native", "matched"] = "matched"
 
 
 def _corpus(data: LMData) -> _data.TokenCorpus:
@@ -90,24 +105,79 @@ class _LanguageModel:
             d_head=model.d_head,
             mlp_ratio=model.mlp_ratio,
             dt=model.dt,
+            init=model.init,
             generator=g,
             dtype=dtype,
         ).to(device)
         batches = _data.TokenBatches(train, data.block_size, batch_size, seed=derive_seed(seed, "batches"))
 
+        window_losses: list[float] = []
+        attention_params = [p for n, p in net.named_parameters() if ".attention." in n]
+        other_params = [p for n, p in net.named_parameters() if ".attention." not in n]
+        grad_var = _lm.StreamingGradientVariance(
+            {"attn": attention_params, "all": attention_params + other_params}
+        )
+
         def loss(batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
             x, y = batch
-            return net.loss(x.to(device), y.to(device))
+            value = net.loss(x.to(device), y.to(device))
+            if data.grad_stats and net.training and torch.is_grad_enabled():
+                window_losses.append(float(value.detach()))
+            return value
+
+        def mean_loss(model: TransformerLM, blocks: int, corrupt: float = 0.0) -> float:
+            total, count = 0.0, 0
+            g_corrupt = torch.Generator().manual_seed(derive_seed(seed, "corrupt"))
+            for i, (x, y) in enumerate(_data.iter_blocks(held_out, data.block_size, batch_size)):
+                if blocks and i * batch_size >= blocks:
+                    break
+                if corrupt:
+                    x = _lm.corrupt_tokens(x, corrupt, corpus.vocab_size, g_corrupt)
+                total += float(model.loss(x.to(device), y.to(device))) * y.numel()
+                count += y.numel()
+            return total / count
 
         def evaluate() -> dict[str, float]:
-            total, count = 0.0, 0
-            for i, (x, y) in enumerate(_data.iter_blocks(held_out, data.block_size, batch_size)):
-                if data.eval_blocks and i * batch_size >= data.eval_blocks:
-                    break
-                total += float(net.loss(x.to(device), y.to(device))) * y.numel()
-                count += y.numel()
-            val = total / count
-            return {"val_loss": val, "val_ppl": math.exp(min(val, 700.0))}
+            val = mean_loss(net, data.eval_blocks)
+            out = {"val_loss": val, "val_ppl": math.exp(min(val, 700.0))}
+            if corpus.level == "char":
+                out["val_bpc"] = val / math.log(2)
+            if data.probe_blocks:
+                out.update(_probe(net))
+            return out
+
+        def _probe(model: TransformerLM) -> dict[str, float]:
+            """Half-drop, corruption and diversity metrics on the first ``probe_blocks`` blocks."""
+            out: dict[str, float] = {}
+            base = mean_loss(model, data.probe_blocks)
+            out["probe_loss"] = base
+            corrupt = mean_loss(model, data.probe_blocks, data.corrupt_fraction)
+            out["corrupt_loss"], out["corrupt_ppl"] = corrupt, math.exp(min(corrupt, 700.0))
+            out["corrupt_gap"] = corrupt - base
+            x, y = next(
+                iter(_data.iter_blocks(held_out, data.block_size, min(batch_size, data.probe_blocks)))
+            )
+            x, y = x.to(device), y.to(device)
+            pm = _lm.as_particle_model(model)
+            for strategy in data.drop_strategies:
+                g_drop = torch.Generator().manual_seed(derive_seed(seed, "drop"))
+                half = drop_particles(pm, 0.5, strategy, idx=x, targets=y, generator=g_drop)
+                dropped = mean_loss(half, data.probe_blocks)
+                out[f"half_{strategy}_loss"] = dropped
+                out[f"half_{strategy}_ppl"] = math.exp(min(dropped, 700.0))
+                out[f"half_{strategy}_gap"] = dropped - base
+            out.update(_lm.layer_diversity(model, x, min(data.min_context, x.shape[1])))
+            return out
+
+        def on_backward() -> None:
+            grad_var.update()
+
+        def window_metrics() -> dict[str, float]:
+            out = grad_var.compute()
+            out["loss_roughness"] = _lm.loss_roughness(window_losses)
+            grad_var.reset()
+            window_losses.clear()
+            return out
 
         return Experiment(
             model=net,
@@ -117,6 +187,8 @@ class _LanguageModel:
             evaluate=evaluate,
             unit="tokens",
             units_per_step=batch_size * data.block_size,
+            on_backward=on_backward if data.grad_stats else None,
+            window_metrics=window_metrics if data.grad_stats else None,
             description=(
                 f"{corpus.description}; TransformerLM({model.attention}, d={model.d_model}, "
                 f"L={model.n_layers}, heads/particles={model.n_heads}, block={data.block_size})"
