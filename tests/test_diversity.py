@@ -13,14 +13,18 @@ from meanfield.metrics.diversity import (
     attention_similarity,
     collapse_rate,
     detrended_loss_variance,
+    distinct_modes,
     effective_rank,
     gradient_variance,
+    live_particles,
     mean_abs_loss_change,
     mean_off_diagonal,
     minibatch_gradients,
+    mode_labels,
     output_covariance,
     pairwise_cosine,
     teacher_alignment,
+    teacher_coverage,
 )
 from meanfield.nn import FeatureParticles, ParticleAttention
 
@@ -119,6 +123,98 @@ def test_teacher_alignment_and_aligned_fraction():
     assert aligned_fraction(torch.stack([w, w]), teacher).shape == (2,)
 
 
+def unit(angle_deg: float, axis: int = 0, d: int = 4) -> torch.Tensor:
+    """A unit vector at ``angle_deg`` from ``e_axis`` towards ``e_{axis+1}`` (in R^d)."""
+    v = torch.zeros(d, dtype=DT)
+    t = math.radians(angle_deg)
+    v[axis], v[axis + 1] = math.cos(t), math.sin(t)
+    return v
+
+
+def test_aligned_fraction_blind_spot_and_coverage():
+    """Every particle on one of two teacher directions: aligned = 1 (the blind spot), coverage = 1/2."""
+    teacher = torch.eye(4, dtype=DT)[[0, 2]]  # u_1 = e1, u_2 = e3
+    on_one = teacher[0].repeat(8, 1)  # (8, 4)
+    assert close(aligned_fraction(on_one, teacher), 1.0)
+    assert close(teacher_coverage(on_one, teacher), 0.5)
+    assert close(aligned_fraction(on_one, teacher, by_teacher=True), [1.0, 0.0])
+    split = torch.cat([teacher[0].repeat(3, 1), teacher[1].repeat(5, 1)])
+    assert close(teacher_coverage(split, teacher), 1.0)
+    assert close(aligned_fraction(split, teacher, by_teacher=True), [3 / 8, 5 / 8])
+    assert close(aligned_fraction(split, teacher, by_teacher=True).sum(), aligned_fraction(split, teacher))
+    # sign symmetry: −u_2 covers u_2 with |cos|, not with the signed cosine
+    flipped = torch.cat([teacher[0][None], -teacher[1][None]])
+    assert close(teacher_coverage(flipped, teacher), 1.0)
+    assert close(teacher_coverage(flipped, teacher, symmetric=False), 0.5)
+    # the threshold: a particle at 25° (cos 0.906) counts at τ = 0.9, at 26° (cos 0.899) does not
+    assert close(teacher_coverage(torch.stack([unit(25), unit(25, 2)]), teacher, 0.9), 1.0)
+    assert close(teacher_coverage(torch.stack([unit(26), unit(25, 2)]), teacher, 0.9), 0.5)
+    # dead particles do not count: the only particle on u_2 is dead
+    live = torch.tensor([True, False])
+    assert close(teacher_coverage(flipped, teacher, live=live), 0.5)
+    assert close(aligned_fraction(torch.stack([teacher[0], unit(60)]), teacher, live=live), 1.0)
+    assert close(aligned_fraction(torch.stack([teacher[0], unit(60)]), teacher), 0.5)
+    # replicas
+    assert teacher_coverage(torch.stack([on_one, split]), teacher).tolist() == [0.5, 1.0]
+
+
+def test_live_particles():
+    a = torch.tensor([1.0, -1.0, 2.0, 0.0, 1e-4], dtype=DT)  # mean |a| = 0.80002
+    assert live_particles(a).tolist() == [True, True, True, False, False]
+    assert live_particles(a, tol=1.5).tolist() == [False, False, True, False, False]  # 2 > 1.2
+    vec = torch.tensor([[3.0, 4.0], [0.0, 0.0], [0.6, 0.8]], dtype=DT)  # norms 5, 0, 1; mean 2
+    assert live_particles(vec, vector=True).tolist() == [True, False, True]
+    assert live_particles(vec, 0.6, vector=True).tolist() == [True, False, False]
+    assert not bool(live_particles(torch.zeros(4, dtype=DT)).any())
+
+
+def test_distinct_modes_known_clusters_and_rule():
+    """Two tight clusters of 5 (spread 2°) at 90° from each other, plus isolated particles: 2 modes."""
+    g = gen(11)
+    c1 = torch.stack([unit(float(x), 0) for x in torch.rand(5, generator=g, dtype=DT) * 2])
+    c2 = torch.stack([unit(float(x), 2) for x in torch.rand(5, generator=g, dtype=DT) * 2])
+    # pairwise ≥ 60° apart and from the clusters
+    lonely = torch.stack([unit(45, 0), unit(45, 1), unit(45, 2)])
+    w = torch.cat([c1, c2, lonely])  # (13, 4)
+    labels = mode_labels(w, 0.1)
+    assert labels[:5].unique().numel() == 1 and labels[5:10].unique().numel() == 1
+    assert labels[0] != labels[5] and labels[10:].unique().numel() == 3
+    assert close(distinct_modes(w, 0.1), 2.0)  # singletons are not modes
+    assert close(distinct_modes(w, 0.1, min_fraction=0.5), 0.0)  # no cluster holds half of the particles
+    assert close(distinct_modes(c1.repeat(2, 1), 0.1), 1.0)  # one direction: one mode
+    # sign: −c2 is a third direction for ReLU, the same as c2 for an odd activation
+    w3 = torch.cat([c1, c2, -c2])
+    assert close(distinct_modes(w3, 0.1), 3.0)
+    assert close(distinct_modes(w3, 0.1, symmetric=True), 2.0)
+    # single linkage chains: particles every 10° along an arc (cos 10° ≥ 0.9) are one mode
+    arc = torch.stack([unit(10.0 * i) for i in range(10)])
+    assert close(distinct_modes(arc, 1 - math.cos(math.radians(10.5))), 1.0)
+    assert close(distinct_modes(arc, 1 - math.cos(math.radians(9.5))), 0.0)  # negative control
+    # dead particles are neither members nor links: killing the middle of the arc splits it
+    live = torch.ones(10, dtype=torch.bool)
+    live[4] = False
+    assert close(distinct_modes(arc, 1 - math.cos(math.radians(10.5)), live=live, min_fraction=0.0), 2.0)
+    assert int(mode_labels(arc, 0.1, live=live)[4]) == -1
+    # a diffuse cloud (i.i.d. uniform directions in d = 32) has no mode; replicas
+    cloud = torch.randn(2, 64, 32, generator=gen(12), dtype=DT)
+    assert distinct_modes(cloud, 0.1).tolist() == [0.0, 0.0]
+
+
+def test_collapse_rate_sign_and_dead_particles():
+    v = torch.randn(6, generator=gen(9), dtype=DT)
+    pair = torch.stack([v, -v, torch.eye(6, dtype=DT)[0]])
+    pair[2] = pair[2] - (pair[2] @ v) / (v @ v) * v  # orthogonal to v
+    assert close(collapse_rate(pair), 0.0)  # ReLU: w and −w are different features
+    assert close(collapse_rate(pair, symmetric=True), 2 / 3)  # odd σ: the same neuron
+    dup = torch.stack([v, v, torch.eye(6, dtype=DT)[1] + 0.0])
+    dup[2] = dup[2] - (dup[2] @ v) / (v @ v) * v
+    assert close(collapse_rate(dup), 2 / 3)
+    # a dead duplicate is not a collapse, and the rate is over the live particles
+    assert close(collapse_rate(dup, live=torch.tensor([True, False, True])), 0.0)
+    assert close(collapse_rate(dup, live=torch.tensor([True, True, False])), 1.0)
+    assert close(collapse_rate(dup, live=torch.tensor([False, False, False])), 0.0)
+
+
 def test_collapse_rate():
     v = torch.randn(6, generator=gen(8), dtype=DT)
     assert close(collapse_rate(v.repeat(5, 1)), 1.0)
@@ -177,6 +273,16 @@ def test_loss_smoothness_known_values():
         (lambda: collapse_rate(torch.ones(4, 3, dtype=DT), radius=3.0), ValueError, "[0, 2]"),
         (lambda: collapse_rate(torch.ones(4, 3, dtype=DT), radius=-0.1), ValueError, "radius must be ≥ 0"),
         (lambda: collapse_rate(torch.ones(1, 3, dtype=DT)), ValueError, "M ≥ 2"),
+        (lambda: collapse_rate(torch.ones(4, 3, dtype=DT), live=torch.ones(3) > 0), ValueError, "live"),
+        (lambda: collapse_rate(torch.ones(4, 3, dtype=DT), live=torch.ones(4)), TypeError, "boolean"),
+        (
+            lambda: teacher_coverage(torch.ones(4, 3, dtype=DT), torch.ones(2, 3, dtype=DT), 2),
+            ValueError,
+            "[−1, 1]",
+        ),
+        (lambda: distinct_modes(torch.ones(4, 3, dtype=DT), min_fraction=2.0), ValueError, "min_fraction"),
+        (lambda: mode_labels(torch.ones(2, 4, 3, dtype=DT)), ValueError, "one replica"),
+        (lambda: live_particles(torch.ones(4, dtype=DT), vector=True), ValueError, "(…, M, k)"),
         (lambda: gradient_variance(torch.ones(1, 3, dtype=DT)), ValueError, "S ≥ 2"),
         (lambda: minibatch_gradients([torch.zeros(2)], lambda b: b, [1, 2]), ValueError, "require grad"),
         (lambda: mean_abs_loss_change([1.0]), ValueError, "T ≥ 2"),

@@ -46,7 +46,16 @@ def with_particles(layer, **params):
     if isinstance(layer, ParticleAttention):
         new = type(layer)(layer.d_model, first.shape[0], layer.d_head, dtype=DT)
     else:
-        new = FeatureParticles(layer.d_in, first.shape[0], layer.activation, layer.A, layer.sphere, dtype=DT)
+        new = FeatureParticles(
+            layer.d_in,
+            first.shape[0],
+            layer.activation,
+            layer.A,
+            layer.sphere,
+            out_features=layer.out_features,
+            bias=layer.has_bias,
+            dtype=DT,
+        )
     with torch.no_grad():
         for name, value in params.items():
             getattr(new, name).copy_(value)
@@ -128,8 +137,46 @@ def test_features_formula():
     assert_close(f(X), f.particle_outputs(X).mean(1))
 
 
+def vector_features(d=4, M=6, k=3, seed=0):
+    """FeatureParticles with ``a_i ∈ R^k`` and random biases (their init is 0: made non-zero for the tests)."""
+    f = features(d, M, seed, out_features=k, bias=True)
+    with torch.no_grad():
+        f.b.copy_(torch.randn(M, generator=gen(seed + 100), dtype=DT))
+    return f
+
+
+def test_vector_output_features_formula():
+    f = vector_features(3, 5, 4, seed=3)
+    assert f.particle_parameter_names == ("a", "w", "b") and f.a.shape == (5, 4) and f.b.shape == (5,)
+    X = torch.randn(7, 3, generator=gen(2), dtype=DT)
+    ref = sum(f.a[i] * torch.tanh(X @ f.w[i] + f.b[i])[:, None] for i in range(5)) / 5  # (7, 4)
+    assert_close(f(X), ref)
+    assert f.particle_outputs(X).shape == (7, 5, 4)
+    assert_close(f(X), f.particle_outputs(X).mean(1))
+    # a transformer MLP expansion: tokens (B, T, d) map token by token, particle axis at dimension 1
+    T = torch.randn(2, 6, 3, generator=gen(4), dtype=DT)
+    assert_close(f(T), torch.stack([f(T[b]) for b in range(2)]))
+    assert f.particle_outputs(T).shape == (2, 5, 6, 4)
+    assert_close(f.particle_outputs(T).mean(1), f(T))
+    # negative control: without the biases the output differs
+    no_bias = with_particles(f, a=f.a.detach(), w=f.w.detach(), b=torch.zeros(5, dtype=DT))
+    assert float((no_bias(X) - f(X)).detach().abs().max()) > 1e-3
+
+
+def test_one_output_is_the_scalar_layer_with_a_trailing_axis():
+    """``out_features=1`` draws the same init as the scalar layer and computes the same function."""
+    scalar, one = features(4, 9, seed=5), features(4, 9, seed=5, out_features=1)
+    assert scalar.a.shape == (9,) and one.a.shape == (9, 1)
+    assert torch.equal(one.a[:, 0], scalar.a) and torch.equal(one.w, scalar.w)
+    X = torch.randn(11, 4, generator=gen(6), dtype=DT)
+    assert one(X).shape == (11, 1) and scalar(X).shape == (11,)
+    assert_close(one(X)[:, 0], scalar(X))
+    assert_close(one.particle_outputs(X)[..., 0], scalar.particle_outputs(X))
+
+
 def test_gradients_reach_every_particle():
-    for layer, X in ((attention(), tokens()), (features(), torch.randn(5, 4, dtype=DT))):
+    cases = ((attention(), tokens()), (features(), torch.randn(5, 4, dtype=DT)))
+    for layer, X in (*cases, (vector_features(), torch.randn(5, 4, dtype=DT))):
         layer(X).pow(2).sum().backward()
         for name in layer.particle_parameter_names:
             g = getattr(layer, name).grad
@@ -145,7 +192,7 @@ def test_generator_makes_init_reproducible():
 
 # ---------------------------------------------------------------- mean-field properties
 
-LAYERS = st.sampled_from(["attention", "causal", "features"])
+LAYERS = st.sampled_from(["attention", "causal", "features", "vector_features"])
 # deterministic (fixed seed), no example database written to the repository, 15 cases each
 QUICK = settings(max_examples=15, deadline=None, derandomize=True, database=None)
 
@@ -153,6 +200,8 @@ QUICK = settings(max_examples=15, deadline=None, derandomize=True, database=None
 def make(kind: str, M: int, seed: int):
     if kind == "features":
         return features(4, M, seed), torch.randn(6, 4, generator=gen(seed + 1), dtype=DT)
+    if kind == "vector_features":
+        return vector_features(4, M, 3, seed), torch.randn(6, 4, generator=gen(seed + 1), dtype=DT)
     return attention(8, M, h=3, seed=seed, causal=kind == "causal"), tokens(2, 4, 8, seed + 1)
 
 
@@ -376,6 +425,9 @@ def test_project_clips_and_normalises():
         (lambda: FeatureParticles(3, 4, 3.0), TypeError, "activation must be a callable"),
         (lambda: FeatureParticles(3, 4, "tanh", A=0.0), ValueError, "A must be > 0"),
         (lambda: FeatureParticles(3, 4, "tanh", sphere=1), TypeError, "sphere must be a bool"),
+        (lambda: FeatureParticles(3, 4, "tanh", bias=1), TypeError, "bias must be a bool"),
+        (lambda: FeatureParticles(3, 4, "tanh", out_features=0), ValueError, "out_features"),
+        (lambda: features(out_features=2)(torch.randn(5, 3, dtype=DT)), ValueError, "(…, d_in=4)"),
         (lambda: features().subsample(7), ValueError, "k must be ≤ n_particles = 6"),
         (lambda: features().subsample(0), ValueError, "k must be ≥ 1"),
         (lambda: features().subsample(2.5), TypeError, "k must be an int"),

@@ -6,8 +6,14 @@ attention maps, and how noisy training is:
 
 - :func:`pairwise_cosine`, :func:`attention_similarity`, :func:`mean_off_diagonal`: cosine similarities.
 - :func:`output_covariance`, :func:`effective_rank`: how many directions the particle outputs span.
-- :func:`teacher_alignment`, :func:`aligned_fraction`: recovery of teacher directions by the ``w_i``.
-- :func:`collapse_rate`: the fraction of particles within a cosine radius of another.
+- :func:`teacher_alignment`, :func:`aligned_fraction`: recovery of teacher directions by the ``w_i``
+  (per particle: how many particles sit on *some* teacher direction).
+- :func:`teacher_coverage`: recovery per teacher direction (how many of the K directions have a particle on
+  them): the complement of :func:`aligned_fraction`, which is 1.0 when every particle sits on one direction.
+- :func:`live_particles`: the mask of particles whose output weight is not ≈ 0.
+- :func:`distinct_modes`, :func:`mode_labels`: clusters of particle directions (single linkage at a cosine
+  radius), counted among the live particles.
+- :func:`collapse_rate`: the fraction of (live) particles within a cosine radius of another (sign-aware).
 - :func:`minibatch_gradients`, :func:`gradient_variance`: gradient noise across minibatches.
 - :func:`mean_abs_loss_change`, :func:`detrended_loss_variance`: smoothness of a training-loss curve.
 
@@ -31,6 +37,10 @@ __all__ = [
     "effective_rank",
     "teacher_alignment",
     "aligned_fraction",
+    "teacher_coverage",
+    "live_particles",
+    "mode_labels",
+    "distinct_modes",
     "collapse_rate",
     "minibatch_gradients",
     "gradient_variance",
@@ -173,48 +183,246 @@ def teacher_alignment(w: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
     return _unit(w) @ _unit(teacher).T  # (…, M, K)
 
 
+def _check_cosine(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a real number in [−1, 1] (a cosine), got {type(value).__name__}")
+    if not -1.0 <= value <= 1.0:
+        raise ValueError(f"{name} must lie in [−1, 1] (a cosine), got {value}")
+    return float(value)
+
+
+def _live_mask(live: torch.Tensor | None, shape: torch.Size, device: torch.device) -> torch.Tensor:
+    """``live`` as a boolean ``(…, M)`` mask broadcast to ``shape`` (every particle when ``None``)."""
+    if live is None:
+        return torch.ones(shape, dtype=torch.bool, device=device)
+    if not torch.is_tensor(live) or live.dtype != torch.bool:
+        raise TypeError(
+            f"live must be a boolean tensor of shape (…, M), got {getattr(live, 'dtype', live)!r}"
+        )
+    try:
+        return live.to(device).expand(shape)
+    except RuntimeError:
+        raise ValueError(f"live must have shape (…, M) = {tuple(shape)}, got {tuple(live.shape)}") from None
+
+
 def aligned_fraction(
-    w: torch.Tensor, teacher: torch.Tensor, threshold: float = 0.9, symmetric: bool = False
+    w: torch.Tensor,
+    teacher: torch.Tensor,
+    threshold: float = 0.9,
+    symmetric: bool = False,
+    *,
+    live: torch.Tensor | None = None,
+    by_teacher: bool = False,
 ) -> torch.Tensor:
-    """Fraction of particles aligned with some teacher direction.
+    """Fraction of (live) particles aligned with some teacher direction.
 
-        aligned = 1/M Σ_i 1[ max_k c_ik ≥ τ ],   c_ik = A_ik (or |A_ik| when ``symmetric``)
+        aligned = 1/|L| Σ_{i∈L} 1[ max_k c_ik ≥ τ ],   c_ik = A_ik (or |A_ik| when ``symmetric``)
 
-    with ``A`` from :func:`teacher_alignment`. Use ``symmetric=True`` when ``w`` and ``−w`` are the same
-    feature (an odd activation with the sign absorbed by ``a_i``).
+    with ``A`` from :func:`teacher_alignment` and ``L`` the live particles (all of them by default; an empty
+    ``L`` gives 0). Use ``symmetric=True`` when ``w`` and ``−w`` are the same feature (an odd activation with
+    the sign absorbed by ``a_i``).
+
+    **Blind spot.** The scalar counts particles, not directions: it is 1.0 when every particle sits on *one*
+    of K teacher directions. Read it with :func:`teacher_coverage` (how many directions are found), or ask
+    for ``by_teacher=True``: the fraction ``1/|L| Σ_{i∈L} 1[c_ik ≥ τ and k = argmax_l c_il]`` for each k,
+    which shows where the aligned particles went (it sums to ``aligned`` over k).
 
     Args:
         w: ``(…, M, d)``.
         teacher: ``(K, d)``.
         threshold: ``τ ∈ [−1, 1]``.
         symmetric: compare ``|cos|`` instead of ``cos``.
+        live: optional boolean mask ``(…, M)`` of the particles to count (e.g. :func:`live_particles`).
+        by_teacher: return one fraction per teacher direction.
 
     Returns:
-        ``(…)``, in ``[0, 1]``.
+        ``(…)`` in ``[0, 1]``, or ``(…, K)`` with ``by_teacher``.
     """
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
-        raise TypeError(
-            f"threshold must be a real number in [−1, 1] (a cosine), got {type(threshold).__name__}"
-        )
-    if not -1.0 <= threshold <= 1.0:
-        raise ValueError(f"threshold must lie in [−1, 1] (a cosine), got {threshold}")
-    tau = float(threshold)
+    tau = _check_cosine("threshold", threshold)
     A = teacher_alignment(w, teacher)  # (…, M, K)
     if symmetric:
         A = A.abs()
-    return (A.max(-1).values >= tau).to(A.dtype).mean(-1)  # (…)
+    mask = _live_mask(live, A.shape[:-1], A.device)  # (…, M)
+    n_live = mask.sum(-1).clamp_min(1).to(A.dtype)  # (…)
+    best, arg = A.max(-1)  # (…, M)
+    hit = (best >= tau) & mask  # (…, M)
+    if not by_teacher:
+        return hit.to(A.dtype).sum(-1) / n_live  # (…)
+    onehot = torch.nn.functional.one_hot(arg, A.shape[-1]).to(torch.bool)  # (…, M, K)
+    return (onehot & hit.unsqueeze(-1)).to(A.dtype).sum(-2) / n_live.unsqueeze(-1)  # (…, K)
 
 
-def collapse_rate(features: torch.Tensor, radius: float = 0.01) -> torch.Tensor:
-    """Fraction of particles within cosine radius ``r`` of another particle.
+def teacher_coverage(
+    w: torch.Tensor,
+    teacher: torch.Tensor,
+    threshold: float = 0.9,
+    *,
+    symmetric: bool = True,
+    live: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Fraction of the K teacher directions that some live particle recovers.
 
-        collapse = 1/M Σ_i 1[ ∃ j ≠ i : 1 − S_ij ≤ r ],   S from :func:`pairwise_cosine`.
+        coverage = 1/K Σ_k 1[ max_{i∈L} c_ik ≥ τ ],   c_ik = |A_ik| (``symmetric``, default) or A_ik
 
-    Identical particles give 1, pairwise orthogonal ones give 0 (for ``r < 1``).
+    with ``A`` from :func:`teacher_alignment` and ``L`` the live particles. ``K · coverage`` is the number of
+    directions found. Unlike :func:`aligned_fraction`, all particles on one of two directions give 1/2.
+    Sign-symmetric by default (``w`` and ``−w`` recover the same direction ``span(u_k)``).
+
+    Args:
+        w: ``(…, M, d)``.
+        teacher: ``(K, d)``.
+        threshold: ``τ ∈ [−1, 1]``.
+        symmetric: compare ``|cos|`` (default) instead of ``cos``.
+        live: optional boolean mask ``(…, M)`` of the particles that may count.
+
+    Returns:
+        ``(…)``, in ``{0, 1/K, …, 1}``.
+    """
+    tau = _check_cosine("threshold", threshold)
+    A = teacher_alignment(w, teacher)  # (…, M, K)
+    if symmetric:
+        A = A.abs()
+    mask = _live_mask(live, A.shape[:-1], A.device)  # (…, M)
+    A = torch.where(mask.unsqueeze(-1), A, torch.full_like(A, -2.0))  # dead particles never count
+    return (A.max(-2).values >= tau).to(A.dtype).mean(-1)  # (…)
+
+
+def live_particles(a: torch.Tensor, tol: float = 0.05, *, vector: bool = False) -> torch.Tensor:
+    """Mask of the particles whose output weight is not ≈ 0: ``‖a_i‖ > tol · (1/M Σ_j ‖a_j‖)``.
+
+    A particle with ``a_i = 0`` contributes nothing to ``f = 1/M Σ a_i σ(w_i·x)`` whatever its ``w_i``, so
+    its direction says nothing about what the network learned (a *dead* particle): diversity and collapse
+    metrics count live particles only. The threshold is relative to the mean ``‖a_j‖``, so it does not
+    depend on the scale of the read-out.
+
+    Args:
+        a: ``(…, M)`` scalar output weights, or ``(…, M, k)`` vector ones with ``vector=True``.
+        tol: ``≥ 0``, the fraction of the mean norm below which a particle is dead.
+        vector: the last axis of ``a`` is the output axis ``k`` (the norm ``‖a_i‖`` is taken over it).
+
+    Returns:
+        Boolean ``(…, M)`` (all ``False`` when every ``a_i = 0``).
+    """
+    tol = check_nonnegative("tol", tol)
+    a = _tensor("a", a, 2 if vector else 1, "(…, M, k)" if vector else "(…, M)")
+    norm = a.norm(dim=-1) if vector else a.abs()  # (…, M)
+    return norm > tol * norm.mean(-1, keepdim=True)  # (…, M)
+
+
+def mode_labels(
+    features: torch.Tensor, radius: float = 0.1, *, symmetric: bool = False, live: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Cluster labels of the particle directions: single linkage at cosine radius ``r``.
+
+    **Rule.** Live particles ``i`` and ``j`` are linked when ``1 − c_ij ≤ r`` with ``c_ij`` their cosine
+    (``|cos|`` when ``symmetric``: ``w`` and ``−w`` are one direction); the clusters are the connected
+    components of that graph. Labels are ``0, 1, …`` in order of each cluster's first particle; dead
+    particles get ``−1``. Single linkage is order-independent and needs no number of clusters, but chains:
+    two groups joined by a path of particles each within ``r`` of the next are one cluster.
+
+    Args:
+        features: ``(M, D)`` (one replica), e.g. the ``w_i``.
+        radius: ``r ∈ [0, 2]``, a cosine distance (``r = 0.1``: cos ≥ 0.9, about 26°).
+        symmetric: compare ``|cos|``.
+        live: optional boolean mask ``(M,)``.
+
+    Returns:
+        ``(M,)`` int64 labels.
+    """
+    r = check_nonnegative("radius", radius)
+    if r > 2:
+        raise ValueError(f"radius must lie in [0, 2] (a cosine distance 1 − cos), got {radius}")
+    features = _tensor("features", features, 2, "(M, D)")
+    if features.dim() != 2:
+        raise ValueError(f"features must have shape (M, D) (one replica), got {tuple(features.shape)}")
+    S = pairwise_cosine(features.detach())  # (M, M)
+    if symmetric:
+        S = S.abs()
+    M = S.shape[0]
+    mask = _live_mask(live, torch.Size([M]), S.device)  # (M,)
+    linked = (1 - S <= r) & mask[:, None] & mask[None, :]  # (M, M)
+    # connected components by min-label propagation (at most M rounds; usually a handful)
+    labels = torch.where(mask, torch.arange(M, device=S.device), torch.full((M,), M, device=S.device))
+    big = torch.full((M, M), M, device=S.device, dtype=labels.dtype)
+    for _ in range(M):
+        new = torch.where(linked, labels[None, :].expand(M, M), big).min(1).values  # (M,)
+        new = torch.minimum(new, labels)
+        if torch.equal(new, labels):
+            break
+        labels = new
+    out = torch.full((M,), -1, dtype=torch.long, device=S.device)
+    roots = labels[mask].unique(sorted=True)  # first particle of each cluster, increasing
+    for n, root in enumerate(roots.tolist()):
+        out[(labels == root) & mask] = n
+    return out
+
+
+def distinct_modes(
+    features: torch.Tensor,
+    radius: float = 0.1,
+    *,
+    symmetric: bool = False,
+    live: torch.Tensor | None = None,
+    min_fraction: float = 0.05,
+) -> torch.Tensor:
+    """Number of distinct modes of the particle law: clusters of :func:`mode_labels` holding at least a
+    fraction ``min_fraction`` of the live particles.
+
+        modes = #{ clusters C : |C| ≥ max(2, min_fraction · |L|) }
+
+    Isolated particles (and clusters smaller than the floor) are not modes: a diffuse, hot cloud has 0 modes,
+    every particle on one direction has 1, particles split over K separated directions have K.
+
+    Args:
+        features: ``(…, M, D)``.
+        radius: ``r``, the linkage cosine distance.
+        symmetric: compare ``|cos|`` (an odd activation, or directions up to sign).
+        live: optional boolean mask ``(…, M)``.
+        min_fraction: ``∈ [0, 1]``, the smallest share of the live particles a mode holds.
+
+    Returns:
+        ``(…)``, integer-valued (dtype of ``features``).
+    """
+    features = _tensor("features", features, 2, "(…, M, D)")
+    f = check_nonnegative("min_fraction", min_fraction)
+    if f > 1:
+        raise ValueError(f"min_fraction must lie in [0, 1], got {min_fraction}")
+    lead = features.shape[:-2]
+    M = features.shape[-2]
+    flat = features.reshape(-1, M, features.shape[-1])  # (R, M, D)
+    masks = _live_mask(live, torch.Size([*lead, M]), features.device).reshape(-1, M)  # (R, M)
+    counts = []
+    for x, m in zip(flat, masks):
+        labels = mode_labels(x, radius, symmetric=symmetric, live=m)  # (M,)
+        sizes = torch.bincount(labels[labels >= 0], minlength=1)
+        floor = max(2.0, f * float(m.sum()))
+        counts.append(float((sizes >= floor).sum()))
+    return torch.tensor(counts, dtype=features.dtype, device=features.device).reshape(lead)
+
+
+def collapse_rate(
+    features: torch.Tensor,
+    radius: float = 0.01,
+    *,
+    symmetric: bool = False,
+    live: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Fraction of (live) particles within cosine radius ``r`` of another live particle.
+
+        collapse = 1/|L| Σ_{i∈L} 1[ ∃ j ∈ L, j ≠ i : 1 − S_ij ≤ r ],   S from :func:`pairwise_cosine`
+
+    (``|S|`` when ``symmetric``). Identical particles give 1, pairwise orthogonal ones give 0 (for
+    ``r < 1``). **Sign:** with ``symmetric=False`` (ReLU and other non-odd activations) ``w`` and ``−w`` are
+    different features and are not a collapse; with ``symmetric=True`` (odd activations, where
+    ``a σ(−w·x) = (−a) σ(w·x)``) they are the same neuron. **Dead particles** (``live`` False, e.g.
+    ``a_i ≈ 0``: :func:`live_particles`) are neither counted nor neighbours; fewer than two live particles
+    give 0.
 
     Args:
         features: ``(…, M, D)``.
         radius: ``r ∈ [0, 2]``, a cosine distance.
+        symmetric: compare ``|cos|``.
+        live: optional boolean mask ``(…, M)``.
 
     Returns:
         ``(…)``, in ``[0, 1]``.
@@ -223,12 +431,16 @@ def collapse_rate(features: torch.Tensor, radius: float = 0.01) -> torch.Tensor:
     if r > 2:
         raise ValueError(f"radius must lie in [0, 2] (a cosine distance 1 − cos), got {radius}")
     S = pairwise_cosine(features)  # (…, M, M)
+    if symmetric:
+        S = S.abs()
     M = S.shape[-1]
     if M < 2:
         raise ValueError(f"collapse_rate needs M ≥ 2 particles, got M = {M}")
+    mask = _live_mask(live, S.shape[:-1], S.device)  # (…, M)
     eye = torch.eye(M, dtype=torch.bool, device=S.device)  # (M, M)
-    close = (1 - S <= r) & ~eye  # (…, M, M)
-    return close.any(-1).to(S.dtype).mean(-1)  # (…)
+    close = (1 - S <= r) & ~eye & mask.unsqueeze(-1) & mask.unsqueeze(-2)  # (…, M, M)
+    n_live = mask.sum(-1).clamp_min(1).to(S.dtype)  # (…)
+    return close.any(-1).to(S.dtype).sum(-1) / n_live  # (…)
 
 
 def minibatch_gradients(

@@ -1,9 +1,11 @@
-"""Mean-field two-layer network: neurons ``(a_i, w_i)`` as particles.
+"""Mean-field two-layer network: neurons ``(a_i, w_i)`` (optionally ``(a_i, w_i, b_i)``) as particles.
 
-    f(x) = 1/M Σ_i a_i σ(w_i · x),   a_i ∈ R,  w_i ∈ R^{d_in}
+    f(x) = 1/M Σ_i a_i σ(w_i · x + b_i),   a_i ∈ R (or R^k),  w_i ∈ R^{d_in},  b_i ∈ R (or none)
 
 with the optional projection ``Π`` of the particles onto the constraint set
 ``{|a_i| ≤ A} × {‖w_i‖ = 1}`` (clip and/or sphere), applied by :meth:`FeatureParticles.project_`.
+With vector outputs ``a_i ∈ R^k`` the layer is the hidden layer and read-out of an MLP (``k`` classes) or the
+expansion of a transformer MLP block (``k = d_model``, inputs ``(B, T, d_model)``).
 """
 
 from __future__ import annotations
@@ -31,25 +33,36 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 
 
 class FeatureParticles(ParticleLayer):
-    """Two-layer mean-field network ``f(x) = 1/M Σ_i a_i σ(w_i · x)`` with stacked particles ``(a, w)``.
+    """Two-layer mean-field network ``f(x) = 1/M Σ_i a_i σ(w_i · x + b_i)`` with stacked particles.
 
-    The weights ``a`` have shape ``(M,)`` and ``w`` shape ``(M, d_in)`` (no bias: append a constant
-    feature to ``x`` for one). At initialisation ``w_i ~ N(0, I/d_in)`` (or uniform on the unit sphere when
-    ``sphere``) and ``a_i ~ N(0, 1)`` (clipped to ``[−A, A]``).
+    The particles are ``a`` (shape ``(M,)``, or ``(M, k)`` with ``out_features=k``), ``w`` (shape
+    ``(M, d_in)``) and, with ``bias=True``, ``b`` (shape ``(M,)``). At initialisation
+    ``w_i ~ N(0, I/d_in)`` (or uniform on the unit sphere when ``sphere``), ``a_i ~ N(0, I_k)`` (clipped to
+    ``[−A, A]``) and ``b_i = 0``.
+
+    Scalar outputs (``out_features=None``, the default) are the mean-field network of the teacher–student
+    task; vector outputs ``a_i ∈ R^k`` make the layer an MLP hidden layer with its read-out
+    (``f: R^{d_in} → R^k``, e.g. ``k = 10`` class logits) or a transformer MLP expansion
+    (``d_in = k = d_model``). ``out_features=1`` gives outputs ``(…, 1)`` (the scalar layer with a
+    trailing axis).
 
     Args:
         d_in: input width.
         n_particles: number of neurons ``M``.
         activation: ``σ``, a callable on tensors or a name in :data:`ACTIVATIONS`.
-        A: clip bound of the projection ``|a_i| ≤ A`` (``None``: no clip).
+        A: clip bound of the projection ``|a_i| ≤ A`` (entrywise for vector ``a_i``; ``None``: no clip).
         sphere: whether ``w_i`` lives on the unit sphere (the projection renormalises it).
+        out_features: ``k``, the width of ``a_i`` (``None``: scalar ``a_i``).
+        bias: give every particle a bias ``b_i`` (a particle parameter, not projected).
         generator: random generator of the initialisation (``None``: torch's global one).
         device: device of the parameters.
         dtype: dtype of the parameters.
 
     Shapes:
-        ``forward(X)``: ``(N, d_in) -> (N,)``; ``particle_outputs(X)``: ``(N, M)``, entry
-        ``a_i σ(w_i · x_n)``.
+        ``forward(X)``: ``(N, d_in) -> (N,)`` or ``(…, d_in) -> (…, k)`` with ``out_features=k`` (any
+        leading axes, e.g. ``(B, T, d_model)``); ``particle_outputs(X)``: ``(N, M)`` or ``(N, M, k)``, entry
+        ``a_i σ(w_i · x_n + b_i)``; for inputs ``(B, T, d_in)`` the particle axis is inserted at dimension 1:
+        ``(B, M, T, k)``.
 
     Example:
         >>> f = FeatureParticles(d_in=5, n_particles=100, activation="tanh", A=2.0, sphere=True)
@@ -57,9 +70,11 @@ class FeatureParticles(ParticleLayer):
         torch.Size([7])
         >>> bool((f.w.norm(dim=1) - 1).abs().max() < 1e-6)
         True
+        >>> FeatureParticles(5, 100, "relu", out_features=10, bias=True)(torch.randn(7, 5)).shape
+        torch.Size([7, 10])
     """
 
-    particle_parameter_names = ("a", "w")
+    particle_parameter_names: tuple[str, ...] = ("a", "w")
 
     def __init__(
         self,
@@ -69,6 +84,8 @@ class FeatureParticles(ParticleLayer):
         A: float | None = None,
         sphere: bool = False,
         *,
+        out_features: int | None = None,
+        bias: bool = False,
         generator: torch.Generator | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -93,16 +110,26 @@ class FeatureParticles(ParticleLayer):
         self.A = None if A is None else check_positive("A", A)
         if not isinstance(sphere, bool):
             raise TypeError(f"sphere must be a bool, got {type(sphere).__name__}")
+        if not isinstance(bias, bool):
+            raise TypeError(f"bias must be a bool, got {type(bias).__name__}")
         self.sphere = sphere
+        self.out_features = None if out_features is None else check_int("out_features", out_features)
+        self.has_bias = bias
         kw = {"generator": generator, "device": device, "dtype": dtype}
-        self.a = nn.Parameter(torch.randn(M, **kw))  # (M,)
+        shape_a = (M,) if self.out_features is None else (M, self.out_features)
+        self.a = nn.Parameter(torch.randn(*shape_a, **kw))  # (M,) or (M, k)
         self.w = nn.Parameter(torch.randn(M, self.d_in, **kw) / math.sqrt(self.d_in))  # (M, d_in)
+        if bias:
+            self.b = nn.Parameter(torch.zeros(M, device=device, dtype=dtype))  # (M,)
+            self.particle_parameter_names = ("a", "w", "b")
+        else:
+            self.b = None
         self.project_()
 
     def extra_repr(self) -> str:
         return (
             f"d_in={self.d_in}, n_particles={self.n_particles}, activation={self.activation_name}, "
-            f"A={self.A}, sphere={self.sphere}"
+            f"A={self.A}, sphere={self.sphere}, out_features={self.out_features}, bias={self.has_bias}"
         )
 
     @torch.no_grad()
@@ -121,15 +148,35 @@ class FeatureParticles(ParticleLayer):
     def _check_input(self, X: torch.Tensor) -> None:
         if not torch.is_tensor(X):
             raise TypeError(f"X must be a torch.Tensor of shape (N, d_in), got {type(X).__name__}")
-        if X.dim() != 2 or X.shape[1] != self.d_in:
-            raise ValueError(f"X must have shape (N, d_in={self.d_in}), got {tuple(X.shape)}")
+        bad_rank = X.dim() != 2 if self.out_features is None else X.dim() < 1
+        if bad_rank or X.shape[-1] != self.d_in:
+            raise ValueError(
+                f"X must have shape (N, d_in={self.d_in})"
+                + ("" if self.out_features is None else f" or (…, d_in={self.d_in})")
+                + f", got {tuple(X.shape)}"
+            )
+
+    def hidden(self, X: torch.Tensor) -> torch.Tensor:
+        """The features ``σ(w_i · x + b_i)``: ``(…, d_in) -> (…, M)``."""
+        z = X @ self.w.T  # (…, M)
+        if self.b is not None:
+            z = z + self.b
+        return self.activation(z)  # (…, M)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
-        """``f(x_n) = 1/M Σ_i a_i σ(w_i · x_n)``: ``(N, d_in) -> (N,)``."""
+        """``f(x) = 1/M Σ_i a_i σ(w_i · x + b_i)``: ``(N, d_in) -> (N,)``, or ``(…, d_in) -> (…, k)``."""
         self._check_input(X)
-        return self.activation(X @ self.w.T) @ self.a / self.n_particles  # (N,)
+        return self.hidden(X) @ self.a / self.n_particles  # (N,) or (…, k)
 
     def particle_outputs(self, X: torch.Tensor) -> torch.Tensor:
-        """Every neuron's output ``a_i σ(w_i · x_n)``: ``(N, d_in) -> (N, M)``."""
+        """Every neuron's output ``a_i σ(w_i · x + b_i)``, particle axis at dimension 1.
+
+        ``(N, d_in) -> (N, M)`` for scalar ``a_i``; ``(N, d_in) -> (N, M, k)`` and
+        ``(B, T, d_in) -> (B, M, T, k)`` for ``a_i ∈ R^k``.
+        """
         self._check_input(X)
-        return self.activation(X @ self.w.T) * self.a  # (N, M)
+        h = self.hidden(X)  # (…, M)
+        if self.out_features is None:
+            return h * self.a  # (N, M)
+        out = h.unsqueeze(-1) * self.a  # (…, M, k)
+        return out.movedim(-2, 1) if X.dim() >= 2 else out  # (N, M, k), (B, M, T, k)

@@ -8,6 +8,9 @@ loss of a batch, an evaluation, and the unit of throughput. Built in:
 - ``teacher_student``: regression of a single- or multi-index teacher ``y = Σ_k c_k g(w*_k·x)`` on
   Gaussian inputs by the mean-field network ``f(x) = 1/M Σ_i a_i σ(w_i·x)``
   (:class:`~meanfield.nn.FeatureParticles`); evaluation: test MSE and teacher alignment.
+- ``image_classification``: Fashion-MNIST or CIFAR-10 by an MLP whose hidden layer is
+  :class:`~meanfield.nn.FeatureParticles` with vector outputs (or the same-width ordinary MLP); evaluation:
+  test loss, error and accuracy.
 - ``lm``: next-token language modelling (tiny-shakespeare characters or WikiText-2 words) with
   :class:`~meanfield.nn.TransformerLM`, multi-head or particle attention; evaluation: loss and perplexity.
 
@@ -27,7 +30,7 @@ from torch import nn
 
 from meanfield.config import ConfigError
 
-__all__ = ["Experiment", "Task", "TASKS", "get_task", "TEACHER_STUDENT", "LM"]
+__all__ = ["Experiment", "Task", "TASKS", "get_task", "TEACHER_STUDENT", "LM", "IMAGE_CLASSIFICATION"]
 
 
 @dataclass
@@ -74,9 +77,13 @@ class Task(Protocol):
 
 
 from meanfield.tasks.language import LM  # noqa: E402  (the tasks import Experiment from here)
-from meanfield.tasks.regression import TEACHER_STUDENT  # noqa: E402
+from meanfield.tasks.regression import IMAGE_CLASSIFICATION, TEACHER_STUDENT  # noqa: E402
 
-TASKS: dict[str, Task] = {"teacher_student": TEACHER_STUDENT, "lm": LM}
+TASKS: dict[str, Task] = {
+    "teacher_student": TEACHER_STUDENT,
+    "lm": LM,
+    "image_classification": IMAGE_CLASSIFICATION,
+}
 """The built-in tasks by name."""
 
 

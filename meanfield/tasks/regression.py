@@ -1,19 +1,149 @@
-"""The ``teacher_student`` task: regression of a single- or multi-index teacher by feature particles."""
+"""Regression and classification by feature particles: the ``teacher_student`` and ``image_classification`` tasks.
+
+``teacher_student``: a single- or multi-index teacher ``y = Σ_k c_k g(w*_k·x)`` on Gaussian inputs, learned by
+the mean-field network ``f(x) = 1/M Σ_i a_i σ(w_i·x)`` (``[model] kind = "particles"``, the particle group of
+the Langevin optimizer) or by an ordinary network of the same width ``f(x) = Σ_i a_i σ(w_i·x + b_i) + c`` with
+torch's default initialisation (``kind = "mlp"``: no particle layer, all its parameters in ``[optim.others]``,
+the deterministic baseline trained by plain Adam or SGD).
+
+``image_classification``: Fashion-MNIST or CIFAR-10 (the lossy JPEG copy when that is what the data folder
+holds: the loader says so in the description), flattened and standardised per channel, classified by an MLP
+whose hidden layer is :class:`~meanfield.nn.FeatureParticles` with vector outputs ``a_i ∈ R^10``
+(``f(x) = 1/M Σ_i a_i σ(w_i·x + b_i)``, the logits) or by the same-width ``nn.Linear → σ → nn.Linear`` MLP.
+
+Both count the same multiply–adds per sample for both model kinds (``2·M·(d + k)`` forward), so equal steps
+at equal batch size are equal samples *and* equal FLOPs, up to the optimizer's noise draw (one normal number
+per particle parameter per step).
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from meanfield import data as _data
+from meanfield.metrics.diversity import (
+    aligned_fraction,
+    collapse_rate,
+    distinct_modes,
+    live_particles,
+    teacher_coverage,
+)
 from meanfield.nn import FeatureParticles
+from meanfield.nn.features import ACTIVATIONS
 from meanfield.seeds import derive_seed
 from meanfield.tasks import Experiment
 
-__all__ = ["TEACHER_STUDENT", "TeacherStudentData", "FeatureModel"]
+__all__ = [
+    "TEACHER_STUDENT",
+    "IMAGE_CLASSIFICATION",
+    "TeacherStudentData",
+    "FeatureModel",
+    "ImageData",
+    "ImageModel",
+    "WideMLP",
+    "particle_metrics",
+]
+
+ODD_ACTIVATIONS = ("tanh", "erf", "identity")
+"""Activations with ``σ(−z) = −σ(z)``: ``(a, w)`` and ``(−a, −w)`` are the same neuron (sign-symmetric metrics)."""
+
+
+class WideMLP(nn.Module):
+    """The ordinary (standard-parametrisation) network of width M: ``nn.Linear(d, M) → σ → nn.Linear(M, k)``.
+
+        f(x) = Σ_i a_i σ(w_i·x + b_i) + c,   (torch's default initialisation of ``nn.Linear``)
+
+    It has no ``n_particles`` attribute, so :meth:`Langevin.param_groups_for` puts all its parameters in the
+    group without noise (``[optim.others]``). ``w`` and ``a`` expose the weights in the layout of
+    :class:`FeatureParticles` (``(M, d)`` and ``(M,)`` or ``(M, k)``) for the diversity metrics.
+
+    Args:
+        d_in: input width ``d``.
+        width: hidden width ``M``.
+        activation: a name in :data:`meanfield.nn.features.ACTIVATIONS`.
+        out_features: ``k`` (``None``: scalar output, shape ``(N,)``).
+        bias: biases in both layers.
+        generator: random generator of the initialisation.
+        dtype: parameter dtype.
+    """
+
+    def __init__(
+        self,
+        d_in: int,
+        width: int,
+        activation: str,
+        out_features: int | None = None,
+        *,
+        bias: bool = True,
+        generator: torch.Generator | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; allowed: {sorted(ACTIVATIONS)}")
+        self.activation = ACTIVATIONS[activation]
+        self.out_features = out_features
+        self.hidden_layer = nn.Linear(d_in, width, bias=bias, dtype=dtype)
+        self.readout = nn.Linear(width, 1 if out_features is None else out_features, bias=bias, dtype=dtype)
+        if generator is not None:  # nn.Linear's default init (Kaiming-uniform, a = √5), from this generator
+            with torch.no_grad():
+                for layer in (self.hidden_layer, self.readout):
+                    bound = 1 / math.sqrt(layer.in_features)
+                    layer.weight.uniform_(-bound, bound, generator=generator)
+                    if layer.bias is not None:
+                        layer.bias.uniform_(-bound, bound, generator=generator)
+
+    @property
+    def w(self) -> torch.Tensor:
+        """Hidden weights ``(M, d)``."""
+        return self.hidden_layer.weight
+
+    @property
+    def a(self) -> torch.Tensor:
+        """Read-out weights ``(M,)`` (scalar output) or ``(M, k)``."""
+        W = self.readout.weight  # (k, M)
+        return W[0] if self.out_features is None else W.T
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        out = self.readout(self.activation(self.hidden_layer(X)))  # (N, k)
+        return out[..., 0] if self.out_features is None else out
+
+
+def particle_metrics(
+    net: nn.Module, directions: torch.Tensor | None, activation: str, threshold: float = 0.9
+) -> dict[str, float]:
+    """Diversity and teacher-recovery metrics of a network's hidden units ``(a_i, w_i)``.
+
+    With ``L`` the live units (:func:`~meanfield.metrics.diversity.live_particles`, ``‖a_i‖`` above 5 % of
+    the mean) and sign symmetry ``|cos|`` for the teacher metrics (``w`` and ``−w`` span the same direction):
+
+    - ``aligned``: fraction of live units with ``max_k |cos(w_i, w*_k)| ≥ τ`` (τ = ``threshold``);
+    - ``coverage``: fraction of the K teacher directions with a live unit at ``|cos| ≥ τ``;
+    - ``modes``: clusters of live directions (single linkage at cosine distance 0.1, i.e. cos ≥ 0.9; ``|cos|``
+      for odd activations), each holding ≥ 5 % of the live units;
+    - ``collapse``: fraction of live units within cosine distance 0.01 of another (sign-aware: ``w`` and
+      ``−w`` are distinct for a ReLU);
+    - ``live``: fraction of live units.
+    """
+    w = net.w.detach()  # (M, d)
+    a = net.a.detach()  # (M,) or (M, k)
+    live = live_particles(a, vector=a.dim() == 2)  # (M,)
+    odd = activation in ODD_ACTIVATIONS
+    out = {
+        "live": float(live.float().mean()),
+        "modes": float(distinct_modes(w, 0.1, symmetric=odd, live=live)),
+        "collapse": float(collapse_rate(w, 0.01, symmetric=odd, live=live)),
+    }
+    if directions is not None:
+        out["aligned"] = float(aligned_fraction(w, directions, threshold, symmetric=True, live=live))
+        out["coverage"] = float(teacher_coverage(w, directions, threshold, symmetric=True, live=live))
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -37,12 +167,19 @@ class TeacherStudentData:
 
 @dataclass
 class FeatureModel:
-    """``[model]`` of ``teacher_student``: ``f(x) = 1/M Σ a_i σ(w_i·x)`` (:class:`FeatureParticles`)."""
+    """``[model]`` of ``teacher_student``.
+
+    ``kind = "particles"``: ``f(x) = 1/M Σ a_i σ(w_i·x)`` (:class:`FeatureParticles`, the particle group);
+    ``kind = "mlp"``: the ordinary network of the same width (:class:`WideMLP`, ``bias`` in both layers,
+    trained by ``[optim.others]``; ``A`` and ``sphere`` do not apply).
+    """
 
     n_particles: int = 256
     activation: str = "relu"
     A: float | None = None
     sphere: bool = False
+    kind: Literal["particles", "mlp"] = "particles"
+    bias: bool = True
 
 
 class _TeacherStudent:
@@ -74,15 +211,20 @@ class _TeacherStudent:
         x_test, y_test = ts.x_test.to(device), ts.y_test.to(device)
         directions = ts.directions.to(device)  # (k, d)
         g = torch.Generator().manual_seed(derive_seed(seed, "init"))
-        net = FeatureParticles(
-            data.d,
-            model.n_particles,
-            model.activation,
-            A=model.A,
-            sphere=model.sphere,
-            generator=g,
-            dtype=dtype,
-        ).to(device)
+        if model.kind == "mlp":
+            net = WideMLP(
+                data.d, model.n_particles, model.activation, bias=model.bias, generator=g, dtype=dtype
+            ).to(device)
+        else:
+            net = FeatureParticles(
+                data.d,
+                model.n_particles,
+                model.activation,
+                A=model.A,
+                sphere=model.sphere,
+                generator=g,
+                dtype=dtype,
+            ).to(device)
         batches = _data.Batches(data.n_train, batch_size, seed=derive_seed(seed, "batches"))
 
         def loss(index: torch.Tensor) -> torch.Tensor:
@@ -97,6 +239,7 @@ class _TeacherStudent:
                 "test_mse": test_mse,
                 "test_mse_relative": test_mse / float(y_test.var()),
                 "alignment_max": float(cos.max(0).values.mean()),  # mean over teachers of the best |cos|
+                **particle_metrics(net, directions, model.activation),
             }
 
         return Experiment(
@@ -107,9 +250,127 @@ class _TeacherStudent:
             evaluate=evaluate,
             unit="samples",
             units_per_step=batch_size,
-            description=f"{ts.description}; FeatureParticles(M={model.n_particles}, σ={model.activation})",
+            description=f"{ts.description}; "
+            + (
+                f"WideMLP(M={model.n_particles}, σ={model.activation})"
+                if model.kind == "mlp"
+                else f"FeatureParticles(M={model.n_particles}, σ={model.activation})"
+            ),
         )
 
 
 TEACHER_STUDENT = _TeacherStudent()
 """The ``teacher_student`` task."""
+
+
+# ----------------------------------------------------------------------------------------------------------
+# image classification with a FeatureParticles hidden layer
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ImageData:
+    """``[data]`` of ``image_classification``.
+
+    ``dataset``: ``"fashion_mnist"`` or ``"cifar10"`` (here the lossy JPEG-75 copy of CIFAR-10: the loader's
+    description says so). ``root``: the data folder (``""``: the loaders' default). ``n_train``/``n_test``:
+    the first that many images of each split (0: all). Pixels are scaled to [0, 1], standardised with the
+    training split's per-channel mean and standard deviation, and flattened.
+    """
+
+    dataset: Literal["fashion_mnist", "cifar10"] = "fashion_mnist"
+    root: str = ""
+    n_train: int = 0
+    n_test: int = 0
+
+
+@dataclass
+class ImageModel:
+    """``[model]`` of ``image_classification``: a one-hidden-layer MLP of width ``n_particles``.
+
+    ``kind = "particles"``: ``f(x) = 1/M Σ_i a_i σ(w_i·x + b_i)``, ``a_i ∈ R^{classes}``
+    (:class:`FeatureParticles` with ``out_features`` and ``bias``); ``kind = "mlp"``: :class:`WideMLP`.
+    """
+
+    n_particles: int = 256
+    activation: str = "relu"
+    kind: Literal["particles", "mlp"] = "particles"
+    A: float | None = None
+
+
+class _ImageClassification:
+    Data = ImageData
+    Model = ImageModel
+
+    def build(
+        self,
+        data: ImageData,
+        model: ImageModel,
+        *,
+        batch_size: int,
+        seed: int,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> Experiment:
+        root = data.root or None
+        ds = _data.fashion_mnist(root) if data.dataset == "fashion_mnist" else _data.cifar10(root)
+        mean = ds.mean.to(dtype)[:, None, None]  # (C, 1, 1)
+        std = ds.std.to(dtype)[:, None, None]  # (C, 1, 1)
+
+        def prepare(x: torch.Tensor, n: int) -> torch.Tensor:
+            x = x[:n] if n else x
+            return ((x.to(dtype) / 255 - mean) / std).flatten(1).to(device)  # (N, C·H·W)
+
+        x_train, x_test = prepare(ds.train_x, data.n_train), prepare(ds.test_x, data.n_test)
+        y_train = (ds.train_y[: data.n_train] if data.n_train else ds.train_y).to(device)  # (N,)
+        y_test = (ds.test_y[: data.n_test] if data.n_test else ds.test_y).to(device)
+        d, k = x_train.shape[1], ds.num_classes
+        g = torch.Generator().manual_seed(derive_seed(seed, "init"))
+        if model.kind == "mlp":
+            net = WideMLP(d, model.n_particles, model.activation, k, generator=g, dtype=dtype).to(device)
+        else:
+            net = FeatureParticles(
+                d,
+                model.n_particles,
+                model.activation,
+                A=model.A,
+                out_features=k,
+                bias=True,
+                generator=g,
+                dtype=dtype,
+            ).to(device)
+        batches = _data.Batches(len(y_train), batch_size, seed=derive_seed(seed, "batches"))
+
+        def loss(index: torch.Tensor) -> torch.Tensor:
+            index = index.to(device)
+            return F.cross_entropy(net(x_train[index]), y_train[index])
+
+        def evaluate() -> dict[str, float]:
+            logits = torch.cat([net(x_test[i : i + 4096]) for i in range(0, len(y_test), 4096)])  # (N, k)
+            error = float((logits.argmax(1) != y_test).double().mean())
+            return {
+                "test_loss": float(F.cross_entropy(logits, y_test)),
+                "test_error": error,
+                "accuracy": 1.0 - error,
+                **particle_metrics(net, None, model.activation),
+            }
+
+        return Experiment(
+            model=net,
+            batches=batches,
+            next_batch=batches.next_indices,
+            loss=loss,
+            evaluate=evaluate,
+            unit="samples",
+            units_per_step=batch_size,
+            description=f"{ds.description}; {len(y_train)} train / {len(y_test)} test; "
+            + (
+                f"WideMLP(M={model.n_particles}, σ={model.activation})"
+                if model.kind == "mlp"
+                else f"FeatureParticles(M={model.n_particles}, σ={model.activation}, k={k}, bias)"
+            ),
+        )
+
+
+IMAGE_CLASSIFICATION = _ImageClassification()
+"""The ``image_classification`` task."""

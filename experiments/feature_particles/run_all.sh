@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Regenerates every run folder quoted in docs/experiments/feature_particles.md (resumable: rerunning skips
+# finished points). One core: threads = 1 in the configs, --jobs 1. Usage:
+#   bash experiments/feature_particles/run_all.sh [table|single|lambda|anneal|images|cifar|convergence]...
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export OMP_WAIT_POLICY=PASSIVE
+CFG=experiments/feature_particles/teacher_student.toml
+IMG=experiments/feature_particles/images.toml
+R=experiments/feature_particles/results
+SEEDS=${SEEDS:-0,1,2,3,4,5,6,7,8,9}
+sweep() { meanfield sweep "$@" --preset quick --jobs 1; }
+
+# One arm = one sweep folder (same seeds ⇒ same data, initialisation and batch order: paired across arms).
+# The seed's tuning runs (lr choices) used seed 100, which is in no table.
+arm() {  # arm NAME TASKDIR OVERRIDES...
+  local name=$1 dir=$2; shift 2
+  sweep "$CFG" "$@" --grid train.steps=4000 --seeds "$SEEDS" --out "$R/$dir/$name"
+}
+ladder() {  # the arms of the teacher–student table, on the task given by $@ (extra overrides)
+  local dir=$1; shift
+  # the seed, literally: θ ← Π(θ − η∇L + sqrt(2ηλ_t)ξ), no ×M, λ in the loss convention, cosine 1 → 1e-3
+  arm seed_literal "$dir" "$@" --set optim.mean_field_scaling=false --set optim.temperature_convention=loss
+  # one factor: the ×M drift (= the literal update with its step η_s = M·lr); λ still in loss units (×M noise)
+  arm times_M_loss_units "$dir" "$@" --set optim.temperature_convention=loss
+  # one more factor: λ in mean-field units (the base configuration)
+  arm mean_field "$dir" "$@"
+  # variations of the mean-field arm, one factor each
+  arm mf_lambda_min_1e-5 "$dir" "$@" --set 'optim.beta={kind="cosine",start=1.0,end=1e-5}'
+  arm mf_constant_1e-3 "$dir" "$@" --set optim.beta=1e-3
+  arm mf_beta0 "$dir" "$@" --set optim.beta=0
+  arm mf_no_sphere "$dir" "$@" --set model.sphere=false
+  arm mf_adam_drift "$dir" "$@" --set optim.drift=adam
+  # the seed's "noise on an Adam step": torch Adam (0.9, 0.999, 1e-8) + sqrt(2·lr·λ)ξ, no ×M, loss units
+  arm seed_adam "$dir" "$@" --set optim.drift=adam --set optim.lr=1e-2 --set 'optim.betas=[0.9,0.999]' \
+      --set optim.eps=1e-8 --set optim.noise_preconditioned=false --set optim.mean_field_scaling=false \
+      --set optim.temperature_convention=loss
+  # deterministic baselines of the same width
+  arm adam_particles "$dir" "$@" --set optim.drift=adam --set optim.lr=1e-2 --set 'optim.betas=[0.9,0.999]' \
+      --set optim.eps=1e-8 --set optim.beta=0 --set optim.mean_field_scaling=false
+  arm adam_mlp "$dir" "$@" --set model.kind=mlp --set optim.others.drift=adam --set optim.others.lr=1e-2
+  arm sgd_mlp "$dir" "$@" --set model.kind=mlp --set optim.others.drift=sgd --set optim.others.lr=0.2
+}
+
+for what in "${@:-table}"; do
+  case $what in
+    table) ladder ts_k2 ;;
+    single) ladder ts_k1 --set data.k=1 ;;
+    lambda)  # constant λ at d = 8, 16, 32 (the transition's d-dependence)
+      sweep "$CFG" --grid data.d=8,16,32 --grid optim.beta=1e-4,3e-4,1e-3,3e-3,1e-2,3e-2,1e-1,3e-1 \
+        --seeds 0,1,2,3,4 --out "$R/lambda_constant" ;;
+    anneal)  # the seed's schedule shape (cosine, λ_min = λ_max/1000) at several λ_max, d = 16
+      sweep "$CFG" --grid 'optim.beta={kind="cosine",start=1e-3,end=1e-6},{kind="cosine",start=1e-2,end=1e-5},{kind="cosine",start=3e-2,end=3e-5},{kind="cosine",start=1e-1,end=1e-4},{kind="cosine",start=3e-1,end=3e-4},{kind="cosine",start=1.0,end=1e-3},{kind="cosine",start=2.0,end=2e-3}' \
+        --seeds 0,1,2,3,4 --out "$R/lambda_annealed" ;;
+    images)
+      sweep "$IMG" --grid model.kind=particles --seeds 0,1,2,3,4 --out "$R/fmnist/mean_field"
+      sweep "$IMG" --grid model.kind=particles --set optim.beta=0 --seeds 0,1,2,3,4 --out "$R/fmnist/mf_beta0"
+      sweep "$IMG" --grid model.kind=mlp --seeds 0,1,2,3,4 --out "$R/fmnist/adam_mlp" ;;
+    cifar)
+      sweep "$IMG" --set data.dataset=cifar10 --grid model.kind=particles --seeds 0,1,2 --out "$R/cifar10/mean_field"
+      sweep "$IMG" --set data.dataset=cifar10 --grid model.kind=mlp --seeds 0,1,2 --out "$R/cifar10/adam_mlp" ;;
+    convergence)
+      python experiments/feature_particles/convergence.py --out "$R/convergence" ;;
+    *) echo "unknown part $what" >&2; exit 2 ;;
+  esac
+done
