@@ -174,7 +174,7 @@ def run(preset: str = "fast", *, mean_field_scaling: bool = True) -> CheckResult
                note="5·SE; Nyström law of the Gaussian EM kernel")  # fmt: skip
     for label, est, key, target in (("E x²", x2, "x2", ref["x2"]), ("E[x·V']", xdv, "xdV", BETA_DW)):
         bias = abs(chain[key] - target)
-        result.add(f"double well: {label} [Gibbs: {'quadrature' if key == 'x2' else 'β'}]", est.value, target, Z * est.se + bias,
+        result.add(f"double well: {label}, η={ETA_DW:g} + chain bias [Gibbs: {'quadrature' if key == 'x2' else 'β'}]", est.value, target, Z * est.se + bias,
                    detectable=Z * est.se, note=f"5·SE + the chain's O(η) bias {bias:.2g} (exact)")  # fmt: skip
     data["dw"] = dict(hist=np.histogram(y.numpy(), bins=100, range=(-2.5, 2.5), density=True)[0].tolist(),
                       chain_x=chain["x"][::2].tolist(), chain_density=chain["density"][::2].tolist())  # fmt: skip
