@@ -50,6 +50,7 @@ from tqdm.auto import tqdm
 from meanfield import config as _config
 from meanfield._io import json_clean, write_atomic, write_json_atomic, write_text_atomic
 from meanfield.config import ConfigError
+from meanfield.data import CorruptDataError
 from meanfield.optim import Langevin
 from meanfield.seeds import derive_seed
 from meanfield.tasks import Experiment, get_task
@@ -190,10 +191,11 @@ def check_config(config: Mapping[str, Any]) -> RunConfig:
             value = table.get(key)
             if callable(value) or not (value is None or isinstance(value, (int, float, Mapping))):
                 raise ConfigError(
-                    f"{where}.{key} must be a number or a table such as {{kind = \"cosine\", start = 1.0, "
+                    f'{where}.{key} must be a number or a table such as {{kind = "cosine", start = 1.0, '
                     f"end = 0.001}}, got {value!r}: a run's state is saved as data, and a Python callable "
                     "cannot be (use the schedules of meanfield.schedules and projections of meanfield.projections)"
                 )
+    _check_temperatures(cfg)
     return cfg
 
 
@@ -220,14 +222,50 @@ def _optimizer_options(options: Mapping[str, Any], steps: int) -> dict[str, Any]
 def build_optimizer(model: torch.nn.Module, cfg: RunConfig) -> Langevin:
     """The ``Langevin`` optimizer of a run: particle groups with ``[optim]``, the rest with ``[optim.others]``."""
     options = {k: v for k, v in cfg.optim.items() if k != "others"}
-    others = _optimizer_options(cfg.optim.get("others", {}), cfg.train.steps)
-    groups = Langevin.param_groups_for(model, others=others)
     try:
+        others = _optimizer_options(cfg.optim.get("others", {}), cfg.train.steps)
+        groups = Langevin.param_groups_for(model, others=others)
         return Langevin(
             groups, seed=derive_seed(cfg.seed, "noise"), **_optimizer_options(options, cfg.train.steps)
         )
     except (TypeError, ValueError) as error:
         raise ConfigError(f"[optim]: {error}") from None
+
+
+def _check_temperatures(cfg: RunConfig) -> None:
+    """``β_t`` must be a finite number ≥ 0 at every step ``0 … steps − 1`` the run will take.
+
+    A schedule is evaluated at every step (at 100,001 evenly spaced steps beyond that many), so a schedule
+    that goes negative mid-run is refused before the run starts, not at that step.
+    """
+    steps = cfg.train.steps
+    for where, table in (("optim", cfg.optim), ("optim.others", cfg.optim.get("others", {}))):
+        if "beta" not in table:
+            continue
+        try:
+            beta = _optimizer_options({"beta": table["beta"]}, steps)["beta"]
+        except (TypeError, ValueError) as error:
+            raise ConfigError(f"{where}.beta: {error}") from None
+        if callable(beta):
+            probe = (
+                range(steps)
+                if steps <= 100_001
+                else (round(k * (steps - 1) / 100_000) for k in range(100_001))
+            )
+        else:
+            probe = (0,)
+        for k in probe:
+            value = beta(k) if callable(beta) else beta
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                raise ConfigError(
+                    f"{where}.beta gives β = {value!r} at step {k}: a temperature must be a finite number ≥ 0 "
+                    f"at every step of the run (0 … {steps - 1})"
+                )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -646,14 +684,22 @@ class _Run:
         self.device = _device(self.cfg.device)
         dtype = {"float32": torch.float32, "float64": torch.float64}[self.cfg.dtype]
         task = get_task(self.cfg.task)
-        self.experiment = task.build(
-            _config.from_dict(task.Data, self.cfg.data, "data"),
-            _config.from_dict(task.Model, self.cfg.model, "model"),
-            batch_size=self.cfg.train.batch_size,
-            seed=self.cfg.seed,
-            device=self.device,
-            dtype=dtype,
-        )
+        try:
+            self.experiment = task.build(
+                _config.from_dict(task.Data, self.cfg.data, "data"),
+                _config.from_dict(task.Model, self.cfg.model, "model"),
+                batch_size=self.cfg.train.batch_size,
+                seed=self.cfg.seed,
+                device=self.device,
+                dtype=dtype,
+            )
+        except (ConfigError, CorruptDataError):
+            raise
+        except (TypeError, ValueError) as error:  # a value the schemas allow but the model or data refuse
+            raise ConfigError(
+                f"task {self.cfg.task!r} cannot be built from this configuration ([data], [model], "
+                f"train.batch_size): {error}"
+            ) from None
         self.optimizer = build_optimizer(self.experiment.model, self.cfg)
         self.checkpoints = Checkpoints(folder / "checkpoints", self.cfg.train.keep_checkpoints)
         self.log = MetricsLog(folder / "metrics.jsonl")
