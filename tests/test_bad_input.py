@@ -785,8 +785,10 @@ def test_cli_validate(theory, tmp_path_factory, checks, preset, out, theory_kind
         code = main(argv)
     except SystemExit as exit_:  # argparse: a usage line and exit 2
         assert exit_.code == 2
+        event("argparse usage error, exit 2")
         return
     assert code in (0, 1, 2)
+    event(f"exit {code}")
     if code in (0, 1):
         import json
 
