@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates every run folder quoted in docs/experiments/feature_particles.md (resumable: rerunning skips
 # finished points). One core: threads = 1 in the configs, --jobs 1. Usage:
-#   bash experiments/feature_particles/run_all.sh [table|single|lambda|anneal|images|cifar|convergence]...
+#   bash experiments/feature_particles/run_all.sh [table|single|steps|multi|lambda|anneal|images|cifar|convergence]...
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export OMP_WAIT_POLICY=PASSIVE
@@ -15,7 +15,9 @@ sweep() { meanfield sweep "$@" --preset quick --jobs 1; }
 # The seed's tuning runs (lr choices) used seed 100, which is in no table.
 arm() {  # arm NAME TASKDIR OVERRIDES...
   local name=$1 dir=$2; shift 2
-  sweep "$CFG" "$@" --grid train.steps=4000 --seeds "$SEEDS" --out "$R/$dir/$name"
+  # a diverged run is a result (its summary.json says so): go on with the next arm
+  sweep "$CFG" "$@" --grid "train.steps=${STEPS:-4000}" --seeds "$SEEDS" --out "$R/$dir/$name" \
+    || echo "arm $dir/$name: some runs did not finish (see its runs.csv)" >&2
 }
 ladder() {  # the arms of the teacher–student table, on the task given by $@ (extra overrides)
   local dir=$1; shift
@@ -30,6 +32,7 @@ ladder() {  # the arms of the teacher–student table, on the task given by $@ (
   arm mf_constant_1e-3 "$dir" "$@" --set optim.beta=1e-3
   arm mf_beta0 "$dir" "$@" --set optim.beta=0
   arm mf_no_sphere "$dir" "$@" --set model.sphere=false
+  arm mf_no_sphere_lr0.05 "$dir" "$@" --set model.sphere=false --set optim.lr=0.05
   arm mf_adam_drift "$dir" "$@" --set optim.drift=adam
   # the seed's "noise on an Adam step": torch Adam (0.9, 0.999, 1e-8) + sqrt(2·lr·λ)ξ, no ×M, loss units
   arm seed_adam "$dir" "$@" --set optim.drift=adam --set optim.lr=1e-2 --set 'optim.betas=[0.9,0.999]' \
@@ -42,10 +45,35 @@ ladder() {  # the arms of the teacher–student table, on the task given by $@ (
   arm sgd_mlp "$dir" "$@" --set model.kind=mlp --set optim.others.drift=sgd --set optim.others.lr=0.2
 }
 
+ladder_multi() {  # the main arms at k = 4 (d = 16, M = 128)
+  local k4=(--set data.k=4)
+  arm seed_literal ts_k4 "${k4[@]}" --set optim.mean_field_scaling=false --set optim.temperature_convention=loss
+  arm mean_field ts_k4 "${k4[@]}"
+  arm mf_lambda_min_1e-5 ts_k4 "${k4[@]}" --set 'optim.beta={kind="cosine",start=1.0,end=1e-5}'
+  arm mf_constant_1e-3 ts_k4 "${k4[@]}" --set optim.beta=1e-3
+  arm mf_beta0 ts_k4 "${k4[@]}" --set optim.beta=0
+  arm adam_mlp ts_k4 "${k4[@]}" --set model.kind=mlp --set optim.others.drift=adam --set optim.others.lr=1e-2
+}
+
+ladder_short() {  # the main arms of the two-index table with the step budget $STEPS
+  local dir=ts_k2_steps$STEPS
+  arm seed_literal "$dir" --set optim.mean_field_scaling=false --set optim.temperature_convention=loss
+  arm mean_field "$dir"
+  arm mf_beta0 "$dir" --set optim.beta=0
+  arm seed_adam "$dir" --set optim.drift=adam --set optim.lr=1e-2 --set 'optim.betas=[0.9,0.999]' \
+      --set optim.eps=1e-8 --set optim.noise_preconditioned=false --set optim.mean_field_scaling=false \
+      --set optim.temperature_convention=loss
+  arm adam_mlp "$dir" --set model.kind=mlp --set optim.others.drift=adam --set optim.others.lr=1e-2
+}
+
 for what in "${@:-table}"; do
   case $what in
     table) ladder ts_k2 ;;
     single) ladder ts_k1 --set data.k=1 ;;
+    steps)  # the step budget: the main arms at 500 steps (the cosine schedule's T = train.steps)
+      STEPS=500 ladder_short ;;
+    multi)  # four teacher directions: do several distinct modes survive at low temperature?
+      ladder_multi ;;
     lambda)  # constant λ at d = 8, 16, 32 (the transition's d-dependence)
       sweep "$CFG" --grid data.d=8,16,32 --grid optim.beta=1e-4,3e-4,1e-3,3e-3,1e-2,3e-2,1e-1,3e-1 \
         --seeds 0,1,2,3,4 --out "$R/lambda_constant" ;;

@@ -1,0 +1,387 @@
+"""Tables and figures of docs/experiments/feature_particles.md, rebuilt from the committed run folders.
+
+    python experiments/feature_particles/report.py      # writes results/tables.md and docs/assets/feature_particles_*.png
+
+Every number comes from ``results/<table>/<arm>/<point>/summary.json`` and ``metrics.jsonl`` (the run folders
+that ``run_all.sh`` writes) or ``results/convergence/result.json``. Means carry Student-t 95 % intervals over
+the seeds; paired comparisons use the same seeds (same data, initialisation and batch order) and the paired
+t-test (:func:`meanfield.stats.paired_difference`). Test MSEs span orders of magnitude, so arms are compared
+on ``log10`` test MSE (a difference of −1 is a 10× smaller error).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from meanfield.stats import paired_difference, t_interval
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+ASSETS = HERE.parents[1] / "docs" / "assets"
+
+ARMS = [  # (folder, what it is); every arm: 4000 steps of batch 256 (1,024,000 samples), M = 128
+    ("seed_literal", "seed's literal update: SGD, no ×M, λ in loss units, cos 1→1e-3"),
+    ("times_M_loss_units", "+ ×M drift (λ still in loss units: mean-field temperature M·λ)"),
+    ("mean_field", "+ λ in mean-field units (the mean-field Langevin arm)"),
+    ("mf_lambda_min_1e-5", "mean-field, cos 1→1e-5"),
+    ("mf_constant_1e-3", "mean-field, constant λ = 1e-3 (no annealing)"),
+    ("mf_beta0", "mean-field, λ = 0 (deterministic SGD ×M)"),
+    ("mf_no_sphere", "mean-field, w_i not projected on the sphere"),
+    ("mf_no_sphere_lr0.05", "mean-field, w_i not projected, lr 0.05"),
+    ("mf_adam_drift", "mean-field, Adam drift (β1 = 0, ε = 1, preconditioned noise)"),
+    ("seed_adam", "seed's Adam variant: Adam(0.9, 0.999) + sqrt(2·lr·λ)ξ, no ×M, loss units"),
+    ("adam_particles", "same particle network, deterministic Adam (lr 1e-2)"),
+    ("adam_mlp", "ordinary MLP of width M, deterministic Adam (lr 1e-2)"),
+    ("sgd_mlp", "ordinary MLP of width M, deterministic SGD (lr 0.2)"),
+]
+
+
+def points(folder: Path) -> list[Path]:
+    """The run folders of a sweep folder, finished ones only, sorted by seed."""
+    runs = []
+    for p in folder.iterdir():
+        s = p / "summary.json"
+        if p.is_dir() and s.exists() and json.loads(s.read_text())["status"] == "finished":
+            runs.append(p)
+    return sorted(runs, key=lambda p: int(p.name.rsplit("seed=", 1)[1]))
+
+
+def load(folder: Path) -> dict[int, dict]:
+    """seed -> {"final": …, "wall": s, "metrics": [records]} for a sweep folder of one arm."""
+    out = {}
+    for p in points(folder):
+        summary = json.loads((p / "summary.json").read_text())
+        records = [json.loads(line) for line in (p / "metrics.jsonl").read_text().splitlines() if line]
+        out[summary["seed"]] = {"final": summary["final"], "wall": summary["wall_time_s"], "metrics": records}
+    return out
+
+
+def fmt(x: float) -> str:
+    if not math.isfinite(x):
+        return "—"
+    if x == 0:
+        return "0"
+    return f"{x:.3g}" if 1e-3 <= abs(x) < 1e4 else f"{x:.2e}"
+
+
+def ci(values) -> str:
+    i = t_interval(values)
+    if not math.isfinite(i.lo):
+        return fmt(i.mean)
+    return f"{fmt(i.mean)} ({fmt(i.lo)} – {fmt(i.hi)})"
+
+
+def at_step(run: dict, key: str, step: int) -> float:
+    for r in run["metrics"]:
+        if r["step"] == step and key in r:
+            return float(r[key])
+    return math.nan
+
+
+def drift_to_noise(run: dict, step: int) -> float:
+    for r in run["metrics"]:
+        if r["step"] == step and r.get("optim"):
+            value = r["optim"]["drift_to_noise"]
+            return math.inf if value is None else float(value)  # None: no noise (β = 0)
+    return math.nan
+
+
+def cost(arms: dict[str, dict]) -> float:
+    """CPU hours: Σ ``wall_time_s`` / 3600 over the finished runs (one thread each)."""
+    total = sum(run["wall"] for runs in arms.values() for run in runs.values())
+    return total / 3600
+
+
+def wall_clock(folders: list[Path]) -> float:
+    times = [
+        (p / "summary.json").stat().st_mtime for f in folders if f.exists() for p in points(f)
+    ] + [(p / "environment.json").stat().st_mtime for f in folders if f.exists() for p in points(f)]
+    return (max(times) - min(times)) / 3600 if times else math.nan
+
+
+def not_finished(folder: Path) -> list[str]:
+    """``status (error)`` of the runs of a sweep folder that did not finish."""
+    out = []
+    for p in sorted(folder.iterdir()):
+        s = p / "summary.json"
+        if p.is_dir() and s.exists():
+            summary = json.loads(s.read_text())
+            if summary["status"] != "finished":
+                out.append(f"{summary['status']} ({summary.get('error', '')})")
+    return out
+
+
+def paired_log_mse(runs: dict, base: dict) -> str:
+    common = [s for s in sorted(runs) if s in base]
+    if len(common) < 2:
+        return "—"
+    d = paired_difference(
+        np.log10([runs[s]["final"]["test_mse"] for s in common]),
+        np.log10([base[s]["final"]["test_mse"] for s in common]),
+    )
+    return f"{d.mean:+.2f} ({d.lo:+.2f} – {d.hi:+.2f}), p = {d.p_value:.1e}"
+
+
+def teacher_table(name: str, baselines: tuple[str, ...] = ("adam_mlp", "mf_beta0")) -> str:
+    root = RESULTS / name
+    arms = {a: load(root / a) for a, _ in ARMS if (root / a).exists()}
+    failed = {a: not_finished(root / a) for a, _ in ARMS if (root / a).exists()}
+    if not arms:
+        return f"*(no runs in results/{name})*\n"
+    head = " | ".join(f"log10 MSE − `{b}` (95 % CI), p" for b in baselines)
+    first_eval = 1000
+    lines = [
+        f"| arm | n | test MSE (95 % CI) | {head} | test MSE at step {{first}} | "
+        "aligned | coverage | modes | collapse | live | drift/noise at step 100 | CPU s/run |",
+        "|---|---|---|" + "---|" * len(baselines) + "---|---|---|---|---|---|---|---|",
+    ]
+    for arm, what in ARMS:
+        runs = arms.get(arm)
+        if failed.get(arm):
+            lines.append(
+                f"| `{arm}`: {what} | {len(failed[arm])} | **did not finish**: {failed[arm][0]} "
+                f"({len(failed[arm])} of {len(failed[arm]) + len(runs or {})} runs) |"
+                + " |" * (len(baselines) + 8)
+            )
+        if not runs:
+            continue
+        seeds = sorted(runs)
+        get = lambda k: [runs[s]["final"][k] for s in seeds]  # noqa: E731
+        mse = np.array(get("test_mse"))
+        diff = " | ".join("—" if arm == b else paired_log_mse(runs, arms.get(b, {})) for b in baselines)
+        steps = max(r["step"] for r in runs[seeds[0]]["metrics"])
+        first_eval = min(1000, steps // 4) if steps >= 1000 else min(
+            r["step"] for r in runs[seeds[0]]["metrics"] if "test_mse" in r
+        )
+        early = [at_step(runs[s], "test_mse", first_eval) for s in seeds]
+        ratio = [drift_to_noise(runs[s], 100) for s in seeds]
+        ratio_text = "∞ (no noise)" if all(r == math.inf for r in ratio) else fmt(float(np.mean(ratio)))
+        lines.append(
+            f"| `{arm}`: {what} | {len(seeds)} | {ci(mse)} | {diff} | {ci(early)} | {ci(get('aligned'))} | "
+            f"{ci(get('coverage'))} | {ci(get('modes'))} | {ci(get('collapse'))} | {ci(get('live'))} | "
+            f"{ratio_text} | {np.mean([runs[s]['wall'] for s in seeds]):.1f} |"
+        )
+    lines[0] = lines[0].replace("{first}", str(first_eval))
+    cpu = cost(arms)
+    clock = wall_clock([root / a for a in arms])
+    lines.append("")
+    lines.append(
+        f"Cost: {cpu:.3f} CPU hours (Σ `wall_time_s` of {sum(len(r) for r in arms.values())} runs at one "
+        f"thread), {clock:.2f} h wall clock for the whole table (including process start and data)."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def lambda_table() -> tuple[str, dict]:
+    root = RESULTS / "lambda_constant"
+    if not root.exists():
+        return "*(not run)*\n", {}
+    rows: dict[tuple[int, float], list[dict]] = {}
+    wall = 0.0
+    for p in points(root):
+        cfg = p.name  # data.d=8,optim.beta=0.001,seed=0
+        values = dict(kv.split("=", 1) for kv in cfg.split(","))
+        summary = json.loads((p / "summary.json").read_text())
+        wall += summary["wall_time_s"]
+        rows.setdefault((int(values["data.d"]), float(values["optim.beta"])), []).append(summary["final"])
+    lines = [
+        "| d | λ (β, mean-field units) | λ·d/4 | n | test MSE | alignment_max | aligned | coverage | modes |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    curves: dict[int, list] = {}
+    for (d, beta), finals in sorted(rows.items()):
+        get = lambda k: [f[k] for f in finals]  # noqa: E731
+        lines.append(
+            f"| {d} | {beta:g} | {beta * d / 4:.3g} | {len(finals)} | {ci(get('test_mse'))} | "
+            f"{ci(get('alignment_max'))} | {ci(get('aligned'))} | {ci(get('coverage'))} | {ci(get('modes'))} |"
+        )
+        curves.setdefault(d, []).append(
+            (beta, float(np.mean(get("coverage"))), float(np.mean(get("alignment_max"))), get("coverage"))
+        )
+    crossings = {}
+    for d, pts in curves.items():
+        pts.sort()
+        for (b0, c0, *_), (b1, c1, *_) in zip(pts, pts[1:]):
+            if c0 >= 0.5 > c1:  # log-linear interpolation of the coverage = 1/2 crossing
+                t = (c0 - 0.5) / (c0 - c1)
+                crossings[d] = math.exp(math.log(b0) + t * (math.log(b1) - math.log(b0)))
+                break
+    lines.append("")
+    lines.append(
+        "Transition (mean coverage crosses 1/2, log-linear interpolation between grid points): "
+        + ", ".join(f"d = {d}: β_c ≈ {b:.3g} (β_c·d/4 = {b * d / 4:.3g})" for d, b in sorted(crossings.items()))
+    )
+    lines.append("")
+    lines.append(f"Cost: {wall / 3600:.3f} CPU hours, {wall_clock([root]):.2f} h wall clock.")
+    return "\n".join(lines) + "\n", {"curves": curves, "crossings": crossings}
+
+
+def anneal_table() -> str:
+    root = RESULTS / "lambda_annealed"
+    if not root.exists():
+        return "*(not run)*\n"
+    rows: dict[float, list[dict]] = {}
+    wall = 0.0
+    for p in points(root):
+        cfg = json.loads((p / "summary.json").read_text())
+        wall += cfg["wall_time_s"]
+        import tomllib
+
+        beta = tomllib.loads((p / "config.toml").read_text())["optim"]["beta"]
+        rows.setdefault(float(beta["start"]), []).append(cfg["final"])
+    lines = [
+        "| λ_max (cosine to λ_max/1000) | n | test MSE | alignment_max | aligned | coverage | modes |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for start, finals in sorted(rows.items()):
+        get = lambda k: [f[k] for f in finals]  # noqa: E731
+        lines.append(
+            f"| {start:g} | {len(finals)} | {ci(get('test_mse'))} | {ci(get('alignment_max'))} | "
+            f"{ci(get('aligned'))} | {ci(get('coverage'))} | {ci(get('modes'))} |"
+        )
+    lines.append("")
+    lines.append(f"Cost: {wall / 3600:.3f} CPU hours, {wall_clock([root]):.2f} h wall clock.")
+    return "\n".join(lines) + "\n"
+
+
+def image_table(name: str, baseline: str = "adam_mlp") -> str:
+    root = RESULTS / name
+    if not root.exists():
+        return "*(not run)*\n"
+    arms = {p.name: load(p) for p in sorted(root.iterdir()) if p.is_dir()}
+    base = arms.get(baseline, {})
+    lines = [
+        f"| arm | n | test accuracy | accuracy − {baseline} (95 % CI), p | accuracy after 1 epoch | "
+        "test loss | live | CPU s/run |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for arm, runs in arms.items():
+        seeds = sorted(runs)
+        if not seeds:
+            continue
+        acc = [runs[s]["final"]["accuracy"] for s in seeds]
+        common = [s for s in seeds if s in base]
+        diff = "—"
+        if arm != baseline and len(common) >= 2:
+            d = paired_difference(
+                [runs[s]["final"]["accuracy"] for s in common], [base[s]["final"]["accuracy"] for s in common]
+            )
+            diff = f"{d.mean:+.4f} ({d.lo:+.4f} – {d.hi:+.4f}), p = {d.p_value:.1e}"
+        first_eval = min(r["step"] for r in runs[seeds[0]]["metrics"] if "accuracy" in r)
+        early = [at_step(runs[s], "accuracy", first_eval) for s in seeds]
+        lines.append(
+            f"| `{arm}` | {len(seeds)} | {ci(acc)} | {diff} | {ci(early)} | "
+            f"{ci([runs[s]['final']['test_loss'] for s in seeds])} | "
+            f"{ci([runs[s]['final']['live'] for s in seeds])} | {np.mean([runs[s]['wall'] for s in seeds]):.1f} |"
+        )
+    lines.append("")
+    lines.append(f"Cost: {cost(arms):.3f} CPU hours, {wall_clock([root / a for a in arms]):.2f} h wall clock.")
+    return "\n".join(lines) + "\n"
+
+
+def convergence_table() -> tuple[str, dict]:
+    path = RESULTS / "convergence" / "result.json"
+    if not path.exists():
+        return "*(not run)*\n", {}
+    r = json.loads(path.read_text())
+    lines = [
+        f"M ∈ {r['Ms']}, {r['reps']} coupled replicates, reference M_ref = {r['M_ref']}, T = {r['steps']} steps "
+        f"(lr {r['lr']}, batch {r['batch_size']}).",
+        "",
+        "| β | L_ref | quantity | mean per M | slope (95 % bootstrap CI) |",
+        "|---|---|---|---|---|",
+    ]
+    for beta, b in r["betas"].items():
+        for q, label in (
+            ("loss_excess", "E L_M − L_ref"),
+            ("w2_trained", "E sliced W2²(ν_M(T), ν_ref(T))"),
+            ("w2_init", "E sliced W2²(ν_M(0), ν_ref(0)) (i.i.d. baseline)"),
+        ):
+            s = b[q]
+            slope = f"{s['slope']:.3f} ({s['slope_ci'][0]:.3f} – {s['slope_ci'][1]:.3f})"
+            lines.append(
+                f"| {beta} | {fmt(b['L_ref'])} | {label} | {', '.join(fmt(m) for m in s['mean'])} | {slope} |"
+            )
+    lines.append("")
+    lines.append(f"Cost: {r['wall_time_s'] / 3600:.3f} CPU hours (one process, one thread).")
+    return "\n".join(lines) + "\n", r
+
+
+def figures(lam: dict, conv: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ASSETS.mkdir(parents=True, exist_ok=True)
+    if lam.get("curves"):
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+        for d, pts in sorted(lam["curves"].items()):
+            b = np.array([p[0] for p in pts])
+            axes[0].semilogx(b * d / 4, [p[1] for p in pts], "o-", label=f"d = {d}")
+            axes[1].semilogx(b * d / 4, [p[2] for p in pts], "o-", label=f"d = {d}")
+        for ax, what in zip(axes, ("teacher coverage (|cos| ≥ 0.9)", "mean best |cos| per teacher")):
+            ax.axvline(1.0, color="grey", ls=":", label="λ = βd/4 = 1")
+            ax.set_xlabel("λ = β·d/4 (β: mean-field temperature of ½ E(f − y)²)")
+            ax.set_ylabel(what)
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(ASSETS / "feature_particles_lambda.png", dpi=110)
+        plt.close(fig)
+    if conv.get("betas"):
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+        Ms = np.array(conv["Ms"])
+        for beta, b in conv["betas"].items():
+            for ax, q in zip(axes, ("loss_excess", "w2_trained")):
+                s = b[q]
+                ax.errorbar(Ms, s["mean"], yerr=1.96 * np.array(s["se"]), fmt="o-",
+                            label=f"β = {beta}: slope {s['slope']:.2f}")
+            s = b["w2_init"]
+            axes[1].plot(Ms, s["mean"], "k--", alpha=0.5, label=f"at init (β = {beta}): slope {s['slope']:.2f}")
+        axes[0].set_ylabel("E L_M(T) − L_ref(T)")
+        axes[1].set_ylabel("E sliced W2²(ν_M, ν_ref)")
+        for ax in axes:
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("M")
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(ASSETS / "feature_particles_convergence.png", dpi=110)
+        plt.close(fig)
+
+
+def main() -> None:
+    lam_text, lam = lambda_table()
+    conv_text, conv = convergence_table()
+    parts = [
+        "<!-- generated by experiments/feature_particles/report.py from the committed run folders -->",
+        "### Teacher–student, two-index ReLU teacher (d = 16, k = 2, M = 128)\n",
+        teacher_table("ts_k2"),
+        "### Two-index teacher at 500 steps (the step budget)\n",
+        teacher_table("ts_k2_steps500"),
+        "### Teacher–student, single-index ReLU teacher (d = 16, k = 1, M = 128)\n",
+        teacher_table("ts_k1"),
+        "### Teacher–student, four-index ReLU teacher (d = 16, k = 4, M = 128)\n",
+        teacher_table("ts_k4"),
+        "### Constant λ\n",
+        lam_text,
+        "### Annealed λ (the seed's schedule shape)\n",
+        anneal_table(),
+        "### Fashion-MNIST\n",
+        image_table("fmnist"),
+        "### CIFAR-10 (lossy JPEG-75 copy)\n",
+        image_table("cifar10"),
+        "### Convergence in M\n",
+        conv_text,
+    ]
+    (RESULTS / "tables.md").write_text("\n".join(parts))
+    figures(lam, conv)
+    print((RESULTS / "tables.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
