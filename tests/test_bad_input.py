@@ -538,13 +538,6 @@ def test_layers(case):
     from meanfield.nn import FeatureParticles, ParticleAttention
 
     kind, name, kw, X = case
-    if kind == "FeatureParticles":  # see test_feature_particles_known_findings
-        assume(
-            not (
-                name == "dtype" and isinstance(kw["dtype"], torch.dtype) and not kw["dtype"].is_floating_point
-            )
-        )
-        assume(not (name == "X" and torch.is_tensor(X) and X.dtype != torch.float32))
     cls = FeatureParticles if kind == "FeatureParticles" else ParticleAttention
     layer = call(
         cls, (name, "d_model", "n_particles", "d_head"), **kw, generator=torch.Generator().manual_seed(0)
@@ -564,21 +557,17 @@ def test_layers(case):
         assert bool(torch.isfinite(Y).all())
 
 
-FEATURE_FINDINGS = [
+FEATURE_BAD_DTYPES = [
     ("dtype=torch.int64", lambda F: F(3, 4, "tanh", dtype=torch.int64), "dtype"),
     ("X float64, layer float32", lambda F: F(3, 4, "tanh")(torch.randn(2, 3, dtype=torch.float64)), "X"),
     ("X int64", lambda F: F(3, 4, "tanh")(torch.ones(2, 3, dtype=torch.long)), "X"),
 ]
 
 
-@pytest.mark.parametrize("what, make, name", FEATURE_FINDINGS, ids=[f[0] for f in FEATURE_FINDINGS])
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding in meanfield/nn/features.py (being rewritten by another helper): a non-float dtype fails in "
-    "torch's normal_ ('not implemented for Long'), an input of another dtype in the matmul (RuntimeError); "
-    "the fix is nn.particles.check_float_dtype / check_input_matches, as ParticleAttention does",
-)
-def test_feature_particles_known_findings(what, make, name):
+@pytest.mark.parametrize("what, make, name", FEATURE_BAD_DTYPES, ids=[f[0] for f in FEATURE_BAD_DTYPES])
+def test_feature_particles_dtype_is_named(what, make, name):
+    """A non-float dtype failed in torch's ``normal_`` ('not implemented for Long') and an input of another
+    dtype in the matmul (RuntimeError): now named."""
     from meanfield.nn import FeatureParticles
 
     with pytest.raises((ValueError, TypeError), match=name):

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from meanfield._checks import check_int, check_positive
-from meanfield.nn.particles import ParticleLayer
+from meanfield.nn.particles import ParticleLayer, check_float_dtype, check_input_matches
 
 __all__ = ["FeatureParticles", "ACTIVATIONS"]
 
@@ -91,6 +91,7 @@ class FeatureParticles(ParticleLayer):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
+        check_float_dtype(dtype)
         self.d_in = check_int("d_in", d_in)
         M = check_int("n_particles", n_particles)
         if isinstance(activation, str):
@@ -155,6 +156,7 @@ class FeatureParticles(ParticleLayer):
                 + ("" if self.out_features is None else f" or (…, d_in={self.d_in})")
                 + f", got {tuple(X.shape)}"
             )
+        check_input_matches("X", X, self.w)
 
     def hidden(self, X: torch.Tensor) -> torch.Tensor:
         """The features ``σ(w_i · x + b_i)``: ``(…, d_in) -> (…, M)``."""
