@@ -102,6 +102,9 @@ def lm_arms(prefix: str = "quick") -> list[tuple[str, dict[int, dict]]]:
     arms = [("MHA, 8 heads (baseline)", load_runs(f"{prefix}_mha"))]
     for beta in ("0", "1e-05", "0.0001", "0.001", "0.01"):
         arms.append((f"M=8, h=d/8, β={beta}", load_runs(f"{prefix}_m8_beta", **{"optim.beta": beta})))
+    for beta in ("0.03", "0.1"):
+        arms.append((f"M=8, h=d/8, β={beta}", load_runs(f"{prefix}_m8_beta_hot", **{"optim.beta": beta})))
+    arms.append(("M=8, h=d/8, β=0, init native", load_runs(f"{prefix}_m8_native")))
     for start in ("1e-3", "1e-2"):
         arms.append((f"M=8, β cosine {start}→0", load_runs(f"{prefix}_m8_anneal_{start}")))
     for h, fam in (("4", "h=d/16"), ("8", "h=d/8")):
@@ -151,10 +154,12 @@ def robustness_table(arms: list[tuple[str, dict[int, dict]]]) -> str:
 
 def diversity_table(arms: list[tuple[str, dict[int, dict]]]) -> str:
     base = arms[0][1]
+    m8 = dict(arms).get("M=8, h=d/8, β=0", {})
     rows = [
-        "| arm | head similarity l0 | l1 | Δ mean similarity vs MHA (paired) | output erank/M l0 | l1 "
-        "| loss roughness (×100) | attention grad. variance (×1e6) | η_eff l0 / l1 | drift/noise l0 |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| arm | head similarity l0 | l1 | Δ mean similarity vs MHA (paired) | Δ vs M=8 β=0 (paired) "
+        "| output erank/M l0 | l1 | loss roughness (×100) | attention grad. variance (×1e6) | η_eff l0 / l1 "
+        "| drift/noise l0 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, runs in arms:
         if not runs:
@@ -167,10 +172,12 @@ def diversity_table(arms: list[tuple[str, dict[int, dict]]]) -> str:
                 f[f"erank_frac_l{ell}"] = f.get(f"erank_l{ell}", math.nan) / M
             erank[ell] = ci(runs, f"erank_frac_l{ell}", 2)
         eta = " / ".join(ci(runs, f"eta_eff_l{ell}", 3) for ell in (0, 1)) if "M=" in name else "—"
-        ratio = ci(runs, "drift_to_noise_l0", 2) if "M=" in name and "β=0" not in name else "—"
+        ratio = ci(runs, "drift_to_noise_l0", 2) if "M=" in name and not name.endswith("β=0") else "—"
         rows.append(
             f"| {name} | {ci(runs, 'head_sim_l0', 3)} | {ci(runs, 'head_sim_l1', 3)} | "
-            f"{paired(runs, base, 'head_sim') if runs is not base else '—'} | {erank[0]} | {erank[1]} | "
+            f"{paired(runs, base, 'head_sim') if runs is not base else '—'} | "
+            f"{paired(runs, m8, 'head_sim') if m8 and runs is not m8 and 'M=8' in name else '—'} | "
+            f"{erank[0]} | {erank[1]} | "
             f"{ci(runs, 'mean_loss_roughness', 2, 100)} | {ci(runs, 'mean_grad_var_attn', 2, 1e6)} | {eta} | "
             f"{ratio} |"
         )
@@ -179,7 +186,7 @@ def diversity_table(arms: list[tuple[str, dict[int, dict]]]) -> str:
 
 def stability(arms: list[tuple[str, dict[int, dict]]]) -> tuple[str, str | None]:
     """Final loss vs β (M = 8) and the smallest β whose paired increase over β = 0 is significant."""
-    curve = [(name, runs) for name, runs in arms if name.startswith("M=8, h=d/8")]
+    curve = [(n, r) for n, r in arms if n.startswith("M=8, h=d/8") and "native" not in n]
     zero = curve[0][1] if curve else {}
     rise = None
     lines = ["| β | val loss | Δ vs β = 0 (paired) |", "|---|---|---|"]
@@ -265,7 +272,7 @@ def figure(arms) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.8))
-    curve = [(name, runs) for name, runs in arms if name.startswith("M=8, h=d/8")]
+    curve = [(n, r) for n, r in arms if n.startswith("M=8, h=d/8") and "native" not in n]
     betas, means, his = [], [], []
     for name, runs in curve:
         beta = float(name.split("β=")[1])

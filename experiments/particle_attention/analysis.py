@@ -1,0 +1,160 @@
+"""Why the noise does (not) hurt: attention weights and attention's share of the loss, from final checkpoints.
+
+    python experiments/particle_attention/analysis.py       # writes results/analysis.md
+
+For each run of the quick M = 8 β grid (and the MHA baseline) it rebuilds the model from the run folder's
+``config.toml`` and its last checkpoint (``checkpoints/`` is not committed: rerunning the sweep recreates
+it bit for bit) and measures, on the first 96 validation blocks:
+
+- the RMS of every layer's ``W_QKV`` and ``W_O`` against what the noise alone would give, a random walk of
+  ``T`` steps of ``sqrt(2β·lr)ξ``: RMS ``sqrt(2β·lr·T)``;
+- the loss with all attention outputs set to zero (``Δt·Attn ≡ 0``): how much of the model's loss
+  reduction goes through attention at all, the most the attention noise can cost;
+- the loss with every attention layer replaced by uniform causal averaging of the values (the attention
+  maps ignored): how much the learned *patterns* (queries and keys) matter.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from meanfield import config as _config
+from meanfield import data as _data
+from meanfield.runs import check_config
+from meanfield.stats import t_interval
+from meanfield.tasks import get_task
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+
+
+def _model(run: Path):
+    cfg = check_config(_config.load_toml(run / "config.toml"))
+    task = get_task(cfg.task)
+    data = _config.from_dict(task.Data, cfg.data, "data")
+    exp = task.build(
+        data,
+        _config.from_dict(task.Model, cfg.model, "model"),
+        batch_size=cfg.train.batch_size,
+        seed=cfg.seed,
+        device=torch.device("cpu"),
+        dtype=torch.float32,
+    )
+    last = sorted((run / "checkpoints").glob("step-*.pt"))[-1]
+    state = torch.load(last, weights_only=True)
+    exp.model.load_state_dict(state["model"])
+    exp.model.eval()
+    return exp.model, cfg, data
+
+
+def _loss(model, held_out, block, blocks=96) -> float:
+    total, count = 0.0, 0
+    for i, (x, y) in enumerate(_data.iter_blocks(held_out, block, 12)):
+        if i * 12 >= blocks:
+            break
+        total += float(model.loss(x, y)) * y.numel()
+        count += y.numel()
+    return total / count
+
+
+class _Zero(torch.nn.Module):
+    def forward(self, X):
+        return torch.zeros_like(X)
+
+
+class _Uniform(torch.nn.Module):
+    """Causal uniform averaging of the layer's own values: ``Y_s = 1/(s+1) Σ_{t≤s} v(X_t)`` through W_O."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, X):
+        T = X.shape[1]
+        mask = torch.ones(T, T).tril()
+        A = mask / mask.sum(1, keepdim=True)  # (T, T)
+        layer = self.layer
+        if hasattr(layer, "W_QKV"):
+            _, _, v = layer._heads(X)  # (B, M, T, h)
+            o = A @ v  # (B, M, T, h)
+            B, M, _, h = o.shape
+            o = o.transpose(1, 2).reshape(B, T, M * h)
+            return o @ (layer.W_O.reshape(M * h, layer.d_model) / M)
+        d = X.shape[-1]
+        v = layer.qkv(X)[..., 2 * d :]  # (B, T, d)
+        return layer.out(A @ v)
+
+
+@torch.no_grad()
+def measure(run: Path) -> dict[str, float]:
+    model, cfg, data = _model(run)
+    corpus = _data.tiny_shakespeare(data.root or None)
+    held = getattr(corpus, data.eval_split)
+    out = {"loss": _loss(model, held, data.block_size)}
+    blocks = list(model.blocks)
+    originals = [b.attention for b in blocks]
+    for b in blocks:
+        b.attention = _Zero()
+    out["no_attention"] = _loss(model, held, data.block_size) - out["loss"]
+    for b, a in zip(blocks, originals, strict=True):
+        b.attention = _Uniform(a)
+    out["uniform_attention"] = _loss(model, held, data.block_size) - out["loss"]
+    for b, a in zip(blocks, originals, strict=True):
+        b.attention = a
+    if hasattr(originals[0], "W_QKV"):
+        out["rms_qkv"] = float(np.mean([float(a.W_QKV.square().mean().sqrt()) for a in originals]))
+        out["rms_o"] = float(np.mean([float(a.W_O.square().mean().sqrt()) for a in originals]))
+        beta = cfg.optim["beta"]
+        beta = float(beta) if not isinstance(beta, dict) else math.nan
+        out["noise_walk_rms"] = math.sqrt(2 * beta * cfg.optim["lr"] * cfg.train.steps)
+    return out
+
+
+def _fmt(v: list[float], digits: int = 3) -> str:
+    if not v:
+        return "—"
+    if len(v) == 1:
+        return f"{v[0]:.{digits}f}"
+    iv = t_interval(np.array(v))
+    return f"{iv.mean:.{digits}f} ± {(iv.hi - iv.lo) / 2:.{digits}f}"
+
+
+def main() -> None:
+    arms = [("MHA baseline", RESULTS / "quick_mha", "model.attention=mha")]
+    for beta in ("0", "1e-05", "0.0001", "0.001", "0.01"):
+        arms.append((f"M=8, β={beta}", RESULTS / "quick_m8_beta", f"optim.beta={beta}"))
+    for beta in ("0.03", "0.1"):
+        arms.append((f"M=8, β={beta}", RESULTS / "quick_m8_beta_hot", f"optim.beta={beta}"))
+    rows = [
+        "| arm | n | val loss (96 blocks) | Δ loss, attention removed | Δ loss, uniform attention maps "
+        "| RMS W_QKV | RMS W_O | noise-only random walk RMS sqrt(2β·lr·T) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, folder, point in arms:
+        runs = sorted(folder.glob(f"{point},seed=*")) if folder.is_dir() else []
+        found = [
+            measure(r) for r in runs if (r / "checkpoints").is_dir() and any((r / "checkpoints").iterdir())
+        ]
+        if not found:
+            continue
+
+        def col(key: str, digits: int = 3, found=found) -> str:
+            return _fmt([f[key] for f in found if key in f], digits)
+
+        rows.append(
+            f"| {name} | {len(found)} | {col('loss')} | {col('no_attention')} | {col('uniform_attention')} | "
+            f"{col('rms_qkv', 4)} | {col('rms_o', 4)} | {col('noise_walk_rms', 4)} |"
+        )
+    text = "<!-- generated by experiments/particle_attention/analysis.py; do not edit -->\n\n" + "\n".join(
+        rows
+    )
+    (RESULTS / "analysis.md").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
