@@ -1,6 +1,8 @@
 """Tables and figures of docs/experiments/feature_particles.md, rebuilt from the committed run folders.
 
-    python experiments/feature_particles/report.py      # writes results/tables.md and docs/assets/feature_particles_*.png
+    python experiments/feature_particles/report.py
+    # writes results/tables.md, results/tables/<table>.md (included by the docs page) and
+    # docs/assets/feature_particles_*.png
 
 Every number comes from ``results/<table>/<arm>/<point>/summary.json`` and ``metrics.jsonl`` (the run folders
 that ``run_all.sh`` writes) or ``results/convergence/result.json``. Means carry Student-t 95 % intervals over
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from meanfield.config import load_toml
 from meanfield.stats import paired_difference, t_interval
 
 HERE = Path(__file__).resolve().parent
@@ -97,9 +100,9 @@ def cost(arms: dict[str, dict]) -> float:
 
 
 def wall_clock(folders: list[Path]) -> float:
-    times = [
-        (p / "summary.json").stat().st_mtime for f in folders if f.exists() for p in points(f)
-    ] + [(p / "environment.json").stat().st_mtime for f in folders if f.exists() for p in points(f)]
+    times = [(p / "summary.json").stat().st_mtime for f in folders if f.exists() for p in points(f)] + [
+        (p / "environment.json").stat().st_mtime for f in folders if f.exists() for p in points(f)
+    ]
     return (max(times) - min(times)) / 3600 if times else math.nan
 
 
@@ -145,17 +148,20 @@ def teacher_table(name: str, baselines: tuple[str, ...] = ("adam_mlp", "mf_beta0
             lines.append(
                 f"| `{arm}`: {what} | {len(failed[arm])} | **did not finish**: {failed[arm][0]} "
                 f"({len(failed[arm])} of {len(failed[arm]) + len(runs or {})} runs) |"
-                + " |" * (len(baselines) + 8)
+                + " |"
+                * (len(baselines) + 8)
             )
         if not runs:
             continue
         seeds = sorted(runs)
-        get = lambda k: [runs[s]["final"][k] for s in seeds]  # noqa: E731
+        get = lambda k, runs=runs, seeds=seeds: [runs[s]["final"][k] for s in seeds]  # noqa: E731
         mse = np.array(get("test_mse"))
         diff = " | ".join("—" if arm == b else paired_log_mse(runs, arms.get(b, {})) for b in baselines)
         steps = max(r["step"] for r in runs[seeds[0]]["metrics"])
-        first_eval = min(1000, steps // 4) if steps >= 1000 else min(
-            r["step"] for r in runs[seeds[0]]["metrics"] if "test_mse" in r
+        first_eval = (
+            min(1000, steps // 4)
+            if steps >= 1000
+            else min(r["step"] for r in runs[seeds[0]]["metrics"] if "test_mse" in r)
         )
         early = [at_step(runs[s], "test_mse", first_eval) for s in seeds]
         ratio = [drift_to_noise(runs[s], 100) for s in seeds]
@@ -194,7 +200,7 @@ def lambda_table() -> tuple[str, dict]:
     ]
     curves: dict[int, list] = {}
     for (d, beta), finals in sorted(rows.items()):
-        get = lambda k: [f[k] for f in finals]  # noqa: E731
+        get = lambda k, finals=finals: [f[k] for f in finals]  # noqa: E731
         lines.append(
             f"| {d} | {beta:g} | {beta * d / 4:.3g} | {len(finals)} | {ci(get('test_mse'))} | "
             f"{ci(get('alignment_max'))} | {ci(get('aligned'))} | {ci(get('coverage'))} | {ci(get('modes'))} |"
@@ -213,11 +219,49 @@ def lambda_table() -> tuple[str, dict]:
     lines.append("")
     lines.append(
         "Transition (mean coverage crosses 1/2, log-linear interpolation between grid points): "
-        + ", ".join(f"d = {d}: β_c ≈ {b:.3g} (β_c·d/4 = {b * d / 4:.3g})" for d, b in sorted(crossings.items()))
+        + ", ".join(
+            f"d = {d}: β_c ≈ {b:.3g} (β_c·d/4 = {b * d / 4:.3g})" for d, b in sorted(crossings.items())
+        )
     )
     lines.append("")
     lines.append(f"Cost: {wall / 3600:.3f} CPU hours, {wall_clock([root]):.2f} h wall clock.")
     return "\n".join(lines) + "\n", {"curves": curves, "crossings": crossings}
+
+
+def lambda_long_table() -> str:
+    """The d = 32 constant-λ points at 16,000 steps next to the same points at 4,000 (same seeds)."""
+    root, short = RESULTS / "lambda_long_d32", RESULTS / "lambda_constant"
+    if not root.exists():
+        return "*(not run)*\n"
+    lines = [
+        "| β | steps | n | test MSE | alignment_max | coverage |",
+        "|---|---|---|---|---|---|",
+    ]
+    wall = 0.0
+    for beta in (3e-4, 1e-3, 3e-3):
+        for steps, folder, name in (
+            (4000, short, "data.d=32,optim.beta={b},seed={s}"),
+            (16000, root, "train.steps=16000,optim.beta={b},seed={s}"),
+        ):
+            finals = []
+            for seed in (0, 1, 2):
+                p = folder / name.format(b=f"{beta:g}", s=seed)
+                if (p / "summary.json").exists():
+                    summary = json.loads((p / "summary.json").read_text())
+                    if summary["status"] == "finished":
+                        finals.append(summary["final"])
+                        wall += summary["wall_time_s"] if steps == 16000 else 0.0
+            if finals:
+                get = lambda k, finals=finals: [f[k] for f in finals]  # noqa: E731
+                lines.append(
+                    f"| {beta:g} | {steps} | {len(finals)} | {ci(get('test_mse'))} | "
+                    f"{ci(get('alignment_max'))} | {ci(get('coverage'))} |"
+                )
+    lines.append("")
+    lines.append(
+        f"Cost of the 16,000-step runs: {wall / 3600:.3f} CPU hours, {wall_clock([root]):.2f} h wall clock."
+    )
+    return "\n".join(lines) + "\n"
 
 
 def anneal_table() -> str:
@@ -229,16 +273,14 @@ def anneal_table() -> str:
     for p in points(root):
         cfg = json.loads((p / "summary.json").read_text())
         wall += cfg["wall_time_s"]
-        import tomllib
-
-        beta = tomllib.loads((p / "config.toml").read_text())["optim"]["beta"]
+        beta = load_toml(p / "config.toml")["optim"]["beta"]
         rows.setdefault(float(beta["start"]), []).append(cfg["final"])
     lines = [
         "| λ_max (cosine to λ_max/1000) | n | test MSE | alignment_max | aligned | coverage | modes |",
         "|---|---|---|---|---|---|---|",
     ]
     for start, finals in sorted(rows.items()):
-        get = lambda k: [f[k] for f in finals]  # noqa: E731
+        get = lambda k, finals=finals: [f[k] for f in finals]  # noqa: E731
         lines.append(
             f"| {start:g} | {len(finals)} | {ci(get('test_mse'))} | {ci(get('alignment_max'))} | "
             f"{ci(get('aligned'))} | {ci(get('coverage'))} | {ci(get('modes'))} |"
@@ -279,7 +321,9 @@ def image_table(name: str, baseline: str = "adam_mlp") -> str:
             f"{ci([runs[s]['final']['live'] for s in seeds])} | {np.mean([runs[s]['wall'] for s in seeds]):.1f} |"
         )
     lines.append("")
-    lines.append(f"Cost: {cost(arms):.3f} CPU hours, {wall_clock([root / a for a in arms]):.2f} h wall clock.")
+    lines.append(
+        f"Cost: {cost(arms):.3f} CPU hours, {wall_clock([root / a for a in arms]):.2f} h wall clock."
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -319,16 +363,19 @@ def figures(lam: dict, conv: dict) -> None:
 
     ASSETS.mkdir(parents=True, exist_ok=True)
     if lam.get("curves"):
-        fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+        fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
         for d, pts in sorted(lam["curves"].items()):
             b = np.array([p[0] for p in pts])
-            axes[0].semilogx(b * d / 4, [p[1] for p in pts], "o-", label=f"d = {d}")
-            axes[1].semilogx(b * d / 4, [p[2] for p in pts], "o-", label=f"d = {d}")
-        for ax, what in zip(axes, ("teacher coverage (|cos| ≥ 0.9)", "mean best |cos| per teacher")):
+            axes[0].semilogx(b, [p[1] for p in pts], "o-", label=f"d = {d}")
+            axes[1].semilogx(b * d / 4, [p[1] for p in pts], "o-", label=f"d = {d}")
+            axes[2].semilogx(b * d / 4, [p[2] for p in pts], "o-", label=f"d = {d}")
+        axes[0].set_xlabel("β (mean-field temperature of L = ½ E(f − y)²)")
+        for ax in axes[1:]:
             ax.axvline(1.0, color="grey", ls=":", label="λ = βd/4 = 1")
-            ax.set_xlabel("λ = β·d/4 (β: mean-field temperature of ½ E(f − y)²)")
+            ax.set_xlabel("λ = β·d/4 (the sphere check's normalisation)")
+        for ax, what in zip(axes, ("teacher coverage", "teacher coverage", "mean best |cos| per teacher")):
             ax.set_ylabel(what)
-            ax.legend()
+            ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(ASSETS / "feature_particles_lambda.png", dpi=110)
         plt.close(fig)
@@ -338,10 +385,17 @@ def figures(lam: dict, conv: dict) -> None:
         for beta, b in conv["betas"].items():
             for ax, q in zip(axes, ("loss_excess", "w2_trained")):
                 s = b[q]
-                ax.errorbar(Ms, s["mean"], yerr=1.96 * np.array(s["se"]), fmt="o-",
-                            label=f"β = {beta}: slope {s['slope']:.2f}")
+                ax.errorbar(
+                    Ms,
+                    s["mean"],
+                    yerr=1.96 * np.array(s["se"]),
+                    fmt="o-",
+                    label=f"β = {beta}: slope {s['slope']:.2f}",
+                )
             s = b["w2_init"]
-            axes[1].plot(Ms, s["mean"], "k--", alpha=0.5, label=f"at init (β = {beta}): slope {s['slope']:.2f}")
+            axes[1].plot(
+                Ms, s["mean"], "k--", alpha=0.5, label=f"at init (β = {beta}): slope {s['slope']:.2f}"
+            )
         axes[0].set_ylabel("E L_M(T) − L_ref(T)")
         axes[1].set_ylabel("E sliced W2²(ν_M, ν_ref)")
         for ax in axes:
@@ -357,30 +411,37 @@ def figures(lam: dict, conv: dict) -> None:
 def main() -> None:
     lam_text, lam = lambda_table()
     conv_text, conv = convergence_table()
-    parts = [
-        "<!-- generated by experiments/feature_particles/report.py from the committed run folders -->",
-        "### Teacher–student, two-index ReLU teacher (d = 16, k = 2, M = 128)\n",
-        teacher_table("ts_k2"),
-        "### Two-index teacher at 500 steps (the step budget)\n",
-        teacher_table("ts_k2_steps500"),
-        "### Teacher–student, single-index ReLU teacher (d = 16, k = 1, M = 128)\n",
-        teacher_table("ts_k1"),
-        "### Teacher–student, four-index ReLU teacher (d = 16, k = 4, M = 128)\n",
-        teacher_table("ts_k4"),
-        "### Constant λ\n",
-        lam_text,
-        "### Annealed λ (the seed's schedule shape)\n",
-        anneal_table(),
-        "### Fashion-MNIST\n",
-        image_table("fmnist"),
-        "### CIFAR-10 (lossy JPEG-75 copy)\n",
-        image_table("cifar10"),
-        "### Convergence in M\n",
-        conv_text,
-    ]
-    (RESULTS / "tables.md").write_text("\n".join(parts))
+    parts = {
+        "ts_k2": ("Teacher–student, two-index ReLU teacher (d = 16, k = 2, M = 128)", teacher_table("ts_k2")),
+        "ts_k2_steps500": (
+            "Two-index teacher at 500 steps (the step budget)",
+            teacher_table("ts_k2_steps500"),
+        ),
+        "ts_k1": (
+            "Teacher–student, single-index ReLU teacher (d = 16, k = 1, M = 128)",
+            teacher_table("ts_k1"),
+        ),
+        "ts_k4": (
+            "Teacher–student, four-index ReLU teacher (d = 16, k = 4, M = 128)",
+            teacher_table("ts_k4"),
+        ),
+        "ts_k2_M8": ("Two-index teacher with M = 8 particles", teacher_table("ts_k2_M8")),
+        "lambda_long_d32": ("d = 32 at 4× the steps", lambda_long_table()),
+        "lambda_constant": ("Constant λ", lam_text),
+        "lambda_annealed": ("Annealed λ (the seed's schedule shape)", anneal_table()),
+        "fmnist": ("Fashion-MNIST", image_table("fmnist")),
+        "cifar10": ("CIFAR-10 (lossy JPEG-75 copy)", image_table("cifar10")),
+        "convergence": ("Convergence in M", conv_text),
+    }
+    tables = RESULTS / "tables"
+    tables.mkdir(parents=True, exist_ok=True)
+    stamp = "<!-- generated by experiments/feature_particles/report.py from the committed run folders -->\n"
+    for name, (_, text) in parts.items():
+        (tables / f"{name}.md").write_text(stamp + text)
+    combined = stamp + "\n".join(f"### {title}\n\n{text}" for title, text in parts.values())
+    (RESULTS / "tables.md").write_text(combined)
     figures(lam, conv)
-    print((RESULTS / "tables.md").read_text())
+    print(combined)
 
 
 if __name__ == "__main__":

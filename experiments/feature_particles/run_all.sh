@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates every run folder quoted in docs/experiments/feature_particles.md (resumable: rerunning skips
 # finished points). One core: threads = 1 in the configs, --jobs 1. Usage:
-#   bash experiments/feature_particles/run_all.sh [table|single|steps|multi|lambda|anneal|images|cifar|convergence]...
+#   bash experiments/feature_particles/run_all.sh [table|single|steps|small|multi|lambda|lambda_long|anneal|images|convergence]...
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export OMP_WAIT_POLICY=PASSIVE
@@ -66,27 +66,45 @@ ladder_short() {  # the main arms of the two-index table with the step budget $S
   arm adam_mlp "$dir" --set model.kind=mlp --set optim.others.drift=adam --set optim.others.lr=1e-2
 }
 
+ladder_small() {  # M = 8 particles for two directions: is there something for the hot phase to explore?
+  local m=(--set model.n_particles=8) dir=ts_k2_M8
+  arm seed_literal $dir "${m[@]}" --set optim.mean_field_scaling=false --set optim.temperature_convention=loss
+  arm mean_field $dir "${m[@]}"
+  arm mf_constant_1e-3 $dir "${m[@]}" --set optim.beta=1e-3
+  arm mf_beta0 $dir "${m[@]}" --set optim.beta=0
+  arm adam_particles $dir "${m[@]}" --set optim.drift=adam --set optim.lr=1e-2 --set 'optim.betas=[0.9,0.999]' \
+      --set optim.eps=1e-8 --set optim.beta=0 --set optim.mean_field_scaling=false
+  arm adam_mlp $dir "${m[@]}" --set model.kind=mlp --set optim.others.drift=adam --set optim.others.lr=1e-2
+}
+
 for what in "${@:-table}"; do
   case $what in
     table) ladder ts_k2 ;;
     single) ladder ts_k1 --set data.k=1 ;;
     steps)  # the step budget: the main arms at 500 steps (the cosine schedule's T = train.steps)
       STEPS=500 ladder_short ;;
+    small) ladder_small ;;
     multi)  # four teacher directions: do several distinct modes survive at low temperature?
       ladder_multi ;;
     lambda)  # constant λ at d = 8, 16, 32 (the transition's d-dependence)
       sweep "$CFG" --grid data.d=8,16,32 --grid optim.beta=1e-4,3e-4,1e-3,3e-3,1e-2,3e-2,1e-1,3e-1 \
         --seeds 0,1,2,3,4 --out "$R/lambda_constant" ;;
+    lambda_long)  # is the crossover at d = 32 static or a finite-time effect? the same λ, 4× the steps
+      sweep "$CFG" --set data.d=32 --grid train.steps=16000 --grid optim.beta=3e-4,1e-3,3e-3 \
+        --seeds 0,1,2 --out "$R/lambda_long_d32" ;;
     anneal)  # the seed's schedule shape (cosine, λ_min = λ_max/1000) at several λ_max, d = 16
       sweep "$CFG" --grid 'optim.beta={kind="cosine",start=1e-3,end=1e-6},{kind="cosine",start=1e-2,end=1e-5},{kind="cosine",start=3e-2,end=3e-5},{kind="cosine",start=1e-1,end=1e-4},{kind="cosine",start=3e-1,end=3e-4},{kind="cosine",start=1.0,end=1e-3},{kind="cosine",start=2.0,end=2e-3}' \
         --seeds 0,1,2,3,4 --out "$R/lambda_annealed" ;;
-    images)
-      sweep "$IMG" --grid model.kind=particles --seeds 0,1,2,3,4 --out "$R/fmnist/mean_field"
-      sweep "$IMG" --grid model.kind=particles --set optim.beta=0 --seeds 0,1,2,3,4 --out "$R/fmnist/mf_beta0"
-      sweep "$IMG" --grid model.kind=mlp --seeds 0,1,2,3,4 --out "$R/fmnist/adam_mlp" ;;
-    cifar)
-      sweep "$IMG" --set data.dataset=cifar10 --grid model.kind=particles --seeds 0,1,2 --out "$R/cifar10/mean_field"
-      sweep "$IMG" --set data.dataset=cifar10 --grid model.kind=mlp --seeds 0,1,2 --out "$R/cifar10/adam_mlp" ;;
+    images)  # lr: best of 0.1/0.5/2 (mean-field SGD ×M) and 1e-3/3e-3 (Adam) after 1 epoch, seed 100
+      isweep() { sweep "$IMG" --set "data.dataset=$1" --grid model.kind="$2" --seeds "$3" --out "$R/$4" "${@:5}" \
+        || echo "images $4: some runs did not finish" >&2; }
+      for ds in fashion_mnist cifar10; do
+        if [ $ds = fashion_mnist ]; then out=fmnist s=0,1,2,3,4; else out=cifar10 s=0,1,2; fi
+        isweep $ds particles $s $out/mean_field                      # cos 1e-3 → 1e-5
+        isweep $ds particles $s $out/mf_beta0 --set optim.beta=0
+        isweep $ds particles $s $out/seed_schedule --set 'optim.beta={kind="cosine",start=1.0,end=1e-3}'
+        isweep $ds mlp $s $out/adam_mlp --set optim.others.lr=3e-3
+      done ;;
     convergence)
       python experiments/feature_particles/convergence.py --out "$R/convergence" ;;
     *) echo "unknown part $what" >&2; exit 2 ;;
