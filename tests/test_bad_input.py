@@ -574,7 +574,7 @@ def test_feature_particles_dtype_is_named(what, make, name):
         make(FeatureParticles)
 
 
-TRANSFORMER_FINDINGS = [
+TRANSFORMER_BAD_INPUTS = [
     ("token id ≥ vocab_size", lambda nn: nn.TransformerLM(5, 4, 8, 1, 2)(torch.tensor([[7, 1]])), "idx"),
     ("negative token id", lambda nn: nn.TransformerLM(5, 4, 8, 1, 2)(torch.tensor([[-1, 1]])), "idx"),
     (
@@ -594,13 +594,11 @@ TRANSFORMER_FINDINGS = [
 ]
 
 
-@pytest.mark.parametrize("what, make, name", TRANSFORMER_FINDINGS, ids=[f[0] for f in TRANSFORMER_FINDINGS])
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding in meanfield/nn/transformer.py (in progress by another helper): IndexError from the "
-    "embedding, torch's own ValueError/RuntimeError that name neither idx, targets nor X",
+@pytest.mark.parametrize(
+    "what, make, name", TRANSFORMER_BAD_INPUTS, ids=[f[0] for f in TRANSFORMER_BAD_INPUTS]
 )
-def test_transformer_known_findings(what, make, name):
+def test_transformer_bad_tokens_and_inputs_are_named(what, make, name):
+    """Were an IndexError from the embedding and torch's own errors that named neither idx, targets nor X."""
     import meanfield.nn as mfnn
 
     with pytest.raises((ValueError, TypeError), match=name):

@@ -21,6 +21,7 @@ from torch import nn
 
 from meanfield._checks import check_int, check_positive
 from meanfield.nn.attention import CausalParticleAttention
+from meanfield.nn.particles import check_float_dtype, check_input_matches
 
 __all__ = [
     "CausalSelfAttention",
@@ -52,6 +53,7 @@ class CausalSelfAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, *, device=None, dtype=None) -> None:
         super().__init__()
+        check_float_dtype(dtype)
         self.d_model, self.n_heads = check_int("d_model", d_model), check_int("n_heads", n_heads)
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
@@ -59,6 +61,10 @@ class CausalSelfAttention(nn.Module):
         self.out = nn.Linear(d_model, d_model, bias=False, device=device, dtype=dtype)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
+        if not torch.is_tensor(X) or X.dim() != 3 or X.shape[-1] != self.d_model:
+            got = tuple(X.shape) if torch.is_tensor(X) else type(X).__name__
+            raise ValueError(f"X must be a tensor of shape (B, T, d_model={self.d_model}), got {got}")
+        check_input_matches("X", X, self.qkv.weight)
         B, T, d = X.shape
         q, k, v = self.qkv(X).split(d, dim=-1)  # 3 × (B, T, d)
         shape = (B, T, self.n_heads, d // self.n_heads)
@@ -134,9 +140,10 @@ class TransformerLM(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        if attention not in ATTENTIONS:
+        check_float_dtype(dtype)
+        if not isinstance(attention, str) or attention not in ATTENTIONS:
             raise ValueError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
-        if init not in INITS:
+        if not isinstance(init, str) or init not in INITS:
             raise ValueError(f"init must be one of {INITS}, got {init!r}")
         self.init = init
         self.vocab_size, self.block_size = (
@@ -175,10 +182,7 @@ class TransformerLM(nn.Module):
                 layer.W_O.normal_(0.0, out_std * math.sqrt(M * d / h), generator=generator)  # (M, h, d)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        if idx.dim() != 2 or idx.dtype != torch.long:
-            raise ValueError(
-                f"idx must be an int64 tensor of shape (B, T), got {idx.dtype} {tuple(idx.shape)}"
-            )
+        self._check_tokens("idx", idx)
         T = idx.shape[1]
         if T > self.block_size:
             raise ValueError(f"sequence length {T} exceeds block_size={self.block_size}")
@@ -188,8 +192,27 @@ class TransformerLM(nn.Module):
             x = block(x)  # (B, T, d)
         return self.ln_f(x) @ self.token_embedding.weight.T  # (B, T, V) tied output head
 
+    def _check_tokens(self, name: str, tokens: torch.Tensor, like: torch.Tensor | None = None) -> None:
+        """Raise a ``ValueError`` naming ``name`` unless it is an int64 ``(B, T)`` tensor (of ``like``'s shape) of
+        ids in ``[0, vocab_size)`` (on an accelerator the range is asserted without a sync)."""
+        if not torch.is_tensor(tokens) or tokens.dim() != 2 or tokens.dtype != torch.long:
+            got = (
+                f"{tokens.dtype} {tuple(tokens.shape)}" if torch.is_tensor(tokens) else type(tokens).__name__
+            )
+            raise ValueError(f"{name} must be an int64 tensor of shape (B, T), got {got}")
+        if like is not None and tokens.shape != like.shape:
+            raise ValueError(
+                f"{name} must have the shape of idx {tuple(like.shape)}, got {tuple(tokens.shape)}"
+            )
+        message = f"{name} must hold token ids in [0, vocab_size={self.vocab_size})"
+        if tokens.device.type != "cpu":
+            torch._assert_async(((tokens >= 0) & (tokens < self.vocab_size)).all(), message)
+        elif tokens.numel() and not 0 <= int(tokens.min()) <= int(tokens.max()) < self.vocab_size:
+            raise ValueError(f"{message}, got min {int(tokens.min())}, max {int(tokens.max())}")
+
     def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean next-token cross-entropy ``−1/(BT) Σ log p(targets | idx)`` (nats)."""
+        self._check_tokens("targets", targets, like=idx)
         logits = self(idx)  # (B, T, V)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
