@@ -392,10 +392,10 @@ def figures(lam: dict, conv: dict) -> None:
                     fmt="o-",
                     label=f"β = {beta}: slope {s['slope']:.2f}",
                 )
-            s = b["w2_init"]
-            axes[1].plot(
-                Ms, s["mean"], "k--", alpha=0.5, label=f"at init (β = {beta}): slope {s['slope']:.2f}"
-            )
+        s = next(iter(conv["betas"].values()))["w2_init"]  # the same initial clouds for every β
+        axes[1].plot(Ms, s["mean"], "k--", alpha=0.5, label=f"at initialisation: slope {s['slope']:.2f}")
+        top = max(b["loss_excess"]["mean"][0] for b in conv["betas"].values())
+        axes[0].plot(Ms, top * Ms[0] / Ms, ":", color="grey", label="∝ 1/M")
         axes[0].set_ylabel("E L_M(T) − L_ref(T)")
         axes[1].set_ylabel("E sliced W2²(ν_M, ν_ref)")
         for ax in axes:
