@@ -487,6 +487,8 @@ class Langevin(torch.optim.Optimizer):
             raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
         if seed is not None:
             seed = check_int("seed", seed, minimum=0)
+            if seed >= 2**63:
+                raise ValueError(f"seed must be < 2**63 (a torch.Generator seed is a 64-bit integer), got {seed}")
         if generator is not None and seed is not None:
             raise ValueError("pass either generator or seed, not both")
         self._warned_not_gibbs = False
@@ -738,8 +740,10 @@ class Langevin(torch.optim.Optimizer):
             entries = []
             for b, index, grads in work:
                 norms = torch.stack(torch._foreach_norm(grads))  # (k,) ‖∂L/∂θ‖ per parameter
-                if not bool(torch.isfinite(norms).all()):  # a NaN/Inf entry, or a norm that overflows
+                step_bound = group["lr"] * (_scale(group) if group["drift"] == "sgd" else 1.0)
+                if not bool(torch.isfinite(norms * step_bound).all()):  # NaN/Inf, or an overflowing step
                     self._check_entries(group, b, index, grads, norms)
+                    self._check_step_size(group, b, index, norms, step_bound)
                 entries.append((b, index, grads, norms))
             checked.append((gi, group, beta_t, entries))
 
@@ -799,7 +803,25 @@ class Langevin(torch.optim.Optimizer):
                 f"param group {gi}: the temperature β_t must be a finite number ≥ 0, but the β schedule "
                 f"returned {value} at step {k}"
             )
+        if not math.isfinite(2.0 * value * group["lr"]):
+            raise ValueError(
+                f"param group {gi}: the noise variance 2·beta·lr = 2·{value:g}·{group['lr']:g} overflows at step "
+                f"{k}; lower beta or lr"
+            )
         return value
+
+    def _check_step_size(
+        self, group: dict[str, Any], b: _Bucket, index: list[int], norms: torch.Tensor, step_bound: float
+    ) -> None:
+        """Raise before any change when ``lr``·(×M)·``‖g‖`` overflows for a parameter with a finite gradient."""
+        for j in (~torch.isfinite(norms * step_bound)).nonzero()[:, 0].tolist():
+            p = b.params[index[j]]
+            gi, k = _position(self.param_groups, group, p)
+            raise ValueError(
+                f"param group {gi}: the step lr·‖g‖ = {group['lr']:g}·{float(norms[j]):g} of parameter {k} "
+                f"(shape {tuple(p.shape)}) overflows; lower lr (the parameters have diverged, or lr is far too "
+                "large). No parameter was changed."
+            )
 
     def _check_entries(
         self,
@@ -837,7 +859,7 @@ class Langevin(torch.optim.Optimizer):
         """Apply the drift to the parameters ``index`` of bucket ``b``; return their records (one per Adam
         step count: parameters whose first gradient came at different steps have different bias corrections)."""
         lr = float(group["lr"])
-        scale = float(group["n_particles"]) if group["mean_field_scaling"] else 1.0
+        scale = _scale(group)
         # the β of the noise sqrt(2β η_eff): the "loss" convention's β is the temperature of exp(−L/β), i.e.
         # of exp(−M·L/(M·β)): M·β in the mean-field convention
         beta_noise = beta_t * scale if group["temperature_convention"] == "loss" else beta_t
@@ -847,10 +869,10 @@ class Langevin(torch.optim.Optimizer):
             if wd:
                 drift = torch._foreach_mul(grads, scale)  # [(…)] M·g
                 torch._foreach_add_(drift, params, alpha=wd)  # M·g + λθ
-                drift_sq = torch.stack(torch._foreach_norm(drift)).double().square().sum() * lr**2
+                drift_sq = (torch.stack(torch._foreach_norm(drift)).double() * lr).square().sum()  # ‖η g‖²
                 torch._foreach_add_(params, drift, alpha=-lr)
             else:
-                drift_sq = norms.double().square().sum() * (lr * scale) ** 2
+                drift_sq = (norms.double() * (lr * scale)).square().sum()  # () ‖η M g‖² (inf, not an error)
                 torch._foreach_add_(params, grads, alpha=-lr * scale)
             return [
                 _Record(
@@ -1097,6 +1119,11 @@ def _check_dense(p: torch.Tensor, group: dict[str, Any], groups: list[dict[str, 
         )
 
 
+def _scale(group: dict[str, Any]) -> float:
+    """The factor ``M`` a group multiplies its gradients by (1 without the mean-field scaling)."""
+    return float(group["n_particles"]) if group["mean_field_scaling"] else 1.0
+
+
 def _not_gibbs(group: dict[str, Any]) -> bool:
     """Whether ``group`` has noise that does not follow its Adam preconditioner (not Gibbs at ``β``)."""
     return group["noise"] and group["drift"] == "adam" and not group["noise_preconditioned"]
@@ -1131,11 +1158,13 @@ def _resolve_defaults(group: dict[str, Any]) -> None:
 
 def _check_group(group: dict[str, Any], where: str) -> None:
     """Raise a ``ValueError``/``TypeError`` naming the option of ``group`` that is not allowed."""
-    check_positive(f"{where}: lr", group["lr"])
+    group["lr"] = check_positive(f"{where}: lr", group["lr"])
     beta = group["beta"]
     as_schedule(beta, f"{where}: beta")  # TypeError unless a number or a callable
     if not callable(beta):
         check_nonnegative(f"{where}: beta (the temperature)", beta)
+    if not isinstance(group["drift"], str):
+        raise TypeError(f"{where}: drift must be a string, one of {DRIFTS}, got {type(group['drift']).__name__}")
     if group["drift"] not in DRIFTS:
         raise ValueError(f"{where}: drift must be one of {DRIFTS}, got {group['drift']!r}")
     betas = group["betas"]
@@ -1153,7 +1182,7 @@ def _check_group(group: dict[str, Any], where: str) -> None:
         raise ValueError(
             f"{where}: temperature_convention must be one of {TEMPERATURE_CONVENTIONS}, got {convention!r}"
         )
-    check_nonnegative(f"{where}: weight_decay", group["weight_decay"])
+    group["weight_decay"] = check_nonnegative(f"{where}: weight_decay", group["weight_decay"])
     for name in ("noise", "mean_field_scaling", "noise_preconditioned"):
         if not isinstance(group[name], bool):
             raise TypeError(f"{where}: {name} must be a bool, got {type(group[name]).__name__}")

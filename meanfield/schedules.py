@@ -249,4 +249,4 @@ def as_schedule(value: float | Schedule | Mapping[str, Any], name: str) -> Sched
         raise TypeError(
             f"{name} must be a number or a schedule (a callable of the step), got {type(value).__name__}"
         )
-    return Constant(value)
+    return Constant(check_finite(name, value))

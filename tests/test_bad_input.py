@@ -640,7 +640,7 @@ OPT_POOLS = {
 
 
 def _known_optim_finding(name, value) -> bool:
-    """Inputs of the xfail tests below (findings in optim.py, which issue 11's helper owns)."""
+    """Inputs of the findings tests below (fixed in optim.py; kept as explicit cases)."""
     huge = isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > 1e200
     not_finite = isinstance(value, float) and not math.isfinite(value)
     nan_tensor = torch.is_tensor(value) and value.numel() == 1 and bool(value.isnan())
@@ -667,9 +667,6 @@ OPTIM_FINDINGS = [
 
 @pytest.mark.parametrize(
     "bad, why", OPTIM_FINDINGS, ids=[f"{next(iter(b))}={next(iter(b.values()))!r}" for b, _ in OPTIM_FINDINGS]
-)
-@pytest.mark.xfail(
-    strict=True, reason="finding in meanfield/optim.py (issue 11's file): see the case's 'why'"
 )
 def test_langevin_known_findings(bad, why):
     from meanfield.optim import Langevin
