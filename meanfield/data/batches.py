@@ -21,6 +21,14 @@ from .._checks import check_int, check_rank
 __all__ = ["Batches", "TokenBatches", "iter_blocks"]
 
 
+def _size(name: str, value: object) -> int:
+    """An int ``1 ≤ value < 2**63`` (torch indexes and sizes with int64), else an error naming ``name``."""
+    value = check_int(name, value)
+    if value >= 2**63:
+        raise ValueError(f"{name} must be < 2**63 (torch sizes are int64), got {value}")
+    return value
+
+
 def _generator(seed: int) -> torch.Generator:
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
@@ -70,8 +78,8 @@ class Batches:
     """
 
     def __init__(self, n: int, batch_size: int, *, seed: int, drop_last: bool = True) -> None:
-        self.n = check_int("n", n)
-        self.batch_size = check_int("batch_size", batch_size)
+        self.n = _size("n", n)
+        self.batch_size = _size("batch_size", batch_size)
         if drop_last and batch_size > n:
             raise ValueError(
                 f"batch_size must be ≤ n = {n} when drop_last=True (else an epoch has no batch), got {batch_size}"
@@ -176,8 +184,8 @@ class TokenBatches:
 
     def __init__(self, tokens: torch.Tensor, block_size: int, batch_size: int, *, seed: int) -> None:
         self.tokens = _tokens_tensor(tokens)
-        self.block_size = check_int("block_size", block_size)
-        self.batch_size = check_int("batch_size", batch_size)
+        self.block_size = _size("block_size", block_size)
+        self.batch_size = _size("batch_size", batch_size)
         if block_size >= len(tokens):
             raise ValueError(
                 f"block_size must be < the number of tokens ({len(tokens)}; a window needs block_size + 1 tokens), "
