@@ -37,6 +37,7 @@ ARMS = [  # (folder, what it is); every arm: 4000 steps of batch 256 (1,024,000 
     ("mf_no_sphere_lr0.05", "mean-field, w_i not projected, lr 0.05"),
     ("mf_adam_drift", "mean-field, Adam drift (β1 = 0, ε = 1, preconditioned noise)"),
     ("seed_adam", "seed's Adam variant: Adam(0.9, 0.999) + sqrt(2·lr·λ)ξ, no ×M, loss units"),
+    ("seed_adam_lr1e-3", "seed's Adam variant at torch's default lr 1e-3"),
     ("adam_particles", "same particle network, deterministic Adam (lr 1e-2)"),
     ("adam_mlp", "ordinary MLP of width M, deterministic Adam (lr 1e-2)"),
     ("sgd_mlp", "ordinary MLP of width M, deterministic SGD (lr 0.2)"),

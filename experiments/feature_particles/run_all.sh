@@ -38,6 +38,9 @@ ladder() {  # the arms of the teacher–student table, on the task given by $@ (
   arm seed_adam "$dir" "$@" --set optim.drift=adam --set optim.lr=1e-2 --set 'optim.betas=[0.9,0.999]' \
       --set optim.eps=1e-8 --set optim.noise_preconditioned=false --set optim.mean_field_scaling=false \
       --set optim.temperature_convention=loss
+  arm seed_adam_lr1e-3 "$dir" "$@" --set optim.drift=adam --set optim.lr=1e-3 --set 'optim.betas=[0.9,0.999]' \
+      --set optim.eps=1e-8 --set optim.noise_preconditioned=false --set optim.mean_field_scaling=false \
+      --set optim.temperature_convention=loss
   # deterministic baselines of the same width
   arm adam_particles "$dir" "$@" --set optim.drift=adam --set optim.lr=1e-2 --set 'optim.betas=[0.9,0.999]' \
       --set optim.eps=1e-8 --set optim.beta=0 --set optim.mean_field_scaling=false
@@ -61,6 +64,9 @@ ladder_short() {  # the main arms of the two-index table with the step budget $S
   arm mean_field "$dir"
   arm mf_beta0 "$dir" --set optim.beta=0
   arm seed_adam "$dir" --set optim.drift=adam --set optim.lr=1e-2 --set 'optim.betas=[0.9,0.999]' \
+      --set optim.eps=1e-8 --set optim.noise_preconditioned=false --set optim.mean_field_scaling=false \
+      --set optim.temperature_convention=loss
+  arm seed_adam_lr1e-3 "$dir" --set optim.drift=adam --set optim.lr=1e-3 --set 'optim.betas=[0.9,0.999]' \
       --set optim.eps=1e-8 --set optim.noise_preconditioned=false --set optim.mean_field_scaling=false \
       --set optim.temperature_convention=loss
   arm adam_mlp "$dir" --set model.kind=mlp --set optim.others.drift=adam --set optim.others.lr=1e-2
