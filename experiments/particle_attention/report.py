@@ -78,13 +78,15 @@ def ci(runs: dict[int, dict], key: str, digits: int = 3, scale: float = 1.0) -> 
     return f"{iv.mean:.{digits}f} ± {(iv.hi - iv.lo) / 2:.{digits}f}"
 
 
-def paired(a: dict[int, dict], b: dict[int, dict], key: str, digits: int = 3) -> str:
-    """``a − b`` paired by seed: ``mean [lo, hi], p``."""
+def paired(
+    a: dict[int, dict], b: dict[int, dict], key: str, digits: int = 3, key_b: str | None = None
+) -> str:
+    """``a[key] − b[key_b or key]`` paired by seed: ``mean [lo, hi], p``."""
     seeds = sorted(set(a) & set(b))
     if len(seeds) < 2:
         return "—"
     x = [a[s]["final"][key] for s in seeds]
-    y = [b[s]["final"][key] for s in seeds]
+    y = [b[s]["final"][key_b or key] for s in seeds]
     d = paired_difference(x, y)
     return f"{d.mean:+.{digits}f} [{d.lo:+.{digits}f}, {d.hi:+.{digits}f}], p={d.p_value:.2g}"
 
@@ -137,17 +139,17 @@ def main_table(arms: list[tuple[str, dict[int, dict]]]) -> str:
 def robustness_table(arms: list[tuple[str, dict[int, dict]]]) -> str:
     base = arms[0][1]
     rows = [
-        "| arm | half drop, random: Δ loss | half drop, importance | half drop, farthest | corruption 10 %: Δ loss "
-        "| corruption gap vs MHA (paired) |",
-        "|---|---|---|---|---|---|",
+        "| arm | half drop, random: Δ loss | importance: Δ | farthest: Δ | loss after random half drop "
+        "(vs MHA undamaged, paired) | corruption 10 %: Δ loss | corrupted loss | corrupted loss vs MHA (paired) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, runs in arms:
         if not runs:
             continue
         rows.append(
             f"| {name} | {ci(runs, 'half_random_gap')} | {ci(runs, 'half_importance_gap')} | "
-            f"{ci(runs, 'half_farthest_gap')} | {ci(runs, 'corrupt_gap')} | "
-            f"{paired(runs, base, 'corrupt_gap') if runs is not base else '—'} |"
+            f"{ci(runs, 'half_farthest_gap')} | {paired(runs, base, 'half_random_loss', key_b='probe_loss')} | {ci(runs, 'corrupt_gap')} | "
+            f"{ci(runs, 'corrupt_loss')} | {paired(runs, base, 'corrupt_loss') if runs is not base else '—'} |"
         )
     return "\n".join(rows)
 
@@ -204,27 +206,28 @@ def stability(arms: list[tuple[str, dict[int, dict]]]) -> tuple[str, str | None]
     return "\n".join(lines), rise
 
 
-def toy_table() -> str:
+def toy_table(sweep: str = "toy") -> str:
     seed_numbers = {
         "0": ("0.3346", "95.31 %", "94.14 %", "0.4793"),
         "0.001": ("0.3644", "94.14 %", "92.58 %", "—"),
         "0.005": ("0.4203", "94.53 %", "90.63 %", "0.3243"),
     }
-    zero = load_runs("toy", **{"optim.beta": "0"})
+    zero = load_runs(sweep, **{"optim.beta": "0"})
     rows = [
         "| β | n | val loss | accuracy | half-particle acc. (random) | half (importance) | attention cosine "
-        "| Δ loss vs β=0 (paired) | seed's toy: loss / acc / half acc / cosine |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| Δ loss vs β=0 (paired) | Δ half acc. vs β=0 (paired) | seed's toy: loss / acc / half acc / cosine |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for beta in ("0", "0.0001", "0.001", "0.005"):
-        runs = load_runs("toy", **{"optim.beta": beta})
+        runs = load_runs(sweep, **{"optim.beta": beta})
         if not runs:
             continue
         seed = " / ".join(seed_numbers.get(beta, ("not run",) * 1))
         rows.append(
             f"| {beta} | {len(runs)} | {ci(runs, 'val_loss')} | {ci(runs, 'val_acc', 1, 100)} % | "
             f"{ci(runs, 'half_random_acc', 1, 100)} % | {ci(runs, 'half_importance_acc', 1, 100)} % | "
-            f"{ci(runs, 'attention_cosine')} | {paired(runs, zero, 'val_loss') if beta != '0' else '—'} | {seed} |"
+            f"{ci(runs, 'attention_cosine')} | {paired(runs, zero, 'val_loss') if beta != '0' else '—'} | "
+            f"{paired(runs, zero, 'half_random_acc') if beta != '0' else '—'} | {seed} |"
         )
     return "\n".join(rows)
 
@@ -254,8 +257,8 @@ def cost_table(arms) -> str:
     rows = ["| table | runs | CPU hours (sum of one-thread wall times) |", "|---|---|---|"]
     quick = [r for _, r in arms]
     rows.append(f"| quick LM sweep (2 × 64) | {sum(len(r) for r in quick)} | {cpu_hours(*quick):.2f} |")
-    toy = load_runs("toy")
-    rows.append(f"| seed's toy | {len(toy)} | {cpu_hours(toy):.2f} |")
+    toy = [load_runs("toy"), load_runs("toy_lr0.2")]
+    rows.append(f"| seed's toy (both learning rates) | {sum(len(r) for r in toy)} | {cpu_hours(*toy):.2f} |")
     nano = [load_runs("nanogpt_mha"), load_runs("nanogpt_m8")]
     rows.append(f"| nanoGPT recipe (4 × 128) | {sum(len(r) for r in nano)} | {cpu_hours(*nano):.2f} |")
     return "\n".join(rows)
@@ -326,8 +329,10 @@ def main() -> None:
         "### Stability vs exploration (M = 8, constant β)",
         stab,
         f"\nSmallest β whose paired increase over β = 0 has p < 0.05: **{rise or 'none in the grid'}**.",
-        "### The seed's toy, rebuilt (5 paired seeds)",
-        toy_table(),
+        "### The seed's toy, rebuilt (5 paired seeds): SGD lr = 0.05, 3000 steps",
+        toy_table("toy"),
+        "### The seed's toy, rebuilt (5 paired seeds): SGD lr = 0.2, 3000 steps",
+        toy_table("toy_lr0.2"),
         "### nanoGPT's CPU recipe",
         nanogpt_table(),
         "### Cost",
