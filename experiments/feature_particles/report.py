@@ -32,6 +32,7 @@ ARMS = [  # (folder, what it is); every arm: 4000 steps of batch 256 (1,024,000 
     ("mean_field", "+ λ in mean-field units (the mean-field Langevin arm)"),
     ("mf_lambda_min_1e-5", "mean-field, cos 1→1e-5"),
     ("mf_constant_1e-3", "mean-field, constant λ = 1e-3 (no annealing)"),
+    ("mf_constant_1e-2", "mean-field, constant λ = 1e-2 (no annealing)"),
     ("mf_beta0", "mean-field, λ = 0 (deterministic SGD ×M)"),
     ("mf_no_sphere", "mean-field, w_i not projected on the sphere"),
     ("mf_no_sphere_lr0.05", "mean-field, w_i not projected, lr 0.05"),
@@ -427,6 +428,10 @@ def main() -> None:
             teacher_table("ts_k4"),
         ),
         "ts_k2_M8": ("Two-index teacher with M = 8 particles", teacher_table("ts_k2_M8")),
+        "ts_k2_n256_noise05": (
+            "Two-index teacher, 256 training samples, label noise 0.5",
+            teacher_table("ts_k2_n256_noise05"),
+        ),
         "lambda_long_d32": ("d = 32 at 4× the steps", lambda_long_table()),
         "lambda_constant": ("Constant λ", lam_text),
         "lambda_annealed": ("Annealed λ (the seed's schedule shape)", anneal_table()),

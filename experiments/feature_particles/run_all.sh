@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates every run folder quoted in docs/experiments/feature_particles.md (resumable: rerunning skips
 # finished points). One core: threads = 1 in the configs, --jobs 1. Usage:
-#   bash experiments/feature_particles/run_all.sh [table|single|steps|small|multi|lambda|lambda_long|anneal|images|convergence]...
+#   bash experiments/feature_particles/run_all.sh [table|single|steps|small|noisy|multi|lambda|lambda_long|anneal|images|convergence]...
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export OMP_WAIT_POLICY=PASSIVE
@@ -83,6 +83,15 @@ ladder_small() {  # M = 8 particles for two directions: is there something for t
   arm adam_mlp $dir "${m[@]}" --set model.kind=mlp --set optim.others.drift=adam --set optim.others.lr=1e-2
 }
 
+ladder_noisy() {  # 256 noisy samples (label noise σ = 0.5): can the entropy term regularise?
+  local n=(--set data.n_train=256 --set data.label_noise=0.5) dir=ts_k2_n256_noise05
+  arm mean_field $dir "${n[@]}"
+  arm mf_constant_1e-3 $dir "${n[@]}" --set optim.beta=1e-3
+  arm mf_constant_1e-2 $dir "${n[@]}" --set optim.beta=1e-2
+  arm mf_beta0 $dir "${n[@]}" --set optim.beta=0
+  arm adam_mlp $dir "${n[@]}" --set model.kind=mlp --set optim.others.drift=adam --set optim.others.lr=1e-2
+}
+
 for what in "${@:-table}"; do
   case $what in
     table) ladder ts_k2 ;;
@@ -90,6 +99,7 @@ for what in "${@:-table}"; do
     steps)  # the step budget: the main arms at 500 steps (the cosine schedule's T = train.steps)
       STEPS=500 ladder_short ;;
     small) ladder_small ;;
+    noisy) ladder_noisy ;;
     multi)  # four teacher directions: do several distinct modes survive at low temperature?
       ladder_multi ;;
     lambda)  # constant λ at d = 8, 16, 32 (the transition's d-dependence)
