@@ -123,6 +123,28 @@ def _fmt(v: list[float], digits: int = 3) -> str:
     return f"{iv.mean:.{digits}f} ± {(iv.hi - iv.lo) / 2:.{digits}f}"
 
 
+@torch.no_grad()
+def init_scale() -> str:
+    """Std of the first block's attention output at initialisation, particle (native/matched) / baseline."""
+    from meanfield.nn.transformer import TransformerLM, attention_inputs
+
+    def sd(kind: str, init: str, d: int, L: int, seed: int) -> float:
+        m = TransformerLM(65, 64, d, L, 8, kind, init=init, generator=torch.Generator().manual_seed(seed))
+        idx = torch.randint(0, 65, (32, 64), generator=torch.Generator().manual_seed(9))  # (32, 64)
+        return float(m.blocks[0].attention(attention_inputs(m, idx)[0]).std())
+
+    rows = [
+        "| model (M = 8, h = d/8) | native / baseline | matched / baseline |",
+        "|---|---|---|",
+    ]
+    for d, L in ((64, 2), (128, 4)):
+        base = sum(sd("mha", "native", d, L, s) for s in range(5))
+        native = sum(sd("particle", "native", d, L, s) for s in range(5))
+        matched = sum(sd("particle", "matched", d, L, s) for s in range(5))
+        rows.append(f"| {L} × {d} | {native / base:.1f} | {matched / base:.3f} |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     arms = [("MHA baseline", RESULTS / "quick_mha", "model.attention=mha")]
     for beta in ("0", "1e-05", "0.0001", "0.001", "0.01"):

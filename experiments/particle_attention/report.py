@@ -236,31 +236,70 @@ def nanogpt_table() -> str:
     mha = load_runs("nanogpt_mha")
     rows = [
         "| arm (4 × 128, ctx 64, batch 12, 2000 iters) | n | val loss (whole valid split) | Δ vs MHA (paired) "
-        "| tokens/s | nanoGPT (published) |",
-        "|---|---|---|---|---|---|",
+        "| Δ vs M=8 β=0 (paired) | half drop, random: Δ | corrupted loss − clean | tokens/s | nanoGPT (published) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     arms = [("MHA, 8 heads", mha)]
-    for beta in ("0", "0.001"):
-        arms.append((f"M=8 particles, β={beta}", load_runs("nanogpt_m8", **{"optim.beta": beta})))
+    arms.append(("M=8 particles, β=0", load_runs("nanogpt_m8", **{"optim.beta": "0"})))
+    for beta in ("0.001", "0.03"):
+        arms.append((f"M=8 particles, β={beta}", load_runs("nanogpt_m8_beta", **{"optim.beta": beta})))
     for name, runs in arms:
         if not runs:
             continue
         rows.append(
             f"| {name} | {len(runs)} | {ci(runs, 'val_loss')} | "
-            f"{paired(runs, mha, 'val_loss') if runs is not mha else '—'} | {ci(runs, 'tokens_per_s', 0)} | "
+            f"{paired(runs, mha, 'val_loss') if runs is not mha else '—'} | "
+            f"{paired(runs, arms[1][1], 'val_loss') if 'β=0.' in name else '—'} | {ci(runs, 'half_random_gap')} | "
+            f"{ci(runs, 'corrupt_gap')} | {ci(runs, 'tokens_per_s', 0)} | "
             f"{'≈ 1.88' if runs is mha else ''} |"
         )
     return "\n".join(rows)
 
 
+def span_hours(*sweeps: str) -> float:
+    """Wall-clock hours the sweeps' runs occupied, evaluations included: per sweep, from the first run's start
+    to the last run's start plus its training time (``environment.json`` ``started``; one process at a time,
+    one thread each)."""
+    from datetime import datetime
+
+    total = 0.0
+    for sweep in sweeps:
+        starts = []
+        for run in (RESULTS / sweep).glob("*,seed=*") if (RESULTS / sweep).is_dir() else []:
+            env, summ = run / "environment.json", run / "summary.json"
+            if env.is_file() and summ.is_file():
+                started = datetime.fromisoformat(json.loads(env.read_text())["started"])
+                starts.append((started, json.loads(summ.read_text())["wall_time_s"]))
+        if starts:
+            starts.sort()
+            total += (starts[-1][0] - starts[0][0]).total_seconds() + starts[-1][1]
+    return total / 3600
+
+
 def cost_table(arms) -> str:
-    rows = ["| table | runs | CPU hours (sum of one-thread wall times) |", "|---|---|---|"]
+    rows = [
+        "| table | runs | training time (h, sum of one-thread runs) | wall-clock incl. evaluation (h) |",
+        "|---|---|---|---|",
+    ]
     quick = [r for _, r in arms]
-    rows.append(f"| quick LM sweep (2 × 64) | {sum(len(r) for r in quick)} | {cpu_hours(*quick):.2f} |")
-    toy = [load_runs("toy"), load_runs("toy_lr0.2")]
-    rows.append(f"| seed's toy (both learning rates) | {sum(len(r) for r in toy)} | {cpu_hours(*toy):.2f} |")
-    nano = [load_runs("nanogpt_mha"), load_runs("nanogpt_m8")]
-    rows.append(f"| nanoGPT recipe (4 × 128) | {sum(len(r) for r in nano)} | {cpu_hours(*nano):.2f} |")
+    qs = ["quick_mha", "quick_m8_beta", "quick_m8_beta_hot", "quick_m8_native", "quick_m16"]
+    qs += ["quick_m8_anneal_1e-3", "quick_m8_anneal_1e-2"]
+    rows.append(
+        f"| quick LM sweep (2 × 64) | {sum(len(r) for r in quick)} | {cpu_hours(*quick):.2f} | "
+        f"{span_hours(*qs):.2f} |"
+    )
+    toy = [load_runs("toy", **{"optim.beta": b}) for b in ("0", "0.0001", "0.001", "0.005")]
+    toy += [load_runs("toy_lr0.2", **{"optim.beta": b}) for b in ("0", "0.0001", "0.001", "0.005")]
+    rows.append(
+        f"| seed's toy (both learning rates) | {sum(len(r) for r in toy)} | {cpu_hours(*toy):.2f} | "
+        f"{span_hours('toy', 'toy_lr0.2'):.2f} |"
+    )
+    nano = [load_runs("nanogpt_mha"), load_runs("nanogpt_m8", **{"optim.beta": "0"})]
+    nano += [load_runs("nanogpt_m8_beta", **{"optim.beta": b}) for b in ("0.001", "0.03")]
+    rows.append(
+        f"| nanoGPT recipe (4 × 128) | {sum(len(r) for r in nano)} | {cpu_hours(*nano):.2f} | "
+        f"{span_hours('nanogpt_mha', 'nanogpt_m8', 'nanogpt_m8_beta'):.2f} |"
+    )
     return "\n".join(rows)
 
 
