@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,7 @@ from meanfield.metrics.lm import (
     output_effective_rank,
 )
 from meanfield.nn.transformer import TransformerLM, attention_inputs, drop_particles, particle_layers
+from meanfield.runs import TIMING_KEYS, run
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "experiments" / "particle_attention" / "config.toml"
@@ -245,20 +244,32 @@ def test_layer_diversity_of_mha_and_particles():
 # runs through `meanfield run`
 
 
-def _run(config, out, *extra):
-    cmd = [sys.executable, "-m", "meanfield.cli", "run", str(config), "--preset", "smoke", "--out", str(out)]
-    proc = subprocess.run([*cmd, "--quiet", *extra], capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr
-    summary = json.loads((out / "summary.json").read_text())
-    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    return summary, lines
+def _deterministic(records):
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records]
 
 
-def test_smoke_run_logs_every_metric(tmp_path):
-    summary, lines = _run(CONFIG, tmp_path / "pa", "--set", "optim.beta=1e-3")
+def test_smoke_run_logs_every_metric_and_resumes_exactly(tmp_path):
+    """``meanfield run`` of the config's smoke preset (β = 1e-3): every metric is logged and finite; a run
+    stopped at step 8 and resumed from its step-6 checkpoint logs the same lines (the streaming gradient
+    variance and loss roughness restart at logging steps) and ends with the same parameters."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    ra = run(CONFIG, a, preset="smoke", overrides=["optim.beta=1e-3"], quiet=True)
+
+    def stop(step: int) -> None:
+        if step == 8:
+            raise RuntimeError("stop")
+
+    with pytest.raises(RuntimeError):
+        run(CONFIG, b, preset="smoke", overrides=["optim.beta=1e-3"], quiet=True, on_step=stop)
+    rb = run(CONFIG, b, preset="smoke", overrides=["optim.beta=1e-3"], quiet=True, resume=True)
+    assert _deterministic(ra.metrics) == _deterministic(rb.metrics)
+    sa = torch.load(sorted((a / "checkpoints").glob("*.pt"))[-1], weights_only=True)["model"]
+    sb = torch.load(sorted((b / "checkpoints").glob("*.pt"))[-1], weights_only=True)["model"]
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    summary = json.loads((a / "summary.json").read_text())
     assert summary["status"] == "finished"
     final = summary["final"]
-    for key in (
+    keys = (
         "val_loss",
         "val_bpc",
         "half_random_loss",
@@ -269,15 +280,17 @@ def test_smoke_run_logs_every_metric(tmp_path):
         "erank_l1",
         "grad_rel_var_attn",
         "loss_roughness",
-    ):
+    )
+    for key in keys:
         assert key in final and math.isfinite(final[key]), key
     assert math.isclose(final["val_bpc"], final["val_loss"] / math.log(2), rel_tol=1e-12)
-    groups = lines[-1]["groups"]
+    groups = ra.metrics[-1]["groups"]
     assert len(groups) == 3 and groups[0]["noise_rms"] > 0 and groups[-1]["noise_rms"] == 0  # 2 layers + rest
 
 
 def test_toy_smoke_run(tmp_path):
-    summary, _ = _run(TOY, tmp_path / "toy")
-    assert summary["status"] == "finished"
+    result = run(TOY, tmp_path / "toy", preset="smoke", quiet=True)
+    summary = json.loads((tmp_path / "toy" / "summary.json").read_text())
+    assert summary["status"] == "finished" and result.step == 6
     for key in ("val_acc", "half_random_acc", "half_importance_acc", "attention_cosine"):
         assert 0 <= summary["final"][key] <= 1
