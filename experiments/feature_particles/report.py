@@ -34,6 +34,9 @@ ARMS = [  # (folder, what it is); every arm: 4000 steps of batch 256 (1,024,000 
     ("mf_constant_1e-3", "mean-field, constant λ = 1e-3 (no annealing)"),
     ("mf_constant_1e-2", "mean-field, constant λ = 1e-2 (no annealing)"),
     ("mf_beta0", "mean-field, λ = 0 (deterministic SGD ×M)"),
+    ("mf_beta0_wd1e-3", "mean-field, λ = 0, weight decay 1e-3"),
+    ("mf_beta0_wd1e-2", "mean-field, λ = 0, weight decay 1e-2"),
+    ("mf_beta0_wd1e-1", "mean-field, λ = 0, weight decay 1e-1"),
     ("mf_no_sphere", "mean-field, w_i not projected on the sphere"),
     ("mf_no_sphere_lr0.05", "mean-field, w_i not projected, lr 0.05"),
     ("mf_adam_drift", "mean-field, Adam drift (β1 = 0, ε = 1, preconditioned noise)"),
@@ -184,6 +187,36 @@ def teacher_table(name: str, baselines: tuple[str, ...] = ("adam_mlp", "mf_beta0
     return "\n".join(lines) + "\n"
 
 
+PAIRS = [  # (table, arm, against): extra paired comparisons quoted on the docs page
+    ("ts_k2_n256_noise05", "mf_constant_1e-2", "mf_beta0_wd1e-2"),
+    ("ts_k2_n256_noise05", "mean_field", "mf_beta0_wd1e-2"),
+    ("ts_k2_M2", "mf_lambda_min_1e-5", "adam_mlp"),
+]
+
+
+def pairs_table() -> str:
+    lines = [
+        "| table | arm | against | n | log10 MSE difference (95 % CI) | p |",
+        "|---|---|---|---|---|---|",
+    ]
+    for table, arm, other in PAIRS:
+        if not (RESULTS / table / arm).exists() or not (RESULTS / table / other).exists():
+            continue
+        a, b = load(RESULTS / table / arm), load(RESULTS / table / other)
+        common = sorted(set(a) & set(b))
+        if len(common) < 2:
+            continue
+        d = paired_difference(
+            np.log10([a[s]["final"]["test_mse"] for s in common]),
+            np.log10([b[s]["final"]["test_mse"] for s in common]),
+        )
+        lines.append(
+            f"| {table} | `{arm}` | `{other}` | {len(common)} | {d.mean:+.2f} ({d.lo:+.2f} – {d.hi:+.2f}) | "
+            f"{d.p_value:.1e} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def lambda_table() -> tuple[str, dict]:
     root = RESULTS / "lambda_constant"
     if not root.exists():
@@ -292,35 +325,38 @@ def anneal_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-def image_table(name: str, baseline: str = "adam_mlp") -> str:
+def image_table(name: str, baselines: tuple[str, ...] = ("adam_mlp", "mf_beta0")) -> str:
     root = RESULTS / name
     if not root.exists():
         return "*(not run)*\n"
     arms = {p.name: load(p) for p in sorted(root.iterdir()) if p.is_dir()}
-    base = arms.get(baseline, {})
+    head = " | ".join(f"accuracy − `{b}` (95 % CI), p" for b in baselines)
     lines = [
-        f"| arm | n | test accuracy | accuracy − {baseline} (95 % CI), p | accuracy after 1 epoch | "
-        "test loss | live | CPU s/run |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| arm | n | test accuracy | {head} | accuracy after 1 epoch | test loss | CPU s/run |",
+        "|---|---|---|" + "---|" * len(baselines) + "---|---|---|",
     ]
     for arm, runs in arms.items():
         seeds = sorted(runs)
         if not seeds:
             continue
         acc = [runs[s]["final"]["accuracy"] for s in seeds]
-        common = [s for s in seeds if s in base]
-        diff = "—"
-        if arm != baseline and len(common) >= 2:
+        diffs = []
+        for b in baselines:
+            base = arms.get(b, {})
+            common = [s for s in seeds if s in base]
+            if arm == b or len(common) < 2:
+                diffs.append("—")
+                continue
             d = paired_difference(
                 [runs[s]["final"]["accuracy"] for s in common], [base[s]["final"]["accuracy"] for s in common]
             )
-            diff = f"{d.mean:+.4f} ({d.lo:+.4f} – {d.hi:+.4f}), p = {d.p_value:.1e}"
+            diffs.append(f"{d.mean:+.4f} ({d.lo:+.4f} – {d.hi:+.4f}), p = {d.p_value:.1e}")
         first_eval = min(r["step"] for r in runs[seeds[0]]["metrics"] if "accuracy" in r)
         early = [at_step(runs[s], "accuracy", first_eval) for s in seeds]
         lines.append(
-            f"| `{arm}` | {len(seeds)} | {ci(acc)} | {diff} | {ci(early)} | "
+            f"| `{arm}` | {len(seeds)} | {ci(acc)} | {' | '.join(diffs)} | {ci(early)} | "
             f"{ci([runs[s]['final']['test_loss'] for s in seeds])} | "
-            f"{ci([runs[s]['final']['live'] for s in seeds])} | {np.mean([runs[s]['wall'] for s in seeds]):.1f} |"
+            f"{np.mean([runs[s]['wall'] for s in seeds]):.1f} |"
         )
     lines.append("")
     lines.append(
@@ -428,11 +464,13 @@ def main() -> None:
             teacher_table("ts_k4"),
         ),
         "ts_k2_M8": ("Two-index teacher with M = 8 particles", teacher_table("ts_k2_M8")),
+        "ts_k2_M2": ("Two-index teacher with M = 2 particles", teacher_table("ts_k2_M2")),
         "ts_k2_n256_noise05": (
             "Two-index teacher, 256 training samples, label noise 0.5",
             teacher_table("ts_k2_n256_noise05"),
         ),
         "lambda_long_d32": ("d = 32 at 4× the steps", lambda_long_table()),
+        "pairs": ("Extra paired comparisons", pairs_table()),
         "lambda_constant": ("Constant λ", lam_text),
         "lambda_annealed": ("Annealed λ (the seed's schedule shape)", anneal_table()),
         "fmnist": ("Fashion-MNIST", image_table("fmnist")),

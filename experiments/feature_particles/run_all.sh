@@ -72,10 +72,12 @@ ladder_short() {  # the main arms of the two-index table with the step budget $S
   arm adam_mlp "$dir" --set model.kind=mlp --set optim.others.drift=adam --set optim.others.lr=1e-2
 }
 
-ladder_small() {  # M = 8 particles for two directions: is there something for the hot phase to explore?
-  local m=(--set model.n_particles=8) dir=ts_k2_M8
+ladder_small() {  # M = $SMALL_M (default 8) particles for two directions: anything for the hot phase to explore?
+  local M=${SMALL_M:-8}
+  local m=(--set model.n_particles=$M) dir=ts_k2_M$M
   arm seed_literal $dir "${m[@]}" --set optim.mean_field_scaling=false --set optim.temperature_convention=loss
   arm mean_field $dir "${m[@]}"
+  arm mf_lambda_min_1e-5 $dir "${m[@]}" --set 'optim.beta={kind="cosine",start=1.0,end=1e-5}'
   arm mf_constant_1e-3 $dir "${m[@]}" --set optim.beta=1e-3
   arm mf_beta0 $dir "${m[@]}" --set optim.beta=0
   arm adam_particles $dir "${m[@]}" --set optim.drift=adam --set optim.lr=1e-2 --set 'optim.betas=[0.9,0.999]' \
@@ -90,6 +92,10 @@ ladder_noisy() {  # 256 noisy samples (label noise σ = 0.5): can the entropy te
   arm mf_constant_1e-2 $dir "${n[@]}" --set optim.beta=1e-2
   arm mf_beta0 $dir "${n[@]}" --set optim.beta=0
   arm adam_mlp $dir "${n[@]}" --set model.kind=mlp --set optim.others.drift=adam --set optim.others.lr=1e-2
+  # the deterministic regulariser to compare with: weight decay λ_wd/2·‖θ‖² (acts on a_i; w_i is on the sphere)
+  for wd in 1e-3 1e-2 1e-1; do
+    arm mf_beta0_wd$wd $dir "${n[@]}" --set optim.beta=0 --set optim.weight_decay=$wd
+  done
 }
 
 for what in "${@:-table}"; do
@@ -98,7 +104,7 @@ for what in "${@:-table}"; do
     single) ladder ts_k1 --set data.k=1 ;;
     steps)  # the step budget: the main arms at 500 steps (the cosine schedule's T = train.steps)
       STEPS=500 ladder_short ;;
-    small) ladder_small ;;
+    small) ladder_small ;;  # SMALL_M=2 for two particles
     noisy) ladder_noisy ;;
     multi)  # four teacher directions: do several distinct modes survive at low temperature?
       ladder_multi ;;
