@@ -50,6 +50,7 @@ D, K, N_TRAIN, N_TEST, BATCH, LR, A = 16, 2, 4096, 2048, 256, 0.5, 4.0
 PRESETS = {
     "smoke": dict(Ms=(8, 16, 32), reps=3, ref_factor=4, steps=20, betas=(0.0, 1e-3)),
     "quick": dict(Ms=(16, 64, 256, 1024), reps=5, ref_factor=16, steps=1000, betas=(0.0, 1e-3)),
+    "wide": dict(Ms=(16, 64, 256, 1024, 4096), reps=5, ref_factor=16, steps=1000, betas=(1e-3,)),
     "full": dict(Ms=(16, 64, 256, 1024, 4096), reps=10, ref_factor=16, steps=4000, betas=(0.0, 1e-3)),
 }
 

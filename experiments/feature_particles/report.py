@@ -365,8 +365,8 @@ def image_table(name: str, baselines: tuple[str, ...] = ("adam_mlp", "mf_beta0")
     return "\n".join(lines) + "\n"
 
 
-def convergence_table() -> tuple[str, dict]:
-    path = RESULTS / "convergence" / "result.json"
+def convergence_table(name: str = "convergence") -> tuple[str, dict]:
+    path = RESULTS / name / "result.json"
     if not path.exists():
         return "*(not run)*\n", {}
     r = json.loads(path.read_text())
@@ -476,6 +476,10 @@ def main() -> None:
         "fmnist": ("Fashion-MNIST", image_table("fmnist")),
         "cifar10": ("CIFAR-10 (lossy JPEG-75 copy)", image_table("cifar10")),
         "convergence": ("Convergence in M", conv_text),
+        "convergence_wide": (
+            "Convergence in M up to 4096 (β = 1e-3)",
+            convergence_table("convergence_wide")[0],
+        ),
     }
     tables = RESULTS / "tables"
     tables.mkdir(parents=True, exist_ok=True)

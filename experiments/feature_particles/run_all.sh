@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates every run folder quoted in docs/experiments/feature_particles.md (resumable: rerunning skips
 # finished points). One core: threads = 1 in the configs, --jobs 1. Usage:
-#   bash experiments/feature_particles/run_all.sh [table|single|steps|small|noisy|multi|lambda|lambda_long|anneal|images|convergence]...
+#   bash experiments/feature_particles/run_all.sh [table|single|steps|small|noisy|multi|lambda|lambda_long|anneal|images|convergence|convergence_wide]...
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export OMP_WAIT_POLICY=PASSIVE
@@ -129,6 +129,8 @@ for what in "${@:-table}"; do
       done ;;
     convergence)
       python experiments/feature_particles/convergence.py --out "$R/convergence" ;;
+    convergence_wide)  # M up to 4096 against a 65,536-particle reference, β = 1e-3 only
+      python experiments/feature_particles/convergence.py --preset wide --out "$R/convergence_wide" ;;
     *) echo "unknown part $what" >&2; exit 2 ;;
   esac
 done
