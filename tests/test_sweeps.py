@@ -139,27 +139,37 @@ def test_sweep_skips_finished_points_and_resumes_the_rest(small_sweep, monkeypat
     assert not table.failed
 
 
-def test_sweep_cli_with_two_jobs_and_a_bad_grid(tmp_path, capsys):
+ARGS = ["sweep", str(TEACHER), "--preset", "smoke", "--set", "train.steps=6", "--set", "train.figures=false"]
+
+
+@pytest.mark.slow
+def test_sweep_cli_with_two_jobs_equals_one_process(tmp_path, capsys):
+    """Two worker processes (spawned: each imports torch, about 10 s on two cores) give the finals of one."""
     out = tmp_path / "cli"
-    args = [
-        "sweep",
-        str(TEACHER),
-        "--preset",
-        "smoke",
-        "--set",
-        "train.steps=6",
-        "--set",
-        "train.figures=false",
-    ]
     code = cli.main(
-        [*args, "--grid", "model.n_particles=8,16", "--seeds", "0,1", "--jobs", "2", "--out", str(out)]
+        [*ARGS, "--grid", "model.n_particles=8,16", "--seeds", "0,1", "--jobs", "2", "--out", str(out)]
     )
     assert code == 0
     assert len(list(out.glob("model.n_particles=*"))) == 4
     assert "| model.n_particles | n |" in capsys.readouterr().out
-    code = cli.main([*args, "--grid", "model.n_particels=8", "--out", str(tmp_path / "bad")])
+    one = sweep_runs(
+        TEACHER,
+        {"model.n_particles": [8, 16]},
+        [0, 1],
+        tmp_path / "one",
+        preset="smoke",
+        overrides=["train.steps=6", "train.figures=false"],
+        quiet=True,
+    )
+    for row in one.rows:
+        folder = out / f"model.n_particles={row['model.n_particles']},seed={row['seed']}"
+        assert RunResult.load(folder).final["test_mse"] == row["test_mse"]
+
+
+def test_sweep_cli_refuses_a_bad_grid_and_baseline(tmp_path, capsys):
+    code = cli.main([*ARGS, "--grid", "model.n_particels=8", "--out", str(tmp_path / "bad")])
     assert code == 2 and "did you mean 'n_particles'" in capsys.readouterr().err
     code = cli.main(
-        [*args, "--grid", "model.n_particles=8", "--baseline", "optim.lr=1", "--out", str(tmp_path / "b")]
+        [*ARGS, "--grid", "model.n_particles=8", "--baseline", "optim.lr=1", "--out", str(tmp_path / "b")]
     )
     assert code == 2 and "not a grid key" in capsys.readouterr().err
