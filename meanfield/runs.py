@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import inspect
 import io
 import json
@@ -424,6 +425,17 @@ def _git_commit() -> dict[str, Any]:
     return {"commit": commit, "dirty": bool(dirty)}
 
 
+def _source_hash() -> str:
+    """SHA-256 over the package's own ``.py`` files (path and content): pins the code a run used, dirty tree
+    or not (two runs with the same hash ran the same meanfield)."""
+    digest = hashlib.sha256()
+    package = Path(__file__).resolve().parent
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def _cpu_model() -> str:
     """The CPU's model name (``/proc/cpuinfo`` on Linux), else what ``platform`` knows."""
     with contextlib.suppress(OSError):
@@ -448,6 +460,7 @@ def environment(cfg: RunConfig, device: torch.device) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "packages": versions,
         "git": _git_commit(),
+        "source_sha256": _source_hash(),
         "seed": cfg.seed,
         "threads": torch.get_num_threads(),
         "device": str(device),
@@ -514,13 +527,20 @@ def _stats_record(optimizer: Langevin) -> dict[str, Any]:
     return record
 
 
-def _temperature(optimizer: Langevin) -> float:
-    """β of the first noisy group at the step about to be taken (0 without noise)."""
+def _temperature(optimizer: Langevin) -> dict[str, float]:
+    """β of the first noisy group at the step about to be taken (0 without noise), as the config gives it.
+
+    A group in the seeds' ``temperature_convention = "loss"`` also gets ``beta_mean_field = M·β``, the
+    temperature of the mean-field chain its noise actually realises (see docs/optim.md).
+    """
     for group in optimizer.param_groups:
         if group["noise"]:
             beta = group["beta"]
-            return float(beta(group["step"]) if callable(beta) else beta)
-    return 0.0
+            value = float(beta(group["step"]) if callable(beta) else beta)
+            if group.get("temperature_convention", "mean_field") == "loss":
+                return {"beta": value, "beta_mean_field": value * group["n_particles"]}
+            return {"beta": value}
+    return {"beta": 0.0}
 
 
 class _TensorBoard:
@@ -771,10 +791,17 @@ class _Run:
         write_json_atomic(self.folder / "summary.json", summary)
 
     def _track_best(self, record: Mapping[str, Any]) -> None:
+        """The best value of each evaluation metric so far: the largest for the task's ``higher_is_better``
+        metrics, the smallest for every other ``val_*``/``test_*`` metric (losses, errors, perplexities)."""
+        higher = set(self.experiment.higher_is_better)
         for key, value in record.items():
-            if key.startswith(("val_", "test_")) and isinstance(value, (int, float)) and math.isfinite(value):
-                if key not in self.best or value < self.best[key]["value"]:
-                    self.best[key] = {"value": float(value), "step": record["step"]}
+            if not (key.startswith(("val_", "test_")) or key in higher):
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                continue
+            sign = -1.0 if key in higher else 1.0
+            if key not in self.best or sign * value < sign * self.best[key]["value"]:
+                self.best[key] = {"value": float(value), "step": record["step"]}
 
     # -- loop ---------------------------------------------------------------------------------------------------
 
@@ -819,7 +846,7 @@ class _Run:
                 window["n"] * self.experiment.units_per_step / window["time"] if window["time"] > 0 else None
             )
             record[f"{self.experiment.unit}_per_s"] = rate
-        record["beta"] = _temperature(self.optimizer)
+        record.update(_temperature(self.optimizer))
         record.update(_stats_record(self.optimizer))
         if self.experiment.window_metrics is not None:
             record.update(self.experiment.window_metrics())

@@ -320,9 +320,18 @@ def convergence_in_m(
         boot = torch.stack(  # resample the replicates within each M
             [row[torch.randint(reps, (n_boot, reps), generator=generator)].mean(1) for row in values], dim=1
         )  # (n_boot, K)
-        boot_slope, _ = _fit_loglog(Ms_t, boot.clamp_min(torch.finfo(torch.float64).tiny))  # (n_boot,)
-        q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
-        lo, hi = (float(t) for t in torch.quantile(boot_slope, q))
+        if bool((boot <= 0).any()):  # a resample with a mean ≤ 0 has no logarithm: no interval
+            warnings.warn(
+                "a bootstrap resample has a mean distance ≤ 0 (a metric that can be negative, or too few "
+                "replicates): the slope's interval is NaN",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            lo = hi = math.nan
+        else:
+            boot_slope, _ = _fit_loglog(Ms_t, boot)  # (n_boot,)
+            q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
+            lo, hi = (float(t) for t in torch.quantile(boot_slope, q))
         floor_mean = floor.mean(1) if floor.shape[1] else torch.zeros(len(Ms), dtype=torch.float64)
         reference_approximates_law = kind == "cloud" or reference_size is not None  # not a two-sample study
         if reference_approximates_law and bool((means < 3 * floor_mean).any()):

@@ -234,3 +234,37 @@ def test_tensorboard_events_hold_the_logged_metrics(uninterrupted):
     assert [s for s, _ in scalars] == [s for s, _ in logged]
     assert all(v == pytest.approx(w, rel=1e-6) for (_, v), (_, w) in zip(scalars, logged))  # float32 events
     assert "optim/eta_eff_mean" in events.Tags()["scalars"]
+
+
+def test_best_is_the_largest_for_higher_is_better_metrics(tmp_path, monkeypatch):
+    """``summary.json``'s best: the minimum of a loss, the maximum of a metric the task declares higher-better."""
+
+    class Scored:
+        Data = tasks.TEACHER_STUDENT.Data
+        Model = tasks.TEACHER_STUDENT.Model
+
+        def build(self, data, model, **kw):
+            experiment = tasks.TEACHER_STUDENT.build(data, model, **kw)
+            calls = [0]
+
+            def evaluate():
+                calls[0] += 1
+                return {"test_loss": [3.0, 1.0, 2.0][calls[0] - 1], "accuracy": [0.2, 0.9, 0.5][calls[0] - 1]}
+
+            experiment.evaluate = evaluate
+            experiment.higher_is_better = ("accuracy",)
+            return experiment
+
+    monkeypatch.setitem(tasks.TASKS, "scored", Scored())
+    overrides = [
+        "task=scored",
+        "train.steps=3",
+        "train.eval_every=1",
+        "train.log_every=1",
+        "train.figures=false",
+    ]
+    result = run(TEACHER, tmp_path / "r", preset="smoke", overrides=overrides, quiet=True)
+    assert result.summary["best"]["test_loss"] == {"value": 1.0, "step": 2}
+    assert result.summary["best"]["accuracy"] == {"value": 0.9, "step": 2}
+    env = json.loads((tmp_path / "r" / "environment.json").read_text())
+    assert len(env["source_sha256"]) == 64

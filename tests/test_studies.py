@@ -467,3 +467,36 @@ def test_sweep_bad_input(grid, seeds, error, words):
         sweep(lambda beta=0.0, seed=0: 1.0, grid, seeds=seeds, progress=False)
     for word in words:
         assert word in str(info.value), (word, str(info.value))
+
+
+def test_a_metric_whose_resampled_means_reach_zero_gives_a_nan_interval_not_a_clamped_one():
+    """A custom metric that can be ≤ 0 (e.g. a loss excess): positive means, but some bootstrap resamples
+    have a mean ≤ 0. The slope is still fitted; its interval is NaN with a warning (it used to be computed
+    from means clamped to the smallest float: an interval like (−0.8, +150))."""
+    import math as _math
+    import warnings as _warnings
+
+    signs = torch.tensor([1.0, -0.5, 1.0, -0.5])  # replicate values around a small positive mean
+
+    def metric(x, y):
+        B = x.shape[0]
+        return signs[:B].to(x.dtype) / x.shape[1]  # (B,) mean 0.125/M > 0, half the replicates < 0
+
+    def sample(M, reps):
+        return torch.zeros(reps, M, 1, dtype=torch.float64)
+
+    with _warnings.catch_warnings(record=True) as caught:
+        _warnings.simplefilter("always")
+        result = convergence_in_m(
+            sample,
+            [4, 8, 16],
+            reps=4,
+            reference=torch.zeros(64, 1, dtype=torch.float64),
+            generator=torch.Generator().manual_seed(0),
+            metric=metric,
+            n_boot=200,
+            progress=False,
+        )
+    assert result.slope == pytest.approx(-1.0, abs=1e-9)
+    assert all(_math.isnan(b) for b in result.slope_ci)
+    assert any("bootstrap resample" in str(w.message) for w in caught)

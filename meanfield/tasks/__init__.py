@@ -48,6 +48,8 @@ class Experiment:
         description: what data and model were built.
         on_backward: called after every ``loss.backward()``, before the optimizer step (the gradients are
             in ``.grad``): for streaming statistics such as gradient variance.
+        higher_is_better: the evaluation metrics whose best value is the largest (accuracy, coverage, …);
+            every other ``val_*``/``test_*`` metric is best when smallest (``summary.json``'s ``best``).
         window_metrics: called at every metrics line; its numbers join the line. State it keeps (e.g. the
             accumulators of ``on_backward``) must cover the steps since the last line and restart there, so
             that a run resumed from a checkpoint taken on a logging step logs the same numbers.
@@ -61,6 +63,7 @@ class Experiment:
     unit: str
     units_per_step: int
     description: str = ""
+    higher_is_better: tuple[str, ...] = ()
     on_backward: Callable[[], None] | None = None
     window_metrics: Callable[[], dict[str, float]] | None = None
 

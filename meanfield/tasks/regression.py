@@ -363,6 +363,7 @@ class _ImageClassification:
             evaluate=evaluate,
             unit="samples",
             units_per_step=batch_size,
+            higher_is_better=("accuracy",),
             description=f"{ds.description}; {len(y_train)} train / {len(y_test)} test; "
             + (
                 f"WideMLP(M={model.n_particles}, σ={model.activation})"
