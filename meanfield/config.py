@@ -125,7 +125,8 @@ def resolve(
 
     Args:
         raw: the file's content; its ``presets`` table is removed from the result.
-        preset: the name of a table under ``[presets]`` or ``None`` for the base configuration.
+        preset: the name of a table under ``[presets]``, several joined by ``+`` (applied left to right:
+            ``"quick+literal"`` is the size of ``quick`` with the arm ``literal``), or ``None`` for the base.
         overrides: ``"key.sub=value"`` strings, applied in order after the preset.
 
     Raises:
@@ -135,13 +136,13 @@ def resolve(
     presets = raw.get(PRESETS_KEY, {})
     if not isinstance(presets, Mapping):
         raise ConfigError(f"[{PRESETS_KEY}] must be a table of presets, got {type(presets).__name__}")
-    if preset is not None:
-        if preset not in presets:
+    for name in [] if preset is None else preset.split("+"):
+        if name not in presets:
             raise ConfigError(
-                f"unknown preset {preset!r}; this file defines {sorted(presets) or 'no presets'}"
-                + _suggest(preset, presets)
+                f"unknown preset {name!r}; this file defines {sorted(presets) or 'no presets'}"
+                + _suggest(name, presets)
             )
-        config = merge(config, presets[preset])
+        config = merge(config, presets[name])
     for text in overrides:
         path, value = parse_override(text)
         set_key(config, path, value)

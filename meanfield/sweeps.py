@@ -13,6 +13,10 @@ sweep that was interrupted skips the finished ones and resumes the others from t
                                         paired t-test's p-value
 
 ``--jobs N`` runs N points at a time in separate processes, each with ``cpu_count/N`` torch threads.
+
+Arms that differ in several keys at once are presets of the file, swept by the grid key ``preset``:
+``--preset quick --grid preset=literal,meanfield,adam --baseline preset=adam`` runs ``quick+literal``, … for
+every seed and pairs each arm with ``adam`` seed by seed.
 """
 
 from __future__ import annotations
@@ -40,9 +44,22 @@ from meanfield._io import write_json_atomic, write_text_atomic
 from meanfield.config import ConfigError
 from meanfield.stats import paired_difference, t_interval
 
-__all__ = ["parse_grid", "expand", "point_name", "point_overrides", "sweep_runs", "SweepTable", "summarize"]
+__all__ = [
+    "PRESET_AXIS",
+    "parse_grid",
+    "expand",
+    "point_name",
+    "point_overrides",
+    "point_preset",
+    "sweep_runs",
+    "SweepTable",
+    "summarize",
+]
 
 _NAME_LIMIT = 120
+PRESET_AXIS = "preset"
+"""The grid key whose values are presets of the file (arms: ``--grid preset=literal,adam``), applied after
+the sweep's ``--preset``."""
 
 
 def _split_values(text: str) -> list[str]:
@@ -122,8 +139,14 @@ def point_name(point: Mapping[str, Any]) -> str:
 
 
 def point_overrides(point: Mapping[str, Any]) -> list[str]:
-    """The ``key=value`` overrides of a point (the seed is the top-level ``seed``)."""
-    return [f"{k}={_config._toml_value(v)}" for k, v in point.items()]
+    """The ``key=value`` overrides of a point (the seed is the top-level ``seed``; ``preset`` is not a key)."""
+    return [f"{k}={_config._toml_value(v)}" for k, v in point.items() if k != PRESET_AXIS]
+
+
+def point_preset(point: Mapping[str, Any], preset: str | None) -> str | None:
+    """The presets of a point: the sweep's ``preset``, then the point's own (``preset`` axis), joined by ``+``."""
+    names = [p for p in (preset, point.get(PRESET_AXIS)) if p]
+    return "+".join(str(p) for p in names) or None
 
 
 def _parse_baseline(text: str | None, grid: Mapping[str, Sequence[Any]]) -> dict[str, Any] | None:
@@ -340,7 +363,7 @@ def sweep_runs(
     base = _parse_baseline(baseline, grid)
     points = expand(grid, seeds)
     for point in points:  # every point's configuration is valid before the first runs
-        load_config(config, preset, [*overrides, *point_overrides(point)])
+        load_config(config, point_preset(point, preset), [*overrides, *point_overrides(point)])
     spec = {
         "config": str(config),
         "preset": preset,
@@ -368,7 +391,7 @@ def sweep_runs(
         return (
             str(config),
             str(out / point_name(point)),
-            preset,
+            point_preset(point, preset),
             [*overrides, *point_overrides(point)],
             threads,
         )

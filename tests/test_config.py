@@ -36,6 +36,15 @@ def test_preset_merges_key_by_key_and_overrides_come_after():
     assert RAW["train"]["steps"] == 100  # the input is not changed
 
 
+def test_presets_joined_by_plus_apply_left_to_right():
+    raw = {**RAW, "presets": {**RAW["presets"], "arm": {"train": {"steps": 7}, "optim": {"lr": 0.5}}}}
+    c = resolve(raw, "smoke+quick+arm")
+    assert c["train"]["steps"] == 7 and c["seed"] == 3 and c["optim"]["lr"] == 0.5
+    assert resolve(raw, "arm+smoke")["train"]["steps"] == 5  # the later preset wins
+    with pytest.raises(ConfigError, match="unknown preset 'nope'"):
+        resolve(raw, "smoke+nope")
+
+
 def test_unknown_preset_lists_the_defined_ones():
     with pytest.raises(
         ConfigError, match=r"unknown preset 'smok'.*\['quick', 'smoke'\].*did you mean 'smoke'"

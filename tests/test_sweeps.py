@@ -11,7 +11,7 @@ import pytest
 from scipy import stats as st
 
 from meanfield import cli
-from meanfield.config import ConfigError
+from meanfield.config import ConfigError, load_toml_text
 from meanfield.runs import RunResult
 from meanfield.stats import paired_difference, t_interval
 from meanfield.sweeps import expand, parse_grid, point_name, summarize, sweep_runs
@@ -173,3 +173,32 @@ def test_sweep_cli_refuses_a_bad_grid_and_baseline(tmp_path, capsys):
         [*ARGS, "--grid", "model.n_particles=8", "--baseline", "optim.lr=1", "--out", str(tmp_path / "b")]
     )
     assert code == 2 and "not a grid key" in capsys.readouterr().err
+
+
+def test_arms_are_presets_swept_by_the_preset_axis_and_paired(tmp_path):
+    """``--grid preset=a,b`` applies each arm after ``--preset``; the table pairs the arms seed by seed."""
+    config = tmp_path / "arms.toml"
+    config.write_text(
+        TEACHER.read_text()
+        + "\n[presets.sgd]\noptim.lr = 0.05\n\n[presets.hot]\noptim.lr = 0.05\noptim.beta = 1e-2\nmodel.A = 2.0\n"
+    )
+    table = sweep_runs(
+        config,
+        parse_grid(["preset=sgd,hot"]),
+        [0, 1],
+        tmp_path / "arms",
+        preset="smoke",
+        overrides=["train.steps=6", "train.figures=false"],
+        baseline="preset=sgd",
+        metrics=["test_mse"],
+        quiet=True,
+    )
+    assert not table.failed
+    hot = RunResult.load(tmp_path / "arms" / "preset=hot,seed=1")
+    resolved = load_toml_text((hot.path / "config.toml").read_text())
+    assert resolved["optim"]["beta"] == 1e-2 and resolved["model"]["A"] == 2.0  # the arm
+    assert resolved["train"]["batch_size"] == 32 and resolved["data"]["n_train"] == 256  # then smoke's size
+    base, arm = table.summary
+    assert base["preset"] == "sgd" and arm["preset"] == "hot" and "test_mse:diff" in arm
+    with pytest.raises(ConfigError, match="unknown preset 'cold'"):
+        sweep_runs(config, {"preset": ["cold"]}, [0], tmp_path / "x", preset="smoke", quiet=True)
