@@ -109,6 +109,11 @@ def lm_arms(prefix: str = "quick") -> list[tuple[str, dict[int, dict]]]:
     arms.append(("M=8, h=d/8, β=0, init native", load_runs(f"{prefix}_m8_native")))
     for start in ("1e-3", "1e-2"):
         arms.append((f"M=8, β cosine {start}→0", load_runs(f"{prefix}_m8_anneal_{start}")))
+    for beta in ("0", "0.001"):
+        arms.append((f"M=32, h=d/32, β={beta}", load_runs(f"{prefix}_m32", **{"optim.beta": beta})))
+    for beta in ("0.0001", "0.001"):
+        name = f"M=8, preconditioned noise sqrt(2β·η_eff), β={beta}"
+        arms.append((name, load_runs(f"{prefix}_m8_precond", **{"optim.beta": beta})))
     for h, fam in (("4", "h=d/16"), ("8", "h=d/8")):
         for beta in ("0", "0.001"):
             runs = load_runs(f"{prefix}_m16", **{"model.d_head": h, "optim.beta": beta})
@@ -170,7 +175,7 @@ def diversity_table(arms: list[tuple[str, dict[int, dict]]]) -> str:
         for ell in (0, 1):
             for s in runs:
                 f = runs[s]["final"]
-                M = 16 if "M=16" in name else 8
+                M = int(name.split("M=")[1].split(",")[0]) if "M=" in name else 8
                 f[f"erank_frac_l{ell}"] = f.get(f"erank_l{ell}", math.nan) / M
             erank[ell] = ci(runs, f"erank_frac_l{ell}", 2)
         eta = " / ".join(ci(runs, f"eta_eff_l{ell}", 3) for ell in (0, 1)) if "M=" in name else "—"
