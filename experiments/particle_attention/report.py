@@ -288,7 +288,7 @@ def cost_table(arms) -> str:
     ]
     quick = [r for _, r in arms]
     qs = ["quick_mha", "quick_m8_beta", "quick_m8_beta_hot", "quick_m8_native", "quick_m16"]
-    qs += ["quick_m8_anneal_1e-3", "quick_m8_anneal_1e-2"]
+    qs += ["quick_m8_anneal_1e-3", "quick_m8_anneal_1e-2", "quick_m32", "quick_m8_precond"]
     rows.append(
         f"| quick LM sweep (2 × 64) | {sum(len(r) for r in quick)} | {cpu_hours(*quick):.2f} | "
         f"{span_hours(*qs):.2f} |"
