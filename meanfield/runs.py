@@ -580,7 +580,12 @@ class _TensorBoard:
 
 
 def _checkpoint_state(
-    experiment: Experiment, optimizer: Langevin, step: int, window: dict[str, float], elapsed: float
+    experiment: Experiment,
+    optimizer: Langevin,
+    step: int,
+    window: dict[str, float],
+    elapsed: float,
+    wall: float,
 ) -> dict[str, Any]:
     return {
         "step": step,
@@ -590,6 +595,7 @@ def _checkpoint_state(
         "torch_rng": torch.get_rng_state(),
         "window": dict(window),
         "elapsed": elapsed,
+        "wall": wall,
     }
 
 
@@ -724,6 +730,7 @@ class _Run:
         self.checkpoints = Checkpoints(folder / "checkpoints", self.cfg.train.keep_checkpoints)
         self.log = MetricsLog(folder / "metrics.jsonl")
         self.step, self.elapsed = 0, 0.0
+        self._wall_origin = time.perf_counter()  # wall clock of this run, resumptions summed (see _wall)
         self.window = {"loss_sum": 0.0, "n": 0, "time": 0.0}
         self.best: dict[str, dict[str, float]] = {}
         _check_checkpointable(self._state())
@@ -752,7 +759,14 @@ class _Run:
                 )
 
     def _state(self) -> dict[str, Any]:
-        return _checkpoint_state(self.experiment, self.optimizer, self.step, self.window, self.elapsed)
+        return _checkpoint_state(
+            self.experiment, self.optimizer, self.step, self.window, self.elapsed, self._wall()
+        )
+
+    def _wall(self) -> float:
+        """Seconds of wall clock spent on this run so far: steps, logging, evaluation and checkpoints, summed
+        over its resumptions (``summary.json``'s ``wall_clock_s``; ``wall_time_s`` counts the steps only)."""
+        return time.perf_counter() - self._wall_origin
 
     def _restore(self) -> None:
         step = self.checkpoints.latest()
@@ -766,6 +780,7 @@ class _Run:
         self.experiment.batches.load_state_dict(state["batches"])
         torch.set_rng_state(state["torch_rng"])
         self.step, self.window, self.elapsed = state["step"], dict(state["window"]), state["elapsed"]
+        self._wall_origin = time.perf_counter() - state.get("wall", state["elapsed"])
         self.log.truncate(self.step)
         for record in self.log.read():
             self._track_best(record)
@@ -778,6 +793,8 @@ class _Run:
             "task": self.cfg.task,
             "seed": self.cfg.seed,
             "wall_time_s": self.elapsed,
+            "wall_clock_s": self._wall(),
+            "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "unit": self.experiment.unit,
             f"{self.experiment.unit}_per_s": (
                 self.step * self.experiment.units_per_step / self.elapsed if self.elapsed > 0 else None

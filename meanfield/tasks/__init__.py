@@ -30,7 +30,16 @@ from torch import nn
 
 from meanfield.config import ConfigError
 
-__all__ = ["Experiment", "Task", "TASKS", "get_task", "TEACHER_STUDENT", "LM", "IMAGE_CLASSIFICATION"]
+__all__ = [
+    "Experiment",
+    "Task",
+    "TASKS",
+    "get_task",
+    "TEACHER_STUDENT",
+    "LM",
+    "IMAGE_CLASSIFICATION",
+    "SEQ_CLASSIFY",
+]
 
 
 @dataclass
@@ -81,11 +90,13 @@ class Task(Protocol):
 
 from meanfield.tasks.language import LM  # noqa: E402  (the tasks import Experiment from here)
 from meanfield.tasks.regression import IMAGE_CLASSIFICATION, TEACHER_STUDENT  # noqa: E402
+from meanfield.tasks.sequence import SEQ_CLASSIFY  # noqa: E402
 
 TASKS: dict[str, Task] = {
     "teacher_student": TEACHER_STUDENT,
     "lm": LM,
     "image_classification": IMAGE_CLASSIFICATION,
+    "seq_classify": SEQ_CLASSIFY,
 }
 """The built-in tasks by name."""
 
