@@ -141,7 +141,8 @@ class StreamingGradientVariance:
     (scale-free, so comparable between parametrisations). Memory: two tensors per parameter.
 
     Args:
-        params: named parameters to watch, ``{name: parameter}``, grouped by the caller.
+        groups: the parameters to watch by group name, ``{name: parameters}``; each group is reported
+            separately (e.g. one group per layer's attention particles).
     """
 
     def __init__(self, groups: dict[str, Iterable[torch.nn.Parameter]]) -> None:
