@@ -121,7 +121,7 @@ for what in "${@:-table}"; do
       isweep() { sweep "$IMG" --set "data.dataset=$1" --grid model.kind="$2" --seeds "$3" --out "$R/$4" "${@:5}" \
         || echo "images $4: some runs did not finish" >&2; }
       for ds in fashion_mnist cifar10; do
-        if [ $ds = fashion_mnist ]; then out=fmnist s=0,1,2,3,4; else out=cifar10 s=0,1,2; fi
+        if [ $ds = fashion_mnist ]; then out=fmnist s=0,1,2,3,4; else out=cifar10 s=0,1,2,3,4; fi
         isweep $ds particles $s $out/mean_field                      # cos 1e-3 → 1e-5
         isweep $ds particles $s $out/mf_beta0 --set optim.beta=0
         isweep $ds particles $s $out/seed_schedule --set 'optim.beta={kind="cosine",start=1.0,end=1e-3}'
