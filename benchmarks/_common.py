@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 
+from meanfield._io import write_text_atomic
+
 
 def machine() -> str:
     """CPU model, core count, torch version and its thread count, e.g. for the header of a results table."""
@@ -24,9 +26,4 @@ def machine() -> str:
 
 def write_result(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` to ``path`` atomically (a temporary file, then a rename) and return the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-    return path
+    return write_text_atomic(path, text)

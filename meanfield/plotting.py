@@ -7,10 +7,11 @@ Every figure of the package (theory checks, studies, experiments, benchmarks) is
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import matplotlib
+
+from meanfield._io import write_atomic
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -44,15 +45,11 @@ def figure(ncols: int = 1, nrows: int = 1, *, width: float = 4.2, height: float 
 def save(fig, path: str | os.PathLike) -> Path:
     """Write ``fig`` to ``path`` (PNG unless the suffix says otherwise) atomically and close it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix or ".png")
-    os.close(fd)
     try:
         fig.tight_layout()
-        fig.savefig(tmp, dpi=STYLE["savefig.dpi"])  # the style's dpi: rc_context only covered creation
-        os.replace(tmp, path)
+        write_atomic(  # the style's dpi: rc_context only covered creation
+            path, lambda f: fig.savefig(f, format=path.suffix[1:] or "png", dpi=STYLE["savefig.dpi"])
+        )
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.remove(tmp)
     return path

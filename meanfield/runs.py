@@ -678,13 +678,12 @@ def run(
         if preset is not None or overrides:
             raise ConfigError("preset and overrides apply to a configuration file, not to a resolved dict")
         resolved = dict(config)
-        check_config(resolved)
         stem = "run"
     else:
-        resolved = load_config(config, preset, overrides)
+        resolved = _config.resolve(_config.load_toml(config), preset, overrides)
         stem = Path(config).stem + (f"-{preset}" if preset else "")
     folder = Path(out) if out is not None else Path("runs") / stem
-    return _Run(resolved, folder, resume=resume, quiet=quiet, on_step=on_step).train()
+    return _Run(resolved, folder, resume=resume, quiet=quiet, on_step=on_step).train()  # checks it once
 
 
 class _Run:

@@ -18,7 +18,6 @@ import importlib.util
 import json
 import math
 import os
-import tempfile
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -26,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from meanfield._io import write_text_atomic
 
 __all__ = [
     "Comparison",
@@ -199,13 +200,6 @@ def load_check(path: str | os.PathLike) -> ModuleType:
     return module
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 @dataclass
 class ValidationReport:
     """The results of a ``validate`` run and where they were written."""
@@ -309,11 +303,11 @@ def validate(
                 result.error = "plot failed:\n" + traceback.format_exc()
         results.append(result)
         # written after every check: an interrupted run keeps what it has done
-        _write_atomic(
+        write_text_atomic(
             out / "results.json", json.dumps([r.to_dict() for r in results], indent=1, default=float)
         )
     report = ValidationReport(results, out)
-    _write_atomic(out / "report.md", _markdown(report))
+    write_text_atomic(out / "report.md", _markdown(report))
     if echo is not None:
         echo(report.summary())
         echo(f"report: {(out / 'report.md').resolve()}")

@@ -32,6 +32,7 @@ from meanfield.metrics.diversity import (
     collapse_rate,
     distinct_modes,
     live_particles,
+    teacher_alignment,
     teacher_coverage,
 )
 from meanfield.nn import FeatureParticles
@@ -233,8 +234,7 @@ class _TeacherStudent:
 
         def evaluate() -> dict[str, float]:
             test_mse = float(F.mse_loss(net(x_test), y_test))
-            w = net.w / net.w.norm(dim=1, keepdim=True).clamp_min(1e-12)  # (M, d)
-            cos = (w @ directions.T).abs()  # (M, k)
+            cos = teacher_alignment(net.w, directions).abs()  # (M, k) |cos(w_i, w*_k)|
             return {
                 "test_mse": test_mse,
                 "test_mse_relative": test_mse / float(y_test.var()),
