@@ -58,6 +58,8 @@ def load_runs(sweep: str, **where: str) -> dict[int, dict]:
                 final[f"drift_to_noise_l{ell}"] = float(np.mean(ratio)) if ratio else math.inf
         final["tokens_per_s"] = summary.get("tokens_per_s", math.nan)
         final["wall_time_s"] = summary["wall_time_s"]
+        # the whole process (startup and evaluations included); older runs did not record it
+        final["wall_clock_s"] = summary.get("wall_clock_s", math.nan)
         out[int(parts["seed"])] = {"final": final, "summary": summary, "lines": lines}
     return out
 
@@ -309,6 +311,85 @@ def cost_table(arms) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------------
+# WikiText-2 (words; run_wikitext2.sh): trained on the valid split, evaluated on the test split ("val_*" keys)
+
+
+def wt2_arms() -> list[tuple[str, dict[int, dict]]]:
+    """The WikiText-2 arms, named as the tiny-shakespeare ones so that the robustness and diversity tables
+    apply unchanged; the baseline first (even when empty), the others only where some run has finished."""
+    arms = [("MHA, 8 heads (baseline)", load_runs("wt2_mha"))]
+    for beta in ("0", "0.001"):
+        arms.append((f"M=8, h=d/8, β={beta}", load_runs("wt2_m8", **{"optim.beta": beta})))
+    arms.append(("M=16, h=d/16, β=0", load_runs("wt2_m16", **{"model.n_heads": "16", "optim.beta": "0"})))
+    return [arms[0]] + [(name, runs) for name, runs in arms[1:] if runs]
+
+
+def _add_ppl(arms: list[tuple[str, dict[int, dict]]]) -> None:
+    """The probe's undamaged perplexity, exp(probe_loss), next to the damaged ones the runs log."""
+    for _, runs in arms:
+        for r in runs.values():
+            f = r["final"]
+            if "probe_loss" in f:
+                f["probe_ppl"] = math.exp(f["probe_loss"])
+
+
+def wt2_table(arms: list[tuple[str, dict[int, dict]]]) -> str:
+    base = arms[0][1]
+    m8 = dict(arms).get("M=8, h=d/8, β=0", {})
+    rows = [
+        "| arm | n | test loss (nats/word) | test perplexity | Δ loss vs MHA (paired) | Δ perplexity vs MHA "
+        "(paired) | Δ loss vs M=8 β=0 (paired) | probe perplexity | probe ppl., half dropped (random) "
+        "| probe ppl., 10 % corrupted | tokens/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, runs in arms:
+        if not runs:
+            continue
+        is_m8_other = m8 and runs is not m8 and "M=8" in name
+        rows.append(
+            f"| {name} | {len(runs)} | {ci(runs, 'val_loss')} | {ci(runs, 'val_ppl', 1)} | "
+            f"{paired(runs, base, 'val_loss') if runs is not base else '—'} | "
+            f"{paired(runs, base, 'val_ppl', 1) if runs is not base else '—'} | "
+            f"{paired(runs, m8, 'val_loss') if is_m8_other else '—'} | {ci(runs, 'probe_ppl', 1)} | "
+            f"{ci(runs, 'half_random_ppl', 1)} | {ci(runs, 'corrupt_ppl', 1)} | {ci(runs, 'tokens_per_s', 0)} |"
+        )
+    return "\n".join(rows)
+
+
+def wt2_cost(arms: list[tuple[str, dict[int, dict]]]) -> str:
+    groups = [r for _, r in arms]
+    n = sum(len(r) for r in groups)
+    clock = sum(r["final"]["wall_clock_s"] for g in groups for r in g.values()) / 3600
+    return (
+        "| table | runs | training time (h, sum of one-thread runs) | whole runs incl. startup and evaluation "
+        "(h, sum of wall_clock_s) |\n|---|---|---|---|\n"
+        f"| WikiText-2 words (2 × 64) | {n} | {cpu_hours(*groups):.2f} | {clock:.2f} |"
+    )
+
+
+def wt2_parts() -> list[str]:
+    arms = wt2_arms()
+    if not any(runs for _, runs in arms):
+        return ["### WikiText-2 words", "No finished run under results/wt2_* yet (run_wikitext2.sh)."]
+    _add_ppl(arms)
+    missing = [name for name, runs in arms if len(runs) < 3]
+    note = f"\nFewer than 3 finished seeds: {', '.join(missing)}." if missing else ""
+    return [
+        "### WikiText-2 words (trained on valid, evaluated on test: 2 × 64, ctx 64, batch 12, 1500 steps)",
+        "Test loss and perplexity on the whole test split; probe, half-drop and corruption perplexities on "
+        "its first 96 blocks (the probe)." + note,
+        wt2_table(arms),
+        "### WikiText-2: half the particles dropped and 10 % of the input corrupted (Δ = loss − undamaged "
+        "loss, nats/word, on the probe)",
+        robustness_table(arms),
+        "### WikiText-2: diversity, smoothness, gradient noise, effective step",
+        diversity_table(arms),
+        "### WikiText-2: cost",
+        wt2_cost(arms),
+    ]
+
+
+# ----------------------------------------------------------------------------------------------------------
 # figure
 
 
@@ -381,6 +462,7 @@ def main() -> None:
         nanogpt_table(),
         "### Cost",
         cost_table(arms),
+        *wt2_parts(),
     ]
     (RESULTS / "tables.md").write_text("\n\n".join(parts) + "\n")
     figure(arms)
