@@ -27,3 +27,43 @@ def _background_draws_whatever_the_threads(monkeypatch):
 def _seed_global_rng():
     """Tests pass explicit generators; this pins the global RNG too, so no test depends on the run order."""
     torch.manual_seed(0)
+
+
+# -- devices ---------------------------------------------------------------------------------------------------
+# The tests that matter run once per device: ``cpu`` always, ``cuda`` where CUDA is available (skipped with a
+# reason otherwise). The CUDA items carry the ``cuda`` marker, so ``pytest -m cuda`` runs exactly them
+# (benchmarks/gpu.sh does). Known answers are the same on both; where a tolerance differs it is stated next
+# to the assertion (float32 on CUDA: other reduction orders, so a few ulps instead of bit equality).
+
+CUDA = torch.cuda.is_available()
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not CUDA, reason="CUDA is not available here")]
+    ),
+]
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cuda: the CUDA item of a device-parametrised test (pytest -m cuda)")
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    """``torch.device("cpu")``, then ``torch.device("cuda")`` where CUDA is available (else skipped)."""
+    return torch.device(request.param)
+
+
+@pytest.fixture(autouse=True)
+def _float32_matmuls_in_full_precision():
+    """TF32 off for every test, whatever the process set before: float32 matmuls and convolutions on CUDA in
+    full float32 precision (torch's default for matmuls, not for cuDNN convolutions), so the known answers
+    and their float32 tolerances hold on an Ampere-or-later GPU. A test that wants TF32 turns it on itself
+    and states the looser tolerance (a TF32 product keeps 10 mantissa bits: relative error ≈ 2⁻¹¹ per
+    factor). Restored afterwards. On the CPU these flags change nothing."""
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn

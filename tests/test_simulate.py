@@ -1,6 +1,7 @@
 """simulate: reproducibility, the torchsde adapter, saving, and clear errors for bad input."""
 
 import math
+import sys
 import time
 
 import pytest
@@ -13,45 +14,59 @@ from meanfield.schedules import Linear
 SYSTEM = MeanFieldLangevin(DoubleWell(), QuadraticInteraction(0.5), beta=0.3)
 
 
-def x0(B=3, M=50, d=2, seed=0):
-    return torch.randn(B, M, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+def x0(B=3, M=50, d=2, seed=0, device="cpu"):
+    """The same numbers on every device (drawn on the CPU, then moved)."""
+    return torch.randn(B, M, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(device)
 
 
-def test_same_seed_gives_bit_identical_trajectories():
-    a = simulate(SYSTEM, x0(), t1=1.0, dt=0.01, save_every=10, generator=torch.Generator().manual_seed(5))
-    b = simulate(SYSTEM, x0(), t1=1.0, dt=0.01, save_every=10, generator=torch.Generator().manual_seed(5))
-    c = simulate(SYSTEM, x0(), t1=1.0, dt=0.01, save_every=10, generator=torch.Generator().manual_seed(6))
-    assert torch.equal(a.states, b.states)
+def test_same_seed_gives_bit_identical_trajectories(device):
+    def g(seed):
+        return torch.Generator(device=device).manual_seed(seed)
+
+    x = x0(device=device)
+    a = simulate(SYSTEM, x, t1=1.0, dt=0.01, save_every=10, generator=g(5))
+    b = simulate(SYSTEM, x, t1=1.0, dt=0.01, save_every=10, generator=g(5))
+    c = simulate(SYSTEM, x, t1=1.0, dt=0.01, save_every=10, generator=g(6))
+    assert a.states.device == x.device and torch.equal(a.states, b.states)
     assert not torch.equal(a.final, c.final)
-    d = simulate(SYSTEM, x0(), t1=1.0, dt=0.01, generator=123)  # an int seed is recorded
-    e = simulate(SYSTEM, x0(), t1=1.0, dt=0.01, generator=d.seed)
+    d = simulate(SYSTEM, x, t1=1.0, dt=0.01, generator=123)  # an int seed is recorded
+    e = simulate(SYSTEM, x, t1=1.0, dt=0.01, generator=d.seed)
     assert d.seed == 123 and torch.equal(d.final, e.final)
-    f = simulate(SYSTEM, x0(), t1=1.0, dt=0.01)  # no generator: a fresh seed, recorded for a rerun
-    assert torch.equal(simulate(SYSTEM, x0(), t1=1.0, dt=0.01, generator=f.seed).final, f.final)
+    assert torch.equal(d.final, simulate(SYSTEM, x, t1=1.0, dt=0.01, generator=g(123)).final)
+    f = simulate(SYSTEM, x, t1=1.0, dt=0.01)  # no generator: a fresh seed, recorded for a rerun
+    assert torch.equal(simulate(SYSTEM, x, t1=1.0, dt=0.01, generator=f.seed).final, f.final)
 
 
 @pytest.mark.parametrize("system", [SYSTEM, SDE(lambda t, x: -x, lambda t, x: 0.3 * (1 + x.square()))])
-def test_native_euler_equals_torchsde_euler_with_the_same_increments(system):
-    native = simulate(system, x0(), t1=0.5, dt=0.01, generator=torch.Generator().manual_seed(9))
-    other = simulate(
-        system, x0(), t1=0.5, dt=0.01, solver="torchsde_euler", generator=torch.Generator().manual_seed(9)
-    )
-    assert torch.allclose(native.final, other.final, rtol=0, atol=1e-12)
-    shifted = simulate(
-        system, x0(), t1=0.5, dt=0.01, solver="torchsde_euler", generator=torch.Generator().manual_seed(10)
-    )
+def test_native_euler_equals_torchsde_euler_with_the_same_increments(system, device):
+    x = x0(device=device)
+
+    def g(seed):
+        return torch.Generator(device=device).manual_seed(seed)
+
+    native = simulate(system, x, t1=0.5, dt=0.01, generator=g(9))
+    other = simulate(system, x, t1=0.5, dt=0.01, solver="torchsde_euler", generator=g(9))
+    assert torch.allclose(native.final, other.final, rtol=0, atol=1e-12)  # float64: round-off on any device
+    shifted = simulate(system, x, t1=0.5, dt=0.01, solver="torchsde_euler", generator=g(10))
     assert not torch.allclose(native.final, shifted.final, atol=1e-3)  # negative control
 
 
-def test_pre_drawn_increments_drive_the_run_step_by_step():
+def test_pre_drawn_increments_drive_the_run_step_by_step(device):
     path = BrownianIncrements.sample(50, (3, 50, 2), 0.01, generator=torch.Generator().manual_seed(4))
-    run = simulate(SYSTEM, x0(), t1=0.5, dt=0.01, brownian=path).final
-    x = x0()
+    path = BrownianIncrements(path.increments.to(device), path.dt)  # the same path on every device
+    run = simulate(SYSTEM, x0(device=device), t1=0.5, dt=0.01, brownian=path).final
+    x = x0(device=device)
     for n in range(50):  # x_{n+1} = x_n + b(x_n) dt + sqrt(2β) dW_n
         x = x + SYSTEM.drift(n * 0.01, x) * 0.01 + (2 * 0.3) ** 0.5 * path.increments[n]
     assert torch.allclose(run, x, atol=1e-12)
-    other = simulate(SYSTEM, x0(), t1=0.5, dt=0.01, brownian=path, solver="torchsde_euler").final
+    other = simulate(SYSTEM, x0(device=device), t1=0.5, dt=0.01, brownian=path, solver="torchsde_euler").final
     assert torch.allclose(run, other, atol=1e-12)
+    # a device-independent known answer: the float64 CPU run, to round-off (FMA contractions differ on CUDA)
+    if device.type != "cpu":
+        cpu = simulate(
+            SYSTEM, x0(), t1=0.5, dt=0.01, brownian=BrownianIncrements(path.increments.cpu(), 0.01)
+        )
+        assert torch.allclose(run.cpu(), cpu.final, rtol=0, atol=1e-12)
 
 
 def test_general_noise_matches_diagonal_when_the_matrix_is_diagonal():
@@ -79,11 +94,20 @@ def test_trajectory_saves_the_requested_states():
     assert torch.equal(short.final, traj.states[2])
 
 
-def test_x0_is_not_modified_and_float32_runs():
-    x = x0().float()
+def test_x0_is_not_modified_and_float32_runs(device):
+    x = x0(device=device).float()
     before = x.clone()
     out = simulate(SYSTEM, x, t1=0.1, dt=0.01, generator=0)
-    assert torch.equal(x, before) and out.final.dtype == torch.float32
+    assert torch.equal(x, before) and out.final.dtype == torch.float32 and out.final.device == x.device
+    # float32 against float64 on the same increments: 10 steps of round-off ≈ 1e-7 relative stay below 1e-5;
+    # the drift moves the state by ≈ 1e-2 a step, so a float32 path that got a step wrong would be far off
+    path = BrownianIncrements.sample(10, (3, 50, 2), 0.01, generator=torch.Generator().manual_seed(2))
+    dW = path.increments.to(device)  # (10, 3, 50, 2) float64
+    exact = simulate(SYSTEM, x.double(), t1=0.1, dt=0.01, brownian=BrownianIncrements(dW, 0.01)).final
+    single = simulate(SYSTEM, x, t1=0.1, dt=0.01, brownian=BrownianIncrements(dW.float(), 0.01)).final
+    assert single.dtype == torch.float32 and torch.allclose(single.double(), exact, rtol=0, atol=1e-5)
+    short = simulate(SYSTEM, x.double(), t1=0.09, dt=0.01, brownian=BrownianIncrements(dW[:9], 0.01)).final
+    assert not torch.allclose(single.double(), short, rtol=0, atol=1e-3)  # negative control: a step missing
 
 
 def test_interaction_and_schedule_in_a_run():
@@ -147,31 +171,71 @@ def test_bad_systems_and_methods():
             simulate(general, torch.zeros(1, 2, 1), t1=1.0, dt=0.1, solver=method, generator=0)
 
 
-def test_a_diverging_run_stops_with_the_step_and_time():
+@pytest.mark.parametrize(
+    "eager", [True, False], ids=["flag read at every stop", "flags read every check_every"]
+)
+def test_a_diverging_run_stops_with_the_step_and_time(device, eager, monkeypatch):
+    """Where the flags are read together (the default off the CPU: no synchronisation at every saved state),
+    the error names the same step, time and last finite step, and keeps the same trajectory."""
+    simulate_module = sys.modules["meanfield.simulate"]  # (meanfield.simulate is also the function's name)
+    monkeypatch.setattr(simulate_module, "_EAGER_CHECKS", frozenset({device.type} if eager else ()))
     explosive = SDE(lambda t, x: x.square() * 50, lambda t, x: 0 * x + 0.1)
+    x = torch.ones(2, 3, 1, dtype=torch.float64, device=device)
     with pytest.raises(
         NonFiniteStateError, match=r"non-finite .* by step \d+ \(t = [\d.]+\); it was finite"
     ) as err:
-        simulate(
-            explosive, torch.ones(2, 3, 1, dtype=torch.float64), t1=10.0, dt=0.01, save_every=5, generator=0
-        )
+        simulate(explosive, x, t1=10.0, dt=0.01, save_every=5, check_every=16, generator=0)
     e = err.value
     assert e.last_finite_step < e.step <= e.last_finite_step + 5
     assert e.time == pytest.approx(e.step * 0.01)
     assert e.trajectory.steps[-1] <= e.last_finite_step and torch.isfinite(e.trajectory.states).all()
+    # the last saved state is the state of a run stopped there (nothing after the first non-finite stop)
+    last = int(e.trajectory.steps[-1])
+    assert torch.equal(e.trajectory.final, simulate(explosive, x, t1=last * 0.01, dt=0.01, generator=0).final)
+    saved_steps = range(0, 1000, 5)
+    assert e.trajectory.steps.tolist() == [k for k in saved_steps if k <= e.last_finite_step]
 
 
-def test_a_run_split_in_two_with_the_generator_state_equals_one_run():
+def test_the_finiteness_check_sees_every_kind_of_non_finite_entry():
+    from meanfield.simulate import _all_finite
+
+    for n in (10, 100_000):  # the small path (isfinite().all()) and the large one (aminmax)
+        for dtype in (torch.float32, torch.float64):
+            x = torch.zeros(1, n, 1, dtype=dtype)
+            assert bool(_all_finite(x)) and bool(_all_finite(x + torch.finfo(dtype).max))
+            for bad in (math.nan, math.inf, -math.inf):
+                for where in (0, n // 2, n - 1):
+                    y = x.clone()
+                    y[0, where, 0] = bad
+                    assert not bool(_all_finite(y)), (n, dtype, bad, where)
+
+
+def test_a_generator_or_a_path_on_another_device_is_a_clear_error():
+    x = x0()
+    with pytest.raises(ValueError, match="brownian increments are on meta, x0 is on cpu"):
+        path = BrownianIncrements(torch.empty(10, 3, 50, 2, dtype=torch.float64, device="meta"), 0.01)
+        simulate(SYSTEM, x, t1=0.1, dt=0.01, brownian=path)
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match="generator is on cuda.*x0 is on cpu"):
+            simulate(SYSTEM, x, t1=0.1, dt=0.01, generator=torch.Generator(device="cuda"))
+        with pytest.raises(ValueError, match="generator is on cpu, x0 is on cuda"):
+            simulate(SYSTEM, x.cuda(), t1=0.1, dt=0.01, generator=torch.Generator())
+
+
+def test_a_run_split_in_two_with_the_generator_state_equals_one_run(device):
     """Checkpoint = (state, time, generator state): resuming reproduces the uninterrupted run bit for bit."""
-    whole = simulate(SYSTEM, x0(), t1=1.0, dt=0.01, generator=torch.Generator().manual_seed(3)).final
-    gen = torch.Generator().manual_seed(3)
-    first = simulate(SYSTEM, x0(), t1=0.5, dt=0.01, generator=gen)
+    x = x0(device=device)
+    whole = simulate(SYSTEM, x, t1=1.0, dt=0.01, generator=torch.Generator(device).manual_seed(3)).final
+    gen = torch.Generator(device).manual_seed(3)
+    first = simulate(SYSTEM, x, t1=0.5, dt=0.01, generator=gen)
     checkpoint = {"x": first.final.clone(), "t": 0.5, "rng": gen.get_state()}
-    resumed_gen = torch.Generator()
+    resumed_gen = torch.Generator(device)
     resumed_gen.set_state(checkpoint["rng"])
     second = simulate(SYSTEM, checkpoint["x"], t0=checkpoint["t"], t1=1.0, dt=0.01, generator=resumed_gen)
     assert torch.equal(second.final, whole)
     assert torch.allclose(second.times[[0, -1]], torch.tensor([0.5, 1.0], dtype=torch.float64))
+    fresh = simulate(SYSTEM, checkpoint["x"], t0=0.5, t1=1.0, dt=0.01, generator=torch.Generator(device))
+    assert not torch.equal(fresh.final, whole)  # negative control: the generator state is what carries it
 
 
 # ---------------------------------------------------------------- the next draw in the background
