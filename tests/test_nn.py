@@ -90,18 +90,85 @@ def mha_copy(layer: ParticleAttention) -> nn.MultiheadAttention:
 
 @pytest.mark.parametrize(("d", "M"), [(12, 3), (16, 4), (8, 8), (6, 1)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_equals_multihead_attention_with_output_scaled(d, M, causal):
+def test_equals_multihead_attention_with_output_scaled(d, M, causal, device):
     layer = attention(d, M, causal=causal)
     assert layer.d_head == d // M
-    mha = mha_copy(layer)
-    X = tokens(3, 7, d)
-    mask = nn.Transformer.generate_square_subsequent_mask(7, dtype=DT) if causal else None
+    mha = mha_copy(layer).to(device)
+    layer = layer.to(device)
+    X = tokens(3, 7, d).to(device)
+    mask = nn.Transformer.generate_square_subsequent_mask(7, dtype=DT, device=device) if causal else None
     Y_ref, A_ref = mha(X, X, X, attn_mask=mask, need_weights=True, average_attn_weights=False)
     assert_close(layer(X), Y_ref)
     assert_close(layer.attention_maps(X), A_ref)
     # negative control: without the 1/M on the output projection the outputs differ by the factor M
     if M > 1:
         assert float((layer(X) * M - Y_ref).detach().abs().max()) > 1e-3
+
+
+# every SDPA kernel of the device, on the dtypes it takes (the others run the math kernel already)
+_SDPA = {
+    "cpu": {"MATH": (64, 32, 16), "FLASH_ATTENTION": (64, 32, 16)},
+    "cuda": {
+        "MATH": (64, 32, 16),
+        "EFFICIENT_ATTENTION": (32, 16),
+        "FLASH_ATTENTION": (16,),
+        "CUDNN_ATTENTION": (16,),
+    },
+}
+_DTYPES = {64: torch.float64, 32: torch.float32, 16: torch.bfloat16}
+# max |error| of the output and of the gradient, relative to the largest float64 value: float64 round-off;
+# float32 (measured ≈ 3e-7 on the CPU; TF32 is off in tests); bfloat16 keeps 8 bits (2⁻⁸ ≈ 4e-3 per
+# rounding, measured ≈ 7e-3 on the CPU)
+_SDPA_TOL = {64: 1e-12, 32: 1e-5, 16: 4e-2}
+
+
+@pytest.mark.parametrize("backend", ["MATH", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_sdpa_kernel_gives_the_float64_answer(device, backend, causal):
+    """Forward and backward through each SDPA kernel of the device, against the float64 CPU layer (which
+    equals nn.MultiheadAttention: the test above). A kernel that dropped the causal mask or the 1/√h scale
+    would be off by O(1)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    bits = _SDPA[device.type].get(backend)
+    if bits is None:
+        pytest.skip(f"no {backend} kernel on {device.type}")
+    reference = attention(32, 4, h=16, causal=causal)  # (M·3·h = 192 rows, d = 32), head width 16
+    X = tokens(3, 33, 32)
+    Y = reference(X)
+    Y.square().mean().backward()
+    Y = Y.detach()
+    for b in bits:
+        layer = attention(32, 4, h=16, causal=causal).to(device, _DTYPES[b])  # the same weights (seed 0)
+        try:
+            with sdpa_kernel(getattr(SDPBackend, backend)):
+                out = layer(X.to(device, _DTYPES[b]))
+                out.double().square().mean().backward()
+        except RuntimeError as error:
+            if backend == "CUDNN_ATTENTION" and "No available kernel" in str(error):
+                pytest.skip(f"cuDNN attention is not available here: {error}")
+            raise
+        tol = _SDPA_TOL[b]
+        assert_close(out.double().cpu(), Y, tol * float(Y.abs().max()))
+        grad, ref = layer.W_QKV.grad.double().cpu(), reference.W_QKV.grad
+        assert_close(grad, ref, tol * float(ref.abs().max()))
+        wrong = attention(32, 4, h=16, causal=not causal)(X)  # negative control: the other mask
+        assert float((out.double().cpu() - wrong).detach().abs().max()) > 10 * tol * float(Y.abs().max())
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available here")
+def test_tf32_matmuls_stay_within_the_stated_tolerance():
+    """With TF32 allowed (``torch.backends.cuda.matmul.allow_tf32 = True``, what many training scripts set),
+    float32 matmuls round their inputs to 10 mantissa bits (2⁻¹¹ ≈ 5e-4 relative): the layer's output stays
+    within 5e-3 of float64 (relative to its largest value). meanfield never sets the flag itself."""
+    reference = attention(32, 4, h=16)
+    X = tokens(3, 33, 32)
+    Y = reference(X).detach()
+    layer = attention(32, 4, h=16).to("cuda", torch.float32)
+    torch.backends.cuda.matmul.allow_tf32 = True  # put back by the conftest fixture
+    out = layer(X.to("cuda", torch.float32)).double().cpu()
+    assert_close(out, Y, 5e-3 * float(Y.abs().max()))
 
 
 def test_particle_outputs_match_explicit_heads():

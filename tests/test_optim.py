@@ -22,9 +22,10 @@ from meanfield.stats import Z, mean_se
 F64 = torch.float64
 
 
-def _param(shape, seed=0, scale=1.0) -> nn.Parameter:
+def _param(shape, seed=0, scale=1.0, device="cpu") -> nn.Parameter:
+    """The same numbers on every device (drawn on the CPU, then moved)."""
     g = torch.Generator().manual_seed(seed)
-    return nn.Parameter(scale * torch.randn(shape, generator=g, dtype=F64))
+    return nn.Parameter((scale * torch.randn(shape, generator=g, dtype=F64)).to(device))
 
 
 def _set_grad(params, grads) -> None:
@@ -57,10 +58,10 @@ def test_beta_zero_sgd_equals_torch_sgd():
 @pytest.mark.parametrize("noise", [True, False])
 @pytest.mark.parametrize("weight_decay", [0.0, 0.1])
 @pytest.mark.parametrize("fused", [True, False])
-def test_beta_zero_adam_equals_torch_adam(weight_decay, fused, noise):
+def test_beta_zero_adam_equals_torch_adam(weight_decay, fused, noise, device):
     """At β = 0 with torch's ``betas`` and ``eps`` given (a group with noise has other defaults), the step is
-    torch.optim.Adam's."""
-    p, q = _param((6, 4)), _param((6, 4))
+    torch.optim.Adam's (on CUDA: torch's fused CUDA kernel on both sides, float64, the same tolerance)."""
+    p, q = _param((6, 4), device=device), _param((6, 4), device=device)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # β1 > 0 with noise warns (momentum bias), irrelevant at β = 0
         opt = Langevin(
@@ -479,15 +480,17 @@ def _run(opt: Langevin, params, steps: int) -> None:
 
 
 @pytest.mark.parametrize("drift", DRIFTS)
-def test_same_seed_same_result_and_generator_argument(drift):
+def test_same_seed_same_result_and_generator_argument(drift, device):
+    """``seed=`` makes one generator per device, seeded alike: the same run as a generator given there."""
+    g = torch.Generator(device).manual_seed(7)
     runs = []
     for make in (
         lambda ps: Langevin(ps, lr=0.01, beta=0.2, drift=drift, seed=7),
         lambda ps: Langevin(ps, lr=0.01, beta=0.2, drift=drift, seed=7),
-        lambda ps: Langevin(ps, lr=0.01, beta=0.2, drift=drift, generator=torch.Generator().manual_seed(7)),
+        lambda ps: Langevin(ps, lr=0.01, beta=0.2, drift=drift, generator=g),
         lambda ps: Langevin(ps, lr=0.01, beta=0.2, drift=drift, seed=8),
     ):
-        ps = [_param((5, 3), 0), _param((4,), 1)]
+        ps = [_param((5, 3), 0, device=device), _param((4,), 1, device=device)]
         _run(make(ps), ps, 5)
         runs.append(torch.cat([p.detach().flatten() for p in ps]))
     assert torch.equal(runs[0], runs[1]) and torch.equal(runs[0], runs[2])
@@ -495,11 +498,11 @@ def test_same_seed_same_result_and_generator_argument(drift):
 
 
 @pytest.mark.parametrize("drift", DRIFTS)
-def test_state_dict_resume_is_exact(drift):
+def test_state_dict_resume_is_exact(drift, device):
     """Save after 4 steps, load into a fresh optimizer (other seed) on copied parameters: the next 4 steps
     (moments, step count, schedule clock and noise) are identical."""
     beta = Linear(0.5, 0.05, T=8)
-    ps = [_param((6, 2), 0), _param((3,), 1)]
+    ps = [_param((6, 2), 0, device=device), _param((3,), 1, device=device)]
     opt = Langevin(ps, lr=0.01, beta=beta, drift=drift, projection=Clip(2.0), seed=3)
     _run(opt, ps, 4)
     saved = copy.deepcopy(opt.state_dict())
@@ -638,7 +641,7 @@ def test_an_error_during_the_drift_leaves_no_draw_running_and_the_generator_unch
 
 @pytest.mark.parametrize("overlap_min", [0, 10**12])
 @pytest.mark.parametrize("drift", DRIFTS)
-def test_step_equals_an_independent_implementation(monkeypatch, overlap_min, drift):
+def test_step_equals_an_independent_implementation(monkeypatch, overlap_min, drift, device):
     """The documented step, written out by hand: drift by torch.optim.SGD/Adam on M·g, then ONE flat
     N(0, I) draw per (device, dtype) in the order the kinds first appear (groups in order, parameters in
     order), noise sqrt(2β η_eff) ξ. Float64 and float32 parameters share the generator, so the draw order
@@ -647,7 +650,10 @@ def test_step_equals_an_independent_implementation(monkeypatch, overlap_min, dri
 
     monkeypatch.setattr(_background, "OVERLAP_MIN", overlap_min)
     lr, beta, M, eps = 0.01, 0.3, 4, 1.0  # eps and betas: the defaults of a group with noise
-    ps = [_param((5, 3), 0), nn.Parameter(_param((7,), 1).detach().float()), _param((2, 2), 2)]
+    if device.type != "cpu" and overlap_min == 0:
+        pytest.skip("the background draw is for CPU draws only")
+    ps = [_param((5, 3), 0, device=device), nn.Parameter(_param((7,), 1, device=device).detach().float())]
+    ps.append(_param((2, 2), 2, device=device))
     qs = [nn.Parameter(p.detach().clone()) for p in ps]
     opt = Langevin(
         [{"params": ps[:2]}, {"params": ps[2:]}], lr=lr, beta=beta, drift=drift, n_particles=M, seed=9
@@ -655,7 +661,7 @@ def test_step_equals_an_independent_implementation(monkeypatch, overlap_min, dri
     base = (torch.optim.SGD if drift == "sgd" else torch.optim.Adam)(
         qs, lr=lr, **({} if drift == "sgd" else {"eps": eps, "betas": (0.0, 0.999)})
     )
-    gen = torch.Generator().manual_seed(9)
+    gen = torch.Generator(device).manual_seed(9)  # the optimizer's seed=9 generator on this device
     for _ in range(3):
         for ps_or_qs in (ps, qs):
             for x in ps_or_qs:
@@ -667,8 +673,8 @@ def test_step_equals_an_independent_implementation(monkeypatch, overlap_min, dri
                 q.grad.mul_(M)  # the Wasserstein gradient M·g
             base.step()
             # kinds in order of first appearance: float64 (params 0 and 2), then float32 (param 1)
-            xi64 = torch.empty(15 + 4, dtype=torch.float64).normal_(generator=gen)
-            xi32 = torch.empty(7, dtype=torch.float32).normal_(generator=gen)
+            xi64 = torch.empty(15 + 4, dtype=torch.float64, device=device).normal_(generator=gen)
+            xi32 = torch.empty(7, dtype=torch.float32, device=device).normal_(generator=gen)
             noise = [xi64[:15].view(5, 3), xi32.view(7), xi64[15:].view(2, 2)]
             for q, xi in zip(qs, noise):
                 if drift == "sgd":
