@@ -19,9 +19,9 @@ def _cloud(B, M, d, seed, device):
     return x.to(device)
 
 
-@pytest.mark.parametrize("method", ["1d", "exact", "sliced", "sinkhorn"])
+@pytest.mark.parametrize("method", ["1d", "exact", "sliced"])  # (sinkhorn: the same host path, slow)
 def test_a_translation_costs_its_squared_length_on_every_device(device, method):
-    """``W2²(μ, μ + v) = |v|²`` (exact and 1-D OT, to round-off; the debiased Sinkhorn divergence within 5 %);
+    """``W2²(μ, μ + v) = |v|²`` (exact and 1-D OT, to round-off);
     the sliced distance of a translation is the mean of ``(θ·v)²`` over its directions."""
     d = 1 if method == "1d" else 3
     x = _cloud(2, 64, d, 0, device)
@@ -41,8 +41,6 @@ def test_a_translation_costs_its_squared_length_on_every_device(device, method):
         torch.testing.assert_close(
             got.cpu(), torch.full((2,), expected, dtype=torch.float64), rtol=1e-10, atol=0
         )
-    elif method == "sinkhorn":
-        assert ((got.cpu() - expected).abs() < 0.05 * expected).all()
     assert float(wasserstein(x, x, method="exact" if d > 1 else "1d").cost.abs().max()) < 1e-12
     assert (got.cpu() > 0.5 * expected).all()  # negative control: a translation is not free
 
