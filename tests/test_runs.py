@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 from pathlib import Path
@@ -122,6 +123,39 @@ def test_ctrl_c_writes_a_checkpoint_and_resume_continues(uninterrupted, tmp_path
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler put back
     run(TEACHER, folder, preset="smoke", overrides=SMALL, quiet=True, resume=True)
     _assert_same_run(uninterrupted, folder)
+
+
+def test_a_run_on_the_device_finishes_and_resumes_bit_for_bit(device, tmp_path, request):
+    """``device = "cuda"``: the run finishes with finite metrics, names the GPU, saves checkpoints that load
+    with weights_only, and (the CPU contract) a resume after an error reaches the same run bit for bit."""
+    if device.type == "cpu":
+        pytest.skip("on the CPU: test_resume_after_an_error_reaches_the_same_run_bit_for_bit")
+    overrides = [*SMALL, f"device={device.type}"]
+    full, stopped = tmp_path / "full", tmp_path / "stopped"
+    result = run(TEACHER, full, preset="smoke", overrides=overrides, quiet=True)
+    assert result.status == "finished" and result.step == 24
+    env = json.loads((full / "environment.json").read_text())
+    assert env["device"].startswith("cuda") and env["cuda_device"]
+    state = torch.load(Checkpoints(full / "checkpoints").path(24), weights_only=True)
+    assert all(bool(torch.isfinite(t).all()) for t in state["model"].values())
+    assert all(math.isfinite(r["train_loss"]) for r in RunResult.load(full).metrics)
+    request.applymarker(
+        pytest.mark.xfail(
+            raises=TypeError,
+            strict=True,
+            reason="runs.py loads checkpoints with map_location=device, and a generator's set_state needs a CPU "
+            "ByteTensor ('RNG state must be a torch.ByteTensor'); the CUDA global generator is not saved either",
+        )
+    )
+
+    def stop_at_13(step: int) -> None:
+        if step == 13:
+            raise RuntimeError("stop")
+
+    with pytest.raises(RuntimeError, match="stop"):
+        run(TEACHER, stopped, preset="smoke", overrides=overrides, quiet=True, on_step=stop_at_13)
+    run(TEACHER, stopped, preset="smoke", overrides=overrides, quiet=True, resume=True)
+    _assert_same_run(full, stopped)
 
 
 def test_resume_refuses_another_configuration_and_a_new_run_refuses_an_existing_folder(uninterrupted):
