@@ -4,7 +4,7 @@ Mean-field here means *particles*: M particles ``θ_i`` (points, attention heads
 law ``ρ_M = 1/M Σ δ_{θ_i}`` and move by ``dθ = −∇(δL/δρ) dt + sqrt(2β) dW``.
 """
 
-from . import metrics, nn, optim, potentials, projections, schedules, studies
+from . import metrics, nn, optim, potentials, projections, schedules, studies, tokens
 from .brownian import BrownianIncrements
 from .optim import Langevin
 from .simulate import NonFiniteStateError, Trajectory, simulate
@@ -38,5 +38,6 @@ __all__ = [
     "schedules",
     "simulate",
     "studies",
+    "tokens",
     "sweep",
 ]

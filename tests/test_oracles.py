@@ -29,6 +29,7 @@ import meanfield.brownian
 import meanfield.metrics
 import meanfield.nn
 import meanfield.potentials
+import meanfield.tokens
 from meanfield import SDE, BrownianIncrements, MeanFieldLangevin, simulate
 from meanfield.potentials import (
     Alignment,
@@ -523,12 +524,26 @@ ORACLES: dict[str, list[str]] = {
     # the optimizer's noise (drift oracle: test_optim.py's independent implementation of the step)
     "Langevin": ["test_optim_noise.py::test_optimizer_noise_is_white_across_parameters_groups_and_steps"],
     "convergence_in_m": ["test_oracles.py::test_convergence_in_m_on_midpoint_clouds_is_exact"],
+    # tokens through depth: an explicit pair sum (numpy loops), the pairwise path for the Fourier one, the layer
+    "SelfAttentionDynamics": [
+        "test_tokens.py::test_velocity_equals_an_explicit_pair_sum",
+        "test_tokens.py::test_fourier_path_equals_pairwise_on_the_circle",
+    ],
+    "attention_system": ["test_tokens.py::test_bridge_layer_to_system_and_back"],
+    "attention_layer": ["test_tokens.py::test_bridge_layer_to_system_and_back"],
+    "depth_flow": ["test_tokens.py::test_depth_flow_is_the_euler_scheme_of_the_system"],
+    "growth_rate": ["test_tokens.py::test_growth_rate_formula"],
+    "fastest_mode": ["test_tokens.py::test_growth_rate_formula"],
+    "fourier_modes": ["test_tokens.py::test_cloud_measures"],
+    "mean_inner_product": ["test_tokens.py::test_cloud_measures"],
+    "count_clusters": ["test_tokens.py::test_cloud_measures"],
 }
 
 
 def _public():
     names = set(meanfield.potentials.__all__) | set(meanfield.brownian.__all__) | set(SOLVERS)
     names |= set(meanfield.metrics.__all__) | set(meanfield.nn.__all__) | {"Langevin", "convergence_in_m"}
+    names |= set(meanfield.tokens.__all__)
     return names
 
 
