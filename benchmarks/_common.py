@@ -27,3 +27,24 @@ def machine() -> str:
 def write_result(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` to ``path`` atomically (a temporary file, then a rename) and return the path."""
     return write_text_atomic(path, text)
+
+
+def device_description(device: torch.device | str) -> str:
+    """The device a benchmark ran on, e.g. ``NVIDIA H200, 139 GiB, 132 SMs, capability 9.0, CUDA 13.0``
+    (``"cpu"`` on the CPU: see :func:`machine`). Records the TF32 setting of float32 matmuls too."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return str(device)
+    p = torch.cuda.get_device_properties(device)
+    tf32 = "on" if torch.backends.cuda.matmul.allow_tf32 else "off"
+    return (
+        f"{p.name}, {p.total_memory / 2**30:.0f} GiB, {p.multi_processor_count} SMs, capability "
+        f"{p.major}.{p.minor}, torch {torch.__version__} (CUDA {torch.version.cuda}), TF32 matmuls {tf32}"
+    )
+
+
+def device_slug(device: torch.device | str) -> str:
+    """A file-name form of the device: ``"cpu"``, or the GPU's name, e.g. ``"nvidia-h200"``."""
+    device = torch.device(device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    return "-".join("".join(c if c.isalnum() else " " for c in name.lower()).split())

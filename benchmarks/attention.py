@@ -22,6 +22,10 @@ after warm-up; the table gives the median tokens/s over the repeats and the medi
 (paired, so that load from other processes on the machine cancels). Run::
 
     python benchmarks/attention.py            # prints the table, writes benchmarks/results/attention.md
+    python benchmarks/attention.py --device cuda --batch 32 --seq 256   # attention-<device>.md
+
+On a GPU the models and tokens live there (float32; TF32 as torch's default leaves it, stated in the header)
+and each timed step synchronises the device before and after.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from _common import machine, write_result  # noqa: E402
+from _common import device_description, device_slug, machine, write_result  # noqa: E402
 from torch import nn  # noqa: E402
 
 from meanfield.nn import ParticleAttention  # noqa: E402
@@ -138,18 +142,23 @@ def alternatives(M: int) -> dict[str, Stack]:
 
 
 def step(model: Stack, X: torch.Tensor) -> float:
-    """Seconds for one forward + backward."""
+    """Seconds for one forward + backward (the device synchronised before and after)."""
+    cuda = X.device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(X.device)
     start = time.perf_counter()
     model(X).pow(2).mean().backward()
+    if cuda:
+        torch.cuda.synchronize(X.device)
     elapsed = time.perf_counter() - start
     model.zero_grad(set_to_none=True)
     return elapsed
 
 
-def measure(M: int, batch: int, seq: int, repeats: int, warmup: int) -> dict:
+def measure(M: int, batch: int, seq: int, repeats: int, warmup: int, device: str = "cpu") -> dict:
     torch.manual_seed(0)
-    models = alternatives(M)
-    X = torch.randn(batch, seq, D_MODEL)
+    models = {name: model.to(device) for name, model in alternatives(M).items()}
+    X = torch.randn(batch, seq, D_MODEL).to(device)
     names = list(models)
     for _ in range(warmup):
         for name in names:
@@ -215,13 +224,21 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--M", type=int, nargs="+", default=[8, 16, 32])
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "attention.md")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="default results/attention.md (attention-<device>.md)"
+    )
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     args = parser.parse_args()
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: CUDA is not available here")
+    if args.out is None:
+        name = "attention.md" if args.device == "cpu" else f"attention-{device_slug(args.device)}.md"
+        args.out = Path(__file__).parent / "results" / name
     started = time.perf_counter()
     load_before = os.getloadavg()[0]
     rows = []
     for M in args.M:
-        rows.append(measure(M, args.batch, args.seq, args.repeats, args.warmup))
+        rows.append(measure(M, args.batch, args.seq, args.repeats, args.warmup, args.device))
         print(f"M={M} done ({time.perf_counter() - started:.0f} s)", flush=True)
     text = "\n".join(
         [
@@ -229,6 +246,7 @@ def main() -> None:
             "",
             f"- date: {datetime.date.today().isoformat()}",
             f"- machine: {machine()}",
+            f"- device: {device_description(args.device)}",
             f"- workload: {DEPTH}-layer stack of pre-LN residual attention blocks, d = {D_MODEL}, d_head = {D_HEAD}, "
             f"batch {args.batch} × sequence {args.seq} = {args.batch * args.seq} tokens per step, "
             "forward + backward of mean(Y²), float32",
@@ -241,7 +259,7 @@ def main() -> None:
             "with the output projection scaled by 1/M, i.e. the function ParticleAttention computes",
             "- 95% CI: percentile bootstrap (2000 resamples) of the median paired ratio",
             f"- command: `python benchmarks/attention.py --batch {args.batch} --seq {args.seq} "
-            f"--repeats {args.repeats}`",
+            f"--repeats {args.repeats}{'' if args.device == 'cpu' else f' --device {args.device}'}`",
             f"- total benchmark time: {time.perf_counter() - started:.0f} s; 1-minute load average "
             f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after (the machine is shared)",
             "",

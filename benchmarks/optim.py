@@ -16,6 +16,10 @@ rounds and, for the ratios, the median of the per-round ratios (paired in the sa
 Usage:
     python benchmarks/optim.py                 # prints the table, writes benchmarks/results/optim.md
     python benchmarks/optim.py --rounds 5 --params 2 --no-write   # a quick smoke run
+    python benchmarks/optim.py --device cuda   # on a GPU: writes benchmarks/results/optim-<device>.md
+
+On a GPU every draw is asynchronous anyway (no background thread); each timed call synchronises the device
+before and after, so the times are those of the kernels a step launches.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
-from _common import machine, write_result  # noqa: E402
+from _common import device_description, device_slug, machine, write_result  # noqa: E402
 from torch import nn  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -64,21 +68,22 @@ class Model(nn.Module):
         )
 
 
-def build(params_millions: float) -> tuple[Model, int]:
+def build(params_millions: float, device: torch.device | str = "cpu") -> tuple[Model, int]:
     n_blocks = max(1, round((params_millions * 1e6 - 8192 * 512) / (4 * 512 * 512 + 4 * 512)))
-    model = Model(n_blocks)
+    model = Model(n_blocks).to(device)
     g = torch.Generator().manual_seed(1)
     for p in model.parameters():
-        p.grad = torch.randn(p.shape, generator=g)  # fixed gradients: only the step is timed
+        p.grad = torch.randn(p.shape, generator=g).to(device)  # fixed gradients: only the step is timed
     return model, sum(p.numel() for p in model.parameters())
 
 
 def candidates(model: Model, n: int) -> dict[str, Callable[[], None]]:
     warnings.simplefilter("ignore", UserWarning)  # the scalar-noise row warns that it is not Gibbs
     params = list(model.parameters())
+    device = params[0].device
     adam = torch.optim.Adam(params, lr=LR, fused=True)
-    g = torch.Generator().manual_seed(2)
-    draw = torch.empty(n)  # (n,)
+    g = torch.Generator(device).manual_seed(2)
+    draw = torch.empty(n, device=device)  # (n,)
 
     def flat_draw() -> None:
         draw.normal_(generator=g)  # (n,)
@@ -88,7 +93,7 @@ def candidates(model: Model, n: int) -> dict[str, Callable[[], None]]:
         flat_draw()
 
     naive = torch.optim.Adam(params, lr=LR, fused=True)
-    g_naive = torch.Generator().manual_seed(3)
+    g_naive = torch.Generator(device).manual_seed(3)
 
     @torch.no_grad()
     def naive_noise() -> None:
@@ -97,7 +102,7 @@ def candidates(model: Model, n: int) -> dict[str, Callable[[], None]]:
             state = naive.state[p]
             bias2 = 1 - 0.999 ** float(state["step"])
             eta = LR / (state["exp_avg_sq"].sqrt() / math.sqrt(bias2) + 1e-8)  # (…)
-            p.add_(torch.randn(p.shape, generator=g_naive) * (2 * BETA * eta).sqrt())
+            p.add_(torch.randn(p.shape, generator=g_naive, device=device) * (2 * BETA * eta).sqrt())
 
     langevin = {
         "Langevin adam, β=0 (drift only)": Langevin(params, LR, 0.0, drift="adam", seed=0),
@@ -138,21 +143,30 @@ def candidates(model: Model, n: int) -> dict[str, Callable[[], None]]:
     return table
 
 
-def measure(table: dict[str, Callable[[], None]], rounds: int, warmup: int) -> dict[str, list[float]]:
+def measure(
+    table: dict[str, Callable[[], None]], rounds: int, warmup: int, device: torch.device | str = "cpu"
+) -> dict[str, list[float]]:
     names = list(table)
     times: dict[str, list[float]] = {name: [] for name in names}
     shuffle = torch.Generator().manual_seed(0)
+    cuda = torch.device(device).type == "cuda"
     for r in range(warmup + rounds):
         for name in [names[i] for i in torch.randperm(len(names), generator=shuffle)]:  # no fixed neighbours
+            if cuda:
+                torch.cuda.synchronize(device)
             t0 = time.perf_counter()
             table[name]()
+            if cuda:
+                torch.cuda.synchronize(device)
             elapsed = time.perf_counter() - t0
             if r >= warmup:
                 times[name].append(elapsed)
     return times
 
 
-def report(times: dict[str, list[float]], n: int, rounds: int, command: str) -> tuple[str, float]:
+def report(
+    times: dict[str, list[float]], n: int, rounds: int, command: str, device: torch.device | str = "cpu"
+) -> tuple[str, float]:
     adam = times["torch.optim.Adam(fused=True)"]
     reference = times["reference: fused Adam + flat draw"]
     rows = [
@@ -172,6 +186,7 @@ def report(times: dict[str, list[float]], n: int, rounds: int, command: str) -> 
         "",
         f"- command: `{command}`",
         f"- machine: {machine()}",
+        f"- device: {device_description(device)}",
         f"- date: {datetime.date.today().isoformat()}; load average before the run: {LOAD_BEFORE} "
         "(the machine is shared with other jobs: the times, and the ratios too, move with its load)",
         f"- {n / 1e6:.2f}M float32 parameters, fixed gradients, lr = {LR}, β = {BETA}; "
@@ -189,19 +204,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=25, help="timed rounds (default 25)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed rounds first (default 3)")
     parser.add_argument("--no-write", action="store_true", help=f"do not write {RESULTS.name}")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    parser.add_argument(
+        "--out", type=Path, default=None, help=f"results file (default {RESULTS.name}, or optim-<device>.md)"
+    )
     args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: CUDA is not available here")
+    results = args.out or RESULTS
+    if args.out is None and device.type == "cuda":
+        results = RESULTS.with_name(f"optim-{device_slug(device)}.md")
     torch.manual_seed(0)
-    model, n = build(args.params)
-    times = measure(candidates(model, n), args.rounds, args.warmup)
+    model, n = build(args.params, device)
+    times = measure(candidates(model, n), args.rounds, args.warmup, device)
     command = "OMP_WAIT_POLICY=PASSIVE python benchmarks/optim.py " + " ".join(
         sys.argv[1:] if argv is None else argv
     )
-    text, _ = report(times, n, args.rounds, command.strip())
+    text, _ = report(times, n, args.rounds, command.strip(), device)
     print(text)
     if not args.no_write:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        write_result(RESULTS, text)
-        print(f"written to {RESULTS}")
+        results.parent.mkdir(parents=True, exist_ok=True)
+        write_result(results, text)
+        print(f"written to {results}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,17 @@ repeats in one run, in a random order drawn afresh every repeat):
 
 Ratios: ``native`` over each alternative (higher is faster), and ``native step / noise`` (lower is better;
 1.0, the draw alone, is the floor when the update overlaps the draw). Run: ``python benchmarks/sde.py`` (``--smoke`` for a seconds-long check that it runs).
+
+**On a device** (``--device cuda``, or ``--device cpu`` for the same table on the CPU): the Euler–Maruyama
+step of ``simulate`` at M·d = 10⁶ … 10⁸ numbers (float32, B = 1, d = 10), as steps/s, numbers/s and as a
+fraction of the memory bandwidth, counting the least a step must move: read x and write x, 8 bytes a number.
+The bandwidth is measured in the same run (a device copy ``y.copy_(x)`` of the largest state, also 8 bytes a
+number) and, where known, the vendor's figure is given too. Columns: ``noise alone`` and ``draw + 1 pass``
+as above; ``noise share`` = (time of the draw alone) / (time of a simulate step); and, for a run that saves
+every 8 steps, the step rate with the finiteness check of before issue 18 (``isfinite(x).all()``, read at
+every stop: one host synchronisation per saved state) and with the present one (one ``aminmax`` pass,
+flags read together every ``check_every`` steps off the CPU), and their ratio (same run, interleaved). Written
+to ``benchmarks/results/sde-<device>.md``.
 """
 
 from __future__ import annotations
@@ -30,12 +41,13 @@ import argparse  # noqa: E402
 import datetime  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 import torchsde  # noqa: E402
-from _common import machine, write_result  # noqa: E402
+from _common import device_description, device_slug, machine, write_result  # noqa: E402
 from torchsde._brownian import BaseBrownian  # noqa: E402
 
 import meanfield as mf  # noqa: E402
@@ -154,12 +166,180 @@ def bench_case(M: int, d: int, mean_field: bool, steps: int, default_steps: int,
     return {name: statistics.median(r) for name, r in rates.items()}
 
 
+# ------------------------------------------------------------------------------------------------ on a device
+
+NOMINAL_BANDWIDTH = {"H200": 4.8e12, "H100 80GB HBM3": 3.35e12}
+"""Vendor datasheet memory bandwidths (bytes/s) by a fragment of the device name; measured in-run besides."""
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _rate(fn, steps: int, device: torch.device) -> float:
+    """Steps per second of ``fn`` (which runs ``steps`` steps), the device synchronised around it."""
+    _sync(device)
+    start = time.perf_counter()
+    fn()
+    _sync(device)
+    return steps / (time.perf_counter() - start)
+
+
+def _calibrate(fn_of_steps, device: torch.device, seconds: float) -> int:
+    """How many steps make one timing last about ``seconds`` (16 … 4000)."""
+    fn_of_steps(8)  # warm-up (allocations, kernels)
+    rate = _rate(lambda: fn_of_steps(16), 16, device)
+    return int(min(4000, max(16, rate * seconds)))
+
+
+def _old_check(x: torch.Tensor) -> torch.Tensor:
+    """The finiteness check of simulate before issue 18: a bool per entry, then a reduction."""
+    return torch.isfinite(x).all()
+
+
+def device_case(n: int, mean_field: bool, device: torch.device, repeats: int, seconds: float) -> dict:
+    """Rates (steps/s) of the EM step and its parts for a float32 state of ``n`` numbers (B = 1, d = 10)."""
+    d = 10
+    shape = (1, n // d, d)
+    x0 = torch.randn(shape, device=device, generator=torch.Generator(device).manual_seed(0))  # (1, M, d)
+    system = mf.MeanFieldLangevin(Quadratic(A), QuadraticInteraction(K) if mean_field else None, beta=BETA)
+    gen = torch.Generator(device).manual_seed(1)
+    buffer, state, copy = torch.empty_like(x0), x0.clone(), torch.empty_like(x0)  # (1, M, d)
+    module = sys.modules["meanfield.simulate"]  # (meanfield.simulate is also the function's name)
+
+    def native(steps):
+        mf.simulate(system, x0, t1=steps * DT, dt=DT, generator=gen)
+
+    def saving(steps, old=False):
+        saved = module._all_finite, module._EAGER_CHECKS
+        if old:  # the code before issue 18: isfinite().all(), read (synchronised) at every stop
+            module._all_finite, module._EAGER_CHECKS = _old_check, frozenset({"cpu", device.type})
+        try:
+            mf.simulate(system, x0, t1=steps * DT, dt=DT, generator=gen, save_every=8)
+        finally:
+            module._all_finite, module._EAGER_CHECKS = saved
+
+    def noise(steps):
+        for _ in range(steps):
+            buffer.normal_(0.0, 0.1, generator=gen)
+
+    def floor(steps):
+        for _ in range(steps):
+            torch.add(buffer.normal_(0.0, 0.1, generator=gen), state, alpha=0.99, out=state)
+
+    def copies(steps):
+        for _ in range(steps):
+            copy.copy_(state)
+
+    steps = _calibrate(native, device, seconds)
+    saving_steps = max(16, min(steps, 64))  # 9 saved states at most: memory stays small at 10⁸
+    cases = {
+        "native": (lambda: native(steps), steps),
+        "noise": (lambda: noise(steps), steps),
+        "floor": (lambda: floor(steps), steps),
+        "copy": (lambda: copies(steps), steps),
+        "save8 new": (lambda: saving(saving_steps), saving_steps),
+        "save8 old": (lambda: saving(saving_steps, old=True), saving_steps),
+    }
+    for fn, _ in cases.values():  # warm-up
+        fn()
+    rates = {name: [] for name in cases}
+    names = list(cases)
+    order = torch.Generator().manual_seed(n)
+    for _ in range(repeats):  # interleaved, in a fresh random order every repeat
+        for i in torch.randperm(len(names), generator=order).tolist():
+            fn, k = cases[names[i]]
+            rates[names[i]].append(_rate(fn, k, device))
+    out = {name: statistics.median(r) for name, r in rates.items()}
+    out["save ratio"] = statistics.median(
+        new / old for new, old in zip(rates["save8 new"], rates["save8 old"])
+    )
+    out["steps"] = steps
+    return out
+
+
+def device_main(args) -> str:
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: CUDA is not available here")
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    sizes = args.sizes or ([10**6, 10**7, 10**8] if device.type == "cuda" else [10**5, 10**6])
+    if args.smoke:
+        sizes = [10**4]
+    repeats = 1 if args.smoke else args.repeats
+    seconds = 0.02 if args.smoke else args.seconds
+    nominal = next((bw for key, bw in NOMINAL_BANDWIDTH.items() if key in name), None)
+    rows = {}
+    for n in sizes:
+        for mean_field in (False, True):
+            rows[n, mean_field] = device_case(n, mean_field, device, repeats, seconds)
+            print(f"M·d = {n:.0e} {'mean-field' if mean_field else 'OU'}: {rows[n, mean_field]}", flush=True)
+    largest = max(sizes)
+    measured = statistics.median([rows[largest, mf_]["copy"] for mf_ in (False, True)]) * largest * 8  # B/s
+    header = (
+        "| drift | M·d | steps/s | numbers/s | GB/s (8 B/number) | of measured copy BW | of nominal BW "
+        "| noise alone steps/s | draw + 1 pass steps/s | noise share | save/8 steps: before → now steps/s "
+        "| now/before |"
+    )
+    lines = [header, "|" + "---|" * 12]
+    for (n, mean_field), r in rows.items():
+        bw = r["native"] * n * 8  # bytes/s of the least traffic: read x, write x
+        lines.append(
+            f"| {'mean-field' if mean_field else 'OU'} | {n:.0e} | {r['native']:.0f} | {r['native'] * n:.3g} "
+            f"| {bw / 1e9:.0f} | {bw / measured:.0%} | {f'{bw / nominal:.0%}' if nominal else '—'} "
+            f"| {r['noise']:.0f} | {r['floor']:.0f} | {r['native'] / r['noise']:.2f} "
+            f"| {r['save8 old']:.0f} → {r['save8 new']:.0f} | {r['save ratio']:.2f}× |"
+        )
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    command = "python benchmarks/sde.py " + " ".join(args.argv)
+    text = "\n".join(
+        [
+            f"# Euler–Maruyama step on {name} ({device.type})",
+            "",
+            f"- command: `{command.strip()}` — {stamp}",
+            f"- device: {device_description(device)}",
+            f"- host: {machine()}",
+            "- float32, B = 1, d = 10; `simulate(system, x0, generator=…)` with the default check_every = 64; "
+            "medians of interleaved repeats (each timing synchronises the device before and after)",
+            f"- bandwidth: least traffic of a step = read x + write x = 8 bytes a number; measured copy bandwidth "
+            f"(y.copy_(x), 8 bytes a number, M·d = {largest:.0e}) {measured / 1e9:.0f} GB/s"
+            + (f"; nominal {nominal / 1e12:.1f} TB/s" if nominal else "; nominal: not known for this device"),
+            "- noise share: time of the draw alone / time of one simulate step (the draw writes 4 bytes a "
+            "number, the fused update reads x and the draw and writes x: 16 bytes a number in all, so a step "
+            "that runs at the bandwidth reaches at most half of it in this 8-byte count)",
+            "- save/8 steps: a run that saves every 8 steps, with the finiteness check before issue 18 "
+            "(isfinite(x).all(), synchronised at every stop) and now (one aminmax pass; off the CPU the flags "
+            "are read every check_every steps); ratio = median of the paired per-repeat ratios",
+            "",
+            *lines,
+            "",
+        ]
+    )
+    out = args.out or str(Path(__file__).with_name("results") / f"sde-{device_slug(device)}.md")
+    print(text)
+    print(f"written: {write_result(out, text)}")
+    return text
+
+
 def main(argv=None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat: checks that it runs")
     parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--out", default=str(Path(__file__).with_name("results") / "sde.md"))
+    parser.add_argument(
+        "--out", default=None, help="results file (default benchmarks/results/sde.md, or sde-<device>.md)"
+    )
+    parser.add_argument("--device", default=None, help="the EM-step table on this device (cuda, cpu) instead")
+    parser.add_argument("--sizes", type=float, nargs="+", default=None, help="M·d of the device table")
+    parser.add_argument("--seconds", type=float, default=0.2, help="length of one timing in the device table")
     args = parser.parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else list(argv)
+    if args.sizes:
+        args.sizes = [int(n) for n in args.sizes]
+    if args.device is not None:
+        return device_main(args)
+    if args.out is None:
+        args.out = str(Path(__file__).with_name("results") / "sde.md")
     Ms = (100,) if args.smoke else (1_000, 10_000, 100_000)
     ds = (1, 2) if args.smoke else (1, 10)
     repeats = 1 if args.smoke else args.repeats
