@@ -209,18 +209,22 @@ def test_bad_input():
 
 
 @pytest.mark.slow
-def test_heads_in_m_smoke(tmp_path):
-    """The coupled-view study's smoke preset runs end to end and writes its files; W2 falls with M."""
+@pytest.mark.parametrize("script", ["heads_in_m", "panels"])
+def test_token_dynamics_experiments_smoke(script, tmp_path):
+    """The experiments' smoke presets run end to end and write their files; heads_in_m's W2 falls with M."""
     import importlib.util
     import json
     from pathlib import Path
 
-    path = Path(__file__).parents[1] / "experiments" / "token_dynamics" / "heads_in_m.py"
-    spec = importlib.util.spec_from_file_location("heads_in_m", path)
+    path = Path(__file__).parents[1] / "experiments" / "token_dynamics" / f"{script}.py"
+    spec = importlib.util.spec_from_file_location(script, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.main(["--preset", "smoke", "--out", str(tmp_path)])
     summary = json.loads((tmp_path / "summary.json").read_text())
-    means = [row["mean"] for row in summary["rows"]]
-    assert means[0] > means[-1] > 0 and summary["slope"] < 0
-    assert (tmp_path / "tables.md").read_text().startswith("Heads of width")
+    if script == "heads_in_m":
+        means = [row["mean"] for row in summary["rows"]]
+        assert means[0] > means[-1] > 0 and summary["slope"] < 0
+        assert (tmp_path / "tables.md").read_text().startswith("Heads of width")
+    else:
+        assert summary["sphere"][0]["final_inner"] > 0.99  # β = 1 on S²: one cluster by t = 5
