@@ -78,21 +78,28 @@ def _noise_source(
     n_steps: int,
     noise: str,
     generator: torch.Generator | int | None,
-    brownian: BrownianIncrements | None,
+    brownian: NoiseSource | None,
 ) -> tuple[NoiseSource, int | None]:
     shape = system.noise_shape(x0.shape)
     if brownian is not None:
         if generator is not None:
             raise ValueError("give either brownian (pre-drawn increments) or generator, not both")
-        if not isinstance(brownian, BrownianIncrements):
+        if not isinstance(brownian, NoiseSource):
             raise TypeError(
-                f"brownian must be a meanfield.brownian.BrownianIncrements, got {type(brownian).__name__}"
+                "brownian must be a meanfield.brownian.BrownianIncrements (or another NoiseSource), "
+                f"got {type(brownian).__name__}"
             )
         if brownian.shape != shape:
             raise ValueError(
                 f"brownian increments have shape {brownian.shape} per step, the system needs {shape}"
             )
-        if len(brownian) != n_steps or not math.isclose(brownian.dt, dt, rel_tol=1e-9):
+        if not math.isclose(brownian.dt, dt, rel_tol=1e-9):
+            raise ValueError(
+                f"brownian (the noise source) has steps of dt={brownian.dt}; this run needs dt={dt}"
+            )
+        if not isinstance(brownian, BrownianIncrements):  # a source that draws as it goes (e.g. BlockNoise)
+            return brownian, None
+        if len(brownian) != n_steps:
             raise ValueError(
                 f"brownian holds {len(brownian)} steps of dt={brownian.dt}; this run needs "
                 f"{n_steps} steps of dt={dt}"
@@ -161,7 +168,7 @@ def simulate(
     save_every: int | None = None,
     generator: torch.Generator | int | None = None,
     noise: str = "gaussian",
-    brownian: BrownianIncrements | None = None,
+    brownian: NoiseSource | None = None,
     check_every: int = 64,
     progress: bool = False,
 ) -> Trajectory:
@@ -179,7 +186,9 @@ def simulate(
         generator: the ``torch.Generator`` the noise is drawn from, an int seed, or ``None`` for a fresh
             random seed (recorded in ``Trajectory.seed``).
         noise: ``"gaussian"`` or ``"rademacher"`` (±1 increments: weak order 1, Euler–Maruyama only).
-        brownian: pre-drawn increments instead of a generator (e.g. a coarsened path for order tests).
+        brownian: pre-drawn increments instead of a generator (e.g. a coarsened path for order tests), or
+            another :class:`~meanfield.brownian.NoiseSource` of the system's noise shape (e.g.
+            :class:`~meanfield.distributed.BlockNoise`, one generator per block of particles).
         check_every: check the state for NaN/Inf at least this often (and at every saved state).
         progress: show a progress bar over the steps.
 
