@@ -270,6 +270,7 @@ def device_main(args) -> str:
     repeats = 1 if args.smoke else args.repeats
     seconds = 0.02 if args.smoke else args.seconds
     nominal = next((bw for key, bw in NOMINAL_BANDWIDTH.items() if key in name), None)
+    load_before = os.getloadavg()[0]
     rows = {}
     for n in sizes:
         for mean_field in (False, True):
@@ -287,7 +288,7 @@ def device_main(args) -> str:
         bw = r["native"] * n * 8  # bytes/s of the least traffic: read x, write x
         lines.append(
             f"| {'mean-field' if mean_field else 'OU'} | {n:.0e} | {r['native']:.0f} | {r['native'] * n:.3g} "
-            f"| {bw / 1e9:.0f} | {bw / measured:.0%} | {f'{bw / nominal:.0%}' if nominal else '—'} "
+            f"| {bw / 1e9:.3g} | {bw / measured:.0%} | {f'{bw / nominal:.0%}' if nominal else '—'} "
             f"| {r['noise']:.0f} | {r['floor']:.0f} | {r['native'] / r['noise']:.2f} "
             f"| {r['save8 old']:.0f} → {r['save8 new']:.0f} | {r['save ratio']:.2f}× |"
         )
@@ -299,7 +300,8 @@ def device_main(args) -> str:
             "",
             f"- command: `{command.strip()}` — {stamp}",
             f"- device: {device_description(device)}",
-            f"- host: {machine()}",
+            f"- host: {machine()}; 1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after "
+            "(a shared machine moves the times; the paired ratios less)",
             "- float32, B = 1, d = 10; `simulate(system, x0, generator=…)` with the default check_every = 64; "
             "medians of interleaved repeats (each timing synchronises the device before and after)",
             f"- bandwidth: least traffic of a step = read x + write x = 8 bytes a number; measured copy bandwidth "
