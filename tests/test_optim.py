@@ -517,6 +517,36 @@ def test_state_dict_resume_is_exact(drift, device):
     assert resumed.last_stats == opt.last_stats
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available here")
+@pytest.mark.parametrize("drift", DRIFTS)
+def test_parameters_on_two_devices_draw_from_one_generator_each(drift):
+    """``seed=`` gives each device its own generator seeded alike: with one parameter on the CPU and one on
+    CUDA, each follows exactly the run of an optimizer holding it alone (the other device's draws consume
+    nothing of its stream); both generators are saved and a resume continues both bit for bit."""
+
+    def trajectory(ps, steps=4, opt=None):
+        opt = opt or Langevin(ps, lr=0.01, beta=0.2, drift=drift, seed=5)
+        _run(opt, ps, steps)
+        return opt
+
+    cpu, gpu = _param((6, 2), 0), _param((5,), 1, device="cuda")
+    both = trajectory([cpu, gpu])
+    alone_cpu, alone_gpu = _param((6, 2), 0), _param((5,), 1, device="cuda")
+    trajectory([alone_cpu])
+    trajectory([alone_gpu])
+    assert torch.equal(cpu.detach(), alone_cpu.detach()) and torch.equal(gpu.detach(), alone_gpu.detach())
+    state = copy.deepcopy(both.state_dict())
+    assert sorted(state["generators"]) == ["cpu", "cuda:0"]
+    qs = [nn.Parameter(cpu.detach().clone()), nn.Parameter(gpu.detach().clone())]
+    resumed = Langevin(qs, lr=0.01, beta=0.2, drift=drift, seed=99)
+    resumed.load_state_dict(state)
+    trajectory([cpu, gpu], opt=both)
+    trajectory(qs, opt=resumed)
+    assert all(torch.equal(p.detach(), q.detach()) for p, q in zip([cpu, gpu], qs))
+    assert not torch.equal(cpu.detach(), alone_cpu.detach())  # negative control: the run moved on
+
+
 def test_parameters_without_gradient_are_left_alone():
     p, q, r = _param((4, 3), 0), _param((5,), 1), _param((2, 2), 2)
     opt = Langevin([p, q, r], lr=0.1, beta=1.0, drift="adam", seed=0)
