@@ -17,6 +17,10 @@ class Stepper(ABC):
 
     A stepper may carry solver state between calls (e.g. the reversible Heun auxiliary state), so one
     simulation uses one stepper and calls ``run`` on consecutive segments.
+
+    On an accelerator a step must not wait for the device: no ``.item()``, ``float(tensor)`` or
+    ``bool(tensor)`` on the state inside ``run`` (``simulate`` checks the state's finiteness itself, every
+    ``check_every`` steps), and the noise comes from the source's reused buffer.
     """
 
     @abstractmethod
