@@ -82,6 +82,8 @@ def _sweep(args: argparse.Namespace) -> int:
             baseline=args.baseline,
             metrics=args.metric or None,
             quiet=args.quiet,
+            backend=args.backend,
+            address=args.address,
         )
     except RunInterrupted as error:
         print(f"meanfield sweep: {error}; run the same command again to resume", file=sys.stderr)
@@ -184,6 +186,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seeds", default="0", help="comma-separated seeds (default: 0)")
     p.add_argument("--jobs", type=int, default=1, help="points run at once, in separate processes")
+    p.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help="where the points run: local processes (--jobs) or Ray tasks (pip install 'meanfield-sde[ray]')",
+    )
+    p.add_argument("--address", default=None, help="the Ray cluster's address (default: start a local one)")
     p.add_argument("--out", default=None, help="the sweep folder (default: runs/sweep-<config>[-<preset>])")
     p.add_argument(
         "--baseline", default=None, metavar="KEY=V", help="the grid point compared with, seed by seed"

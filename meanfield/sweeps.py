@@ -13,6 +13,11 @@ sweep that was interrupted skips the finished ones and resumes the others from t
                                         paired t-test's p-value
 
 ``--jobs N`` runs N points at a time in separate processes, each with ``cpu_count/N`` torch threads.
+``--backend ray [--address HOST:PORT]`` runs the points as Ray tasks instead (``pip install
+'meanfield-sde[ray]'``): on a running cluster, or on a local one started for the sweep. Each task writes its own
+run folder exactly as a local point does; a task whose worker dies is retried by Ray (up to ``RAY_RETRIES``
+times) and resumes from the point's latest checkpoint, and a sweep whose driver died is resumed by running the
+same command again (finished points are skipped).
 
 Arms that differ in several keys at once are presets of the file, swept by the grid key ``preset``:
 ``--preset quick --grid preset=literal,meanfield,adam --baseline preset=adam`` runs ``quick+literal``, … for
@@ -186,6 +191,43 @@ def _run_point(
         return {"status": "failed", "error": f"{type(error).__name__}: {error}", "final": {}}
 
 
+BACKENDS = ("local", "ray")
+RAY_RETRIES = 3  # Ray retries a point whose worker process died (the point resumes from its checkpoint)
+
+
+def _run_on_ray(todo: Sequence[int], args, address: str | None, bar) -> dict[int, dict[str, Any]]:
+    """Run the points ``todo`` as Ray tasks (one CPU each); their summaries by index, as they finish."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(
+            "backend 'ray' needs Ray: pip install 'meanfield-sde[ray]' (or use --backend local)"
+        ) from None
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        task = ray.remote(num_cpus=1, max_retries=RAY_RETRIES)(_run_point)
+        refs = {task.remote(*args(i)): i for i in todo}
+        summaries, pending = {}, list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                try:
+                    summaries[refs[ref]] = ray.get(ref)
+                except Exception as error:  # noqa: BLE001 — retries exhausted: recorded, the sweep goes on
+                    summaries[refs[ref]] = {
+                        "status": "failed",
+                        "error": f"{type(error).__name__}: {error}",
+                        "final": {},
+                    }
+                bar.update(1)
+        return summaries
+    finally:
+        if started:
+            ray.shutdown()
+
+
 def _finished(folder: Path) -> dict[str, Any] | None:
     path = folder / "summary.json"
     if not path.exists():
@@ -332,6 +374,8 @@ def sweep_runs(
     baseline: str | None = None,
     metrics: Sequence[str] | None = None,
     quiet: bool = False,
+    backend: str = "local",
+    address: str | None = None,
 ) -> SweepTable:
     """Run every point of ``grid × seeds`` into ``out/<point_name>`` and write the tables (module docstring).
 
@@ -345,10 +389,13 @@ def sweep_runs(
         out: the sweep folder.
         preset: the preset applied to every point.
         overrides: ``key=value`` applied to every point before the point's own values.
-        jobs: points run at once (separate processes).
+        jobs: points run at once (separate processes; local backend).
         baseline: ``"key=value[,key=value]"``, the point the others are compared with, seed by seed.
         metrics: the final metrics to summarise (default: every numeric final metric of the finished runs).
         quiet: no progress bar and no table printed.
+        backend: ``"local"`` (this machine, ``jobs`` processes) or ``"ray"`` (Ray tasks; module docstring).
+        address: the Ray cluster's address (``None``: a cluster already initialised in this process, else a
+            local one started for the sweep, or ``RAY_ADDRESS``).
 
     Returns:
         :class:`SweepTable`.
@@ -360,6 +407,8 @@ def sweep_runs(
     seeds = list(seeds)
     if jobs < 1:
         raise ConfigError(f"jobs must be ≥ 1, got {jobs}")
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
     base = _parse_baseline(baseline, grid)
     points = expand(grid, seeds)
     for point in points:  # every point's configuration is valid before the first runs
@@ -386,18 +435,23 @@ def sweep_runs(
     bar = tqdm(total=len(points), initial=len(points) - len(todo), disable=quiet, unit="run", desc=out.name)
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
 
+    if backend == "ray":
+        threads = 1  # one CPU per task: Ray schedules the cluster's cores
+
     def args(i: int) -> tuple:
         point = points[i]
         return (
-            str(config),
-            str(out / point_name(point)),
+            str(Path(config).resolve()),
+            str((out / point_name(point)).resolve()),
             point_preset(point, preset),
             [*overrides, *point_overrides(point)],
             threads,
         )
 
     try:
-        if jobs == 1:
+        if backend == "ray":
+            summaries.update(_run_on_ray(todo, args, address, bar))
+        elif jobs == 1:
             for i in todo:
                 summaries[i] = _run_point(*args(i))
                 bar.update(1)
