@@ -195,7 +195,9 @@ class GaussianNoise(_SequentialNoise):
 class RademacherNoise(_SequentialNoise):
     """``ξ_n`` with independent entries ``±1`` (probability ½ each): weak order 1 only.
 
-    Uses one random bit per entry (random bytes unpacked 8 to a byte), not a Gaussian draw.
+    Uses one random bit per entry, not a Gaussian draw: ``⌈n/8⌉`` random bytes, each looked up in a
+    ``256 × 8`` table of signs times the scale, ``table[b, j] = scale·(2·bit_j(b) − 1)``, so that the draw
+    is one write of the output (entry ``k`` is bit ``k mod 8`` of byte ``⌊k/8⌋``).
     """
 
     gaussian = False
@@ -205,12 +207,22 @@ class RademacherNoise(_SequentialNoise):
         n = self._buffer.numel()
         self._bytes = torch.empty((n + 7) // 8, dtype=torch.uint8, device=device)
         self._mask = 1 << torch.arange(8, dtype=torch.uint8, device=device)
+        bits = (torch.arange(256, device=device)[:, None] >> torch.arange(8, device=device)) & 1  # (256, 8)
+        self._signs = (2 * bits - 1).to(dtype)  # (256, 8) ±1
+        self._table, self._table_scale = self._signs, 1.0  # (256, 8) ±scale
 
     def _draw(self, out: torch.Tensor, scale: float) -> None:
         self._bytes.random_(0, 256, generator=self.generator)
-        bits = self._bytes.unsqueeze(-1).bitwise_and(self._mask).view(-1)[: out.numel()]  # (n,) 0 or 2^j
-        two_scale = torch.tensor(2.0 * scale, dtype=out.dtype, device=out.device)  # keeps float64 exact
-        torch.mul(bits.view(out.shape).bool(), two_scale, out=out).sub_(scale)  # 2s·bit − s = ±s
+        if scale != self._table_scale:
+            self._table, self._table_scale = self._signs * scale, scale  # (256, 8) ±scale, exact
+        index = self._bytes.long()  # (⌈n/8⌉,)
+        flat = out.view(-1) if out.is_contiguous() else torch.empty(out.numel(), dtype=out.dtype, device=out.device)
+        full = flat.numel() // 8
+        torch.index_select(self._table, 0, index[:full], out=flat[: 8 * full].view(full, 8))  # (n/8, 8)
+        if flat.numel() > 8 * full:  # the last byte's first bits
+            flat[8 * full :] = self._table[index[full], : flat.numel() - 8 * full]
+        if flat.data_ptr() != out.data_ptr():
+            out.copy_(flat.view(out.shape))
 
 
 class BrownianIncrements(NoiseSource):

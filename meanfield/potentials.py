@@ -20,6 +20,7 @@ from collections.abc import Callable
 import torch
 
 from ._checks import check_finite, check_int, check_nonnegative
+from .pairwise import radial_sum, resolve_backend
 
 __all__ = [
     "Confinement",
@@ -145,14 +146,21 @@ class Alignment(Interaction):
 class RadialInteraction(Interaction):
     """A radial pair potential ``W(z) = ψ(|z|²)``, so ``∇W(z) = 2ψ'(|z|²)·z``.
 
-    Computed in chunks of rows: ``1/M Σ_j 2ψ'(r²_ij)(x_i − x_j) = 1/M [x_i Σ_j g_ij − Σ_j g_ij x_j]`` with
-    ``g_ij = 2ψ'(r²_ij)``, so memory is ``B × chunk × M`` (never an ``M × M × d`` tensor) and the work is
-    one matrix product per chunk. Writing ``ψ`` in ``|z|²`` keeps the gradient smooth at ``z = 0``.
+    ``1/M Σ_j 2ψ'(r²_ij)(x_i − x_j) = 1/M [x_i Σ_j g_ij − Σ_j g_ij x_j]`` with ``g_ij = 2ψ'(r²_ij)``: one
+    pairwise reduction ``Σ_j g_ij (1, x_j)`` (:func:`meanfield.pairwise.radial_sum`), never an
+    ``M × M × d`` tensor. The ``"torch"`` backend works in blocks of ``B × rows × M ≤ max_elements``
+    numbers, one matrix product each; ``"keops"`` (when ``pykeops`` is installed) keeps memory ``O(BMd)``
+    and is what ``"auto"`` picks on a GPU and in low dimension (:func:`meanfield.pairwise.resolve_backend`).
+    KeOps needs ``ψ`` and ``ψ'`` written with operators and tensor methods (``(-r2).exp()``, ``1 / (1 + r2)``),
+    which apply to its symbolic tensors too; where they do not (``torch.exp(r2)``) the torch backend is used.
+    :attr:`backend_used` says which backend the last call used. Writing ``ψ`` in ``|z|²`` keeps the gradient
+    smooth at ``z = 0``.
 
     Args:
         psi: ``ψ``, applied elementwise to a tensor of squared distances.
         dpsi: ``ψ'``, applied elementwise likewise.
-        max_elements: the largest ``B × chunk × M`` block built at once.
+        max_elements: the largest ``B × rows × M`` block the torch backend builds at once.
+        backend: ``"auto"``, ``"torch"`` or ``"keops"``.
     """
 
     def __init__(
@@ -160,34 +168,51 @@ class RadialInteraction(Interaction):
         psi: Callable[[torch.Tensor], torch.Tensor],
         dpsi: Callable[[torch.Tensor], torch.Tensor],
         max_elements: int = 1 << 22,
+        backend: str = "auto",
     ) -> None:
         if not callable(psi) or not callable(dpsi):
             raise TypeError("psi and dpsi must be callables of a tensor of squared distances")
         self.psi, self.dpsi = psi, dpsi
         self.max_elements = check_int("max_elements", max_elements)
+        resolve_backend(backend, 1)  # refuses an unknown name, or "keops" without pykeops, now
+        self.backend = backend
+        self.backend_used: str | None = None
+        self._keops_fails = False  # ψ or ψ' could not be applied to a KeOps LazyTensor
 
-    def _chunks(self, x: torch.Tensor):
-        B, M, _ = x.shape
-        size = max(1, self.max_elements // max(1, B * M))
-        sq_norm = x.square().sum(-1)  # (B, M)
-        for start in range(0, M, size):
-            xi = x[:, start : start + size]  # (B, c, d)
-            r2 = sq_norm[:, start : start + size, None] + sq_norm[:, None, :] - 2.0 * xi @ x.transpose(1, 2)
-            yield start, xi, r2.clamp_(min=0.0)  # (B, c, M)
+    def _kernels(self) -> tuple[Callable, Callable, float, float, float]:
+        """``(φ_energy, φ_grad, s, c_energy, c_grad)`` with ``ψ(r²) = c_energy·φ_energy(s r²)`` and
+        ``2ψ'(r²) = c_grad·φ_grad(s r²)`` (constants outside the reduction: one KeOps formula for all)."""
+        return self.psi, (lambda r2: 2.0 * self.dpsi(r2)), 1.0, 1.0, 1.0
+
+    def _pair_sums(self, x: torch.Tensor, phi: Callable, values: torch.Tensor, scale: float) -> torch.Tensor:
+        """``Σ_j φ(s·|x_i − x_j|²) v_j``, shape ``(B, M, k)``, on the chosen backend."""
+        backend = resolve_backend(self.backend, x.shape[-1], x.device)
+        if backend == "keops" and self._keops_fails and self.backend == "auto":
+            backend = "torch"
+        if backend == "keops":
+            try:
+                out, self.backend_used = radial_sum(x, x, phi, values, scale=scale, backend="keops")
+                return out
+            except TypeError:  # ψ' uses a torch function that a LazyTensor does not support
+                if self.backend == "keops":
+                    raise
+                self._keops_fails = True
+        out, self.backend_used = radial_sum(
+            x, x, phi, values, scale=scale, backend="torch", max_elements=self.max_elements
+        )
+        return out
 
     def energy(self, x: torch.Tensor) -> torch.Tensor:
-        out = torch.empty(x.shape[:2], dtype=x.dtype, device=x.device)  # (B, M)
-        for start, xi, r2 in self._chunks(x):
-            out[:, start : start + xi.shape[1]] = self.psi(r2).mean(-1)  # (B, c)
-        return out
+        phi, _, scale, c, _ = self._kernels()
+        ones = torch.ones_like(x[..., :1])  # (B, M, 1)
+        return self._pair_sums(x, phi, ones, scale)[..., 0] * (c / x.shape[1])  # (B, M)
 
     def mean_field_grad(self, x: torch.Tensor) -> torch.Tensor:
-        M = x.shape[1]
-        out = torch.empty_like(x)  # (B, M, d)
-        for start, xi, r2 in self._chunks(x):
-            g = 2.0 * self.dpsi(r2)  # (B, c, M)
-            out[:, start : start + xi.shape[1]] = (xi * g.sum(-1, keepdim=True) - g @ x) / M  # (B, c, d)
-        return out
+        _, phi, scale, _, c = self._kernels()
+        x = x - x.mean(1, keepdim=True)  # (B, M, d) centred: x_i Σ g − Σ g x_j loses less to round-off
+        values = torch.cat((torch.ones_like(x[..., :1]), x), -1)  # (B, M, 1 + d)
+        sums = self._pair_sums(x, phi, values, scale)  # (B, M, 1 + d): Σ_j g_ij, Σ_j g_ij x_j
+        return (x * sums[..., :1] - sums[..., 1:]) * (c / x.shape[1])  # (B, M, d)
 
     def __repr__(self) -> str:
         return f"RadialInteraction(psi={self.psi!r}, dpsi={self.dpsi!r})"
@@ -196,22 +221,38 @@ class RadialInteraction(Interaction):
 class GaussianInteraction(RadialInteraction):
     """``W(z) = c · exp(−|z|²/(2ℓ²))``: ``c > 0`` repels nearby particles, ``c < 0`` attracts them.
 
+    With ``s = 1/(2ℓ²)``: ``ψ(r²) = c·e^{−s r²}`` and ``2ψ'(r²) = −2sc·e^{−s r²}``; the reduction is
+    ``Σ_j e^{−|√s x_i − √s x_j|²}(1, x_j)`` whatever ``c`` and ``ℓ`` (one compiled KeOps formula).
+
     Args:
         c: strength.
         length: the width ``ℓ > 0``.
+        max_elements: the largest block of the torch backend.
+        backend: ``"auto"``, ``"torch"`` or ``"keops"``.
     """
 
-    def __init__(self, c: float = 1.0, length: float = 1.0, max_elements: int = 1 << 22) -> None:
+    def __init__(
+        self, c: float = 1.0, length: float = 1.0, max_elements: int = 1 << 22, backend: str = "auto"
+    ) -> None:
         c, length = check_finite("c", c), check_finite("length", length)
         s = 1.0 / (2.0 * length**2) if length > 0 else math.inf
         if not math.isfinite(s):
             raise ValueError(
                 f"GaussianInteraction needs length > 0 with 1/(2·length²) finite, got length={length}"
             )
-        self.c, self.length = c, length
+        self.c, self.length, self._s = c, length, s
         super().__init__(
-            lambda r2: c * torch.exp(-s * r2), lambda r2: -s * c * torch.exp(-s * r2), max_elements
+            lambda r2: c * torch.exp(-s * r2), lambda r2: -s * c * torch.exp(-s * r2), max_elements, backend
         )
+
+    def _kernels(self):
+        s = self._s
+        return _gaussian_kernel, _gaussian_kernel, s, self.c, -2.0 * s * self.c
 
     def __repr__(self) -> str:
         return f"GaussianInteraction(c={self.c}, length={self.length})"
+
+
+def _gaussian_kernel(u):
+    """``e^{−u}`` for a tensor or a KeOps LazyTensor."""
+    return (-u).exp()

@@ -211,3 +211,21 @@ def test_the_noise_that_reaches_the_state_is_white(monkeypatch, kind, prefetch):
         xi = xi.sign()
     check = whiteness(pairs_of_steps(xi))
     assert check.passed, check.failures
+
+
+@pytest.mark.parametrize("shape", [(2, 8, 3), (1, 5, 3)])
+def test_rademacher_entries_are_the_bits_of_the_drawn_bytes(shape):
+    """Oracle: entry ``k`` of a draw is ``scale·(2·bit_{k mod 8}(byte_{⌊k/8⌋}) − 1)`` of the bytes the same
+    generator gives (one bit per entry, read by shifts here, by a lookup table in the library), for two
+    steps and two scales; negative control: the bits of the next bytes differ."""
+    n = math.prod(shape)
+    source = RademacherNoise(shape, DT, torch.Generator().manual_seed(3), torch.float64, "cpu")
+    stream = torch.Generator().manual_seed(3)
+    for step, scale in enumerate((1.0, 0.37)):
+        raw = torch.empty((n + 7) // 8, dtype=torch.uint8).random_(0, 256, generator=stream)  # (⌈n/8⌉,)
+        k = torch.arange(n)
+        bits = (raw[k // 8].long() >> (k % 8)) & 1  # (n,)
+        expected = (scale * (2.0 * bits.double() - 1.0)).reshape(shape)
+        got = source.increment(step, scale)
+        assert torch.equal(got, expected)
+    assert not torch.equal(source.increment(1, 0.37), (1.0 - 2.0 * bits.double()).reshape(shape) * 0.37)
