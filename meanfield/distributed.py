@@ -27,6 +27,7 @@ all-reduce moves about twice its size), ``8·B·m·d·(world − 1)`` for a pair
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -223,7 +224,7 @@ def simulate_sharded(
     seed: int,
     block: int = 1024,
     group: dist.ProcessGroup | None = None,
-    **kwargs,
+    **kwargs: Any,
 ) -> Trajectory:
     """:func:`~meanfield.simulate` of ``system`` with its M particles sharded over ``group``.
 

@@ -18,6 +18,14 @@ its noise generators), the batch iterator (with its generator), the global torch
 the logging window, all as tensors and plain data (it loads with ``torch.load(..., weights_only=True)``), so
 that ``--resume`` reaches bit for bit the parameters and metrics of the uninterrupted run on the CPU.
 
+Data parallel: under ``torchrun --nproc_per_node=N -m meanfield run …`` (``WORLD_SIZE`` > 1) every rank builds
+the same model, optimizer and batch iterator from the same seed, draws the same global batch and computes the
+loss on its ``1/N`` share of the rows; the gradients are averaged by one all-reduce (gloo on the CPU, NCCL on
+CUDA), so every rank takes the step of the whole batch — the single-process step, to round-off — and the
+Langevin noise, drawn from the same generator on every rank, is identical: the replicas stay equal. Rank 0
+writes the folder; the others write nothing. ``train.batch_size`` must be a multiple of N, and the task's loss
+a mean over the batch's rows (every built-in task's is).
+
 Interruptions: Ctrl-C (SIGINT) finishes the current step, writes a checkpoint and raises
 :class:`RunInterrupted` (a second Ctrl-C stops at once); a non-finite loss or gradient raises
 :class:`NonFiniteLossError` naming the step, keeping the last checkpoint, whose parameters are finite.
@@ -500,6 +508,49 @@ class _StopFlag:
             signal.signal(signal.SIGINT, self._previous)
 
 
+def _process_group(device: torch.device) -> tuple[int, int]:
+    """``(rank, world)``: under torchrun (``WORLD_SIZE`` > 1) the default process group, initialised here if it
+    is not yet (NCCL for CUDA, gloo otherwise); ``(0, 1)`` in a single process."""
+    import torch.distributed as dist
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 and not (dist.is_available() and dist.is_initialized()):
+        return 0, 1
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _batch_share(batch: Any, rank: int, world: int, size: int) -> Any:
+    """Rank ``rank``'s rows ``[rank·size/world, (rank+1)·size/world)`` of every tensor of ``batch`` whose first
+    axis is the batch (``size`` rows); other leaves are kept as they are."""
+    if torch.is_tensor(batch):
+        if batch.dim() and batch.shape[0] == size:
+            share = size // world
+            return batch[rank * share : (rank + 1) * share]
+        return batch
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_batch_share(b, rank, world, size) for b in batch)
+    if isinstance(batch, Mapping):
+        return {k: _batch_share(v, rank, world, size) for k, v in batch.items()}
+    return batch
+
+
+def _average_gradients(model: torch.nn.Module, world: int) -> None:
+    """Average every parameter's gradient over the ranks: one all-reduce of one flat buffer."""
+    import torch.distributed as dist
+
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])  # (P,)
+    dist.all_reduce(flat)
+    flat /= world
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
 def _device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -707,6 +758,13 @@ class _Run:
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
         self.device = _device(self.cfg.device)
+        self.rank, self.world = _process_group(self.device)
+        self.lead = self.rank == 0  # the rank that writes the folder
+        if self.cfg.train.batch_size % self.world:
+            raise ConfigError(
+                f"train.batch_size = {self.cfg.train.batch_size} must be a multiple of the number of processes "
+                f"({self.world}): each takes an equal share of the rows"
+            )
         dtype = {"float32": torch.float32, "float64": torch.float64}[self.cfg.dtype]
         task = get_task(self.cfg.task)
         try:
@@ -733,14 +791,22 @@ class _Run:
         self.window = {"loss_sum": 0.0, "n": 0, "time": 0.0}
         self.best: dict[str, dict[str, float]] = {}
         _check_checkpointable(self._state())
-        self.folder.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(self.folder / "config.toml", self.config_text)  # once everything could be built
+        self._barrier()  # every rank has checked the folder before the first rank writes to it
+        if self.lead:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(self.folder / "config.toml", self.config_text)  # once everything could be built
         if resume:
             self._restore()
         else:
             torch.manual_seed(derive_seed(self.cfg.seed, "torch"))  # the global generator (dropout, …)
 
     # -- folder -----------------------------------------------------------------------------------------------
+
+    def _barrier(self) -> None:
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
 
     def _check_folder(self, resume: bool) -> None:
         config_path = self.folder / "config.toml"
@@ -758,9 +824,12 @@ class _Run:
                 )
 
     def _state(self) -> dict[str, Any]:
-        return _checkpoint_state(
+        state = _checkpoint_state(
             self.experiment, self.optimizer, self.step, self.window, self.elapsed, self._wall()
         )
+        if self.device.type == "cuda":  # the device's global generator (dropout, … on the GPU)
+            state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
+        return state
 
     def _wall(self) -> float:
         """Seconds of wall clock spent on this run so far: steps, logging, evaluation and checkpoints, summed
@@ -770,21 +839,30 @@ class _Run:
     def _restore(self) -> None:
         step = self.checkpoints.latest()
         if step is None:
-            self.log.truncate(0)
+            if self.lead:
+                self.log.truncate(0)
             torch.manual_seed(derive_seed(self.cfg.seed, "torch"))
             return
-        state = self.checkpoints.load(step, map_location=self.device)
+        # generator states must stay CPU ByteTensors; parameters and moments are copied onto the device by the
+        # modules' and the optimizer's load_state_dict
+        state = self.checkpoints.load(step, map_location="cpu")
         self.experiment.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.experiment.batches.load_state_dict(state["batches"])
         torch.set_rng_state(state["torch_rng"])
+        if "cuda_rng" in state and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["cuda_rng"], self.device)
         self.step, self.window, self.elapsed = state["step"], dict(state["window"]), state["elapsed"]
         self._wall_origin = time.perf_counter() - state.get("wall", state["elapsed"])
-        self.log.truncate(self.step)
+        if self.lead:
+            self.log.truncate(self.step)
+        self._barrier()
         for record in self.log.read():
             self._track_best(record)
 
     def _write_summary(self, status: str, final: Mapping[str, Any], error: str | None = None) -> None:
+        if not self.lead:
+            return
         summary = {
             "status": status,
             "step": self.step,
@@ -834,12 +912,22 @@ class _Run:
         """One optimizer step; returns the loss. Raises NonFiniteLossError on a NaN/Inf loss or gradient."""
         exp, opt = self.experiment, self.optimizer
         batch = exp.next_batch()
+        if self.world > 1:  # every rank drew the same global batch; each takes its share of the rows
+            batch = _batch_share(batch, self.rank, self.world, self.cfg.train.batch_size)
         opt.zero_grad(set_to_none=True)
         loss = exp.loss(batch)
         value = float(loss.detach())
+        if self.world > 1:  # the whole batch's loss, the same on every rank (so all raise, or none)
+            import torch.distributed as dist
+
+            total = torch.tensor([value], dtype=torch.float64)
+            dist.all_reduce(total)
+            value = float(total) / self.world
         if not math.isfinite(value):
             raise NonFiniteLossError(f"the training loss is {value} at step {self.step + 1}", self.step + 1)
         loss.backward()
+        if self.world > 1:
+            _average_gradients(exp.model, self.world)
         if exp.on_backward is not None:
             exp.on_backward()
         try:
@@ -876,15 +964,17 @@ class _Run:
         if self.step >= cfg.steps:
             return self._finish()
         env = environment(self.cfg, self.device)
+        env["world_size"] = self.world
         if self.step:
             env["resumed_from_step"] = self.step
-        write_json_atomic(self.folder / "environment.json", env)
+        if self.lead:
+            write_json_atomic(self.folder / "environment.json", env)
         self._write_summary("running", {})
-        board = _TensorBoard(self.folder / "tensorboard", cfg.tensorboard, self.step)
+        board = _TensorBoard(self.folder / "tensorboard", cfg.tensorboard and self.lead, self.step)
         bar = tqdm(
             total=cfg.steps,
             initial=self.step,
-            disable=self.quiet,
+            disable=self.quiet or not self.lead,
             unit="step",
             dynamic_ncols=True,
             desc=self.folder.name,
@@ -902,7 +992,8 @@ class _Run:
                     self.window["time"] += spent
                     record = self._record(final=self.step == cfg.steps)
                     if record is not None:
-                        self.log.append(record)
+                        if self.lead:
+                            self.log.append(record)
                         board.write(record)
                         self._track_best(record)
                         rate = record.get(f"{self.experiment.unit}_per_s")
@@ -930,7 +1021,7 @@ class _Run:
                 error.step,
             ) from None
         except (RunInterrupted, KeyboardInterrupt):
-            if not (self.folder / "summary.json").exists() or self._status() == "running":
+            if self.lead and (not (self.folder / "summary.json").exists() or self._status() == "running"):
                 self._write_summary("interrupted", self._final())
             raise
         except BaseException as error:
@@ -949,6 +1040,8 @@ class _Run:
         return "none (the run must start again)" if step is None else str(self.checkpoints.path(step))
 
     def _checkpoint(self) -> None:
+        if not self.lead:
+            return
         if self.checkpoints.latest() == self.step:
             return
         if not _finite_parameters(self.experiment.model):
@@ -964,11 +1057,13 @@ class _Run:
         return final
 
     def _finish(self) -> RunResult:
+        self._barrier()  # every rank has finished its steps
         final = self._final()
         self._write_summary("finished", final)
-        if self.cfg.train.figures:
+        if self.cfg.train.figures and self.lead:
             _draw_figures(self.folder, self.log.read(), self.experiment.unit)
-        if not self.quiet:
+        self._barrier()  # the summary is written before any rank reads it
+        if not self.quiet and self.lead:
             print(
                 f"{self.folder}: finished {self.step} steps in {self.elapsed:.1f} s\n{_summary_table(final)}"
             )

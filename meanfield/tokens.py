@@ -27,6 +27,7 @@ large β) is the number of metastable clusters that appears from a near-uniform 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -149,9 +150,16 @@ class SelfAttentionDynamics(ParticleSystem):
 
     @classmethod
     def identity(
-        cls, d: int, *, beta: float = 1.0, dtype: torch.dtype = torch.float64, **kwargs
+        cls, d: int, *, beta: float = 1.0, dtype: torch.dtype = torch.float64, **kwargs: Any
     ) -> SelfAttentionDynamics:
-        """``Q = K = V = I_d``, one head: the model of Geshkovski et al. (``ẋ_i = P_{x_i} Σ_j A_ij x_j``)."""
+        """``Q = K = V = I_d``, one head: the model of Geshkovski et al. (``ẋ_i = P_{x_i} Σ_j A_ij x_j``).
+
+        Args:
+            d: the token dimension.
+            beta: the attention's inverse temperature.
+            dtype: of the weights.
+            **kwargs: the other options of :class:`SelfAttentionDynamics` (``sphere``, ``normalized``, …).
+        """
         eye = torch.eye(check_int("d", d), dtype=dtype)  # (d, d)
         system = cls(eye, eye, eye, beta=beta, **kwargs)
         system._identity = True
@@ -297,7 +305,7 @@ class SelfAttentionDynamics(ParticleSystem):
 
 
 # --- the network's depth view ---------------------------------------------------------------------------------------
-def attention_system(layer: torch.nn.Module, **kwargs) -> SelfAttentionDynamics:
+def attention_system(layer: torch.nn.Module, **kwargs: Any) -> SelfAttentionDynamics:
     """The ODE whose Euler step of size Δt is the residual block ``x + Δt·layer(x)`` of a frozen attention layer.
 
     For :class:`~meanfield.nn.ParticleAttention` (M heads of width h, ``Y = 1/M Σ_m softmax(q kᵀ/√h) v W_O^m``):

@@ -125,7 +125,7 @@ def test_ctrl_c_writes_a_checkpoint_and_resume_continues(uninterrupted, tmp_path
     _assert_same_run(uninterrupted, folder)
 
 
-def test_a_run_on_the_device_finishes_and_resumes_bit_for_bit(device, tmp_path, request):
+def test_a_run_on_the_device_finishes_and_resumes_bit_for_bit(device, tmp_path):
     """``device = "cuda"``: the run finishes with finite metrics, names the GPU, saves checkpoints that load
     with weights_only, and (the CPU contract) a resume after an error reaches the same run bit for bit."""
     if device.type == "cpu":
@@ -139,14 +139,6 @@ def test_a_run_on_the_device_finishes_and_resumes_bit_for_bit(device, tmp_path, 
     state = torch.load(Checkpoints(full / "checkpoints").path(24), weights_only=True)
     assert all(bool(torch.isfinite(t).all()) for t in state["model"].values())
     assert all(math.isfinite(r["train_loss"]) for r in RunResult.load(full).metrics)
-    request.applymarker(
-        pytest.mark.xfail(
-            raises=TypeError,
-            strict=True,
-            reason="runs.py loads checkpoints with map_location=device, and a generator's set_state needs a CPU "
-            "ByteTensor ('RNG state must be a torch.ByteTensor'); the CUDA global generator is not saved either",
-        )
-    )
 
     def stop_at_13(step: int) -> None:
         if step == 13:
