@@ -48,6 +48,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -838,6 +839,15 @@ class _Run:
 
     def _restore(self) -> None:
         step = self.checkpoints.latest()
+        env_path = self.folder / "environment.json"
+        if step is not None and env_path.exists():
+            before = json.loads(env_path.read_text()).get("world_size", 1)
+            if before != self.world:
+                warnings.warn(
+                    f"{self.folder} ran on {before} process(es) and resumes on {self.world}: the batch is split "
+                    "differently, so the continuation equals the original run to round-off, not bit for bit",
+                    stacklevel=3,
+                )
         if step is None:
             if self.lead:
                 self.log.truncate(0)

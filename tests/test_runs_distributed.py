@@ -20,7 +20,6 @@ import torch.multiprocessing as mp
 
 from meanfield.runs import Checkpoints, RunResult, run
 
-pytestmark = pytest.mark.slow  # two processes import torch and train: about 20 s here
 
 ROOT = Path(__file__).resolve().parents[1]
 TEACHER = ROOT / "experiments" / "teacher_student" / "config.toml"
@@ -65,6 +64,7 @@ def data_parallel(tmp_path_factory):
     return out, params, single
 
 
+@pytest.mark.slow  # two processes import torch and train: about 20 s here
 def test_data_parallel_run_equals_the_single_process_run(data_parallel):
     out, params, single = data_parallel
     result = RunResult.load(out)
@@ -88,6 +88,7 @@ def test_data_parallel_run_equals_the_single_process_run(data_parallel):
     assert abs(lone.final["train_loss"] - single.final["train_loss"]) > 1e-6
 
 
+@pytest.mark.slow
 def test_torchrun_launches_meanfield_run(tmp_path):
     """The documented launch: ``torchrun --nproc_per_node=2 -m meanfield run …`` writes one folder (rank 0)."""
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
@@ -128,3 +129,21 @@ def test_batch_share_takes_each_ranks_rows(_):
     shared = _batch_share({"a": idx, "n": 3}, 3, 4, 8)
     assert shared["a"].tolist() == [6, 7] and shared["n"] == 3
     assert _batch_share(torch.zeros(5, 3), 0, 2, 8).shape == (5, 3)  # not the batch axis: kept whole
+
+
+def test_resume_on_another_world_size_warns(tmp_path, monkeypatch):
+    """A run that ran on 2 processes and resumes on 1 says so (the continuation is equal to round-off only)."""
+    import json
+
+    folder = tmp_path / "r"
+
+    def stop(step: int) -> None:
+        if step == 6:
+            raise RuntimeError("stop")
+
+    with pytest.raises(RuntimeError):
+        run(TEACHER, folder, preset="smoke", overrides=OVERRIDES, quiet=True, on_step=stop)
+    env = json.loads((folder / "environment.json").read_text())
+    (folder / "environment.json").write_text(json.dumps({**env, "world_size": 2}))  # as if it ran on two
+    with pytest.warns(UserWarning, match="ran on 2 process"):
+        run(TEACHER, folder, preset="smoke", overrides=OVERRIDES, quiet=True, resume=True)
