@@ -17,9 +17,10 @@ Each has two implementations, which give the same numbers to round-off:
   ``O(B(M + N)d)``. Present when ``pykeops`` is installed (``pip install 'meanfield-sde[keops]'``); the
   first call of each formula compiles it (seconds, then cached on disk).
 
-``backend="auto"`` (:func:`resolve_backend`) takes KeOps on a GPU, and on the CPU only where it was measured
-faster than the blocked torch path (``d ≤`` :data:`KEOPS_CPU_MAX_D`; ``benchmarks/kernels.py``); every
-function that uses a backend reports the one it used.
+``backend="auto"`` (:func:`resolve_backend`) takes KeOps for tensors on a GPU (when KeOps was built with
+CUDA) and the blocked torch path on the CPU, where it was as fast as KeOps or faster in every case measured
+(``benchmarks/kernels.py``: d = 1…100, n = 10²…10⁴); every function that uses a backend reports the one it
+used.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import torch
 
 __all__ = [
     "BACKENDS",
-    "KEOPS_CPU_MAX_D",
     "MAX_ELEMENTS",
     "keops_available",
     "radial_sum",
@@ -45,14 +45,10 @@ BACKENDS = ("torch", "keops")
 MAX_ELEMENTS = 1 << 20
 """Default block of the torch path: ``B × rows × N`` numbers (4 MiB in float32; cache-sized passes)."""
 
-KEOPS_CPU_MAX_D = 3
-"""On the CPU ``"auto"`` uses KeOps up to this dimension only: above it the blocked torch path (a BLAS matrix
-product plus one vectorised ``exp`` pass) was faster here (``benchmarks/results/kernels.md``)."""
-
 
 @functools.cache
 def keops_available() -> bool:
-    """Whether ``pykeops`` can be imported (it is not imported before the first KeOps reduction)."""
+    """Whether ``pykeops`` can be imported (it is imported on the first call of this function)."""
     try:
         import pykeops.torch  # noqa: F401
     except Exception:  # noqa: BLE001 — a broken install is the same as none: use torch
@@ -60,11 +56,19 @@ def keops_available() -> bool:
     return True
 
 
+@functools.cache
+def _keops_gpu() -> bool:
+    import pykeops.config
+
+    return bool(pykeops.config.gpu_available)
+
+
 def resolve_backend(backend: str, d: int, device: torch.device | str = "cpu") -> str:
     """The backend ``backend`` stands for in dimension ``d`` on ``device``.
 
-    ``"auto"``: ``"keops"`` when it is installed and the tensors are on a GPU, or on the CPU with
-    ``d ≤ KEOPS_CPU_MAX_D``; ``"torch"`` otherwise. ``"keops"`` without ``pykeops`` raises.
+    ``"auto"``: ``"keops"`` when it is installed with CUDA and the tensors are on a GPU; ``"torch"``
+    otherwise (on the CPU the blocked torch path was never slower than KeOps here: ``benchmarks/kernels.py``).
+    ``"keops"`` without ``pykeops`` raises. ``d`` is kept for a crossover in dimension (none measured yet).
     """
     if backend not in ("auto", *BACKENDS):
         raise ValueError(f"backend must be one of {['auto', *BACKENDS]}, got {backend!r}")
@@ -74,10 +78,9 @@ def resolve_backend(backend: str, d: int, device: torch.device | str = "cpu") ->
         )
     if backend != "auto":
         return backend
-    if not keops_available():
+    if torch.device(device).type != "cuda" or not keops_available():
         return "torch"
-    on_gpu = torch.device(device).type == "cuda"
-    return "keops" if on_gpu or d <= KEOPS_CPU_MAX_D else "torch"
+    return "keops" if _keops_gpu() else "torch"
 
 
 def _rows(B: int, N: int, max_elements: int) -> int:

@@ -1,0 +1,204 @@
+"""meanfield.pairwise (blocked torch and KeOps reductions) and the Sinkhorn divergence built on it.
+
+Oracles: the dense formulas written with ``torch.cdist`` and an explicit ``logsumexp`` over the full matrix;
+KeOps against torch (skipped without ``pykeops``); GeomLoss's ``SamplesLoss("sinkhorn")`` (skipped without
+``geomloss``), whose schedule and updates ours follows, to round-off; POT's converged Sinkhorn for ``p = 1``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ot
+import pytest
+import torch
+
+import meanfield.pairwise as pairwise
+from meanfield.metrics.wasserstein import sinkhorn_divergence
+from meanfield.pairwise import radial_sum, resolve_backend, softmin
+from meanfield.potentials import GaussianInteraction, RadialInteraction
+
+DT = torch.float64
+keops = pytest.mark.skipif(not pairwise.keops_available(), reason="pykeops is not installed")
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def clouds(B=2, M=37, N=29, d=3, seed=0, offset=4.0):
+    g = gen(seed)
+    x = torch.randn(B, M, d, generator=g, dtype=DT) + offset  # (B, M, d) away from 0: centring matters
+    y = 0.7 * torch.randn(B, N, d, generator=g, dtype=DT) + offset + 0.5  # (B, N, d)
+    return x, y
+
+
+def dense_softmin(x, y, h, eps, p):
+    C = torch.cdist(x, y) ** p  # (B, M, N)
+    return -eps[:, None] * torch.logsumexp(h[:, None, :] - C / eps[:, None, None], -1)  # (B, M)
+
+
+@pytest.mark.parametrize("p", [1, 2])
+def test_softmin_equals_the_dense_formula_in_blocks(p):
+    x, y = clouds()
+    h = torch.randn(2, 29, generator=gen(1), dtype=DT)
+    eps = torch.tensor([0.3, 0.05], dtype=DT)  # one ε per replica
+    expected = dense_softmin(x, y, h, eps, p)  # (B, M)
+    for max_elements in (1, 100, 10**6):  # one row per block, a few rows, everything at once
+        got, used = softmin(x, y, h, eps, p=p, backend="torch", max_elements=max_elements)
+        assert used == "torch"
+        torch.testing.assert_close(got, expected, rtol=1e-11, atol=1e-11)
+    other, _ = softmin(x, y, h, eps * 1.01, p=p, backend="torch")  # negative control: another ε
+    assert (other - expected).abs().max() > 1e-4
+
+
+def test_radial_sum_equals_the_dense_formula_in_blocks():
+    x, y = clouds()
+    values = torch.randn(2, 29, 4, generator=gen(2), dtype=DT)  # (B, N, k)
+    r2 = torch.cdist(x, y) ** 2  # (B, M, N)
+    expected = torch.exp(-0.7 * r2) @ values  # (B, M, k)
+    for max_elements in (1, 200, 10**6):
+        got, _ = radial_sum(
+            x, y, lambda u: (-u).exp(), values, scale=0.7, backend="torch", max_elements=max_elements
+        )
+        torch.testing.assert_close(got, expected, rtol=1e-11, atol=1e-11)
+    wrong, _ = radial_sum(x, y, lambda u: (-u).exp(), values, scale=0.71, backend="torch")
+    assert (wrong - expected).abs().max() > 1e-4
+
+
+def test_auto_is_torch_on_the_cpu_and_bad_names_or_a_missing_keops_are_refused(monkeypatch):
+    assert resolve_backend("auto", 2, "cpu") == "torch"
+    assert resolve_backend("torch", 2, "cpu") == "torch"
+    with pytest.raises(ValueError, match="backend must be one of"):
+        resolve_backend("cuda", 2)
+    monkeypatch.setattr(pairwise, "keops_available", lambda: False)
+    with pytest.raises(ValueError, match="needs pykeops"):
+        resolve_backend("keops", 2)
+    assert resolve_backend("auto", 2, "cuda") == "torch"  # no KeOps: torch everywhere
+    with pytest.raises(ValueError, match="needs pykeops"):
+        GaussianInteraction(1.0, 1.0, backend="keops")
+
+
+@keops
+@pytest.mark.parametrize("p", [1, 2])
+def test_keops_equals_torch(p):
+    x, y = clouds()
+    h = torch.randn(2, 29, generator=gen(3), dtype=DT)
+    eps = torch.tensor([0.3, 0.05], dtype=DT)
+    a, used = softmin(x, y, h, eps, p=p, backend="keops")
+    b, _ = softmin(x, y, h, eps, p=p, backend="torch")
+    assert used == "keops"
+    torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11)
+    values = torch.randn(2, 29, 4, generator=gen(4), dtype=DT)
+    a, _ = radial_sum(x, y, lambda u: (-u).exp(), values, scale=0.7, backend="keops")
+    b, _ = radial_sum(x, y, lambda u: (-u).exp(), values, scale=0.7, backend="torch")
+    torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11)
+
+
+@keops
+def test_interactions_on_keops_equal_torch_and_report_the_backend():
+    x, _ = clouds(M=40)
+    for make in (
+        lambda b: GaussianInteraction(0.8, 0.6, backend=b),
+        lambda b: RadialInteraction(lambda r2: 1 / (1 + r2), lambda r2: -1 / (1 + r2) ** 2, backend=b),
+    ):
+        on_keops, on_torch = make("keops"), make("torch")
+        torch.testing.assert_close(
+            on_keops.mean_field_grad(x), on_torch.mean_field_grad(x), rtol=1e-10, atol=1e-12
+        )
+        torch.testing.assert_close(on_keops.energy(x), on_torch.energy(x), rtol=1e-10, atol=1e-12)
+        assert (on_keops.backend_used, on_torch.backend_used) == ("keops", "torch")
+    # ψ' written with torch.exp cannot act on a LazyTensor: asked for KeOps it says so
+    with_torch_exp = RadialInteraction(lambda r2: torch.exp(-r2), lambda r2: -torch.exp(-r2), backend="keops")
+    with pytest.raises(TypeError):
+        with_torch_exp.mean_field_grad(x)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Sinkhorn divergence
+
+
+def normalised(w: torch.Tensor) -> torch.Tensor:
+    return w / w.sum()
+
+
+@pytest.mark.parametrize("reach", [None, 0.5])
+@pytest.mark.parametrize("scaling", [0.5, 0.8])
+@pytest.mark.parametrize("eps", [0.05, 0.3])
+def test_sinkhorn_divergence_with_the_geomloss_schedule_equals_geomloss(eps, scaling, reach):
+    """GeomLoss's cost is ``|x − y|²/2``: ours with ``(ε, ρ)`` is twice GeomLoss with ``blur = sqrt(ε/2)``,
+    ``reach = sqrt(ρ/2)``. Same schedule, same updates: equal to round-off (weighted, balanced and not)."""
+    geomloss = pytest.importorskip("geomloss")
+    g = gen(5)
+    x = torch.randn(120, 3, generator=g, dtype=DT)
+    y = torch.rand(90, 3, generator=g, dtype=DT) + 0.3
+    a, b = torch.rand(120, generator=g, dtype=DT), torch.rand(90, generator=g, dtype=DT)
+    loss = geomloss.SamplesLoss(
+        "sinkhorn",
+        p=2,
+        blur=math.sqrt(eps / 2),
+        scaling=scaling,
+        reach=None if reach is None else math.sqrt(reach / 2),
+        debias=True,
+        backend="tensorized",
+    )
+    theirs = 2 * float(loss(normalised(a), x, normalised(b), y))
+    ours = sinkhorn_divergence(
+        x, y, x_weights=a, y_weights=b, epsilon=eps, scaling=scaling, reach=reach, tol=None, backend="torch"
+    )
+    assert ours.converged is None and ours.backend == "torch"
+    assert abs(float(ours.divergence) - theirs) <= 1e-12 * abs(theirs) + 1e-13
+    other = sinkhorn_divergence(
+        x, y, x_weights=a, y_weights=b, epsilon=1.05 * eps, scaling=scaling, reach=reach, tol=None
+    )
+    assert abs(float(other.divergence) - theirs) > 1e-6  # negative control: another ε is told apart
+
+
+def test_sinkhorn_p1_matches_pots_converged_value():
+    g = gen(6)
+    x, y = torch.randn(40, 2, generator=g, dtype=DT), torch.rand(30, 2, generator=g, dtype=DT) + 0.5
+    u, v = torch.full((40,), 1 / 40, dtype=DT), torch.full((30,), 1 / 30, dtype=DT)
+    pot = ot.solve_sample(x, y, u, v, metric="euclidean", reg=0.2, debias=True, tol=1e-12, max_iter=100_000)
+    ours = sinkhorn_divergence(x, y, p=1, epsilon=0.2, tol=1e-11, max_iter=10_000)
+    assert ours.converged and abs(float(ours.divergence) - float(pot.value)) <= 1e-8
+    assert abs(float(sinkhorn_divergence(x, y + 0.01, p=1, epsilon=0.2).divergence) - float(pot.value)) > 1e-4
+
+
+def test_an_infinite_reach_is_balanced_and_a_batch_is_its_replicas():
+    """``ρ → ∞`` gives balanced OT (damping ``1/(1 + ε/ρ) → 1``); a batch equals its replicas one by one to the
+    stopping rule (the batch stops when its slowest replica does)."""
+    x, y = clouds(B=3, M=30, N=25, d=2, seed=7, offset=0.0)
+    kw = {"epsilon": 0.5, "tol": 1e-10, "max_iter": 5000}
+    balanced = sinkhorn_divergence(x, y, **kw).divergence  # (B,)
+    far = sinkhorn_divergence(x, y, reach=1e9, **kw).divergence  # (B,)
+    torch.testing.assert_close(far, balanced, rtol=1e-6, atol=0)
+    near = sinkhorn_divergence(x, y, reach=0.1, **kw).divergence  # (B,)
+    assert (near < 0.9 * balanced).all()  # negative control: a short reach pays less than transport
+    singles = torch.stack([sinkhorn_divergence(x[r], y[r], **kw).divergence for r in range(3)])  # (B,)
+    torch.testing.assert_close(balanced, singles, rtol=1e-7, atol=0)
+
+
+def test_float32_is_within_its_tolerance_of_float64():
+    x, y = clouds(B=1, M=150, N=150, d=5, seed=8)
+    s64 = float(sinkhorn_divergence(x, y, epsilon=0.5, tol=1e-6).divergence)
+    s32 = float(sinkhorn_divergence(x.float(), y.float(), epsilon=0.5, tol=1e-6).divergence)
+    assert abs(s32 - s64) <= 1e-4 * s64
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"scaling": 1.0}, "scaling"),
+        ({"scaling": 0.0}, "scaling"),
+        ({"tol": -1.0}, "tol"),
+        ({"epsilon": 0.0}, "epsilon"),
+        ({"reach": -1.0}, "reach"),
+        ({"max_iter": 0}, "max_iter"),
+        ({"backend": "gpu"}, "backend"),
+        ({"p": 3}, "p must be"),
+    ],
+)
+def test_sinkhorn_divergence_refuses_bad_arguments(kwargs, message):
+    x, y = clouds(B=1, M=5, N=5, d=2)
+    with pytest.raises(ValueError, match=message):
+        sinkhorn_divergence(x, y, **kwargs)
