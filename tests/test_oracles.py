@@ -480,6 +480,13 @@ ORACLES: dict[str, list[str]] = {
         "test_oracles.py::test_sinkhorn_divergence_of_a_translation_is_exactly_the_squared_shift",
     ],
     "EXACT_MAX_POINTS": ["test_wasserstein.py::test_auto_picks_by_dimension_and_size_and_says_which"],
+    "SINKHORN_MAX_POINTS": ["test_wasserstein.py::test_auto_picks_by_dimension_and_size_and_says_which"],
+    "sinkhorn_divergence": [
+        "test_wasserstein.py::test_sinkhorn_divergence_matches_pot_and_approaches_exact_ot",
+        "test_pairwise.py::test_sinkhorn_divergence_with_the_geomloss_schedule_equals_geomloss",
+        "test_pairwise.py::test_sinkhorn_p1_matches_pots_converged_value",
+    ],
+    "SinkhornResult": ["test_wasserstein.py::test_sinkhorn_divergence_matches_pot_and_approaches_exact_ot"],
     "resolve_method": ["test_wasserstein.py::test_auto_picks_by_dimension_and_size_and_says_which"],
     "pairwise_cosine": ["test_diversity.py::test_pairwise_cosine_identical_orthogonal_and_known_angle"],
     "attention_similarity": ["test_diversity.py::test_attention_similarity_identical_and_disjoint_maps"],

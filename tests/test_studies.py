@@ -16,7 +16,7 @@ import scipy.stats
 import torch
 
 from meanfield import MeanFieldLangevin, simulate
-from meanfield.metrics.wasserstein import Normal, Uniform, w2_squared, wasserstein_to_law
+from meanfield.metrics.wasserstein import SINKHORN_MAX_POINTS, Normal, Uniform, w2_squared, wasserstein_to_law
 from meanfield.potentials import Quadratic, QuadraticInteraction
 from meanfield.stats import Estimate, Z, mean_se
 from meanfield.studies import StudyResult, SweepResult, convergence_in_m, sweep
@@ -234,10 +234,10 @@ def test_same_generator_same_result_and_callable_metric():
 
 
 def test_auto_method_is_resolved_once_at_the_largest_size():
-    """Every M is measured by one distance: "auto" at the largest M (> EXACT_MAX_POINTS) picks sliced."""
+    """Every M is measured by one distance: "auto" at the largest M (> SINKHORN_MAX_POINTS) picks sliced."""
     result = convergence_in_m(
         uniform_cube(2, gen(17)),
-        [16, 1100],
+        [16, SINKHORN_MAX_POINTS + 1],
         reps=2,
         reference=cube_sampler(2),
         generator=gen(18),

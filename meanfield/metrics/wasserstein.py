@@ -15,11 +15,15 @@ Methods (one registry, :data:`METHODS`):
 * ``"sliced"``: sliced Wasserstein ``SW_p^p = E_θ W_p^p(θ_#μ, θ_#ν)`` over ``n_projections`` fixed
   directions θ uniform on the sphere (seeded). It is a *different* distance: ``SW_2 ≤ W_2`` and for a
   translation by ``v``, ``SW_2² = |v|²/d`` in expectation over θ while ``W_2² = |v|²``.
-* ``"sinkhorn"``: debiased Sinkhorn divergence (POT ``ot.solve_sample(..., debias=True)``)
+* ``"sinkhorn"``: debiased Sinkhorn divergence (:func:`sinkhorn_divergence`: ε-scaling in the log domain,
+  then Sinkhorn updates to ``tol = 1e-3`` of the spread; ``O(n)`` memory, blocked torch or KeOps)
   ``S_ε = OT_ε(μ, ν) − ½ OT_ε(μ, μ) − ½ OT_ε(ν, ν)`` with ``OT_ε`` including the ``ε KL(γ | μ⊗ν)`` term;
-  ``S_ε → W_p^p`` as ``ε → 0``.
-* ``"auto"``: ``"1d"`` when ``d == 1``, ``"exact"`` when both clouds have at most
-  :data:`EXACT_MAX_POINTS` points, ``"sliced"`` otherwise; the result names the method it picked.
+  ``S_ε → W_p^p`` as ``ε → 0``. Computed in the inputs' dtype, on their device; the result's ``backend``
+  says which pairwise backend ran.
+* ``"auto"``: ``"1d"`` when ``d == 1``; ``"exact"`` when both clouds have at most
+  :data:`EXACT_MAX_POINTS` points; ``"sinkhorn"`` up to :data:`SINKHORN_MAX_POINTS` (the measured
+  crossovers: ``benchmarks/sinkhorn.py``, ``docs/wasserstein.md``); ``"sliced"`` beyond, where one Sinkhorn
+  call would take minutes on a CPU. The result names the method it picked.
 
 Clouds are tensors of shape ``(M, d)`` or batched ``(B, M, d)`` (replicas; a ``(N, d)`` cloud is compared
 with every replica of the other). Sizes may differ. Weights, of shape ``(M,)`` or ``(B, M)``, are
@@ -49,6 +53,10 @@ from ..pairwise import resolve_backend, softmin
 __all__ = [
     "EXACT_MAX_POINTS",
     "METHODS",
+    "SINKHORN_MAX_POINTS",
+    "SINKHORN_SCALING",
+    "SINKHORN_TOL",
+    "SinkhornResult",
     "Law1d",
     "Normal",
     "Uniform",
@@ -59,11 +67,17 @@ __all__ = [
     "w2_squared",
     "wasserstein",
     "resolve_method",
+    "sinkhorn_divergence",
     "wasserstein_to_law",
 ]
 
-EXACT_MAX_POINTS = 1024
-"""``method="auto"`` uses exact OT up to this many points per cloud (``ot.emd2`` takes ≈0.1 s at 1024)."""
+EXACT_MAX_POINTS = 2048
+"""``method="auto"`` uses exact OT up to this many points per cloud: ``ot.emd2`` took 1–3 s at n = 2000
+(d = 2…100), where the Sinkhorn divergence to ``tol = 1e-3`` took as long or longer (``benchmarks/sinkhorn.py``)."""
+
+SINKHORN_MAX_POINTS = 20_000
+"""``method="auto"`` uses the Sinkhorn divergence up to this many points per cloud, sliced beyond: at n = 1e4,
+d = 10 it took about a minute on the 2-core CPU (``ot.emd2``: 3 minutes), and its cost grows as n²."""
 
 
 @dataclass(frozen=True)
@@ -558,7 +572,8 @@ def resolve_method(method: str, M: int, N: int, d: int) -> str:
         return method
     if d == 1:
         return "1d"
-    return "exact" if max(M, N) <= EXACT_MAX_POINTS else "sliced"
+    n = max(M, N)
+    return "exact" if n <= EXACT_MAX_POINTS else "sinkhorn" if n <= SINKHORN_MAX_POINTS else "sliced"
 
 
 def wasserstein(
