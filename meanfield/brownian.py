@@ -216,7 +216,11 @@ class RademacherNoise(_SequentialNoise):
         if scale != self._table_scale:
             self._table, self._table_scale = self._signs * scale, scale  # (256, 8) ±scale, exact
         index = self._bytes.long()  # (⌈n/8⌉,)
-        flat = out.view(-1) if out.is_contiguous() else torch.empty(out.numel(), dtype=out.dtype, device=out.device)
+        flat = (
+            out.view(-1)
+            if out.is_contiguous()
+            else torch.empty(out.numel(), dtype=out.dtype, device=out.device)
+        )
         full = flat.numel() // 8
         torch.index_select(self._table, 0, index[:full], out=flat[: 8 * full].view(full, 8))  # (n/8, 8)
         if flat.numel() > 8 * full:  # the last byte's first bits
