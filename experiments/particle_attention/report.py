@@ -61,6 +61,9 @@ def load_runs(sweep: str, **where: str) -> dict[int, dict]:
         final["wall_time_s"] = summary["wall_time_s"]
         # the whole process (startup and evaluations included); older runs did not record it
         final["wall_clock_s"] = summary.get("wall_clock_s", math.nan)
+        best = summary.get("best", {}).get("val_loss")
+        if best:  # the lowest validation loss over the evaluations, and its step
+            final["best_val_loss"], final["best_val_step"] = best["value"], best["step"]
         out[int(parts["seed"])] = {"final": final, "summary": summary, "lines": lines}
     return out
 
@@ -340,8 +343,9 @@ def wt2_table(arms: list[tuple[str, dict[int, dict]]]) -> str:
     rows = [
         "| arm | n | test loss (nats/word) | test perplexity | Δ loss vs MHA (paired) | Δ perplexity vs MHA "
         "(paired) | Δ loss vs M=8 β=0 (paired) | probe perplexity | probe ppl., half dropped (random) "
-        "| probe ppl., 10 % corrupted | tokens/s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| probe ppl., 10 % corrupted | lowest test loss over the evaluations (at steps) | Δ lowest vs MHA "
+        "(paired) | tokens/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, runs in arms:
         if not runs:
@@ -352,7 +356,10 @@ def wt2_table(arms: list[tuple[str, dict[int, dict]]]) -> str:
             f"{paired(runs, base, 'val_loss') if runs is not base else '—'} | "
             f"{paired(runs, base, 'val_ppl', 1) if runs is not base else '—'} | "
             f"{paired(runs, m8, 'val_loss') if is_m8_other else '—'} | {ci(runs, 'probe_ppl', 1)} | "
-            f"{ci(runs, 'half_random_ppl', 1)} | {ci(runs, 'corrupt_ppl', 1)} | {ci(runs, 'tokens_per_s', 0)} |"
+            f"{ci(runs, 'half_random_ppl', 1)} | {ci(runs, 'corrupt_ppl', 1)} | {ci(runs, 'best_val_loss')} "
+            f"({', '.join(str(runs[k]['final'].get('best_val_step', '?')) for k in sorted(runs))}) | "
+            f"{paired(runs, base, 'best_val_loss') if runs is not base else '—'} | "
+            f"{ci(runs, 'tokens_per_s', 0)} |"
         )
     return "\n".join(rows)
 
@@ -377,8 +384,10 @@ def wt2_parts() -> list[str]:
     note = f"\nFewer than 3 finished seeds: {', '.join(missing)}." if missing else ""
     return [
         "#### Test loss and perplexity (trained on valid, evaluated on test: 2 × 64, ctx 64, batch 12, 1500 steps)",
-        "Test loss and perplexity on the whole test split; probe, half-drop and corruption perplexities on "
-        "its first 96 blocks (the probe)." + note,
+        "Test loss and perplexity on the whole test split at the end of training (step 1500); probe, half-drop "
+        "and corruption perplexities on its first 96 blocks (the probe); the lowest test loss over the "
+        "evaluations at steps 500, 1000 and 1500, with the step of each seed's lowest (seeds 0, 1, 2)."
+        + note,
         wt2_table(arms),
         "#### Half the particles dropped and 10 % of the input corrupted (Δ = loss − undamaged "
         "loss, nats/word, on the probe)",
