@@ -15,6 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
     [
         ("sde.py", ["--smoke", "--out", "{tmp}/sde.md"]),
         ("wasserstein.py", ["--smoke", "--out", "{tmp}/wasserstein.md"]),
+        ("sinkhorn.py", ["--smoke", "--out", "{tmp}/sinkhorn.md"]),
+        ("kernels.py", ["--smoke", "--out", "{tmp}/kernels.md"]),
         (
             "attention.py",
             ["--M", "8", "--batch", "1", "--seq", "16", "--repeats", "1", "--out", "{tmp}/attention.md"],

@@ -159,7 +159,7 @@ def test_sinkhorn_p1_matches_pots_converged_value():
     x, y = torch.randn(40, 2, generator=g, dtype=DT), torch.rand(30, 2, generator=g, dtype=DT) + 0.5
     u, v = torch.full((40,), 1 / 40, dtype=DT), torch.full((30,), 1 / 30, dtype=DT)
     pot = ot.solve_sample(x, y, u, v, metric="euclidean", reg=0.2, debias=True, tol=1e-12, max_iter=100_000)
-    ours = sinkhorn_divergence(x, y, p=1, epsilon=0.2, tol=1e-11, max_iter=10_000)
+    ours = sinkhorn_divergence(x, y, p=1, epsilon=0.2, tol=1e-9, max_iter=20_000)
     assert ours.converged and abs(float(ours.divergence) - float(pot.value)) <= 1e-8
     assert abs(float(sinkhorn_divergence(x, y + 0.01, p=1, epsilon=0.2).divergence) - float(pot.value)) > 1e-4
 
@@ -168,7 +168,7 @@ def test_an_infinite_reach_is_balanced_and_a_batch_is_its_replicas():
     """``ρ → ∞`` gives balanced OT (damping ``1/(1 + ε/ρ) → 1``); a batch equals its replicas one by one to the
     stopping rule (the batch stops when its slowest replica does)."""
     x, y = clouds(B=3, M=30, N=25, d=2, seed=7, offset=0.0)
-    kw = {"epsilon": 0.5, "tol": 1e-10, "max_iter": 5000}
+    kw = {"epsilon": 0.5, "tol": 1e-9, "max_iter": 5000}
     balanced = sinkhorn_divergence(x, y, **kw).divergence  # (B,)
     far = sinkhorn_divergence(x, y, reach=1e9, **kw).divergence  # (B,)
     torch.testing.assert_close(far, balanced, rtol=1e-6, atol=0)
@@ -181,7 +181,7 @@ def test_an_infinite_reach_is_balanced_and_a_batch_is_its_replicas():
 def test_float32_is_within_its_tolerance_of_float64():
     x, y = clouds(B=1, M=150, N=150, d=5, seed=8)
     s64 = float(sinkhorn_divergence(x, y, epsilon=0.5, tol=1e-6).divergence)
-    s32 = float(sinkhorn_divergence(x.float(), y.float(), epsilon=0.5, tol=1e-6).divergence)
+    s32 = float(sinkhorn_divergence(x.float(), y.float(), epsilon=0.5, tol=1e-4).divergence)
     assert abs(s32 - s64) <= 1e-4 * s64
 
 

@@ -133,9 +133,9 @@ def test_sliced_of_a_translation_is_the_mean_squared_projection():
 
 @pytest.mark.filterwarnings("ignore:Sinkhorn did not converge")  # POT at tol 1e-10: 1e-8 is what we ask
 def test_sinkhorn_divergence_matches_pot_and_approaches_exact_ot():
-    """POT's debiased ``solve_sample`` (plain Sinkhorn, 20,000 iterations: within 1e-9 of 100,000) against ours (ε-scaling, then
-    alternating updates) run to ``tol = 1e-10``: equal to 1e-8; ``method="sinkhorn"`` (``tol = 1e-3``) agrees
-    to ``1e-3 ×`` the spread, and tends to exact OT as ε → 0."""
+    """POT's debiased ``solve_sample`` (plain Sinkhorn, 20,000 iterations: within 1e-9 of 100,000) against
+    ours (ε-scaling, then alternating updates) run until the marginals are within 1e-8: equal to 1e-8;
+    ``method="sinkhorn"`` (marginals within 0.1 in L1) within 0.5 %; and S_ε → exact OT as ε → 0."""
     x, y = randn(30, 2, seed=20), 0.5 * randn(25, 2, seed=21) + 1.0
     a, b = rand(30, seed=22), rand(25, seed=23)
     pot = ot.solve_sample(
@@ -148,11 +148,10 @@ def test_sinkhorn_divergence_matches_pot_and_approaches_exact_ot():
         tol=1e-10,
         max_iter=20_000,
     )
-    tight = sinkhorn_divergence(x, y, x_weights=a, y_weights=b, epsilon=0.05, tol=1e-10, max_iter=10_000)
+    tight = sinkhorn_divergence(x, y, x_weights=a, y_weights=b, epsilon=0.05, tol=1e-8, max_iter=20_000)
     assert tight.converged and abs(float(tight.divergence) - float(pot.value)) <= 1e-8
     ours = float(w2_squared(x, y, x_weights=a, y_weights=b, method="sinkhorn", epsilon=0.05))
-    spread = float(torch.cat([x, y]).var(0, unbiased=False).sum())  # ≥ the weighted spread's scale here
-    assert abs(ours - float(pot.value)) <= 1e-3 * spread
+    assert abs(ours - float(pot.value)) <= 5e-3 * float(pot.value)  # the default tol: within 0.5 %
     exact = float(w2_squared(x, y, x_weights=a, y_weights=b, method="exact"))
     errors = [
         abs(float(w2_squared(x, y, x_weights=a, y_weights=b, method="sinkhorn", epsilon=eps)) - exact) / exact
@@ -184,15 +183,15 @@ def test_zero_symmetry_and_permutation_invariance(seed, M, N, d, method):
 
 def test_sinkhorn_is_zero_on_equal_clouds_symmetric_and_nonnegative():
     """``S_ε(μ, μ) = 0`` exactly (the three problems run the same numbers); ``S_ε(μ, ν) = S_ε(ν, μ)`` to the
-    stopping rule: the alternating updates start on one side, so the two orders agree to ``tol × spread``
-    (``method="sinkhorn"``: tol 1e-3) and, run to ``tol = 1e-10``, to 1e-8."""
+    stopping rule: the alternating updates start on one side, so the two orders agree to 2e-3 × the spread
+    with the default rule and, run until the marginals are within 1e-8, to 1e-8."""
     x, y = randn(20, 2, seed=24), rand(15, 2, seed=25)
     assert abs(float(w2_squared(x, x, method="sinkhorn"))) <= 1e-12
     spread = float(torch.cat([x, y]).var(0, unbiased=False).sum())
     xy, yx = float(w2_squared(x, y, method="sinkhorn")), float(w2_squared(y, x, method="sinkhorn"))
     assert xy > 0 and abs(xy - yx) <= 2e-3 * spread
     xy, yx = (
-        float(sinkhorn_divergence(u, v, tol=1e-10, max_iter=10_000).divergence) for u, v in ((x, y), (y, x))
+        float(sinkhorn_divergence(u, v, tol=1e-8, max_iter=20_000).divergence) for u, v in ((x, y), (y, x))
     )
     assert xy > 0 and abs(xy - yx) <= 1e-8 * xy
 

@@ -16,7 +16,8 @@ Methods (one registry, :data:`METHODS`):
   directions θ uniform on the sphere (seeded). It is a *different* distance: ``SW_2 ≤ W_2`` and for a
   translation by ``v``, ``SW_2² = |v|²/d`` in expectation over θ while ``W_2² = |v|²``.
 * ``"sinkhorn"``: debiased Sinkhorn divergence (:func:`sinkhorn_divergence`: ε-scaling in the log domain,
-  then Sinkhorn updates to ``tol = 1e-3`` of the spread; ``O(n)`` memory, blocked torch or KeOps)
+  then Sinkhorn updates until the marginals are within :data:`SINKHORN_TOL`; ``O(n)`` memory, blocked torch
+  or KeOps)
   ``S_ε = OT_ε(μ, ν) − ½ OT_ε(μ, μ) − ½ OT_ε(ν, ν)`` with ``OT_ε`` including the ``ε KL(γ | μ⊗ν)`` term;
   ``S_ε → W_p^p`` as ``ε → 0``. Computed in the inputs' dtype, on their device; the result's ``backend``
   says which pairwise backend ran.
@@ -294,9 +295,11 @@ to mend (about 190 updates against 33 from 0.7; measured, ``benchmarks/sinkhorn.
 SINKHORN_MAX_ITER = 1000
 """``wasserstein(..., method="sinkhorn")`` makes at most this many updates (and warns if it stops there)."""
 
-SINKHORN_TOL = 1e-3
-"""``wasserstein(..., method="sinkhorn")`` iterates at the target ε until ``S_ε`` moves by less than this
-times the spread ``mean |z − z̄|^p`` in one update."""
+SINKHORN_TOL = 0.1
+"""Default stopping rule at the target ε: every marginal of the three plans within this L1 distance of its
+law (``Σ_i a_i |e^{(f_i − T(g)_i)/ε} − 1|``). Loose as it reads, the divergence is then within 0.02–0.5 % of
+its converged value in the cases measured (two clouds of 1000 points in d = 2, 2000 in d = 10, 5 and 4 in d = 2
+at ε = 10⁻³), where 0.01 takes 1.5–2× the updates for < 0.01 % more."""
 
 
 @dataclass(frozen=True)
@@ -306,9 +309,9 @@ class SinkhornResult:
     Attributes:
         divergence: ``S_ε(μ, ν)`` per replica, shape ``(B,)`` (``()`` for two 2-D clouds).
         epsilon: the target ``ε`` per replica, shape like ``divergence`` (in units of the cost).
-        iterations: Sinkhorn updates made (each is four soft-minima: μ → ν, ν → μ, μ → μ, ν → ν).
-        converged: whether the divergence moved by less than ``tol × spread`` in the last update at the
-            target ε; ``None`` with ``tol=None`` (the ε-scaling schedule only, as GeomLoss).
+        iterations: Sinkhorn updates made (four soft-minima each while annealing, six at the target ε).
+        converged: whether the marginals met ``tol`` (L1) at the target ε; ``None`` with ``tol=None`` (the
+            ε-scaling schedule only, as GeomLoss).
         backend: ``"torch"`` or ``"keops"`` (:mod:`meanfield.pairwise`).
     """
 
@@ -327,7 +330,6 @@ def _sinkhorn_batched(x, y, a_log, b_log, p, eps, reach, scaling, tol, max_iter,
     """
     pooled = torch.cat([x, y], 1)  # (B, M + N, d)
     diameter = (pooled.amax(1) - pooled.amin(1)).norm(dim=-1)  # (B,)
-    spread = (pooled - pooled.mean(1, keepdim=True)).norm(dim=-1).pow(p).mean(1)  # (B,)
     # GeomLoss's schedule in our units (its cost is |x − y|^p / p, so its ε is ours / p): p·D^p, then
     # p·D^p·scaling^{pk} while above the target, then the target; replicas with fewer steps repeat the target
     top = (p * diameter.pow(p)).clamp_min(eps)  # (B,)
@@ -385,26 +387,33 @@ def _sinkhorn_batched(x, y, a_log, b_log, p, eps, reach, scaling, tol, max_iter,
         f_aa, g_bb = soft(x, x, a_log + f_aa / ee, eps), soft(y, y, b_log + g_bb / ee, eps)
         return divergence(f_ba, g_ab, f_aa, g_bb), iterations + 1, converged, used
     # at the target ε: plain alternating Sinkhorn for each of the three problems (several times faster than
-    # averaged updates; for μ = ν the three sequences are the same numbers, so S_ε = 0 exactly) until what
-    # is left of the divergence's change (estimated from the rate of linear convergence) is < tol · spread
+    # averaged updates; for μ = ν the three sequences are the same numbers, so S_ε = 0 exactly) until every
+    # marginal of the three plans is within tol (L1): the plan of (f, g) has row sums a_i e^{(f_i − T(g)_i)/ε}
     g_aa, f_bb = f_aa, g_bb  # OT(μ, μ) with potentials (f_aa, g_aa), OT(ν, ν) with (f_bb, g_bb)
-    converged, previous, last_change = False, divergence(f_ba, g_ab, f_aa, g_bb), None  # (B,)
+    converged = False
+
+    def violation(weights, old, new):  # (B,) Σ_i w_i |e^{(old_i − new_i)/ε} − 1|: the L1 marginal error
+        return (weights * torch.expm1((old - new) / ee).abs()).sum(-1)
+
     while iterations < max_iter:
-        f_ba = soft(x, y, b_log + g_ab / ee, eps)  # (B, M)
-        g_ab = soft(y, x, a_log + f_ba / ee, eps)  # (B, N)
-        f_aa = soft(x, x, a_log + g_aa / ee, eps)  # (B, M)
-        g_aa = soft(x, x, a_log + f_aa / ee, eps)  # (B, M)
-        f_bb = soft(y, y, b_log + g_bb / ee, eps)  # (B, N)
-        g_bb = soft(y, y, b_log + f_bb / ee, eps)  # (B, N)
+        new = soft(x, y, b_log + g_ab / ee, eps)  # (B, M)
+        worst = violation(a, f_ba, new)  # (B,)
+        f_ba, new = new, soft(y, x, a_log + new / ee, eps)  # (B, M), (B, N)
+        worst = torch.maximum(worst, violation(b, g_ab, new))
+        g_ab, new = new, soft(x, x, a_log + g_aa / ee, eps)
+        worst = torch.maximum(worst, violation(a, f_aa, new))
+        f_aa, new = new, soft(x, x, a_log + new / ee, eps)
+        worst = torch.maximum(worst, violation(a, g_aa, new))
+        g_aa, new = new, soft(y, y, b_log + g_bb / ee, eps)
+        worst = torch.maximum(worst, violation(b, f_bb, new))
+        f_bb, new = new, soft(y, y, b_log + new / ee, eps)
+        worst = torch.maximum(worst, violation(b, g_bb, new))
+        g_bb = new
         iterations += 1
-        value = divergence(f_ba, g_ab, f_aa, g_bb, g_aa, f_bb)  # (B,)
-        change = (value - previous).abs()  # (B,)
-        if last_change is not None:  # linear convergence at rate r: what is left ≈ change · r / (1 − r)
-            rate = torch.where(last_change > 0, change / last_change, 0.0).clamp(0.0, 0.99)  # (B,)
-            if bool((change * rate / (1 - rate) <= tol * spread).all()):
-                converged = True
-                break
-        previous, last_change = value, change
+        if bool((worst <= tol).all()):
+            converged = True
+            break
+    value = divergence(f_ba, g_ab, f_aa, g_bb, g_aa, f_bb)  # (B,)
     return value, iterations, converged, used
 
 
@@ -439,6 +448,12 @@ def _run_sinkhorn(x, y, a, b, p, *, epsilon, reach, scaling, tol, max_iter, back
         else torch.full((B,), float(epsilon), dtype=dtype, device=device)
     )
     eps = torch.where(collapsed, torch.ones_like(eps), eps)  # (B,)
+    diameter = (pooled.amax(1) - pooled.amin(1)).norm(dim=-1)  # (B,)
+    if not bool(torch.isfinite(diameter.pow(p) / eps).all()):
+        raise ValueError(
+            f"x and y: the cost |x − y|^{p} over ε overflows {dtype} (diameter {float(diameter.max()):.3g}, "
+            f"ε = {float(eps.min()):.3g}); rescale the clouds or choose a larger epsilon"
+        )
     value, iterations, converged, used = _sinkhorn_batched(
         xt, yt, a_log, b_log, p, eps, reach, scaling, tol, max_iter, backend
     )
@@ -470,8 +485,8 @@ def sinkhorn_divergence(
     symmetric updates ``f ← ½ (f + softmin_ε(C, log b + g/ε))`` (and likewise ``g``, ``f_aa``, ``g_bb``) while
     ε decreases geometrically from ``p·D^p`` (``D`` the diameter of both clouds) to the target, by
     ``scaling^p`` per update. Then, with ``tol``, plain alternating Sinkhorn updates at the target for the
-    three problems until the change of ``S_ε`` times ``r/(1 − r)`` (``r`` the observed rate of linear
-    convergence: an estimate of what is left) is below ``tol · mean |z − z̄|^p``; with ``tol=None``, one last
+    three problems until every marginal of the three plans is within ``tol`` of its law in L1 (the row sums
+    of the plan of ``(f, g)`` are ``a_i e^{(f_i − T(g)_i)/ε}``, free to compute); with ``tol=None``, one last
     full update (GeomLoss's schedule exactly: ``scaling=0.5, tol=None`` gives ``SamplesLoss("sinkhorn")``'s
     value to round-off). ``S_ε ≥ 0``, ``S_ε(μ, μ) = 0``, ``S_ε → W_p^p`` as ``ε → 0``; for ``p = 2`` and a
     translation ``ν = μ + v``, ``S_ε = |v|²`` for every ε.
@@ -494,8 +509,8 @@ def sinkhorn_divergence(
             particles of each replica.
         reach: ``ρ > 0`` in units of the cost for unbalanced OT; ``None`` (default) for balanced.
         scaling: ε-scaling factor in ``(0, 1)`` (:data:`SINKHORN_SCALING`; 0.5 is GeomLoss's default).
-        tol: the stopping tolerance at the target ε, relative to the spread ``mean |z − z̄|^p``; ``None``: the
-            annealing schedule only, as GeomLoss.
+        tol: the stopping tolerance at the target ε: the largest L1 error of the three plans' marginals
+            (:data:`SINKHORN_TOL`); ``None``: the annealing schedule only, as GeomLoss.
         max_iter: the most updates in all (``converged`` is ``False`` if reached).
         backend: ``"auto"``, ``"torch"`` or ``"keops"`` (:func:`meanfield.pairwise.resolve_backend`).
 
