@@ -314,7 +314,8 @@ def attention_system(layer: torch.nn.Module, **kwargs: Any) -> SelfAttentionDyna
 
     Args:
         layer: a ``ParticleAttention`` (or ``CausalParticleAttention``).
-        **kwargs: passed to :class:`SelfAttentionDynamics` (e.g. ``temperature``).
+        **kwargs: passed to :class:`SelfAttentionDynamics` (e.g. ``temperature``, ``sphere``); ``beta`` and
+            ``causal`` override the layer's (e.g. ``beta = r²/√h`` for tokens held at radius r on the sphere).
     """
     from .nn.attention import ParticleAttention
 
@@ -322,9 +323,8 @@ def attention_system(layer: torch.nn.Module, **kwargs: Any) -> SelfAttentionDyna
         raise TypeError(f"layer must be a meanfield.nn.ParticleAttention, got {type(layer).__name__}")
     W = layer.W_QKV.detach().clone()  # (M, 3, h, d)
     O = layer.W_O.detach().clone().mT  # (M, d, h)
-    return SelfAttentionDynamics(
-        W[:, 0], W[:, 1], W[:, 2], O, beta=1.0 / math.sqrt(layer.d_head), causal=layer.is_causal, **kwargs
-    )
+    kwargs = {"beta": 1.0 / math.sqrt(layer.d_head), "causal": layer.is_causal, **kwargs}
+    return SelfAttentionDynamics(W[:, 0], W[:, 1], W[:, 2], O, **kwargs)
 
 
 def attention_layer(system: SelfAttentionDynamics) -> torch.nn.Module:
