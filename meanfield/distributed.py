@@ -121,8 +121,11 @@ class BlockNoise(NoiseSource):
                 f"BlockNoise must be read in step order: asked for step {n} after step {self._n}"
             )
         for j, g in enumerate(self.generators):  # drawn contiguous: torch's draw depends on the layout
-            self._scratch.normal_(0.0, scale, generator=g)  # (B, block, d)
-            self._buffer[:, j * self.block : (j + 1) * self.block] = self._scratch
+            part = self._buffer[:, j * self.block : (j + 1) * self.block]  # (B, block, d)
+            if part.is_contiguous():  # B = 1: straight into the buffer
+                part.normal_(0.0, scale, generator=g)
+            else:
+                part.copy_(self._scratch.normal_(0.0, scale, generator=g))
         self._n, self._scale = n, scale
         return self._buffer
 

@@ -142,3 +142,12 @@ def test_block_noise_is_per_block_and_reproducible():
         BlockNoise((2, 6, 3), 0.1, 0, block=4)
     with pytest.raises(ValueError, match="multiple of world·block"):
         shard_range(10, 4, 0)
+
+
+def test_block_noise_layout_does_not_change_the_draw():
+    """B = 1 draws straight into the buffer, B > 1 through a scratch block: the same numbers per block."""
+    one = BlockNoise((1, 8, 3), 0.1, 4, block=4).increment(0).clone()
+    many = BlockNoise((2, 8, 3), 0.1, 4, block=4).increment(0)
+    single_block = BlockNoise((1, 4, 3), 0.1, 4, block=4, start=4).increment(0)
+    assert torch.equal(one[:, 4:], single_block)
+    assert not torch.equal(many[:1], one)  # B = 2 draws (2, 4, 3) per block: another stream layout
