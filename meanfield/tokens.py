@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 from scipy import special
+from scipy.sparse.csgraph import connected_components
 
 from ._checks import check_finite, check_int, check_nonnegative
 from .projections import Sphere
@@ -423,7 +424,5 @@ def count_clusters(x: torch.Tensor, radius: float = 0.1) -> torch.Tensor:
     counts = []
     for cloud in x:
         adjacent = (torch.cdist(cloud, cloud) < radius).cpu().numpy()  # (n, n)
-        from scipy.sparse.csgraph import connected_components
-
         counts.append(connected_components(adjacent, directed=False)[0])
     return torch.tensor(counts)

@@ -67,3 +67,17 @@ def _float32_matmuls_in_full_precision():
         yield
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def free_port():
+    """``free_port()`` -> a free TCP port on loopback, for a process group's rendezvous (tests that spawn ranks)."""
+    return _free_port

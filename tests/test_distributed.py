@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 
 import pytest
 import torch
@@ -37,12 +36,6 @@ SYSTEMS = {
 
 def initial() -> torch.Tensor:
     return torch.randn(B, M, D, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _worker(rank: int, world: int, port: int, out: str) -> None:
@@ -73,9 +66,9 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory):
+def two_ranks(tmp_path_factory, free_port):
     out = tmp_path_factory.mktemp("dist")
-    mp.spawn(_worker, args=(2, _free_port(), str(out)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, free_port(), str(out)), nprocs=2, join=True)
     return out, json.loads((out / "results.json").read_text())
 
 

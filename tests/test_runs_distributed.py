@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +19,6 @@ import torch.multiprocessing as mp
 
 from meanfield.runs import Checkpoints, RunResult, run
 
-
 ROOT = Path(__file__).resolve().parents[1]
 TEACHER = ROOT / "experiments" / "teacher_student" / "config.toml"
 OVERRIDES = [
@@ -30,12 +28,6 @@ OVERRIDES = [
     "train.figures=false",
     "train.checkpoint_every=6",
 ]
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rank(rank: int, world: int, port: int, out: str, params: str) -> None:
@@ -55,11 +47,11 @@ def _rank(rank: int, world: int, port: int, out: str, params: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def data_parallel(tmp_path_factory):
+def data_parallel(tmp_path_factory, free_port):
     root = tmp_path_factory.mktemp("ddp")
     out, params = root / "run", root / "params"
     params.mkdir()
-    mp.spawn(_rank, args=(2, _port(), str(out), str(params)), nprocs=2, join=True)
+    mp.spawn(_rank, args=(2, free_port(), str(out), str(params)), nprocs=2, join=True)
     single = run(TEACHER, root / "single", preset="smoke", overrides=OVERRIDES, quiet=True)
     return out, params, single
 
@@ -89,13 +81,13 @@ def test_data_parallel_run_equals_the_single_process_run(data_parallel):
 
 
 @pytest.mark.slow
-def test_torchrun_launches_meanfield_run(tmp_path):
+def test_torchrun_launches_meanfield_run(tmp_path, free_port):
     """The documented launch: ``torchrun --nproc_per_node=2 -m meanfield run …`` writes one folder (rank 0)."""
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
     if torchrun is None:
         pytest.skip("torchrun not found")
     out = tmp_path / "launched"
-    cmd = [torchrun, "--nproc_per_node=2", f"--master_port={_port()}", "-m", "meanfield", "run", str(TEACHER),
+    cmd = [torchrun, "--nproc_per_node=2", f"--master_port={free_port()}", "-m", "meanfield", "run", str(TEACHER),
            "--preset", "smoke", "--out", str(out)] + [a for o in OVERRIDES for a in ("--set", o)]  # fmt: skip
     done = subprocess.run(
         cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
