@@ -18,9 +18,10 @@ Each has two implementations, which give the same numbers to round-off:
   first call of each formula compiles it (seconds, then cached on disk).
 
 ``backend="auto"`` (:func:`resolve_backend`) takes KeOps for tensors on a GPU (when KeOps was built with
-CUDA) and the blocked torch path on the CPU, where it was as fast as KeOps or faster in every case measured
-(``benchmarks/kernels.py``: d = 1…100, n = 10²…10⁴); every function that uses a backend reports the one it
-used.
+CUDA) and the blocked torch path on the CPU (``benchmarks/kernels.py``, 2-core CPU: for the soft-minimum
+KeOps was 1.2× faster at d ≤ 10 on a quieter machine and up to 2× slower under load, 10× slower at
+d = 100; for the interaction drift it was 1.0–1.9× slower; and each new formula compiles for seconds).
+Every function that uses a backend reports the one it used.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def resolve_backend(backend: str, d: int, device: torch.device | str = "cpu") ->
     """The backend ``backend`` stands for in dimension ``d`` on ``device``.
 
     ``"auto"``: ``"keops"`` when it is installed with CUDA and the tensors are on a GPU; ``"torch"``
-    otherwise (on the CPU the blocked torch path was never slower than KeOps here: ``benchmarks/kernels.py``).
+    otherwise (on the CPU KeOps was at best 1.2× faster, often slower: ``benchmarks/kernels.py``).
     ``"keops"`` without ``pykeops`` raises. ``d`` is kept for a crossover in dimension (none measured yet).
     """
     if backend not in ("auto", *BACKENDS):
@@ -108,12 +109,12 @@ def _radial_sum_torch(x, y, phi, values, max_elements):
     N = y.shape[1]
     x, y = _centred(x, y)
     y2 = y.square().sum(-1)  # (B, N)
-    out = torch.empty(B, M, values.shape[-1], dtype=x.dtype, device=x.device)  # (B, M, k)
     rows = _rows(B, N, max_elements)
-    for start in range(0, M, rows):
-        g = phi(_squared_distances(x[:, start : start + rows], y, y2))  # (B, c, N)
-        torch.bmm(g, values, out=out[:, start : start + rows])  # (B, c, k)
-    return out
+    blocks = [  # a list, not writes into a buffer: the result stays differentiable
+        torch.bmm(phi(_squared_distances(x[:, start : start + rows], y, y2)), values)  # (B, c, k)
+        for start in range(0, M, rows)
+    ]
+    return blocks[0] if len(blocks) == 1 else torch.cat(blocks, 1)  # (B, M, k)
 
 
 def _radial_sum_keops(x, y, phi, values, scale):
