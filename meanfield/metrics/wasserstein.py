@@ -43,7 +43,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import ot
 import scipy.special
 import torch
 from scipy.spatial.distance import cdist
@@ -230,6 +229,8 @@ def _cost_matrix(x: np.ndarray, y: np.ndarray, p: int) -> np.ndarray:
 
 
 def _method_exact(x, y, a, b, p, *, n_projections, seed, epsilon):
+    import ot  # here, not at import: POT imports geomloss and pykeops where they are installed (slow, noisy)
+
     B, M, _ = x.shape
     N = y.shape[1]
     out = np.empty(B)
