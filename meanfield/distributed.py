@@ -227,6 +227,7 @@ def simulate_sharded(
     seed: int,
     block: int = 1024,
     group: dist.ProcessGroup | None = None,
+    M: int | None = None,
     **kwargs: Any,
 ) -> Trajectory:
     """:func:`~meanfield.simulate` of ``system`` with its M particles sharded over ``group``.
@@ -234,19 +235,20 @@ def simulate_sharded(
     Args:
         system: the global system.
         x0: the **global** initial state ``(B, M, d)`` (each rank keeps its shard; equal on every rank), or this
-            rank's shard ``(B, M/world, d)`` with ``kwargs["M"]`` the global M.
+            rank's shard ``(B, M/world, d)`` with ``M`` given.
         t1, dt: as in ``simulate``.
         seed: the run's seed (the noise of block j comes from ``derive_seed(seed, "noise/block/<j>")``).
         block: particles per noise block; ``M`` must be a multiple of ``world·block``.
         group: the process group (``None``: the default one; a single process when none is initialised).
-        **kwargs: passed to ``simulate`` (``save_every``, ``solver``, …), and ``M`` (see ``x0``).
+        M: the global number of particles (default ``x0.shape[1]``: ``x0`` is the global state).
+        **kwargs: passed to ``simulate`` (``save_every``, ``solver``, …).
 
     Returns:
         This rank's trajectory ``(S, B, m, d)``. With one process it equals ``simulate(system, x0,
         brownian=BlockNoise(...))``.
     """
     world, rank = _world(group)
-    M = kwargs.pop("M", x0.shape[1])
+    M = x0.shape[1] if M is None else M
     start, stop = shard_range(M, world, rank, block)
     local = x0[:, start:stop] if x0.shape[1] == M else x0  # (B, m, d)
     if local.shape[1] != stop - start:

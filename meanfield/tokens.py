@@ -53,15 +53,16 @@ __all__ = [
 _CHUNK_ELEMENTS = 2**22  # B·H·c·n logits per chunk of c query rows (32 MiB in float64)
 
 
-def _as_heads(name: str, w: torch.Tensor, d: int | None, rows: str) -> torch.Tensor:
+def _as_heads(name: str, w: torch.Tensor, d: int | None, axes: str) -> torch.Tensor:
+    """``w`` as ``(H, *axes)`` (a 2-D ``w`` is one head), finite, acting on R^d (last axis ``d``) when given."""
     if not torch.is_tensor(w):
         raise TypeError(
-            f"{name} must be a torch.Tensor of shape (H, {rows}, d) or ({rows}, d), got {type(w).__name__}"
+            f"{name} must be a torch.Tensor of shape (H, {axes}) or ({axes}), got {type(w).__name__}"
         )
     if w.dim() == 2:
         w = w[None]
     if w.dim() != 3:
-        raise ValueError(f"{name} must have shape (H, {rows}, d) or ({rows}, d), got {tuple(w.shape)}")
+        raise ValueError(f"{name} must have shape (H, {axes}) or ({axes}), got {tuple(w.shape)}")
     if d is not None and w.shape[-1] != d:
         raise ValueError(f"{name} must act on R^{d} (last axis {d}), got shape {tuple(w.shape)}")
     if not torch.isfinite(w).all():
@@ -114,10 +115,10 @@ class SelfAttentionDynamics(ParticleSystem):
         temperature: float = 0.0,
         method: str = "auto",
     ) -> None:
-        Q = _as_heads("query", query, None, "h")
+        Q = _as_heads("query", query, None, "h, d")
         d = Q.shape[-1]
-        K = _as_heads("key", key, d, "h")
-        V = _as_heads("value", value, d, "h_v")
+        K = _as_heads("key", key, d, "h, d")
+        V = _as_heads("value", value, d, "h_v, d")
         if K.shape != Q.shape:
             raise ValueError(f"key must have the shape of query {tuple(Q.shape)}, got {tuple(K.shape)}")
         if V.shape[0] != Q.shape[0]:
@@ -129,9 +130,7 @@ class SelfAttentionDynamics(ParticleSystem):
                 )
             O = None
         else:
-            O = _as_heads(
-                "output", output.mT if torch.is_tensor(output) else output, d, "h_v"
-            ).mT  # (H, d, h_v)
+            O = _as_heads("output", output, None, "d, h_v")  # (H, d, h_v)
             if O.shape != (V.shape[0], d, V.shape[1]):
                 raise ValueError(
                     f"output must have shape (H, d, h_v) = {(V.shape[0], d, V.shape[1])}, got {tuple(O.shape)}"
@@ -164,8 +163,8 @@ class SelfAttentionDynamics(ParticleSystem):
         eye = torch.eye(check_int("d", d), dtype=dtype)  # (d, d)
         system = cls(eye, eye, eye, beta=beta, **kwargs)
         system._identity = True
-        if system.method == "fourier" and not system._fourier_applies:
-            raise ValueError("method='fourier' needs tokens on the circle: d = 2 and sphere=True")
+        if system.method == "fourier":
+            system.resolved_method(0)  # refuses a Fourier path off the circle now, not at the first step
         return system
 
     @property

@@ -113,7 +113,7 @@ def consensus(p: dict, *, normalized: bool, beta_scale: float, generator: torch.
 
 # --- B: circle -----------------------------------------------------------------------------------------------------
 def circle_growth(p: dict, *, normalized: bool, beta_scale: float, generator: torch.Generator) -> dict:
-    """Slopes of log|ĉ_k| from i.i.d. uniform tokens over ``steps`` Euler steps of η = 0.05/λ_{k*}·…"""
+    """Slopes of log|ĉ_k| from i.i.d. uniform tokens over ``steps`` Euler steps up to log(7)/λ_{k*}, per replica."""
     beta, modes = p["beta"], list(p["modes"])
     lam = growth_rate(np.asarray(modes), beta, normalized=normalized)
     lam_top = growth_rate(fastest_mode(beta), beta, normalized=normalized)
