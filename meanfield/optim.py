@@ -82,12 +82,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from meanfield import _background
 from meanfield._checks import check_int, check_nonnegative, check_positive
 from meanfield.projections import Clip, Projection, Sphere, projection_from_dict
 from meanfield.schedules import Schedule, as_schedule, schedule_from_dict, schedule_to_data
+from meanfield.seeds import derive_seed
 
 __all__ = [
     "Langevin",
@@ -243,6 +245,48 @@ class _Bucket:
     counts: list[int] | None = None  # the same counts as Python ints
     rsqrt: torch.Tensor | None = None  # (n,) preconditioned-noise work buffer
     rsqrt_views: list[torch.Tensor] | None = None
+    rows: tuple[int, int, int] | None = None  # (start, stop, M): the parameters are rows of (M, …) tensors
+    block: int = 0  # > 0: counter-based noise per block of this many particles (Langevin's noise_block)
+
+    @property
+    def noise_size(self) -> int:
+        """Numbers of the step's shared draw for this bucket: ``n``, the full ``(M, …)`` sizes when sharded, 0
+        with block noise (drawn by :meth:`block_noise`)."""
+        if self.block:
+            return 0
+        if self.rows is None:
+            return self.n
+        start, stop, M = self.rows
+        return sum(p.numel() // (stop - start) * M for p in self.params)
+
+    def block_noise(self, seed: int, group_index: int, step: int) -> torch.Tensor:
+        """The noise ``(n,)`` of this bucket's particles, block by block: block ``j`` from a generator seeded by
+        ``derive_seed(seed, f"noise/{group_index}/{j}/{step}")``, drawing every parameter's rows of the block in
+        order (the same numbers whichever process holds the block)."""
+        start, stop = (self.rows[0], self.rows[1]) if self.rows is not None else (0, self.params[0].shape[0])
+        p0 = self.params[0]
+        out = torch.empty(self.n, dtype=p0.dtype, device=p0.device)  # (n,)
+        views = self.views(out, range(len(self.params)))  # [(rows, …)]
+        k = self.block
+        generator = torch.Generator(device=p0.device)
+        for j in range(start // k, stop // k):
+            generator.manual_seed(derive_seed(seed, f"noise/{group_index}/{j}/{step}"))
+            a = j * k - start
+            for v in views:
+                v[a : a + k].normal_(generator=generator)  # (k, …) ξ ~ N(0, I)
+        return out
+
+    def local_noise(self, full: torch.Tensor) -> torch.Tensor:
+        """This rank's rows of the full draw ``full`` (``(noise_size,)``), flat like the bucket: ``(n,)``."""
+        if self.rows is None:
+            return full
+        start, stop, M = self.rows
+        parts, offset = [], 0
+        for p in self.params:
+            size = p.numel() // (stop - start) * M
+            parts.append(full[offset : offset + size].view(M, -1)[start:stop].reshape(-1))  # (numel,)
+            offset += size
+        return torch.cat(parts)  # (n,)
 
     def views(self, flat: torch.Tensor, index: Sequence[int], strided: bool = False) -> list[torch.Tensor]:
         """Views of ``flat`` (n,) shaped like the parameters ``index``.
@@ -378,7 +422,8 @@ class _NoiseDraw:
 # the optimizer
 # ----------------------------------------------------------------------------------------------------------
 
-_CONFIG_KEYS = ("beta", "projection")  # configuration callables: kept from this optimizer on load
+_CONFIG_KEYS = ("beta", "projection", "particle_rows")  # kept from this optimizer on load (callables; a
+# rank's own rows of a sharded layer, which differ from those of the rank that saved the state)
 
 
 class Langevin(torch.optim.Optimizer):
@@ -438,6 +483,13 @@ class Langevin(torch.optim.Optimizer):
         temperature_convention: what ``beta`` means (:data:`TEMPERATURE_CONVENTIONS`): ``"mean_field"``
             (default: the temperature of ``exp(−M·L/β)``) or ``"loss"`` (the seeds' ``β_s`` of
             ``exp(−L/β_s)``; the noise uses ``M·β_s``). ``β_s = β/M`` gives the same chain.
+        noise_block: ``0`` (default): the group's noise comes from the optimizer's generator, one draw per step
+            for all groups. ``k > 0``: the noise of particles ``[j·k, (j+1)·k)`` (rows of every parameter's
+            leading particle axis) at the group's step ``t`` is drawn from a generator seeded by
+            ``derive_seed(seed, f"noise/{group index}/{j}/{t}")`` — counter-based: no state, and a particle's
+            noise does not depend on which process holds it, so a rank of a sharded system draws only its own
+            rows (:mod:`meanfield.nn.sharded`; ``M`` and each shard a multiple of ``k``). Needs ``seed``
+            (not ``generator``).
 
     A β schedule or a projection may also be given as data (its ``to_dict()``, e.g. from a TOML config).
 
@@ -482,13 +534,16 @@ class Langevin(torch.optim.Optimizer):
         generator: torch.Generator | None = None,
         seed: int | None = None,
         temperature_convention: str = "mean_field",
+        noise_block: int = 0,
     ) -> None:
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
         if seed is not None:
             seed = check_int("seed", seed, minimum=0)
             if seed >= 2**63:
-                raise ValueError(f"seed must be < 2**63 (a torch.Generator seed is a 64-bit integer), got {seed}")
+                raise ValueError(
+                    f"seed must be < 2**63 (a torch.Generator seed is a 64-bit integer), got {seed}"
+                )
         if generator is not None and seed is not None:
             raise ValueError("pass either generator or seed, not both")
         self._warned_not_gibbs = False
@@ -520,6 +575,7 @@ class Langevin(torch.optim.Optimizer):
             "noise_preconditioned": noise_preconditioned,
             "projection": projection,
             "temperature_convention": temperature_convention,
+            "noise_block": noise_block,
             "step": 0,
         }
         _normalise(defaults, "Langevin")
@@ -615,6 +671,7 @@ class Langevin(torch.optim.Optimizer):
             if M is None:
                 continue
             M = check_int(f"{type(module).__name__}.n_particles", int(M))
+            shard = getattr(module, "particle_shard", None)  # meanfield.nn.sharded: this rank's rows of M
             names = getattr(module, "particle_parameter_names", None)
             if names is not None:
                 candidates = [getattr(module, name) for name in names]
@@ -625,6 +682,8 @@ class Langevin(torch.optim.Optimizer):
                 continue
             claimed.update(id(p) for p in params)
             group: dict[str, Any] = {"params": params, "n_particles": M, "noise": True}
+            if shard is not None:
+                group.update(n_particles=shard.M, particle_rows=(shard.start, shard.stop))
             if callable(getattr(module, "project_", None)):
                 group["projection"] = LayerProjection(module)
             group.update(particle_options)
@@ -670,7 +729,30 @@ class Langevin(torch.optim.Optimizer):
                 _check_dense(p, group, self.param_groups)
                 offsets.append(n)
                 n += p.numel()
-            b = _Bucket(params, offsets, n)
+            rows = group.get("particle_rows")
+            b = _Bucket(params, offsets, n, block=int(group.get("noise_block", 0)))
+            if b.block:
+                if self._seed is None:
+                    raise ValueError(
+                        "noise_block > 0 draws counter-based noise from the optimizer's seed: pass seed=, "
+                        "not generator="
+                    )
+                start, stop = (rows[0], rows[1]) if rows is not None else (0, params[0].shape[0])
+                for p in params:
+                    if p.dim() == 0 or p.shape[0] != stop - start or start % b.block or stop % b.block:
+                        raise ValueError(
+                            f"noise_block = {b.block}: every parameter of the group needs a leading particle axis "
+                            f"whose rows [{start}, {stop}) are whole blocks, got a parameter of shape "
+                            f"{tuple(p.shape)}"
+                        )
+            if rows is not None:
+                b.rows = (int(rows[0]), int(rows[1]), int(group["n_particles"]))
+                for p in params:
+                    if p.dim() == 0 or p.shape[0] != b.rows[1] - b.rows[0]:
+                        raise ValueError(
+                            f"a parameter of shape {tuple(p.shape)} is in a group with particle_rows = "
+                            f"{tuple(rows)}: its leading axis must hold those {b.rows[1] - b.rows[0]} particles"
+                        )
             if group["drift"] == "adam":
                 # per-parameter step counts: a parameter whose first gradient comes late gets its own bias
                 # correction (a state without them, from an older checkpoint, takes the group's count)
@@ -752,9 +834,9 @@ class Langevin(torch.optim.Optimizer):
         self._group_records = [[] for _ in self.param_groups]
         self._stats = None
         self._group_stats = None
-        noisy = [
-            (b, index)
-            for _, group, beta_t, work in plan
+        noisy = [  # (bucket, index, group index, the group's step): what the noise of each bucket needs
+            (b, index, gi, group["step"])
+            for gi, group, beta_t, work in plan
             if group["noise"] and beta_t > 0
             for b, index, _ in work
         ]
@@ -774,13 +856,17 @@ class Langevin(torch.optim.Optimizer):
                                 records.append((record, j))
                             j += 1
             draw.wait()
+            noises = [  # [(n_j,)] this rank's rows of the shared draw, or the counter-based blocks
+                b.block_noise(self._seed, gi, t) if b.block else b.local_noise(view)
+                for (b, _, gi, t), view in zip(noisy, draw.views)
+            ]
         except BaseException:
             draw.undo()  # no draw left running on the generator, which is back where it was
             self._records = None  # the step is half done: no stats describe it (last_stats is None)
             raise
         # 5. noise, 6. projection
         for record, j in records:
-            self._add_noise(record, draw.views[j])
+            self._add_noise(record, noises[j])
         for _, group, _, _ in plan:
             if group["projection"] is not None:
                 group["projection"].project_all_(group["params"])
@@ -925,15 +1011,18 @@ class Langevin(torch.optim.Optimizer):
             for k, sub in by_count.items()
         ]
 
-    def _start_noise(self, noisy: list[tuple[_Bucket, list[int]]]) -> _NoiseDraw:
+    def _start_noise(self, noisy: list[tuple[_Bucket, list[int], int, int]]) -> _NoiseDraw:
         """Start the step's standard normal draws: one flat draw per (device, dtype) over ``noisy``'s buckets.
 
-        Returns a :class:`_NoiseDraw` whose ``views[j]`` (``(n_j,)``) is the noise of ``noisy[j]``'s bucket.
+        Returns a :class:`_NoiseDraw` whose ``views[j]`` (``(noise_size_j,)``) is the noise of ``noisy[j]``'s
+        bucket: for a sharded bucket (``particle_rows``) the draw of all ``M`` particles, of which
+        :meth:`_Bucket.local_noise` takes this rank's rows, so that the rank moves its particles exactly as the
+        single process would.
         """
         sizes: dict[tuple[torch.device, torch.dtype], int] = {}
-        for b, _ in noisy:
+        for b, *_ in noisy:
             kind = (b.params[0].device, b.params[0].dtype)
-            sizes[kind] = sizes.get(kind, 0) + b.n
+            sizes[kind] = sizes.get(kind, 0) + b.noise_size
         flats = {}
         for kind, n in sizes.items():
             buffer = self._noise_buffers.get(kind)
@@ -943,10 +1032,10 @@ class Langevin(torch.optim.Optimizer):
             flats[kind] = buffer[:n]  # (n,) to hold ξ ~ N(0, I)
         used = dict.fromkeys(sizes, 0)
         views = []
-        for b, _ in noisy:
+        for b, *_ in noisy:
             kind = (b.params[0].device, b.params[0].dtype)
-            views.append(flats[kind][used[kind] : used[kind] + b.n])  # (n_b,)
-            used[kind] += b.n
+            views.append(flats[kind][used[kind] : used[kind] + b.noise_size])  # (noise_size_b,)
+            used[kind] += b.noise_size
         return _NoiseDraw([(flat, self._generator(kind[0])) for kind, flat in flats.items()], views)
 
     @staticmethod
@@ -1052,10 +1141,16 @@ class Langevin(torch.optim.Optimizer):
         schedules and projections of this optimizer are kept (the saved ones are data describing them).
         """
         state_dict = dict(state_dict)
+        # copies: a live state dict (another optimizer's, whose step counts and moments it holds by reference)
+        # must not share tensors with this one, or stepping either would move both
+        state_dict["state"] = {
+            k: {key: v.clone() if torch.is_tensor(v) else v for key, v in entry.items()}
+            for k, entry in state_dict.get("state", {}).items()
+        }
         generators = state_dict.pop("generators", {})
         seed = state_dict.pop("seed", self._seed)
         n_steps = state_dict.pop("n_steps", self._n_steps)
-        kept = [{key: g[key] for key in _CONFIG_KEYS} for g in self.param_groups]
+        kept = [{key: g.get(key) for key in _CONFIG_KEYS} for g in self.param_groups]
         super().load_state_dict(state_dict)
         for group, config in zip(self.param_groups, kept):
             group.update(config)
@@ -1073,11 +1168,29 @@ class Langevin(torch.optim.Optimizer):
         self._group_stats = None
 
 
+def _sums(records: Sequence[_Record]) -> list[tuple[int, float, float, float, float, float]]:
+    """Each record's :meth:`_Record.sums`; those of sharded buckets summed over the ranks (a collective: with
+    sharded particle layers every rank reads the stats, as ``meanfield run`` does)."""
+    sums = [record.sums() for record in records]
+    sharded = [i for i, record in enumerate(records) if record.bucket.rows is not None]
+    if not sharded or not (dist.is_available() and dist.is_initialized()):
+        return sums
+    totals = torch.tensor([[sums[i][k] for k in (0, 1, 4, 5)] for i in sharded], dtype=torch.float64)
+    extremes = torch.tensor([[-sums[i][2], sums[i][3]] for i in sharded], dtype=torch.float64)
+    device = records[sharded[0]].bucket.params[0].device
+    if dist.get_backend() == "nccl":
+        totals, extremes = totals.to(device), extremes.to(device)
+    dist.all_reduce(totals)
+    dist.all_reduce(extremes, op=dist.ReduceOp.MAX)
+    for i, t, e in zip(sharded, totals.tolist(), extremes.tolist()):
+        sums[i] = (int(t[0]), t[1], -e[0], e[1], t[2], t[3])
+    return sums
+
+
 def _aggregate(records: Sequence[_Record], step: int) -> LangevinStats:
     """The :class:`LangevinStats` of ``records`` (the coordinates of all of them together)."""
     n, eta_sum, eta_min, eta_max, noise_sq, drift_sq = 0, 0.0, math.inf, -math.inf, 0.0, 0.0
-    for record in records:
-        r = record.sums()
+    for r in _sums(records):
         n += r[0]
         eta_sum += r[1]
         eta_min = min(eta_min, r[2])
@@ -1164,7 +1277,9 @@ def _check_group(group: dict[str, Any], where: str) -> None:
     if not callable(beta):
         check_nonnegative(f"{where}: beta (the temperature)", beta)
     if not isinstance(group["drift"], str):
-        raise TypeError(f"{where}: drift must be a string, one of {DRIFTS}, got {type(group['drift']).__name__}")
+        raise TypeError(
+            f"{where}: drift must be a string, one of {DRIFTS}, got {type(group['drift']).__name__}"
+        )
     if group["drift"] not in DRIFTS:
         raise ValueError(f"{where}: drift must be one of {DRIFTS}, got {group['drift']!r}")
     betas = group["betas"]
@@ -1187,6 +1302,7 @@ def _check_group(group: dict[str, Any], where: str) -> None:
         if not isinstance(group[name], bool):
             raise TypeError(f"{where}: {name} must be a bool, got {type(group[name]).__name__}")
     check_int(f"{where}: n_particles", group["n_particles"])
+    check_int(f"{where}: noise_block", group["noise_block"], minimum=0)
     projection = group["projection"]
     if projection is not None and not isinstance(projection, Projection):
         raise TypeError(

@@ -81,7 +81,7 @@ __all__ = [
 ]
 
 STATUSES = ("running", "finished", "interrupted", "diverged", "failed")
-TIMING_KEYS = ("time", "step_time", "samples_per_s", "tokens_per_s")
+TIMING_KEYS = ("time", "step_time", "samples_per_s", "tokens_per_s", "particles_per_s")
 """Metrics that depend on the machine, not on the computation (left out of resume-equality checks)."""
 
 
@@ -135,6 +135,10 @@ class RunConfig:
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, … or ``"auto"`` (CUDA when available).
         dtype: ``"float32"`` or ``"float64"``.
         threads: torch's intra-op threads (0: torch's default).
+        parallel: how the processes of a ``torchrun`` launch share a step: ``"data"`` (each rank takes an equal
+            share of the batch rows, every parameter replicated, gradients averaged) or ``"particles"`` (each
+            rank holds ``M/world`` particles of every particle layer and the whole batch: the layers' averages
+            are all-reduces, :mod:`meanfield.nn.sharded`). Ignored in a single process.
         description: free text, kept in the run folder.
         data: the task's ``[data]`` table.
         model: the task's ``[model]`` table.
@@ -150,6 +154,7 @@ class RunConfig:
     device: str = "cpu"
     dtype: Literal["float32", "float64"] = "float32"
     threads: int = 0
+    parallel: Literal["data", "particles"] = "data"
     description: str = ""
     data: dict = field(default_factory=dict)
     model: dict = field(default_factory=dict)
@@ -536,6 +541,17 @@ def _batch_share(batch: Any, rank: int, world: int, size: int) -> Any:
     return batch
 
 
+def _all_reduce_scalar(value: float, device: torch.device, op: str = "sum") -> float:
+    """``value`` reduced over the ranks (``"sum"``, ``"min"``, ``"max"``), through a tensor on ``device`` (NCCL
+    reduces only CUDA tensors; gloo CPU ones)."""
+    import torch.distributed as dist
+
+    where = device if dist.get_backend() == "nccl" else torch.device("cpu")
+    t = torch.tensor([value], dtype=torch.float64, device=where)
+    dist.all_reduce(t, op={"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}[op])
+    return float(t.item())
+
+
 def _average_gradients(model: torch.nn.Module, world: int) -> None:
     """Average every parameter's gradient over the ranks: one all-reduce of one flat buffer."""
     import torch.distributed as dist
@@ -761,7 +777,9 @@ class _Run:
         self.device = _device(self.cfg.device)
         self.rank, self.world = _process_group(self.device)
         self.lead = self.rank == 0  # the rank that writes the folder
-        if self.cfg.train.batch_size % self.world:
+        self.sharded = self.world > 1 and self.cfg.parallel == "particles"
+        self.data_parallel = self.world > 1 and not self.sharded
+        if self.data_parallel and self.cfg.train.batch_size % self.world:
             raise ConfigError(
                 f"train.batch_size = {self.cfg.train.batch_size} must be a multiple of the number of processes "
                 f"({self.world}): each takes an equal share of the rows"
@@ -784,6 +802,13 @@ class _Run:
                 f"task {self.cfg.task!r} cannot be built from this configuration ([data], [model], "
                 f"train.batch_size): {error}"
             ) from None
+        if self.sharded:
+            from meanfield.nn.sharded import shard_particles
+
+            try:
+                shard_particles(self.experiment.model)
+            except ValueError as error:
+                raise ConfigError(f"parallel = 'particles' on {self.world} processes: {error}") from None
         self.optimizer = build_optimizer(self.experiment.model, self.cfg)
         self.checkpoints = Checkpoints(folder / "checkpoints", self.cfg.train.keep_checkpoints)
         self.log = MetricsLog(folder / "metrics.jsonl")
@@ -825,9 +850,15 @@ class _Run:
                 )
 
     def _state(self) -> dict[str, Any]:
+        """The checkpoint's contents; with sharded particles the full tensors, gathered (a collective)."""
         state = _checkpoint_state(
             self.experiment, self.optimizer, self.step, self.window, self.elapsed, self._wall()
         )
+        if self.sharded:
+            from meanfield.nn.sharded import full_optimizer_state, full_state_dict
+
+            state["model"] = full_state_dict(self.experiment.model)
+            state["optimizer"] = full_optimizer_state(self.optimizer)
         if self.device.type == "cuda":  # the device's global generator (dropout, … on the GPU)
             state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
         return state
@@ -843,8 +874,9 @@ class _Run:
         if step is not None and env_path.exists():
             before = json.loads(env_path.read_text()).get("world_size", 1)
             if before != self.world:
+                how = "the particles are" if self.cfg.parallel == "particles" else "the batch is"
                 warnings.warn(
-                    f"{self.folder} ran on {before} process(es) and resumes on {self.world}: the batch is split "
+                    f"{self.folder} ran on {before} process(es) and resumes on {self.world}: {how} split "
                     "differently, so the continuation equals the original run to round-off, not bit for bit",
                     stacklevel=3,
                 )
@@ -856,8 +888,14 @@ class _Run:
         # generator states must stay CPU ByteTensors; parameters and moments are copied onto the device by the
         # modules' and the optimizer's load_state_dict
         state = self.checkpoints.load(step, map_location="cpu")
-        self.experiment.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        if self.sharded:  # the checkpoint holds the full tensors: each rank takes its rows
+            from meanfield.nn.sharded import load_full_optimizer_state, load_full_state_dict
+
+            load_full_state_dict(self.experiment.model, state["model"])
+            load_full_optimizer_state(self.optimizer, state["optimizer"])
+        else:
+            self.experiment.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
         self.experiment.batches.load_state_dict(state["batches"])
         torch.set_rng_state(state["torch_rng"])
         if "cuda_rng" in state and self.device.type == "cuda":
@@ -922,21 +960,17 @@ class _Run:
         """One optimizer step; returns the loss. Raises NonFiniteLossError on a NaN/Inf loss or gradient."""
         exp, opt = self.experiment, self.optimizer
         batch = exp.next_batch()
-        if self.world > 1:  # every rank drew the same global batch; each takes its share of the rows
+        if self.data_parallel:  # every rank drew the same global batch; each takes its share of the rows
             batch = _batch_share(batch, self.rank, self.world, self.cfg.train.batch_size)
         opt.zero_grad(set_to_none=True)
-        loss = exp.loss(batch)
+        loss = exp.loss(batch)  # sharded particles: the whole batch's loss, the same on every rank
         value = float(loss.detach())
-        if self.world > 1:  # the whole batch's loss, the same on every rank (so all raise, or none)
-            import torch.distributed as dist
-
-            total = torch.tensor([value], dtype=torch.float64)
-            dist.all_reduce(total)
-            value = float(total) / self.world
+        if self.data_parallel:  # the whole batch's loss, the same on every rank (so all raise, or none)
+            value = _all_reduce_scalar(value, self.device) / self.world
         if not math.isfinite(value):
             raise NonFiniteLossError(f"the training loss is {value} at step {self.step + 1}", self.step + 1)
         loss.backward()
-        if self.world > 1:
+        if self.data_parallel:  # (sharded particles: the replicated parameters' gradients are already equal)
             _average_gradients(exp.model, self.world)
         if exp.on_backward is not None:
             exp.on_backward()
@@ -1050,6 +1084,16 @@ class _Run:
         return "none (the run must start again)" if step is None else str(self.checkpoints.path(step))
 
     def _checkpoint(self) -> None:
+        if self.sharded:  # every rank takes part in gathering the shards; rank 0 writes
+            saved = float(self.lead and self.checkpoints.latest() == self.step)
+            if _all_reduce_scalar(saved, self.device, "max"):
+                return
+            if not _all_reduce_scalar(float(_finite_parameters(self.experiment.model)), self.device, "min"):
+                raise NonFiniteLossError(f"the parameters are not finite after step {self.step}", self.step)
+            state = self._state()
+            if self.lead:
+                self.checkpoints.save(state, self.step)
+            return
         if not self.lead:
             return
         if self.checkpoints.latest() == self.step:

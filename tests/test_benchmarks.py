@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
         ),
         ("optim.py", ["--params", "0.05", "--rounds", "2", "--warmup", "1", "--no-write"]),
         ("runs.py", ["--steps", "6", "--rounds", "1", "--out", "{tmp}/runs.md"]),
+        ("parallel_lm.py", ["--smoke", "--out", "{tmp}/parallel_lm.md"]),
     ],
 )
 def test_benchmark_script_runs(script, args, tmp_path):

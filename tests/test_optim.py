@@ -747,3 +747,23 @@ def test_a_parameter_with_holes_in_its_memory_is_refused():
     p.grad = torch.ones_like(p)
     with pytest.raises(ValueError, match=r"parameter 0 of param group 0 .* does not fill its memory densely"):
         Langevin([p], lr=0.1, beta=0.1, seed=0).step()
+
+
+def test_loading_a_live_state_dict_shares_no_tensor_with_its_optimizer():
+    """B loads A's state dict (not a saved copy: A's step counts and moments by reference), then A steps, then
+    B steps with the same gradient: B must make A's step. Before the fix B's Adam step count was A's tensor,
+    so A's step advanced B's bias correction too (B then moved 1e-3 away)."""
+    g = torch.Generator().manual_seed(0)
+    grad = torch.randn(4, 3, generator=g, dtype=torch.float64)
+    thetas = [torch.zeros(4, 3, dtype=torch.float64, requires_grad=True) for _ in range(2)]
+    opts = [Langevin([t], lr=0.1, beta=0.01, drift="adam", n_particles=4, seed=1) for t in thetas]
+    for _ in range(2):  # A has state; B is fresh
+        thetas[0].grad = grad.clone()
+        opts[0].step()
+    with torch.no_grad():
+        thetas[1].copy_(thetas[0])
+    opts[1].load_state_dict(opts[0].state_dict())
+    for t, opt in zip(thetas, opts):
+        t.grad = grad.clone()
+        opt.step()
+    assert torch.equal(thetas[0], thetas[1])

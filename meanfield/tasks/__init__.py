@@ -13,6 +13,9 @@ loss of a batch, an evaluation, and the unit of throughput. Built in:
   test loss, error and accuracy.
 - ``lm``: next-token language modelling (tiny-shakespeare characters or WikiText-2 words) with
   :class:`~meanfield.nn.TransformerLM`, multi-head or particle attention; evaluation: loss and perplexity.
+- ``mean_field``: a McKean–Vlasov particle system (confinement, quadratic interaction) as a
+  :class:`~meanfield.nn.cloud.ParticleCloud` whose Langevin steps are its Euler–Maruyama steps; evaluation:
+  energy, variance (against the discretised chain's exact stationary variance), centre of mass.
 
 A user task is named ``"package.module:attribute"`` in the config; the attribute is an object with ``Data``,
 ``Model`` and ``build`` like :data:`TEACHER_STUDENT`.
@@ -39,6 +42,7 @@ __all__ = [
     "LM",
     "IMAGE_CLASSIFICATION",
     "SEQ_CLASSIFY",
+    "MEAN_FIELD",
 ]
 
 
@@ -89,6 +93,7 @@ class Task(Protocol):
 
 
 from meanfield.tasks.language import LM  # noqa: E402  (the tasks import Experiment from here)
+from meanfield.tasks.mean_field import MEAN_FIELD  # noqa: E402
 from meanfield.tasks.regression import IMAGE_CLASSIFICATION, TEACHER_STUDENT  # noqa: E402
 from meanfield.tasks.sequence import SEQ_CLASSIFY  # noqa: E402
 
@@ -97,6 +102,7 @@ TASKS: dict[str, Task] = {
     "lm": LM,
     "image_classification": IMAGE_CLASSIFICATION,
     "seq_classify": SEQ_CLASSIFY,
+    "mean_field": MEAN_FIELD,
 }
 """The built-in tasks by name."""
 

@@ -37,6 +37,7 @@ from meanfield.metrics.diversity import (
 )
 from meanfield.nn import FeatureParticles
 from meanfield.nn.features import ACTIVATIONS
+from meanfield.nn.sharded import particle_parameter
 from meanfield.seeds import derive_seed
 from meanfield.tasks import Experiment
 
@@ -132,8 +133,8 @@ def particle_metrics(
       ``−w`` are distinct for a ReLU);
     - ``live``: fraction of live units.
     """
-    w = net.w.detach()  # (M, d)
-    a = net.a.detach()  # (M,) or (M, k)
+    w = particle_parameter(net, "w")  # (M, d) all M units, also when the layer is sharded over ranks
+    a = particle_parameter(net, "a")  # (M,) or (M, k)
     live = live_particles(a, vector=a.dim() == 2)  # (M,)
     odd = activation in ODD_ACTIVATIONS
     out = {
@@ -234,7 +235,7 @@ class _TeacherStudent:
 
         def evaluate() -> dict[str, float]:
             test_mse = float(F.mse_loss(net(x_test), y_test))
-            cos = teacher_alignment(net.w, directions).abs()  # (M, k) |cos(w_i, w*_k)|
+            cos = teacher_alignment(particle_parameter(net, "w"), directions).abs()  # (M, k) |cos(w_i, w*_k)|
             return {
                 "test_mse": test_mse,
                 "test_mse_relative": test_mse / float(y_test.var()),

@@ -1,0 +1,141 @@
+"""The ``mean_field`` task: a McKean–Vlasov particle system run by ``meanfield run``.
+
+The model is a :class:`~meanfield.nn.cloud.ParticleCloud` — ``M`` particles in ``R^d`` in a confinement ``V``
+(``a/2·|x|²`` or the double well ``Σ_k x_k⁴/4 − x_k²/2``) with the interaction ``W(z) = k/2·|z|²`` — and the loss
+its mean-field energy. With ``[optim] drift = "sgd"`` the Langevin step is the Euler–Maruyama step of
+``dx_i = −(∇V(x_i) + k(x_i − x̄)) dt + sqrt(2β) dW_i`` with ``dt = lr`` (``docs/scaling.md``): the simulation gets
+run folders, checkpoints and resume, sweeps over β, k, M and seeds, and ``parallel = "particles"`` under
+``torchrun`` (each rank ``M/N`` particles, the averages all-reduced, ``optim.noise_block`` per-block noise so that
+a rank draws only its own particles' noise).
+
+There is no data: every step is one step of the dynamics. Evaluation: the energy, the per-coordinate variance
+``(mean |x|² − |x̄|²)/d``, the centre ``|x̄|`` (the order parameter of the double well's phase transition), and, for
+the quadratic confinement, the stationary variance of the discretised chain in the mean-field limit,
+``β/((a + k)(1 − η(a + k)/2))`` — given ``[model] beta`` and ``eta`` to compare with (the task does not read
+``[optim]``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from meanfield.nn.cloud import ParticleCloud
+from meanfield.nn.sharded import particle_parameter
+from meanfield.potentials import DoubleWell, Quadratic
+from meanfield.seeds import derive_seed
+from meanfield.tasks import Experiment
+
+__all__ = ["MEAN_FIELD", "MeanFieldData", "MeanFieldModel", "stationary_variance"]
+
+
+@dataclass
+class MeanFieldData:
+    """``[data]`` of ``mean_field``: nothing (a particle system has no data)."""
+
+
+@dataclass
+class MeanFieldModel:
+    """``[model]`` of ``mean_field``.
+
+    ``confinement``: ``"quadratic"`` (``V = a/2·|x|²``) or ``"double_well"``; ``k``: the quadratic interaction;
+    ``init_scale``: the initial law ``N(0, init_scale² I)``; ``beta`` and ``eta``: only for the reported exact
+    stationary variance (set them to ``[optim] beta`` and ``lr``; 0 leaves it out).
+    """
+
+    n_particles: int = 1024
+    d: int = 2
+    confinement: Literal["quadratic", "double_well"] = "quadratic"
+    a: float = 1.0
+    k: float = 0.0
+    init_scale: float = 3.0
+    beta: float = 0.0
+    eta: float = 0.0
+
+
+def stationary_variance(a: float, k: float, beta: float, eta: float) -> float:
+    """Per-coordinate stationary variance of the Euler–Maruyama chain of the quadratic system, mean-field limit.
+
+    Each coordinate of ``x_i − x̄`` follows ``u ← (1 − η(a + k))u + sqrt(2βη)ξ`` (and ``x̄ → 0`` at rate ``a``), so
+    ``Var = 2βη/(1 − (1 − η(a + k))²) = β/((a + k)(1 − η(a + k)/2))``, the SDE's ``β/(a + k)`` as ``η → 0``.
+    """
+    c = a + k
+    if c <= 0 or not 0 < eta * c < 2:
+        raise ValueError(
+            f"the chain is stationary only for a + k > 0 and 0 < η(a + k) < 2, got {c} and {eta * c}"
+        )
+    return beta / (c * (1 - eta * c / 2))
+
+
+class _NoBatches:
+    """The batch sampler of a task without data: no state, every batch ``None``."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+    def next(self) -> None:
+        return None
+
+
+class _MeanField:
+    Data = MeanFieldData
+    Model = MeanFieldModel
+
+    def build(
+        self,
+        data: MeanFieldData,
+        model: MeanFieldModel,
+        *,
+        batch_size: int,
+        seed: int,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> Experiment:
+        V = Quadratic(model.a) if model.confinement == "quadratic" else DoubleWell()
+        g = torch.Generator().manual_seed(derive_seed(seed, "init"))
+        cloud = ParticleCloud(
+            model.n_particles, model.d, V, model.k, init_scale=model.init_scale, generator=g, dtype=dtype
+        ).to(device)
+        exact = None
+        if model.confinement == "quadratic" and model.beta > 0 and model.eta > 0:
+            exact = stationary_variance(model.a, model.k, model.beta, model.eta)
+        batches = _NoBatches()
+
+        def loss(batch: None) -> torch.Tensor:
+            return cloud.energy(cloud())  # every rank's averages, all-reduced when sharded
+
+        def evaluate() -> dict[str, float]:
+            means = cloud()  # (1, 2 + d)
+            x = particle_parameter(cloud, "x")  # (M, d) all particles (gathered when sharded)
+            centre = x.mean(0)  # (d,)
+            out = {
+                "energy": float(cloud.energy(means)),
+                "variance": float((x - centre).square().sum(1).mean() / model.d),
+                "centre": float(centre.norm()),
+            }
+            if exact is not None:
+                out["variance_exact"] = exact
+                out["variance_ratio"] = out["variance"] / exact
+            return out
+
+        return Experiment(
+            model=cloud,
+            batches=batches,
+            next_batch=batches.next,
+            loss=loss,
+            evaluate=evaluate,
+            unit="particles",
+            units_per_step=model.n_particles,
+            description=(
+                f"ParticleCloud(M={model.n_particles}, d={model.d}, V={V!r}, W = k/2|z|², k={model.k})"
+            ),
+        )
+
+
+MEAN_FIELD = _MeanField()
+"""The ``mean_field`` task."""
