@@ -9,35 +9,40 @@ Two reductions over the pairs of two clouds ``x (B, M, d)`` and ``y (B, N, d)`` 
 
 Each has two implementations, which give the same numbers to round-off:
 
-* ``"torch"``: blocks of rows, ``B × rows × N ≤ max_elements`` numbers at a time; the squared distances
-  come from one matrix product per block, ``|x|² + |y|² − 2 x·y``, and the clouds are centred on their
-  common mean first (the cost is translation invariant, and centring keeps that difference accurate).
-  Memory ``O(max_elements + B(M + N)d)``: linear in the number of points.
+* ``"torch"``: blocks of rows, ``B × rows × N ≤ max_elements`` numbers at a time, in one reused work buffer;
+  the squared distances come from one matrix product per block, ``|x|² + |y|² − 2 x·y``, and the clouds are
+  centred on their common mean first (the cost is translation invariant, and centring keeps that difference
+  accurate). Memory ``O(max_elements + B(M + N)d)``: linear in the number of points (a differentiable
+  ``radial_sum`` keeps one small result per block for autograd).
 * ``"keops"``: KeOps' symbolic ``LazyTensor`` reductions (compiled C++ on the CPU, CUDA on a GPU), memory
   ``O(B(M + N)d)``. Present when ``pykeops`` is installed (``pip install 'meanfield-sde[keops]'``); the
   first call of each formula compiles it (seconds, then cached on disk).
 
 ``backend="auto"`` (:func:`resolve_backend`) takes KeOps for tensors on a GPU (when KeOps was built with
-CUDA) and the blocked torch path on the CPU (``benchmarks/kernels.py``, 2-core CPU: for the soft-minimum
-KeOps was 1.2× faster at d ≤ 10 on a quieter machine and up to 2× slower under load, 10× slower at
-d = 100; for the interaction drift it was 1.0–1.9× slower; and each new formula compiles for seconds).
+CUDA) and the blocked torch path on the CPU (``benchmarks/kernels.py``, 2-core CPU, float32: the torch
+soft-minimum was 2–4× faster than KeOps at d ≤ 10 and 20× at d = 100; the Gaussian drift 1.6–3.9× faster at
+M = 1e3…1e5; and each new KeOps formula compiles for seconds).
 Every function that uses a backend reports the one it used.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 
 import torch
 
 __all__ = [
     "BACKENDS",
+    "DENSE_MAX_ELEMENTS",
     "MAX_ELEMENTS",
+    "cost_matrix",
     "keops_available",
     "radial_sum",
     "resolve_backend",
     "softmin",
+    "softmin_from_cost",
 ]
 
 BACKENDS = ("torch", "keops")
@@ -45,6 +50,12 @@ BACKENDS = ("torch", "keops")
 
 MAX_ELEMENTS = 1 << 20
 """Default block of the torch path: ``B × rows × N`` numbers (4 MiB in float32; cache-sized passes)."""
+
+DENSE_MAX_ELEMENTS = 3 << 22
+"""Sinkhorn on the torch backend computes its three cost matrices once (:func:`cost_matrix`,
+:func:`softmin_from_cost`) when they hold at most this many numbers in all, ``B(MN + M² + N²)`` (two clouds of
+2048 points: 48 MiB in float32), instead of recomputing the distances in every soft-minimum. Measured per
+soft-minimum here (float32, n = 1000 and 2000): 1.1–1.4× faster at d ≤ 32, 2.3–2.8× at d = 100."""
 
 
 @functools.cache
@@ -68,7 +79,7 @@ def resolve_backend(backend: str, d: int, device: torch.device | str = "cpu") ->
     """The backend ``backend`` stands for in dimension ``d`` on ``device``.
 
     ``"auto"``: ``"keops"`` when it is installed with CUDA and the tensors are on a GPU; ``"torch"``
-    otherwise (on the CPU KeOps was at best 1.2× faster, often slower: ``benchmarks/kernels.py``).
+    otherwise (on the CPU KeOps was 1.6–25× slower: ``benchmarks/kernels.py``).
     ``"keops"`` without ``pykeops`` raises. ``d`` is kept for a crossover in dimension (none measured yet).
     """
     if backend not in ("auto", *BACKENDS):
@@ -94,10 +105,31 @@ def _centred(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return x - c, y - c  # (B, M, d), (B, N, d)
 
 
-def _squared_distances(x: torch.Tensor, y: torch.Tensor, y2: torch.Tensor) -> torch.Tensor:
-    """``|x_i − y_j|²`` for a block ``x (B, c, d)`` against ``y (B, N, d)`` with ``y2 = |y|² (B, N)``."""
-    r2 = torch.baddbmm(y2.unsqueeze(1), x, y.transpose(1, 2), alpha=-2.0)  # (B, c, N)  |y|² − 2x·y
+def _squared_distances(
+    x: torch.Tensor, y: torch.Tensor, y2: torch.Tensor, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``|x_i − y_j|²`` for a block ``x (B, c, d)`` against ``y (B, N, d)`` with ``y2 = |y|² (B, N)``, into
+    ``out`` (a contiguous ``(B, c, N)`` work buffer) when given."""
+    r2 = torch.baddbmm(y2.unsqueeze(1), x, y.transpose(1, 2), alpha=-2.0, out=out)  # (B, c, N) |y|² − 2x·y
     return r2.add_(x.square().sum(-1, keepdim=True)).clamp_(min=0.0)  # (B, c, N)
+
+
+class _Blocks:
+    """One work buffer of ``B × rows × N`` numbers, reused by every block of rows.
+
+    A fresh multi-MiB block per iteration lets glibc's allocator (whose mmap threshold grows after the first
+    large free) interleave them with the small per-block results and never give the memory back: the blocked
+    Gaussian drift at M = 1e5 grew to 16 GiB of resident memory before the buffer (and was killed on this
+    machine); with it the peak is the buffer.
+    """
+
+    def __init__(self, B: int, rows: int, N: int, like: torch.Tensor) -> None:
+        self.B, self.N = B, N
+        self.flat = torch.empty(B * rows * N, dtype=like.dtype, device=like.device)  # (B·rows·N,)
+
+    def take(self, c: int) -> torch.Tensor:
+        """A contiguous ``(B, c, N)`` view of the buffer (``c ≤ rows``)."""
+        return self.flat[: self.B * c * self.N].view(self.B, c, self.N)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -109,12 +141,20 @@ def _radial_sum_torch(x, y, phi, values, max_elements):
     N = y.shape[1]
     x, y = _centred(x, y)
     y2 = y.square().sum(-1)  # (B, N)
-    rows = _rows(B, N, max_elements)
-    blocks = [  # a list, not writes into a buffer: the result stays differentiable
-        torch.bmm(phi(_squared_distances(x[:, start : start + rows], y, y2)), values)  # (B, c, k)
-        for start in range(0, M, rows)
-    ]
-    return blocks[0] if len(blocks) == 1 else torch.cat(blocks, 1)  # (B, M, k)
+    rows = min(M, _rows(B, N, max_elements))
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, y, values)):
+        blocks = [  # a list, not writes into a buffer: the result stays differentiable
+            torch.bmm(phi(_squared_distances(x[:, start : start + rows], y, y2)), values)  # (B, c, k)
+            for start in range(0, M, rows)
+        ]
+        return blocks[0] if len(blocks) == 1 else torch.cat(blocks, 1)  # (B, M, k)
+    out = torch.empty(B, M, values.shape[-1], dtype=values.dtype, device=values.device)  # (B, M, k)
+    work = _Blocks(B, rows, N, x)
+    for start in range(0, M, rows):
+        xi = x[:, start : start + rows]  # (B, c, d)
+        g = phi(_squared_distances(xi, y, y2, out=work.take(xi.shape[1])))  # (B, c, N)
+        torch.bmm(g, values, out=out[:, start : start + rows])  # (B, c, k)
+    return out
 
 
 def _radial_sum_keops(x, y, phi, values, scale):
@@ -186,16 +226,64 @@ def _softmin_torch(x, y, h, eps, p, max_elements):
     x, y = _scaled(x, y, eps, p)
     y2 = y.square().sum(-1)  # (B, N)
     out = torch.empty(B, M, dtype=x.dtype, device=x.device)  # (B, M)
-    rows = _rows(B, N, max_elements)
+    rows = min(M, _rows(B, N, max_elements))
+    work = _Blocks(B, rows, N, x)
     for start in range(0, M, rows):
         xi = x[:, start : start + rows]  # (B, c, d)
+        z = work.take(xi.shape[1])  # (B, c, N)
         if p == 2:  # h_j − |y_j|² + 2 x_i·y_j, then − |x_i|² outside the log-sum-exp
-            z = torch.baddbmm((h - y2).unsqueeze(1), xi, y.transpose(1, 2), alpha=2.0)  # (B, c, N)
-            out[:, start : start + rows] = torch.logsumexp(z, -1) - xi.square().sum(-1)  # (B, c)
+            torch.baddbmm((h - y2).unsqueeze(1), xi, y.transpose(1, 2), alpha=2.0, out=z)  # (B, c, N)
+            out[:, start : start + rows] = _logsumexp_(z) - xi.square().sum(-1)  # (B, c)
         else:
-            z = _squared_distances(xi, y, y2).sqrt_().neg_().add_(h.unsqueeze(1))  # (B, c, N)
-            out[:, start : start + rows] = torch.logsumexp(z, -1)  # (B, c)
+            _squared_distances(xi, y, y2, out=z).sqrt_().neg_().add_(h.unsqueeze(1))  # (B, c, N)
+            out[:, start : start + rows] = _logsumexp_(z)  # (B, c)
     return out.mul_(-eps)
+
+
+def cost_matrix(x: torch.Tensor, y: torch.Tensor, p: int = 2) -> torch.Tensor:
+    """``C_ij = |x_i − y_j|^p`` of ``x (B, M, d)`` and ``y (B, N, d)``, centred first: ``(B, M, N)``."""
+    x, y = _centred(x, y)
+    C = _squared_distances(x, y, y.square().sum(-1))  # (B, M, N)
+    return C if p == 2 else C.sqrt_()
+
+
+def softmin_from_cost(
+    cost: torch.Tensor, h: torch.Tensor, epsilon: float | torch.Tensor, work: torch.Tensor | None = None
+) -> torch.Tensor:
+    r""":func:`softmin` from a cost matrix computed once: ``f_i = −ε log Σ_j exp(h_j − C_ij/ε)``.
+
+    Args:
+        cost: ``C`` of shape ``(B, M, N)`` (:func:`cost_matrix`; a transposed view is fine).
+        h: ``(B, N)``.
+        epsilon: ``ε > 0``, a number or one per replica ``(B,)``.
+        work: a contiguous ``(B, M, N)`` buffer to compute in (reused across calls; a fresh one if ``None``).
+
+    Returns:
+        ``f`` of shape ``(B, M)``.
+    """
+    eps = _per_replica(epsilon, cost)  # (B, 1)
+    z = torch.div(cost, -eps.unsqueeze(-1), out=work)  # (B, M, N) −C/ε
+    return _logsumexp_(z.add_(h.unsqueeze(1))).mul_(-eps)  # (B, M)
+
+
+def _logsumexp_(z: torch.Tensor) -> torch.Tensor:
+    r"""``log Σ_j e^{z_j}`` over the last axis, overwriting ``z`` (a block this module owns).
+
+    .. math::  m + \log \sum_j e^{\max(z_j − m,\ −80)},\qquad m = \max_j z_j
+
+    in float32 (and lower): a term below ``e^{−80}`` times the largest is raised to it, a relative error
+    below ``N e^{−80}`` (``2·10^{−29}`` for a million terms); left alone such terms are subnormal numbers,
+    which the CPU computes slowly: ``torch.logsumexp`` took 6.2 ms on a ``524 × 2000`` float32 block of
+    spread-out values here, this 1.0 ms. Float64 has no such range problem (``torch.logsumexp``, 1.3 ms).
+    Rows that are all ``−∞`` give ``−∞``.
+    """
+    if z.dtype == torch.float64:
+        return torch.logsumexp(z, -1)  # (...,)
+    m = z.amax(-1, keepdim=True)  # (..., 1)
+    empty = torch.isneginf(m.squeeze(-1))  # (...,) rows of −∞ only: log 0
+    m = torch.where(empty.unsqueeze(-1), torch.zeros_like(m), m)  # (..., 1)
+    total = z.sub_(m).clamp_min_(-80.0).exp_().sum(-1).log_().add_(m.squeeze(-1))  # (...,)
+    return total.masked_fill_(empty, -math.inf)  # (...,)
 
 
 def _softmin_keops(x, y, h, eps, p):

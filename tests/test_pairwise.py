@@ -52,6 +52,45 @@ def test_softmin_equals_the_dense_formula_in_blocks(p):
     assert (other - expected).abs().max() > 1e-4
 
 
+def test_float32_softmin_drops_only_terms_below_e_minus_80_and_keeps_empty_rows():
+    """The float32 log-sum-exp raises terms below e^{−80}·max (subnormal, slow on a CPU) to that level.
+
+    Oracle: float64 ``torch.logsumexp`` of the same numbers. The spread (z up to −400) puts most terms
+    in float32's subnormal range; the bound is float32 round-off on ~600 terms (1e-5 relative); a wrong
+    floor (e^{−8} instead of e^{−80}) is the negative control and errs by ~1e-2.
+    """
+    z = -400.0 * torch.rand(3, 7, 600, generator=gen(5), dtype=DT)  # (3, 7, 600)
+    z[0, 0] = -math.inf  # a row with no mass: log 0
+    expected = torch.logsumexp(z, -1)  # (3, 7)
+    got = pairwise._logsumexp_(z.float().clone())  # (3, 7)
+    assert torch.isneginf(got[0, 0])
+    finite = torch.isfinite(expected)
+    torch.testing.assert_close(got[finite].double(), expected[finite], rtol=1e-5, atol=1e-5)
+    wrong = torch.logsumexp(z.clamp_min(z.amax(-1, keepdim=True) - 8.0), -1)  # negative control: floor e^{−8}
+    assert (wrong[finite] - expected[finite]).abs().max() > 1e-3
+    x, y = clouds(B=1, M=300, N=200, d=2, seed=6)  # the full reduction in float32 against float64
+    h = torch.randn(1, 200, generator=gen(7), dtype=DT)
+    f32, _ = softmin(x.float(), y.float(), h.float(), 0.01, backend="torch", max_elements=5000)
+    f64, _ = softmin(x, y, h, 0.01, backend="torch")
+    torch.testing.assert_close(f32.double(), f64, rtol=2e-5, atol=2e-5)
+
+
+def test_the_gaussian_kernel_in_place_on_blocks_keeps_gradients():
+    """``GaussianInteraction`` exponentiates the torch backend's fresh blocks in place, but not when a
+    gradient flows through them: ``energy`` is differentiable and its gradient is the drift's formula."""
+    x = torch.randn(1, 40, 2, generator=gen(8), dtype=DT).requires_grad_(True)  # (1, M, d)
+    W = GaussianInteraction(c=0.8, length=0.6, backend="torch")
+    total = W.energy(x).sum() / 2  # ½ (1/M) Σ_ij W(x_i − x_j): its gradient in x_i is (1/M) Σ_j ∇W(x_i − x_j)
+    (grad,) = torch.autograd.grad(total, x)  # (1, M, d)
+    with torch.no_grad():
+        r2 = torch.cdist(x, x) ** 2  # (1, M, M)
+        expected = W.mean_field_grad(x)  # (1, M, d) ∇_i (1/M) Σ_j W(x_i − x_j)
+        k = 0.8 * torch.exp(-r2 / (2 * 0.36))  # (1, M, M)
+        dense = ((x.unsqueeze(2) - x.unsqueeze(1)) * k.unsqueeze(-1)).sum(2) * (-1 / 0.36) / 40  # (1, M, d)
+    torch.testing.assert_close(expected, dense, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grad, expected, rtol=1e-12, atol=1e-12)
+
+
 def test_radial_sum_equals_the_dense_formula_in_blocks():
     x, y = clouds()
     values = torch.randn(2, 29, 4, generator=gen(2), dtype=DT)  # (B, N, k)
@@ -202,3 +241,24 @@ def test_sinkhorn_divergence_refuses_bad_arguments(kwargs, message):
     x, y = clouds(B=1, M=5, N=5, d=2)
     with pytest.raises(ValueError, match=message):
         sinkhorn_divergence(x, y, **kwargs)
+
+
+@pytest.mark.parametrize("p", [1, 2])
+def test_sinkhorn_from_cached_costs_equals_the_blocked_path(monkeypatch, p):
+    """Small clouds compute the three cost matrices once (``DENSE_MAX_ELEMENTS``); the blocked path recomputes
+    the distances in each soft-minimum: the same updates, the same value to round-off (float64)."""
+    import meanfield.metrics.wasserstein as W
+
+    x, y = clouds(B=2, M=40, N=30, d=3, seed=11)
+    cached = sinkhorn_divergence(x, y, p=p, epsilon=0.1, reach=None if p == 2 else 2.0)
+    monkeypatch.setattr(W, "DENSE_MAX_ELEMENTS", 0)
+    blocked = sinkhorn_divergence(x, y, p=p, epsilon=0.1, reach=None if p == 2 else 2.0)
+    assert cached.iterations == blocked.iterations
+    # p = 1: |x − y| = sqrt(|x|² + |y|² − 2x·y) turns the ~1e-16 round-off of a zero distance (the diagonal of
+    # the self-costs) into ~1e-8, differently in the two paths (unscaled, and scaled by 1/ε): 1e-8 there
+    tol = 1e-12 if p == 2 else 1e-8
+    torch.testing.assert_close(cached.divergence, blocked.divergence, rtol=tol, atol=tol)
+    h = torch.randn(2, 30, generator=gen(12), dtype=DT)
+    f, _ = softmin(x, y, h, torch.tensor([0.2, 0.05], dtype=DT), p=p, backend="torch")
+    g = pairwise.softmin_from_cost(pairwise.cost_matrix(x, y, p), h, torch.tensor([0.2, 0.05], dtype=DT))
+    torch.testing.assert_close(g, f, rtol=tol, atol=tol)
