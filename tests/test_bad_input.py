@@ -804,3 +804,11 @@ def test_meanfield_run_bad_set_is_one_named_line(tmp_path, capsys, override):
     err = capsys.readouterr().err.strip()
     key = override.split("=")[0].split(".")[-1]
     assert code == 2 and len(err.splitlines()) == 1 and key in err, err
+
+
+def test_a_diffusion_that_does_not_broadcast_is_named():
+    """σ of shape (5,) against a (2, 3, 2) state: not torch's broadcasting error, the allowed shapes (a
+    hypothesis example found it)."""
+    bad = SDE(lambda t, x: -x, lambda t, x: torch.ones(5, dtype=x.dtype), noise="diagonal")
+    with pytest.raises(ValueError, match=r"σ of shape \(2, 3, 2\) or one that broadcasts to it, got \(5,\)"):
+        simulate(bad, X0, t1=0.1, dt=0.02, solver="euler", generator=0)

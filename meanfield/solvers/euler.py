@@ -58,8 +58,11 @@ class _EulerStepper(Stepper):
                     _bad_sigma(sigma, f"{(*x.shape, source.shape[-1])} (noise='general')")
                 noise = torch.einsum("bmdk,bmk->bmd", sigma, source.increment(step, sqrt_dt))
             elif torch.is_tensor(sigma):  # σ: (B, M, d) or broadcastable
-                noise = sigma * source.increment(step, sqrt_dt)
-                if noise.shape != x.shape:
+                try:
+                    noise = sigma * source.increment(step, sqrt_dt)
+                except RuntimeError:  # σ does not broadcast against (B, M, d) at all
+                    noise = None
+                if noise is None or noise.shape != x.shape:
                     _bad_sigma(sigma, f"{tuple(x.shape)} or one that broadcasts to it")
             else:  # a number: the scaling is folded into the draw
                 noise = source.increment(step, sigma * sqrt_dt)  # (B, M, d)
