@@ -36,7 +36,9 @@ class ParticleCloud(ParticleLayer):
         confinement: ``V`` (a :class:`~meanfield.potentials.Confinement`).
         k: interaction strength (``k > 0`` attracts to the centre of mass).
         init_scale: the initial particles are ``N(0, init_scale² I)``.
-        generator, device, dtype: of the initial particles.
+        generator: random generator of the initial particles (``None``: torch's global one).
+        device: device of the particles.
+        dtype: dtype of the particles.
 
     Shapes:
         ``particle_outputs()``: ``(1, M, 2 + d)`` = ``(V(x_i), |x_i|², x_i)``; ``forward()``: their mean
