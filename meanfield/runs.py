@@ -61,6 +61,14 @@ from meanfield import config as _config
 from meanfield._io import json_clean, write_atomic, write_json_atomic, write_text_atomic
 from meanfield.config import ConfigError
 from meanfield.data import CorruptDataError
+from meanfield.nn.sharded import (
+    full_optimizer_state,
+    full_state_dict,
+    load_full_optimizer_state,
+    load_full_state_dict,
+    shard_particles,
+    sharded_layers,
+)
 from meanfield.optim import Langevin
 from meanfield.seeds import derive_seed
 from meanfield.tasks import Experiment, get_task
@@ -803,8 +811,6 @@ class _Run:
                 f"train.batch_size): {error}"
             ) from None
         if self.sharded:
-            from meanfield.nn.sharded import shard_particles
-
             try:
                 shard_particles(self.experiment.model)
             except ValueError as error:
@@ -855,8 +861,6 @@ class _Run:
             self.experiment, self.optimizer, self.step, self.window, self.elapsed, self._wall()
         )
         if self.sharded:
-            from meanfield.nn.sharded import full_optimizer_state, full_state_dict
-
             state["model"] = full_state_dict(self.experiment.model)
             state["optimizer"] = full_optimizer_state(self.optimizer)
         if self.device.type == "cuda":  # the device's global generator (dropout, … on the GPU)
@@ -889,8 +893,6 @@ class _Run:
         # modules' and the optimizer's load_state_dict
         state = self.checkpoints.load(step, map_location="cpu")
         if self.sharded:  # the checkpoint holds the full tensors: each rank takes its rows
-            from meanfield.nn.sharded import load_full_optimizer_state, load_full_state_dict
-
             load_full_state_dict(self.experiment.model, state["model"])
             load_full_optimizer_state(self.optimizer, state["optimizer"])
         else:
@@ -972,6 +974,17 @@ class _Run:
         loss.backward()
         if self.data_parallel:  # (sharded particles: the replicated parameters' gradients are already equal)
             _average_gradients(exp.model, self.world)
+        if self.sharded:
+            # each rank checks its own particles' gradients, then all stop together: none waits for a lost one
+            layers = sharded_layers(exp.model)
+            grads = [p.grad for layer in layers for p in layer.parameters() if p.grad is not None]
+            finite = float(all(bool(torch.isfinite(n)) for n in torch._foreach_norm(grads))) if grads else 1.0
+            if not _all_reduce_scalar(finite, self.device, "min"):
+                raise NonFiniteLossError(
+                    f"step {self.step + 1}: a particle gradient on some rank is not finite (NaN or Inf); no rank "
+                    "stepped",
+                    self.step + 1,
+                )
         if exp.on_backward is not None:
             exp.on_backward()
         try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import os
 import shutil
+import time
 import warnings
 from pathlib import Path
 
@@ -311,3 +312,39 @@ def test_a_particle_system_sharded_over_ranks_is_the_single_process_chain(sharde
         warnings.simplefilter("ignore")
         run(resumed_dir / "config.toml", resumed_dir, resume=True, quiet=True)
     assert _close(Checkpoints(resumed_dir / "checkpoints").load(40)["model"]["x"], ref)
+
+
+def _nan_rank(rank: int, world: int, port: int, out: str) -> None:
+    os.environ.update(WORLD_SIZE=str(world), RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import torch.distributed as dist
+
+    from meanfield import config as _config
+    from meanfield.runs import NonFiniteLossError, _Run
+
+    resolved = _config.resolve(_config.load_toml(TEACHER), "smoke", OVERRIDES)
+    r = _Run(resolved, Path(out) / "run", resume=False, quiet=True, on_step=None)
+    if rank == 1:  # from step 4 on, rank 1's particles get a NaN gradient; rank 0's stay finite
+        r.experiment.model.w.register_hook(lambda g: g * float("nan") if r.step >= 3 else g)
+    outcome = "finished"
+    try:
+        r.train()
+    except NonFiniteLossError as error:
+        outcome = f"stopped at step {error.step}"
+    (Path(out) / f"rank{rank}.txt").write_text(outcome)
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_a_nan_gradient_on_one_rank_stops_every_rank(tmp_path, free_port):
+    """Without the cross-rank check the rank with the NaN refuses its step and the other waits for it in the
+    next all-reduce forever; with it both stop at step 4, and the last checkpoint (step 0 is none, so the run
+    says so) is untouched."""
+    context = mp.spawn(_nan_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, join=False)
+    start = time.monotonic()
+    while not context.join(timeout=5):  # False until every process has exited
+        if time.monotonic() - start > 120:
+            for process in context.processes:
+                process.kill()
+            pytest.fail("the ranks did not stop within 120 s (a rank waits for the other)")
+    assert [(tmp_path / f"rank{r}.txt").read_text() for r in (0, 1)] == ["stopped at step 4"] * 2
+    assert RunResult.load(tmp_path / "run").summary["status"] == "diverged"
