@@ -416,26 +416,22 @@ def _sinkhorn_batched(x, y, a_log, b_log, p, eps, reach, scaling, tol, max_iter,
     # each of the three problems stops being updated once its marginals are within tol (the self-problems,
     # started from the annealing's symmetric potentials, usually first): the same stopping rule for each, at
     # two soft-minima per update of a problem still running instead of six
+    def alternate(u, v, lu, lv, wu, wv, f, g):
+        """One alternating update of the problem (u, v) with potentials (f, g): the new pair and whether both
+        marginals were within tol."""
+        new = soft(u, v, lv + g / ee, eps)  # (B, |u|)
+        worst = violation(wu, f, new)  # (B,)
+        f, new = new, soft(v, u, lu + new / ee, eps)  # (B, |u|), (B, |v|)
+        return f, new, bool((torch.maximum(worst, violation(wv, g, new)) <= tol).all())
+
     done = {"cross": False, "aa": False, "bb": False}
     while iterations < max_iter:
         if not done["cross"]:
-            new = soft(x, y, b_log + g_ab / ee, eps)  # (B, M)
-            worst = violation(a, f_ba, new)  # (B,)
-            f_ba, new = new, soft(y, x, a_log + new / ee, eps)  # (B, M), (B, N)
-            done["cross"] = bool((torch.maximum(worst, violation(b, g_ab, new)) <= tol).all())
-            g_ab = new
+            f_ba, g_ab, done["cross"] = alternate(x, y, a_log, b_log, a, b, f_ba, g_ab)
         if not done["aa"]:
-            new = soft(x, x, a_log + g_aa / ee, eps)
-            worst = violation(a, f_aa, new)
-            f_aa, new = new, soft(x, x, a_log + new / ee, eps)
-            done["aa"] = bool((torch.maximum(worst, violation(a, g_aa, new)) <= tol).all())
-            g_aa = new
+            f_aa, g_aa, done["aa"] = alternate(x, x, a_log, a_log, a, a, f_aa, g_aa)
         if not done["bb"]:
-            new = soft(y, y, b_log + g_bb / ee, eps)
-            worst = violation(b, f_bb, new)
-            f_bb, new = new, soft(y, y, b_log + new / ee, eps)
-            done["bb"] = bool((torch.maximum(worst, violation(b, g_bb, new)) <= tol).all())
-            g_bb = new
+            f_bb, g_bb, done["bb"] = alternate(y, y, b_log, b_log, b, b, f_bb, g_bb)
         iterations += 1
         if all(done.values()):
             converged = True

@@ -23,7 +23,6 @@ from typing import Any, Literal
 import torch
 
 from meanfield.nn.cloud import ParticleCloud
-from meanfield.nn.sharded import particle_parameter
 from meanfield.potentials import DoubleWell, Quadratic
 from meanfield.seeds import derive_seed
 from meanfield.tasks import Experiment
@@ -110,12 +109,11 @@ class _MeanField:
             return cloud.energy(cloud())  # every rank's averages, all-reduced when sharded
 
         def evaluate() -> dict[str, float]:
-            means = cloud()  # (1, 2 + d)
-            x = particle_parameter(cloud, "x")  # (M, d) all particles (gathered when sharded)
-            centre = x.mean(0)  # (d,)
+            means = cloud()  # (1, 2 + d) (V̄, mean |x|², x̄) over all M particles (all-reduced when sharded)
+            centre = means[0, 2:]  # (d,)
             out = {
                 "energy": float(cloud.energy(means)),
-                "variance": float((x - centre).square().sum(1).mean() / model.d),
+                "variance": float((means[0, 1] - centre.square().sum()) / model.d),  # (mean |x|² − |x̄|²)/d
                 "centre": float(centre.norm()),
             }
             if exact is not None:
