@@ -522,16 +522,17 @@ class _StopFlag:
             signal.signal(signal.SIGINT, self._previous)
 
 
-def _process_group(device: torch.device) -> tuple[int, int]:
-    """``(rank, world)``: under torchrun (``WORLD_SIZE`` > 1) the default process group, initialised here if it
-    is not yet (NCCL for CUDA, gloo otherwise); ``(0, 1)`` in a single process."""
+def _process_group(device: torch.device) -> tuple[int, int, bool]:
+    """``(rank, world, created)``: under torchrun (``WORLD_SIZE`` > 1) the default process group, initialised here
+    if it is not yet (NCCL for CUDA, gloo otherwise; ``created`` says so); ``(0, 1, False)`` in a single process."""
     import torch.distributed as dist
 
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 and not (dist.is_available() and dist.is_initialized()):
-        return 0, 1
-    if not dist.is_initialized():
+        return 0, 1, False
+    created = not dist.is_initialized()
+    if created:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    return dist.get_rank(), dist.get_world_size()
+    return dist.get_rank(), dist.get_world_size(), created
 
 
 def _batch_share(batch: Any, rank: int, world: int, size: int) -> Any:
@@ -759,7 +760,13 @@ def run(
         resolved = _config.resolve(_config.load_toml(config), preset, overrides)
         stem = Path(config).stem + (f"-{preset}" if preset else "")
     folder = Path(out) if out is not None else Path("runs") / stem
-    return _Run(resolved, folder, resume=resume, quiet=quiet, on_step=on_step).train()  # checks it once
+    r = _Run(resolved, folder, resume=resume, quiet=quiet, on_step=on_step)  # checks the configuration once
+    result = r.train()
+    if r.owns_group:  # every rank passed train()'s last barrier: tear down the group this run created, before
+        import torch.distributed as dist  # the interpreter's exit does (gloo's threads may abort the process then)
+
+        dist.destroy_process_group()
+    return result
 
 
 class _Run:
@@ -783,7 +790,7 @@ class _Run:
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
         self.device = _device(self.cfg.device)
-        self.rank, self.world = _process_group(self.device)
+        self.rank, self.world, self.owns_group = _process_group(self.device)
         self.lead = self.rank == 0  # the rank that writes the folder
         self.sharded = self.world > 1 and self.cfg.parallel == "particles"
         self.data_parallel = self.world > 1 and not self.sharded
@@ -978,7 +985,7 @@ class _Run:
             # each rank checks its own particles' gradients, then all stop together: none waits for a lost one
             layers = sharded_layers(exp.model)
             grads = [p.grad for layer in layers for p in layer.parameters() if p.grad is not None]
-            finite = float(all(bool(torch.isfinite(n)) for n in torch._foreach_norm(grads))) if grads else 1.0
+            finite = float(torch.stack(torch._foreach_norm(grads)).isfinite().all()) if grads else 1.0
             if not _all_reduce_scalar(finite, self.device, "min"):
                 raise NonFiniteLossError(
                     f"step {self.step + 1}: a particle gradient on some rank is not finite (NaN or Inf); no rank "
@@ -1097,23 +1104,20 @@ class _Run:
         return "none (the run must start again)" if step is None else str(self.checkpoints.path(step))
 
     def _checkpoint(self) -> None:
-        if self.sharded:  # every rank takes part in gathering the shards; rank 0 writes
-            saved = float(self.lead and self.checkpoints.latest() == self.step)
-            if _all_reduce_scalar(saved, self.device, "max"):
-                return
-            if not _all_reduce_scalar(float(_finite_parameters(self.experiment.model)), self.device, "min"):
-                raise NonFiniteLossError(f"the parameters are not finite after step {self.step}", self.step)
-            state = self._state()
-            if self.lead:
-                self.checkpoints.save(state, self.step)
+        if not (self.lead or self.sharded):  # sharded: every rank takes part in gathering the shards
             return
-        if not self.lead:
+        saved = self.lead and self.checkpoints.latest() == self.step
+        finite = _finite_parameters(self.experiment.model)
+        if self.sharded:  # the lead's answer, and every rank's own particles
+            saved = bool(_all_reduce_scalar(float(saved), self.device, "max"))
+            finite = bool(_all_reduce_scalar(float(finite), self.device, "min"))
+        if saved:
             return
-        if self.checkpoints.latest() == self.step:
-            return
-        if not _finite_parameters(self.experiment.model):
+        if not finite:
             raise NonFiniteLossError(f"the parameters are not finite after step {self.step}", self.step)
-        self.checkpoints.save(self._state(), self.step)
+        state = self._state()
+        if self.lead:
+            self.checkpoints.save(state, self.step)
 
     def _final(self) -> dict[str, Any]:
         records = self.log.read()
