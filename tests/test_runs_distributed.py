@@ -43,6 +43,7 @@ def _rank(rank: int, world: int, port: int, out: str, params: str) -> None:
     torch.save(
         {k: v.clone() for k, v in r.experiment.model.state_dict().items()}, Path(params) / f"rank{rank}.pt"
     )
+    dist.barrier()  # no rank tears down gloo while the other still talks to it (a SIGABRT race)
     dist.destroy_process_group()
 
 
@@ -103,7 +104,7 @@ def test_batch_not_divisible_is_refused(tmp_path, monkeypatch):
     from meanfield import runs
     from meanfield.config import ConfigError
 
-    monkeypatch.setattr(runs, "_process_group", lambda device: (0, 3))
+    monkeypatch.setattr(runs, "_process_group", lambda device: (0, 3, False))  # (rank, world, created)
     with pytest.raises(ConfigError, match="multiple of the number of processes"):
         run(TEACHER, tmp_path / "x", preset="smoke", overrides=OVERRIDES, quiet=True)
     assert not (tmp_path / "x").exists()

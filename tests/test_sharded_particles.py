@@ -159,6 +159,7 @@ def _layers(rank: int, world: int, port: int, out: str) -> None:
     z = x[:, 0]  # (B, d_in)
     checks["features_forward"] = _close(f(z), f_ref(z))
     torch.save(checks, Path(out) / f"rank{rank}.pt")
+    dist.barrier()  # no rank tears down gloo while the other still talks to it (a SIGABRT race)
     dist.destroy_process_group()
 
 
@@ -207,6 +208,7 @@ def _run_rank(
     r = _Run(resolved, Path(out), resume=False, quiet=True, on_step=None)
     r.train()
     torch.save(full_state_dict(r.experiment.model), Path(params) / f"rank{rank}.pt")
+    dist.barrier()  # no rank tears down gloo while the other still talks to it (a SIGABRT race)
     dist.destroy_process_group()
 
 
@@ -331,6 +333,7 @@ def _nan_rank(rank: int, world: int, port: int, out: str) -> None:
     except NonFiniteLossError as error:
         outcome = f"stopped at step {error.step}"
     (Path(out) / f"rank{rank}.txt").write_text(outcome)
+    dist.barrier()  # no rank tears down gloo while the other still talks to it (a SIGABRT race)
     dist.destroy_process_group()
 
 
