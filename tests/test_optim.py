@@ -663,7 +663,7 @@ def test_an_error_during_the_drift_leaves_no_draw_running_and_the_generator_unch
     def broken(*args, **kwargs):
         raise RuntimeError("drift failed")
 
-    monkeypatch.setattr(opt, "_drift", broken)
+    monkeypatch.setattr("meanfield.optim.langevin.apply_drift", broken)
     with pytest.raises(RuntimeError, match="drift failed"):
         opt.step()
     assert torch.equal(opt._generator(torch.device("cpu")).get_state(), state)

@@ -35,7 +35,7 @@ def _rank(rank: int, world: int, port: int, out: str, params: str) -> None:
     import torch.distributed as dist
 
     from meanfield import config as _config
-    from meanfield.runs import _Run  # the loop itself, to read each rank's parameters
+    from meanfield.runs.loop import _Run  # the loop itself, to read each rank's parameters
 
     resolved = _config.resolve(_config.load_toml(TEACHER), "smoke", OVERRIDES)
     r = _Run(resolved, Path(out), resume=False, quiet=True, on_step=None)
@@ -101,10 +101,10 @@ def test_torchrun_launches_meanfield_run(tmp_path, free_port):
 
 def test_batch_not_divisible_is_refused(tmp_path, monkeypatch):
     """A batch that does not split evenly over the processes is refused before anything is written."""
-    from meanfield import runs
     from meanfield.config import ConfigError
+    from meanfield.runs import parallel
 
-    monkeypatch.setattr(runs, "_process_group", lambda device: (0, 3, False))  # (rank, world, created)
+    monkeypatch.setattr(parallel, "process_group", lambda device: (0, 3, False))  # (rank, world, created)
     with pytest.raises(ConfigError, match="multiple of the number of processes"):
         run(TEACHER, tmp_path / "x", preset="smoke", overrides=OVERRIDES, quiet=True)
     assert not (tmp_path / "x").exists()
@@ -112,7 +112,7 @@ def test_batch_not_divisible_is_refused(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("_", [0])
 def test_batch_share_takes_each_ranks_rows(_):
-    from meanfield.runs import _batch_share
+    from meanfield.runs.parallel import batch_share as _batch_share
 
     idx = torch.arange(8)
     pair = (torch.arange(16).view(8, 2), torch.arange(8) * 10)

@@ -202,7 +202,7 @@ def _run_rank(
     import torch.distributed as dist
 
     from meanfield import config as _config
-    from meanfield.runs import _Run
+    from meanfield.runs.loop import _Run
 
     resolved = _config.resolve(_config.load_toml(config), "smoke", overrides)
     r = _Run(resolved, Path(out), resume=False, quiet=True, on_step=None)
@@ -321,7 +321,8 @@ def _nan_rank(rank: int, world: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
     from meanfield import config as _config
-    from meanfield.runs import NonFiniteLossError, _Run
+    from meanfield.runs import NonFiniteLossError
+    from meanfield.runs.loop import _Run
 
     resolved = _config.resolve(_config.load_toml(TEACHER), "smoke", OVERRIDES)
     r = _Run(resolved, Path(out) / "run", resume=False, quiet=True, on_step=None)

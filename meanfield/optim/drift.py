@@ -1,0 +1,119 @@
+"""The drift of a Langevin step: SGD, or Adam with its diagonal preconditioner.
+
+- ``drift="sgd"``: ``θ ← θ − lr·(M·∇_θL + λθ)``, ``η_eff = lr`` (one ``_foreach_add_`` per bucket).
+- ``drift="adam"``: ``θ ← θ − η_eff ⊙ m̂`` with ``η_eff = lr/(M·sqrt(v̂) + ε)`` per coordinate (one
+  ``torch._fused_adam_`` per bucket on the raw gradients ``g``: Adam of ``M·g`` is Adam of ``g`` with ``ε/M``
+  and ``λ/M``), ``v̂`` bias-corrected with each parameter's own step count.
+
+For preconditioned noise :func:`precondition` leaves ``t = 1/sqrt(sqrt(v) + ε·√bias2/M)`` in the bucket's work
+buffer, so that ``η_eff = (lr·√bias2/M)·t²`` and the noise is ``sqrt(2β_t·lr·√bias2/M)·t ⊙ ξ``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from meanfield.optim.buckets import Bucket
+from meanfield.optim.groups import scale as group_scale
+from meanfield.optim.stats import Record
+
+__all__ = ["apply_drift", "precondition"]
+
+
+def apply_drift(
+    group: dict[str, Any],
+    b: Bucket,
+    index: list[int],
+    grads: list[torch.Tensor],
+    norms: torch.Tensor,
+    beta_t: float,
+) -> list[Record]:
+    """Apply the drift to the parameters ``index`` of bucket ``b``; return their records (one per Adam
+    step count: parameters whose first gradient came at different steps have different bias corrections)."""
+    lr = float(group["lr"])
+    scale = group_scale(group)
+    # the β of the noise sqrt(2β η_eff): the "loss" convention's β is the temperature of exp(−L/β), i.e.
+    # of exp(−M·L/(M·β)): M·β in the mean-field convention
+    beta_noise = beta_t * scale if group["temperature_convention"] == "loss" else beta_t
+    wd = group["weight_decay"]
+    params = [b.params[i] for i in index]
+    if group["drift"] == "sgd":
+        if wd:
+            drift = torch._foreach_mul(grads, scale)  # [(…)] M·g
+            torch._foreach_add_(drift, params, alpha=wd)  # M·g + λθ
+            drift_sq = (torch.stack(torch._foreach_norm(drift)).double() * lr).square().sum()  # ‖η g‖²
+            torch._foreach_add_(params, drift, alpha=-lr)
+        else:
+            drift_sq = (norms.double() * (lr * scale)).square().sum()  # () ‖η M g‖² (inf, not an error)
+            torch._foreach_add_(params, grads, alpha=-lr * scale)
+        return [
+            Record(b, index, "sgd", lr, beta_noise, scale, None, False, drift_sq=drift_sq, beta_given=beta_t)
+        ]
+    beta1, beta2 = group["betas"]
+    steps = [b.steps[i] for i in index]
+    torch._foreach_add_(steps, 1.0)
+    for i in index:
+        b.counts[i] += 1
+    # the fused kernel walks memory: a gradient laid out unlike its parameter is copied into its layout
+    grads = [g if g.stride() == p.stride() else torch.empty_like(p).copy_(g) for p, g in zip(params, grads)]
+    # Adam of M·g = Adam of g with ε/M and λ/M (the moments stay those of the raw gradient g)
+    torch._fused_adam_(
+        params,
+        grads,
+        b.views(b.exp_avg, index, strided=True),
+        b.views(b.exp_avg_sq, index, strided=True),
+        [],
+        steps,
+        lr=lr,
+        beta1=beta1,
+        beta2=beta2,
+        weight_decay=wd / scale,
+        eps=group["eps"] / scale,
+        amsgrad=False,
+        maximize=False,
+    )
+    by_count: dict[int, list[int]] = {}
+    for i in index:
+        by_count.setdefault(b.counts[i], []).append(i)
+    return [
+        Record(
+            b,
+            sub,
+            "adam",
+            lr,
+            beta_noise,
+            scale,
+            None,
+            bool(group["noise_preconditioned"]),
+            eps=group["eps"],
+            bias1=1 - beta1**k,
+            bias2=1 - beta2**k,
+            beta_given=beta_t,
+        )
+        for k, sub in by_count.items()
+    ]
+
+
+def precondition(record: Record) -> None:
+    """For preconditioned Adam noise: ``t = 1/sqrt(sqrt(v) + ε·√bias2/M)`` into the bucket's buffer,
+    so that ``η_eff = (lr·√bias2/M)·t²`` (three flat passes over ``v``)."""
+    if record.drift != "adam" or not record.preconditioned:
+        return
+    b = record.bucket
+    if b.rsqrt is None:
+        b.rsqrt = torch.empty_like(b.exp_avg)  # (n,)
+        b.rsqrt_views = b.views(b.rsqrt, range(len(b.params)), strided=True)
+    e = record.eps * math.sqrt(record.bias2) / record.scale
+    if len(record.index) == len(b.params):
+        t = torch.sqrt(b.exp_avg_sq, out=b.rsqrt)  # (n,)
+        t.add_(e).rsqrt_()  # (n,)
+    else:  # some parameters only (no gradient, or another step count): their views
+        views = [b.rsqrt_views[i] for i in record.index]
+        for t, v in zip(views, b.views(b.exp_avg_sq, record.index, strided=True)):
+            torch.sqrt(v, out=t)  # (…) laid out like the parameter
+        torch._foreach_add_(views, e)
+        torch._foreach_rsqrt_(views)
+    record.rsqrt_ready = True

@@ -1,0 +1,83 @@
+"""The gradient check before a Langevin step changes anything: finite entries, and a step that does not overflow.
+
+One reduction per bucket, ``‖g_k‖`` for each parameter ``k``; only when ``lr·(×M)·‖g_k‖`` is not finite are the
+entries examined: a NaN/Inf entry, or a finite gradient whose float32 norm overflowed (recomputed in float64),
+or a step ``lr·‖g‖`` that overflows. Each error names the group, the parameter and its shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from meanfield.optim.buckets import Bucket
+from meanfield.optim.groups import position
+from meanfield.optim.groups import scale as group_scale
+
+__all__ = ["gradient_norms"]
+
+
+def gradient_norms(
+    groups: list[dict[str, Any]],
+    group: dict[str, Any],
+    b: Bucket,
+    index: list[int],
+    grads: list[torch.Tensor],
+) -> torch.Tensor:
+    """``(k,)`` the norms ``‖∂L/∂θ‖`` of the gradients ``grads`` of bucket ``b``'s parameters ``index``, checked.
+
+    Raises:
+        ValueError: a gradient with a NaN/Inf entry, or a step ``lr·(×M)·‖g‖`` that overflows (no parameter
+            has been changed yet).
+    """
+    norms = torch.stack(torch._foreach_norm(grads))  # (k,) ‖∂L/∂θ‖ per parameter
+    step_bound = group["lr"] * (group_scale(group) if group["drift"] == "sgd" else 1.0)
+    if not bool(torch.isfinite(norms * step_bound).all()):  # NaN/Inf, or an overflowing step
+        _check_entries(groups, group, b, index, grads, norms)
+        _check_step_size(groups, group, b, index, norms, step_bound)
+    return norms
+
+
+def _check_step_size(
+    groups: list[dict[str, Any]],
+    group: dict[str, Any],
+    b: Bucket,
+    index: list[int],
+    norms: torch.Tensor,
+    step_bound: float,
+) -> None:
+    """Raise before any change when ``lr``·(×M)·``‖g‖`` overflows for a parameter with a finite gradient."""
+    for j in (~torch.isfinite(norms * step_bound)).nonzero()[:, 0].tolist():
+        p = b.params[index[j]]
+        gi, k = position(groups, group, p)
+        raise ValueError(
+            f"param group {gi}: the step lr·‖g‖ = {group['lr']:g}·{float(norms[j]):g} of parameter {k} "
+            f"(shape {tuple(p.shape)}) overflows; lower lr (the parameters have diverged, or lr is far too "
+            "large). No parameter was changed."
+        )
+
+
+def _check_entries(
+    groups: list[dict[str, Any]],
+    group: dict[str, Any],
+    b: Bucket,
+    index: list[int],
+    grads: list[torch.Tensor],
+    norms: torch.Tensor,
+) -> None:
+    """Raise on the first gradient with a NaN/Inf entry; a finite gradient whose norm overflowed gets its
+    norm recomputed in float64 (in place in ``norms``)."""
+    for j in (~torch.isfinite(norms)).nonzero()[:, 0].tolist():
+        grad = grads[j]
+        bad = int((~torch.isfinite(grad)).sum())
+        if bad == 0:
+            norms[j] = torch.linalg.vector_norm(grad.double())
+            continue
+        p = b.params[index[j]]
+        gi, k = position(groups, group, p)
+        raise ValueError(
+            f"the gradient of parameter {k} (shape {tuple(p.shape)}) of param group {gi} has {bad} "
+            "non-finite entries (NaN or Inf); Langevin needs finite gradients (check the loss, lower lr, "
+            "or clip the gradients). No parameter was changed."
+        )

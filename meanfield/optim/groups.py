@@ -1,0 +1,161 @@
+"""The options of a param group: data forms become objects, defaults resolve, bad values are refused.
+
+A group of :class:`~meanfield.optim.Langevin` is a ``torch.optim`` param-group dict with the keys of
+``Langevin.__init__`` (``lr``, ``beta``, ``drift``, ``betas``, ``eps``, ``weight_decay``, ``noise``,
+``n_particles``, ``mean_field_scaling``, ``noise_preconditioned``, ``projection``, ``temperature_convention``,
+``noise_block``) plus its step count ``step`` and, for a sharded layer, ``particle_rows``. A group multiplies
+its gradients by ``M`` (:func:`scale`: the Wasserstein gradient ``M·∂L/∂θ_i = ∇(δF/δρ)(θ_i)``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from meanfield._checks import check_int, check_nonnegative, check_positive
+from meanfield.optim.conventions import (
+    DRIFTS,
+    NOISY_BETAS,
+    NOISY_EPS,
+    PLAIN_BETAS,
+    PLAIN_EPS,
+    TEMPERATURE_CONVENTIONS,
+)
+from meanfield.projections import Projection, projection_from_dict
+from meanfield.schedules import as_schedule, schedule_from_dict
+
+__all__ = [
+    "CONFIG_KEYS",
+    "scale",
+    "not_gibbs",
+    "momentum_with_noise",
+    "normalise",
+    "resolve_defaults",
+    "check_group",
+    "position",
+    "beta_at",
+]
+
+CONFIG_KEYS = ("beta", "projection", "particle_rows")
+"""Kept from the optimizer on ``load_state_dict`` (callables; a rank's own rows of a sharded layer, which
+differ from those of the rank that saved the state)."""
+
+
+def position(groups: list[dict[str, Any]], group: dict[str, Any], p: torch.Tensor) -> tuple[int, int]:
+    """``(group index, parameter index in the group)`` of ``p``, for error messages."""
+    gi = next(i for i, g in enumerate(groups) if g is group)
+    return gi, next(k for k, q in enumerate(group["params"]) if q is p)
+
+
+def scale(group: dict[str, Any]) -> float:
+    """The factor ``M`` a group multiplies its gradients by (1 without the mean-field scaling)."""
+    return float(group["n_particles"]) if group["mean_field_scaling"] else 1.0
+
+
+def not_gibbs(group: dict[str, Any]) -> bool:
+    """Whether ``group`` has noise that does not follow its Adam preconditioner (not Gibbs at ``β``)."""
+    return group["noise"] and group["drift"] == "adam" and not group["noise_preconditioned"]
+
+
+def momentum_with_noise(group: dict[str, Any]) -> bool:
+    """Whether ``group`` has noise and an Adam drift with momentum (a biased stationary law)."""
+    return group["noise"] and group["drift"] == "adam" and group["betas"][0] > 0
+
+
+def normalise(group: dict[str, Any], where: str) -> None:
+    """A β schedule or a projection given as data (a dict: a config or a checkpoint) becomes the object."""
+    if isinstance(group.get("beta"), Mapping):
+        try:
+            group["beta"] = schedule_from_dict(group["beta"])
+        except ValueError as error:
+            raise ValueError(f"{where}: beta: {error}") from None
+    if isinstance(group.get("projection"), Mapping):
+        try:
+            group["projection"] = projection_from_dict(group["projection"])
+        except ValueError as error:
+            raise ValueError(f"{where}: projection: {error}") from None
+
+
+def resolve_defaults(group: dict[str, Any]) -> None:
+    """``betas``/``eps`` left unset (``None``) take the defaults of a group with or without noise."""
+    if group["betas"] is None:
+        group["betas"] = NOISY_BETAS if group["noise"] else PLAIN_BETAS
+    if group["eps"] is None:
+        group["eps"] = NOISY_EPS if group["noise"] else PLAIN_EPS
+
+
+def check_group(group: dict[str, Any], where: str) -> None:
+    """Raise a ``ValueError``/``TypeError`` naming the option of ``group`` that is not allowed."""
+    group["lr"] = check_positive(f"{where}: lr", group["lr"])
+    beta = group["beta"]
+    as_schedule(beta, f"{where}: beta")  # TypeError unless a number or a callable
+    if not callable(beta):
+        check_nonnegative(f"{where}: beta (the temperature)", beta)
+    if not isinstance(group["drift"], str):
+        raise TypeError(
+            f"{where}: drift must be a string, one of {DRIFTS}, got {type(group['drift']).__name__}"
+        )
+    if group["drift"] not in DRIFTS:
+        raise ValueError(f"{where}: drift must be one of {DRIFTS}, got {group['drift']!r}")
+    betas = group["betas"]
+    if betas is not None:
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise TypeError(f"{where}: betas must be None or a pair (β1, β2), got {betas!r}")
+        for name, value in zip(("β1", "β2"), betas):
+            value = check_nonnegative(f"{where}: betas {name}", value)
+            if value >= 1:
+                raise ValueError(f"{where}: betas {name} must be in [0, 1), got {value}")
+    if group["eps"] is not None:
+        check_positive(f"{where}: eps", group["eps"])
+    convention = group["temperature_convention"]
+    if convention not in TEMPERATURE_CONVENTIONS:
+        raise ValueError(
+            f"{where}: temperature_convention must be one of {TEMPERATURE_CONVENTIONS}, got {convention!r}"
+        )
+    group["weight_decay"] = check_nonnegative(f"{where}: weight_decay", group["weight_decay"])
+    for name in ("noise", "mean_field_scaling", "noise_preconditioned"):
+        if not isinstance(group[name], bool):
+            raise TypeError(f"{where}: {name} must be a bool, got {type(group[name]).__name__}")
+    check_int(f"{where}: n_particles", group["n_particles"])
+    check_int(f"{where}: noise_block", group["noise_block"], minimum=0)
+    projection = group["projection"]
+    if projection is not None and not isinstance(projection, Projection):
+        raise TypeError(
+            f"{where}: projection must be None or a Projection (Clip, Sphere, LayerProjection), "
+            f"got {type(projection).__name__}"
+        )
+    step = group["step"]
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"{where}: step (the group's step count) must be an int ≥ 0, got {step!r}")
+
+
+def beta_at(group: dict[str, Any], gi: int) -> float:
+    """The temperature ``β_t`` of group ``gi`` at its step ``t`` (its schedule's value, or the constant).
+
+    Raises:
+        TypeError: the schedule returned something that is not a number.
+        ValueError: ``β_t`` is negative or not finite, or the noise variance ``2·β_t·lr`` overflows.
+    """
+    k = group["step"]
+    beta = group["beta"]
+    value = beta(k) if callable(beta) else beta
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"param group {gi}: the β schedule returned {value!r} at step {k}; it must return a number"
+        ) from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(
+            f"param group {gi}: the temperature β_t must be a finite number ≥ 0, but the β schedule "
+            f"returned {value} at step {k}"
+        )
+    if not math.isfinite(2.0 * value * group["lr"]):
+        raise ValueError(
+            f"param group {gi}: the noise variance 2·beta·lr = 2·{value:g}·{group['lr']:g} overflows at step "
+            f"{k}; lower beta or lr"
+        )
+    return value

@@ -1,0 +1,480 @@
+"""The Langevin optimizer itself: its param groups and the order of a step.
+
+One :meth:`Langevin.step`: 1. gather gradients and temperatures ``β_t`` (a bad schedule value raises before
+anything changes), 2. check the gradients are finite (one reduction per bucket), 3. start the noise draw
+(:mod:`~meanfield.optim.noise`, on the CPU in a background thread) while 4. the drift is applied
+(:mod:`~meanfield.optim.drift`), 5. add the noise, 6. project. The pieces: the groups' options
+(:mod:`~meanfield.optim.groups`), their flat layout (:mod:`~meanfield.optim.buckets`), the statistics
+(:mod:`~meanfield.optim.stats`), the laws and conventions (:mod:`~meanfield.optim.conventions`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from meanfield._checks import check_int
+from meanfield.optim import layers
+from meanfield.optim.buckets import Bucket, build_buckets
+from meanfield.optim.drift import apply_drift, precondition
+from meanfield.optim.gradients import gradient_norms
+from meanfield.optim.groups import (
+    CONFIG_KEYS,
+    beta_at,
+    check_group,
+    momentum_with_noise,
+    normalise,
+    not_gibbs,
+    resolve_defaults,
+)
+from meanfield.optim.noise import add_noise, block_noise, local_noise, start_noise
+from meanfield.optim.stats import LangevinStats, Record, aggregate
+from meanfield.projections import Projection
+from meanfield.schedules import Schedule, schedule_to_data
+
+__all__ = ["Langevin"]
+
+
+class Langevin(torch.optim.Optimizer):
+    r"""Mean-field Langevin dynamics as a ``torch.optim.Optimizer`` (SGD or Adam drift, noise, projection).
+
+    One step on a param group with noise, temperature ``β_t`` and ``M`` particles:
+
+        θ ← Π( θ − η_eff ⊙ g + sqrt(2 · β_t · η_eff) ⊙ ξ ),   ξ ~ N(0, I)
+
+    - ``drift="sgd"``: ``g = M·∇_θL + λθ``, ``η_eff = lr``. This is Euler–Maruyama with time step ``lr`` for
+      ``dθ = −∇F dt + sqrt(2β) dW``; the target law is ``∝ exp(−F/β)`` (``F = M·L + λ/2‖θ‖²``) up to the
+      O(lr) bias of the discrete chain.
+    - ``drift="adam"``: ``g = m̂`` (bias-corrected first moment of ``M·∇_θL + λθ``) and
+      ``η_eff = lr/(sqrt(v̂) + ε)`` per coordinate (``v̂`` bias-corrected with each parameter's own step
+      count). With ``noise_preconditioned=True`` (default) the noise is ``sqrt(2β_t η_eff) ξ``:
+      preconditioned Langevin with ``P = diag(η_eff/lr)``, whose target is still ``∝ exp(−F/β)`` to first
+      order while ``P`` varies slowly. Groups with noise default to ``betas = (0, 0.999)`` (no momentum:
+      ``m̂ = g``, the pSGLD drift, whose chain has the EM law; momentum multiplies its O(η) bias by
+      ``(1 + β1)/(1 − β1)``, see :func:`momentum_variance_factor`) and ``ε = 1`` (``η_eff ≤ lr``: no
+      explosion at step 1, see the module docstring). With ``noise_preconditioned=False`` the noise
+      is ``sqrt(2β_t lr) ξ`` and the target is no longer the Gibbs law at temperature ``β`` (for a constant
+      ``P = p·I`` it is ``∝ exp(−p·F/β)``; for a non-scalar ``P`` not a Gibbs law at all); it warns once.
+    - Groups with ``noise=False`` take the plain step ``θ ← Π(θ − η_eff ⊙ g)`` (SGD or Adam).
+
+    ``M·∇_θL`` is the Wasserstein gradient ``∇_θ δF/δρ`` of a particle of a layer computing
+    ``1/M Σ_i φ(θ_i)`` (see the module docstring for the derivation); a group declares its M with
+    ``n_particles`` (default 1: no scaling) and ``mean_field_scaling=False`` switches the factor off. At
+    ``β = 0`` the optimizer is ``torch.optim.SGD`` / ``torch.optim.Adam`` on the gradients ``M·∇_θL`` (for
+    Adam on a group with noise, with torch's ``betas``/``eps`` given: its defaults differ).
+
+    Every argument after ``params`` except ``generator`` and ``seed`` is a param-group default and can be
+    overridden per group. :meth:`param_groups_for` builds the groups of a model with particle layers:
+    particles with noise and the ×M scaling, everything else plain.
+
+    Args:
+        params: parameters or param-group dicts.
+        lr: learning rate ``lr > 0`` (the time step of the SDE for an SGD drift).
+        beta: temperature ``β ≥ 0``, a number or a schedule ``step -> β`` (:mod:`meanfield.schedules`),
+            evaluated at the number of steps taken so far (``β(0)`` for the first step).
+        drift: ``"sgd"`` or ``"adam"`` (:data:`DRIFTS`).
+        betas: Adam's ``(β1, β2)``, each in ``[0, 1)``; ``None`` (default): ``(0, 0.999)`` for a group with
+            noise (no momentum: the right law), ``(0.9, 0.999)`` without. ``β1 > 0`` with noise warns once.
+        eps: Adam's ``ε > 0``, a floor on ``sqrt(v̂)`` in Wasserstein-gradient units: ``η_eff ≤ lr/ε``, and a
+            coordinate whose gradient stays near 0 gets noise up to ``sqrt(2β·lr/ε)``. ``None`` (default):
+            ``1`` for a group with noise (``η_eff ≤ lr``), ``1e-8`` without; ``last_stats.eta_eff_max`` shows
+            the largest step.
+        weight_decay: ``λ ≥ 0``, an L2 term ``λ/2‖θ‖²`` in ``F`` (a Gaussian prior), added to ``M·∇_θL``.
+        noise: whether the group gets the Langevin noise.
+        n_particles: the number of particles ``M ≥ 1`` of the group (its gradients are multiplied by M).
+        mean_field_scaling: whether to apply the factor ``M``.
+        noise_preconditioned: with an Adam drift, scale the noise with ``η_eff`` (``True``) or ``lr``.
+        projection: ``None`` or a :class:`Projection` (:class:`Clip`, :class:`Sphere`,
+            :class:`LayerProjection`), applied to the group's parameters after every step.
+        generator: the ``torch.Generator`` of the noise (on the parameters' device).
+        seed: seed of the optimizer's own generator (one per device) when ``generator`` is not given; with
+            neither, one seed is drawn from torch's global generator at construction.
+        temperature_convention: what ``beta`` means (:data:`TEMPERATURE_CONVENTIONS`): ``"mean_field"``
+            (default: the temperature of ``exp(−M·L/β)``) or ``"loss"`` (the seeds' ``β_s`` of
+            ``exp(−L/β_s)``; the noise uses ``M·β_s``). ``β_s = β/M`` gives the same chain.
+        noise_block: ``0`` (default): the group's noise comes from the optimizer's generator, one draw per step
+            for all groups. ``k > 0``: the noise of particles ``[j·k, (j+1)·k)`` (rows of every parameter's
+            leading particle axis) at the group's step ``t`` is drawn from a generator seeded by
+            ``derive_seed(seed, f"noise/{group index}/{j}/{t}")`` — counter-based: no state, and a particle's
+            noise does not depend on which process holds it, so a rank of a sharded system draws only its own
+            rows (:mod:`meanfield.nn.sharded`; ``M`` and each shard a multiple of ``k``). Needs ``seed``
+            (not ``generator``).
+
+    A β schedule or a projection may also be given as data (its ``to_dict()``, e.g. from a TOML config).
+
+    Attributes:
+        last_stats: :class:`LangevinStats` of the last step over the groups with noise (computed when read).
+        last_group_stats: one :class:`LangevinStats` (or ``None``) per param group.
+
+    Raises:
+        ValueError / TypeError: on an invalid argument (naming it, what it got and what is allowed), on a
+            schedule value ``β_t < 0`` or non-finite, and in :meth:`step` on a non-finite gradient (before
+            any parameter is changed).
+
+    Example:
+        >>> import torch
+        >>> from meanfield.schedules import Cosine
+        >>> theta = torch.nn.Parameter(torch.zeros(1000, 3, dtype=torch.float64))  # (M, d) particles
+        >>> opt = Langevin([theta], lr=0.1, beta=Cosine(1.0, 0.01, T=100), n_particles=1000, seed=0)
+        >>> for _ in range(100):
+        ...     opt.zero_grad()
+        ...     loss = 0.5 * (theta**2).sum(1).mean()  # L = 1/M Σ V(θ_i), V = |θ|²/2
+        ...     loss.backward()
+        ...     opt.step()
+        >>> opt.last_stats.step, opt.last_stats.eta_eff_mean
+        (100, 0.1)
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict[str, Any]],
+        lr: float,
+        beta: float | Schedule,
+        *,
+        drift: str = "sgd",
+        betas: tuple[float, float] | None = None,
+        eps: float | None = None,
+        weight_decay: float = 0.0,
+        noise: bool = True,
+        n_particles: int = 1,
+        mean_field_scaling: bool = True,
+        noise_preconditioned: bool = True,
+        projection: Projection | Mapping[str, Any] | None = None,
+        generator: torch.Generator | None = None,
+        seed: int | None = None,
+        temperature_convention: str = "mean_field",
+        noise_block: int = 0,
+    ) -> None:
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+        if seed is not None:
+            seed = check_int("seed", seed, minimum=0)
+            if seed >= 2**63:
+                raise ValueError(
+                    f"seed must be < 2**63 (a torch.Generator seed is a 64-bit integer), got {seed}"
+                )
+        if generator is not None and seed is not None:
+            raise ValueError("pass either generator or seed, not both")
+        self._warned_not_gibbs = False
+        self._warned_momentum = False
+        self._layout: list[list[Bucket]] | None = None
+        self._layout_key: tuple | None = None
+        self._noise_buffers: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+        self._records: list[Record] | None = []  # noisy groups' records; None: the last step failed half way
+        self._group_records: list[list[Record]] = []  # every group's records of the last step
+        self._stats: LangevinStats | None = None
+        self._group_stats: list[LangevinStats | None] | None = None
+        self._n_steps = 0
+        self._generators: dict[torch.device, torch.Generator] = {}
+        if generator is not None:
+            self._generators[torch.device(generator.device)] = generator
+            self._seed = None
+        else:
+            self._seed = int(torch.randint(0, 2**62, (1,))) if seed is None else seed
+        defaults = {
+            "lr": lr,
+            "beta": beta,
+            "drift": drift,
+            "betas": betas,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "noise": noise,
+            "n_particles": n_particles,
+            "mean_field_scaling": mean_field_scaling,
+            "noise_preconditioned": noise_preconditioned,
+            "projection": projection,
+            "temperature_convention": temperature_convention,
+            "noise_block": noise_block,
+            "step": 0,
+        }
+        normalise(defaults, "Langevin")
+        check_group(defaults, "Langevin")
+        self._constructed = False
+        super().__init__(params, defaults)
+        self._constructed = True
+        if any(not_gibbs(g) for g in self.param_groups):
+            self._warn_not_gibbs(stacklevel=2)
+        if any(momentum_with_noise(g) for g in self.param_groups):
+            self._warn_momentum(stacklevel=2)
+
+    # -- groups ----------------------------------------------------------------------------------------------
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a param group (``torch.optim.Optimizer.add_param_group``), checking its options."""
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        where = f"param group {len(self.param_groups) - 1}"
+        try:
+            normalise(group, where)
+            check_group(group, where)
+            resolve_defaults(group)
+            for p in group["params"]:
+                if not p.is_floating_point():
+                    raise TypeError(
+                        f"{where}: parameters must be floating-point tensors, got dtype {p.dtype}"
+                    )
+            if group["projection"] is not None:
+                for p in group["params"]:
+                    group["projection"].check(p)
+        except (TypeError, ValueError):
+            self.param_groups.pop()
+            raise
+        if self._constructed and not_gibbs(group):
+            self._warn_not_gibbs(stacklevel=3)
+        if self._constructed and momentum_with_noise(group):
+            self._warn_momentum(stacklevel=3)
+        self._layout = None
+
+    def _warn_not_gibbs(self, stacklevel: int) -> None:
+        if not self._warned_not_gibbs:
+            self._warned_not_gibbs = True
+            warnings.warn(
+                "Langevin: an Adam drift with noise_preconditioned=False gets the noise sqrt(2·β·lr)·ξ while its "
+                "drift is preconditioned by P = diag(η_eff/lr): the chain no longer targets the Gibbs law "
+                "exp(−F/β) (for a scalar P = p·I it targets exp(−p·F/β); otherwise no Gibbs law). Use "
+                "noise_preconditioned=True for the temperature contract.",
+                UserWarning,
+                stacklevel=stacklevel + 1,
+            )
+
+    def _warn_momentum(self, stacklevel: int) -> None:
+        if not self._warned_momentum:
+            self._warned_momentum = True
+            warnings.warn(
+                "Langevin: a group with noise has an Adam drift with momentum β1 > 0: the chain's stationary law "
+                "is biased beyond the Euler–Maruyama O(η) bias (on F = a/2·θ², Var θ = β/a·(1 + "
+                "(η_eff·a/2)(1 + β1)/(1 − β1) + …), see momentum_variance_factor). Leave betas unset (β1 = 0 "
+                "for groups with noise: the pSGLD drift) for the Gibbs law.",
+                UserWarning,
+                stacklevel=stacklevel + 1,
+            )
+
+    @staticmethod
+    def param_groups_for(
+        model: nn.Module, *, others: dict[str, Any] | None = None, **particle_options: Any
+    ) -> list[dict[str, Any]]:
+        """Param groups for a model with particle layers: particles noisy and ×M, everything else plain
+        (:func:`meanfield.optim.layers.param_groups_for`, whose docstring has the rules).
+
+        Args:
+            model: the model.
+            others: options of the group of the non-particle parameters.
+            **particle_options: options of every particle group (e.g. ``projection=Sphere()``).
+
+        Returns:
+            A list of param-group dicts for :class:`Langevin` (the last one is omitted when empty).
+        """
+        return layers.param_groups_for(model, others=others, **particle_options)
+
+    # -- randomness ------------------------------------------------------------------------------------------
+
+    def _generator(self, device: torch.device) -> torch.Generator:
+        g = self._generators.get(device)
+        if g is None:
+            if self._seed is None:
+                have = ", ".join(str(d) for d in self._generators)
+                raise ValueError(
+                    f"the generator passed to Langevin is on {have} but noisy parameters are on {device}; "
+                    "pass a generator on the parameters' device, or seed= for one generator per device"
+                )
+            g = torch.Generator(device=device).manual_seed(self._seed)
+            self._generators[device] = g
+        return g
+
+    # -- layout ----------------------------------------------------------------------------------------------
+
+    def _get_layout(self) -> list[list[Bucket]]:
+        key = tuple((tuple(id(p) for p in g["params"]), g["drift"]) for g in self.param_groups)
+        if self._layout is None or key != self._layout_key:
+            self._layout = [
+                build_buckets(g, self.param_groups, self.state, self._seed) for g in self.param_groups
+            ]
+            self._layout_key = key
+        return self._layout
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
+        """One Langevin step for every param group (see the class docstring for the update).
+
+        Args:
+            closure: re-evaluates the model and returns the loss (optional, as in ``torch.optim``).
+
+        Returns:
+            The closure's loss, or ``None``.
+
+        Raises:
+            ValueError: a gradient has a NaN or Inf entry, or a β schedule returned a value that is not a
+                finite number ≥ 0 (nothing is changed then, :attr:`last_stats` included).
+
+        An error while the parameters are being updated (e.g. a ``KeyboardInterrupt``) leaves the groups
+        before it updated and the rest not; the noise generator is put back and :attr:`last_stats` is
+        ``None``: reload a checkpoint (:meth:`state_dict`) rather than step again.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        layout = self._get_layout()
+
+        # 1. gather gradients and temperatures (a schedule error raises before anything changes)
+        plan = []
+        for gi, (group, buckets) in enumerate(zip(self.param_groups, layout)):
+            work = []
+            for b in buckets:
+                index = [i for i, p in enumerate(b.params) if p.grad is not None]
+                if not index:
+                    continue
+                grads = [b.params[i].grad for i in index]
+                if any(g.is_sparse for g in grads):
+                    raise ValueError(f"param group {gi}: Langevin does not support sparse gradients")
+                work.append((b, index, grads))
+            if work:
+                beta_t = beta_at(group, gi) if group["noise"] else 0.0
+                plan.append((gi, group, beta_t, work))
+        # 2. check the gradients (one reduction per bucket): a refused step changes nothing, stats included
+        checked = []
+        for gi, group, beta_t, work in plan:
+            entries = []
+            for b, index, grads in work:
+                norms = gradient_norms(self.param_groups, group, b, index, grads)  # (k,) ‖∂L/∂θ‖, checked
+                entries.append((b, index, grads, norms))
+            checked.append((gi, group, beta_t, entries))
+
+        # 3. the noise draw starts (on the CPU in a background thread) while 4. the drift is applied
+        self._records = []  # the last step's records point into the noise buffers about to be redrawn
+        self._group_records = [[] for _ in self.param_groups]
+        self._stats = None
+        self._group_stats = None
+        noisy = [  # (bucket, index, group index, the group's step): what the noise of each bucket needs
+            (b, index, gi, group["step"])
+            for gi, group, beta_t, work in plan
+            if group["noise"] and beta_t > 0
+            for b, index, _ in work
+        ]
+        draw = start_noise(noisy, self._noise_buffers, self._generator)
+        try:
+            records = []  # (record, j): a record of the j-th bucket of the draw (noisy[j])
+            j = 0
+            for gi, group, beta_t, entries in checked:
+                for b, index, grads, norms in entries:
+                    bucket_records = apply_drift(group, b, index, grads, norms, beta_t)
+                    self._group_records[gi].extend(bucket_records)
+                    if group["noise"]:
+                        self._records.extend(bucket_records)
+                        if beta_t > 0:
+                            for record in bucket_records:
+                                precondition(record)
+                                records.append((record, j))
+                            j += 1
+            draw.wait()
+            noises = [  # [(n_j,)] this rank's rows of the shared draw, or the counter-based blocks
+                block_noise(b, self._seed, gi, t) if b.block else local_noise(b, view)
+                for (b, _, gi, t), view in zip(noisy, draw.views)
+            ]
+        except BaseException:
+            draw.undo()  # no draw left running on the generator, which is back where it was
+            self._records = None  # the step is half done: no stats describe it (last_stats is None)
+            raise
+        # 5. noise, 6. projection
+        for record, j in records:
+            add_noise(record, noises[j])
+        for _, group, _, _ in plan:
+            if group["projection"] is not None:
+                group["projection"].project_all_(group["params"])
+            group["step"] += 1
+        self._n_steps += 1
+        return loss
+
+    @property
+    def last_stats(self) -> LangevinStats | None:
+        """:class:`LangevinStats` of the last step over the noisy groups (``None`` before the first step, and
+        after a step that raised while it was updating the parameters).
+
+        Computed when first read after a step (a few passes over the noisy parameters), then cached.
+        """
+        if self._records is None:  # the last step raised during its update
+            return None
+        if self._stats is None and self._n_steps > 0:
+            self._stats = aggregate(self._records, self._n_steps)
+        return self._stats
+
+    @property
+    def last_group_stats(self) -> list[LangevinStats | None]:
+        """One :class:`LangevinStats` per param group for the last step, in the order of ``param_groups``:
+        ``None`` for a group none of whose parameters had a gradient (and for every group before the first
+        step, or after a step that raised while it was updating the parameters). A group without noise is
+        described too (its drift; ``beta = 0``, ``noise_rms = 0``). Computed when first read, then cached.
+        """
+        if self._records is None or self._n_steps == 0:
+            return [None] * len(self.param_groups)
+        if self._group_stats is None:
+            self._group_stats = [
+                aggregate(records, self._n_steps) if records else None for records in self._group_records
+            ]
+            self._group_stats += [None] * (
+                len(self.param_groups) - len(self._group_stats)
+            )  # groups added since
+        return self._group_stats
+
+    # -- checkpoints -----------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """``torch.optim`` state plus the generators' states (a resumed run draws the same noise), as plain data.
+
+        Everything in it is a tensor, a number, a string, a list, a tuple, a dict or ``None``, so
+        ``torch.save(opt.state_dict(), f)`` and ``torch.load(f, weights_only=True)`` (torch's default) work:
+        β schedules are stored as their ``to_dict()`` (a constant β as a number), projections as their
+        ``to_dict()`` (a :class:`LayerProjection` as ``{"kind": "layer", "layer": <class name>}``). Besides
+        ``state`` and ``param_groups``: ``generators`` (``{device: ByteTensor}``), ``seed``, ``n_steps``.
+
+        Raises:
+            TypeError: a group's β is a callable that is not a :mod:`meanfield.schedules` object (a lambda):
+                it has no data form (use ``Cosine``, ``Linear``, ``Exponential``, ``Step`` or ``Constant``).
+        """
+        state = super().state_dict()
+        for gi, group in enumerate(state["param_groups"]):
+            group["beta"] = schedule_to_data(group["beta"], f"the β schedule of param group {gi}")
+            if group.get("projection") is not None:
+                group["projection"] = group["projection"].to_dict()
+        state["generators"] = {str(d): g.get_state() for d, g in self._generators.items()}
+        state["seed"] = self._seed
+        state["n_steps"] = self._n_steps
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load a :meth:`state_dict` (e.g. from ``torch.load(f, weights_only=True)``).
+
+        Moments, per-parameter Adam step counts, group step counts (the schedules' clock), options and the
+        generators' states are restored, so the continuation is bit-identical to the uninterrupted run. The β
+        schedules and projections of this optimizer are kept (the saved ones are data describing them).
+        """
+        state_dict = dict(state_dict)
+        # copies: a live state dict (another optimizer's, whose step counts and moments it holds by reference)
+        # must not share tensors with this one, or stepping either would move both
+        state_dict["state"] = {
+            k: {key: v.clone() if torch.is_tensor(v) else v for key, v in entry.items()}
+            for k, entry in state_dict.get("state", {}).items()
+        }
+        generators = state_dict.pop("generators", {})
+        seed = state_dict.pop("seed", self._seed)
+        n_steps = state_dict.pop("n_steps", self._n_steps)
+        kept = [{key: g.get(key) for key in CONFIG_KEYS} for g in self.param_groups]
+        super().load_state_dict(state_dict)
+        for group, config in zip(self.param_groups, kept):
+            group.update(config)
+            for key, value in self.defaults.items():  # options added since the state was saved
+                group.setdefault(key, value)
+            resolve_defaults(group)
+        self._seed = seed
+        self._n_steps = n_steps
+        for name, rng_state in generators.items():
+            self._generator(torch.device(name)).set_state(rng_state)
+        self._layout = None
+        self._records = []
+        self._group_records = []
+        self._stats = None
+        self._group_stats = None

@@ -1,0 +1,165 @@
+"""The noise of a Langevin step: one flat standard normal draw, counter-based blocks, and its addition.
+
+Per step, the buckets with noise share one flat draw ``ξ ~ N(0, I)`` per (device, dtype) from the optimizer's
+own generator (:func:`start_noise`), split into views, one per bucket; a bucket of a sharded layer takes its
+rows of the draw of all ``M`` particles (:func:`local_noise`), so that every particle moves as in one process.
+With ``noise_block = k`` a bucket's noise comes instead from counter-based generators, one per block of ``k``
+particles and step (:func:`block_noise`). :func:`add_noise` adds ``sqrt(2β_t η_eff) ⊙ ξ``.
+
+torch's CPU ``normal_`` runs on one thread and dominates a step on the CPU, so a large CPU draw runs in a
+background thread (:mod:`meanfield._background`) while the caller applies the drift (:class:`NoiseDraw`); the
+numbers drawn are the same either way (same generators, same order).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+
+from meanfield import _background
+from meanfield.optim.buckets import Bucket
+from meanfield.optim.stats import Record
+from meanfield.seeds import derive_seed
+
+__all__ = ["NoiseDraw", "start_noise", "draw_size", "block_noise", "local_noise", "add_noise"]
+
+Kind = tuple[torch.device, torch.dtype]
+
+
+def draw_size(b: Bucket) -> int:
+    """Numbers of the step's shared draw for this bucket: ``n``, the full ``(M, …)`` sizes when sharded, 0
+    with block noise (drawn by :func:`block_noise`)."""
+    if b.block:
+        return 0
+    if b.rows is None:
+        return b.n
+    start, stop, M = b.rows
+    return sum(p.numel() // (stop - start) * M for p in b.params)
+
+
+def block_noise(b: Bucket, seed: int, group_index: int, step: int) -> torch.Tensor:
+    """The noise ``(n,)`` of this bucket's particles, block by block: block ``j`` from a generator seeded by
+    ``derive_seed(seed, f"noise/{group_index}/{j}/{step}")``, drawing every parameter's rows of the block in
+    order (the same numbers whichever process holds the block)."""
+    start, stop = (b.rows[0], b.rows[1]) if b.rows is not None else (0, b.params[0].shape[0])
+    p0 = b.params[0]
+    out = torch.empty(b.n, dtype=p0.dtype, device=p0.device)  # (n,)
+    views = b.views(out, range(len(b.params)))  # [(rows, …)]
+    k = b.block
+    generator = torch.Generator(device=p0.device)
+    for j in range(start // k, stop // k):
+        generator.manual_seed(derive_seed(seed, f"noise/{group_index}/{j}/{step}"))
+        a = j * k - start
+        for v in views:
+            v[a : a + k].normal_(generator=generator)  # (k, …) ξ ~ N(0, I)
+    return out
+
+
+def local_noise(b: Bucket, full: torch.Tensor) -> torch.Tensor:
+    """This rank's rows of the full draw ``full`` (``(draw_size(b),)``), flat like the bucket: ``(n,)``."""
+    if b.rows is None:
+        return full
+    start, stop, M = b.rows
+    parts, offset = [], 0
+    for p in b.params:
+        size = p.numel() // (stop - start) * M
+        parts.append(full[offset : offset + size].view(M, -1)[start:stop].reshape(-1))  # (numel,)
+        offset += size
+    return torch.cat(parts)  # (n,)
+
+
+def fill_normal(jobs: Sequence[tuple[torch.Tensor, torch.Generator]]) -> None:
+    """Fill each ``flat`` with ``N(0, 1)`` numbers from its generator, in order."""
+    for flat, generator in jobs:  # in order: kinds sharing a generator draw in the same sequence always
+        flat.normal_(generator=generator)  # (n,) ξ ~ N(0, I)
+
+
+class NoiseDraw:
+    """The standard normal draws of one step, one flat buffer per (device, dtype).
+
+    torch's CPU ``normal_`` runs on one thread. When the CPU draws hold ``≥ _background.OVERLAP_MIN``
+    numbers (and torch may use two threads or more) they run in a background thread
+    (:mod:`meanfield._background`) while the caller applies the drift on the other cores; :meth:`wait`
+    joins it. The numbers drawn are the same either way (same
+    generators, same order).
+
+    Args:
+        jobs: ``(flat, generator)`` pairs, ``flat`` of shape ``(n,)`` to fill with ``N(0, 1)``.
+        views: the per-bucket slices of the flat buffers (what the caller reads after :meth:`wait`).
+    """
+
+    def __init__(self, jobs: list[tuple[torch.Tensor, torch.Generator]], views: list[torch.Tensor]) -> None:
+        self.views = views
+        self._saved = {id(g): (g, g.get_state()) for _, g in jobs}
+        cpu = [(flat, g) for flat, g in jobs if flat.device.type == "cpu"]
+        fill_normal([(flat, g) for flat, g in jobs if flat.device.type != "cpu"])  # asynchronous anyway
+        self._pending: _background.Pending | None = None
+        if _background.pays(sum(flat.numel() for flat, _ in cpu)):
+            self._pending = _background.submit(fill_normal, cpu)
+        else:
+            fill_normal(cpu)
+
+    def wait(self) -> None:
+        """Block until every buffer is drawn (re-raises an error of the background draw)."""
+        if self._pending is not None:
+            self._pending.result()
+            self._pending = None
+
+    def undo(self) -> None:
+        """Wait for the draw (whatever it raised), then put the generators back as they were before it."""
+        pending, self._pending = self._pending, None
+        _background.abandon(pending, self._saved.values())
+
+
+def start_noise(
+    noisy: Sequence[tuple[Bucket, list[int], int, int]],
+    buffers: dict[Kind, torch.Tensor],
+    generator: Callable[[torch.device], torch.Generator],
+) -> NoiseDraw:
+    """Start the step's standard normal draws: one flat draw per (device, dtype) over ``noisy``'s buckets.
+
+    Args:
+        noisy: ``(bucket, index, group index, the group's step)`` of every bucket that gets noise this step.
+        buffers: the optimizer's reusable flat buffers, one per (device, dtype); grown here when too small.
+        generator: the optimizer's generator of a device.
+
+    Returns:
+        A :class:`NoiseDraw` whose ``views[j]`` (``(draw_size_j,)``) is the noise of ``noisy[j]``'s bucket: for
+        a sharded bucket (``particle_rows``) the draw of all ``M`` particles, of which :func:`local_noise`
+        takes this rank's rows, so that the rank moves its particles exactly as the single process would.
+    """
+    sizes: dict[Kind, int] = {}
+    for b, *_ in noisy:
+        kind = (b.params[0].device, b.params[0].dtype)
+        sizes[kind] = sizes.get(kind, 0) + draw_size(b)
+    flats = {}
+    for kind, n in sizes.items():
+        buffer = buffers.get(kind)
+        if buffer is None or buffer.numel() < n:
+            buffer = torch.empty(n, device=kind[0], dtype=kind[1])  # (n,)
+            buffers[kind] = buffer
+        flats[kind] = buffer[:n]  # (n,) to hold ξ ~ N(0, I)
+    used = dict.fromkeys(sizes, 0)
+    views = []
+    for b, *_ in noisy:
+        kind = (b.params[0].device, b.params[0].dtype)
+        views.append(flats[kind][used[kind] : used[kind] + draw_size(b)])  # (draw_size_b,)
+        used[kind] += draw_size(b)
+    return NoiseDraw([(flat, generator(kind[0])) for kind, flat in flats.items()], views)
+
+
+def add_noise(record: Record, xi: torch.Tensor) -> None:
+    """Add ``sqrt(2β_t η_eff) ξ`` (or ``sqrt(2β_t lr) ξ``) to the record's parameters; ``xi``: ``(n,)``."""
+    b, index = record.bucket, record.index
+    record.noise = xi
+    params = [b.params[i] for i in index]
+    lr, beta_t, scale = record.lr, record.beta, record.scale
+    if record.rsqrt_ready:
+        # η_eff = lr/(M·sqrt(v/bias2) + ε) = (lr·√bias2/M)·t², t = 1/sqrt(sqrt(v) + ε·√bias2/M)
+        amplitude = math.sqrt(2 * beta_t * lr * math.sqrt(record.bias2) / scale)
+        t_views = b.rsqrt_views if len(index) == len(b.params) else [b.rsqrt_views[i] for i in index]
+        torch._foreach_addcmul_(params, t_views, b.views(xi, index), value=amplitude)
+    else:
+        torch._foreach_add_(params, b.views(xi, index), alpha=math.sqrt(2 * beta_t * lr))

@@ -1,0 +1,166 @@
+"""What a Langevin step did: :class:`LangevinStats`, computed lazily from the step's records.
+
+A step leaves one :class:`Record` per bucket (and Adam step count); reading
+:attr:`~meanfield.optim.Langevin.last_stats` reduces them, in chunks, to
+
+    η_eff (mean, min, max),   noise RMS = sqrt(Σ (sqrt(2β_t η_eff) ξ)² / n),   drift RMS = sqrt(Σ (η_eff g)² / n),
+
+over the coordinates with noise; buckets of a sharded layer (:mod:`meanfield.nn.sharded`) are summed over
+the ranks (a collective).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from meanfield.optim.buckets import Bucket
+
+__all__ = ["LangevinStats", "Record", "aggregate"]
+
+STATS_CHUNK = 1 << 18
+"""Elements per chunk of the reductions behind :attr:`Langevin.last_stats` (no full-size temporaries)."""
+
+
+@dataclass(frozen=True)
+class LangevinStats:
+    """What the last :meth:`Langevin.step` did to the parameters of the groups with noise (or of one group).
+
+    :attr:`Langevin.last_stats` covers the ``n`` coordinates that received noise (groups with ``noise=True``
+    and a gradient); :attr:`Langevin.last_group_stats` has one per param group (a group without noise: its
+    drift, with ``beta = 0`` and ``noise_rms = 0``). A dataclass of floats and ints
+    (``dataclasses.asdict`` gives a loggable dict).
+
+    Attributes:
+        step: the number of steps taken (the step described is the ``step``-th).
+        beta: the temperature ``β_t`` the schedule gave, in the group's ``temperature_convention`` (the
+            largest one if the noisy groups differ).
+        eta_eff_mean: mean of the per-coordinate step ``η_eff`` (``lr`` for an SGD drift,
+            ``lr/(M·sqrt(v̂) + ε)`` for an Adam drift, ``M`` the group's particle count when scaled).
+        eta_eff_min: its minimum.
+        eta_eff_max: its maximum.
+        noise_rms: root mean square of the noise increment ``sqrt(2β_t η_eff) ξ`` (or ``sqrt(2β_t lr) ξ``).
+        drift_rms: root mean square of the drift increment ``η_eff ⊙ g``.
+        drift_to_noise: ``drift_rms / noise_rms`` (``inf`` without noise): below 1 the step is noise-driven.
+        n: the number of coordinates.
+    """
+
+    step: int
+    beta: float
+    eta_eff_mean: float
+    eta_eff_min: float
+    eta_eff_max: float
+    noise_rms: float
+    drift_rms: float
+    drift_to_noise: float
+    n: int
+
+
+@dataclass
+class Record:
+    """Lazy statistics of one bucket for :attr:`Langevin.last_stats` (valid until the next step)."""
+
+    bucket: Bucket
+    index: list[int]
+    drift: str
+    lr: float
+    beta: float  # the β in the noise sqrt(2β η_eff) (×M in the "loss" convention)
+    scale: float  # M (or 1)
+    noise: torch.Tensor | None  # (n,) the standard normal draw, None when β_t = 0
+    preconditioned: bool
+    eps: float = 0.0
+    bias1: float = 1.0
+    bias2: float = 1.0
+    rsqrt_ready: bool = False
+    drift_sq: torch.Tensor | None = None  # () SGD drift ‖η g‖², computed during the step
+    beta_given: float = 0.0  # the schedule's β_t (the group's convention), reported in the stats
+
+    def sums(self) -> tuple[int, float, float, float, float, float]:
+        """``(n, Σ η_eff, min η_eff, max η_eff, Σ noise², Σ drift²)`` over the recorded coordinates."""
+        b, index = self.bucket, self.index
+        n = sum(b.params[i].numel() for i in index)
+        if n == 0:
+            return 0, 0.0, math.inf, -math.inf, 0.0, 0.0
+        xi = None if self.noise is None else b.gather(self.noise, index)  # (n,)
+        if self.drift == "sgd":
+            noise_sq = 0.0 if xi is None else 2 * self.beta * self.lr * float(torch.dot(xi, xi))
+            return n, self.lr * n, self.lr, self.lr, noise_sq, float(self.drift_sq)
+        e = self.eps * math.sqrt(self.bias2) / self.scale
+        t_all = None  # (n,) 1/sqrt(sqrt(v) + e), when the step computed it
+        if self.rsqrt_ready:
+            t_all = b.gather(b.rsqrt, index, strided=True)
+        v_all = b.gather(b.exp_avg_sq, index, strided=True)  # (n,)
+        m_all = b.gather(b.exp_avg, index, strided=True)  # (n,)
+        sum_t2, t_min, t_max, sum_mt2, sum_xt, sum_x = 0.0, math.inf, -math.inf, 0.0, 0.0, 0.0
+        scratch = torch.empty(min(n, STATS_CHUNK), dtype=v_all.dtype, device=v_all.device)  # (chunk,)
+        work = torch.empty_like(scratch)  # (chunk,)
+        for a in range(0, n, STATS_CHUNK):  # chunks: no full-size temporaries
+            z = min(n, a + STATS_CHUNK)
+            if t_all is None:
+                t = torch.sqrt(v_all[a:z], out=work[: z - a]).add_(e).rsqrt_()  # (chunk,)
+            else:
+                t = t_all[a:z]  # (chunk,)
+            low, high = torch.aminmax(t)
+            t_min, t_max = min(t_min, float(low)), max(t_max, float(high))
+            sum_t2 += float(torch.dot(t, t))
+            s = torch.mul(t, t, out=scratch[: z - a]).mul_(m_all[a:z])  # (chunk,) m·t²
+            sum_mt2 += float(torch.dot(s, s))
+            if xi is not None and self.preconditioned:
+                s = torch.mul(t, xi[a:z], out=scratch[: z - a])  # (chunk,) ξ·t
+                sum_xt += float(torch.dot(s, s))
+            elif xi is not None:
+                sum_x += float(torch.dot(xi[a:z], xi[a:z]))
+        c = self.lr * math.sqrt(self.bias2) / self.scale  # η_eff = c·t²
+        # drift η_eff·m̂ = (lr/bias1)·√bias2·m·t²; noise sqrt(2β c)·t·ξ or sqrt(2β lr)·ξ
+        drift_sq = (self.lr * math.sqrt(self.bias2) / self.bias1) ** 2 * sum_mt2
+        noise_sq = 2 * self.beta * (c * sum_xt if self.preconditioned else self.lr * sum_x)
+        return n, c * sum_t2, c * t_min**2, c * t_max**2, noise_sq, drift_sq
+
+
+def _sums(records: Sequence[Record]) -> list[tuple[int, float, float, float, float, float]]:
+    """Each record's :meth:`Record.sums`; those of sharded buckets summed over the ranks (a collective: with
+    sharded particle layers every rank reads the stats, as ``meanfield run`` does)."""
+    sums = [record.sums() for record in records]
+    sharded = [i for i, record in enumerate(records) if record.bucket.rows is not None]
+    if not sharded or not (dist.is_available() and dist.is_initialized()):
+        return sums
+    totals = torch.tensor([[sums[i][k] for k in (0, 1, 4, 5)] for i in sharded], dtype=torch.float64)
+    extremes = torch.tensor([[-sums[i][2], sums[i][3]] for i in sharded], dtype=torch.float64)
+    device = records[sharded[0]].bucket.params[0].device
+    if dist.get_backend() == "nccl":
+        totals, extremes = totals.to(device), extremes.to(device)
+    dist.all_reduce(totals)
+    dist.all_reduce(extremes, op=dist.ReduceOp.MAX)
+    for i, t, e in zip(sharded, totals.tolist(), extremes.tolist()):
+        sums[i] = (int(t[0]), t[1], -e[0], e[1], t[2], t[3])
+    return sums
+
+
+def aggregate(records: Sequence[Record], step: int) -> LangevinStats:
+    """The :class:`LangevinStats` of ``records`` (the coordinates of all of them together)."""
+    n, eta_sum, eta_min, eta_max, noise_sq, drift_sq = 0, 0.0, math.inf, -math.inf, 0.0, 0.0
+    for r in _sums(records):
+        n += r[0]
+        eta_sum += r[1]
+        eta_min = min(eta_min, r[2])
+        eta_max = max(eta_max, r[3])
+        noise_sq += r[4]
+        drift_sq += r[5]
+    nan = math.nan
+    noise_rms = math.sqrt(noise_sq / n) if n else nan
+    drift_rms = math.sqrt(drift_sq / n) if n else nan
+    return LangevinStats(
+        step=step,
+        beta=max((r.beta_given for r in records), default=nan),
+        eta_eff_mean=eta_sum / n if n else nan,
+        eta_eff_min=eta_min if n else nan,
+        eta_eff_max=eta_max if n else nan,
+        noise_rms=noise_rms,
+        drift_rms=drift_rms,
+        drift_to_noise=(drift_rms / noise_rms if noise_rms > 0 else math.inf) if n else nan,
+        n=n,
+    )

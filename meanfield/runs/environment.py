@@ -1,0 +1,95 @@
+"""What produced a run: package versions, the git commit and a hash of the package's source, the machine,
+threads and device (``environment.json``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from meanfield.runs.config import RunConfig
+
+__all__ = ["environment"]
+
+_PACKAGE = Path(__file__).resolve().parents[1]  # meanfield/
+
+
+def _git_commit() -> dict[str, Any]:
+    here = _PACKAGE
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit, "dirty": bool(dirty)}
+
+
+def _source_hash() -> str:
+    """SHA-256 over the package's own ``.py`` files (path and content): pins the code a run used, dirty tree
+    or not (two runs with the same hash ran the same meanfield)."""
+    digest = hashlib.sha256()
+    for path in sorted(_PACKAGE.rglob("*.py")):
+        digest.update(str(path.relative_to(_PACKAGE)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux), else what ``platform`` knows."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def environment(cfg: RunConfig, device: torch.device) -> dict[str, Any]:
+    """Package versions, git commit, seed, threads and device of a run (``environment.json``)."""
+    from importlib import metadata
+
+    versions = {}
+    for name in ("meanfield-sde", "torch", "numpy", "scipy", "torchsde", "pot", "tensorboard"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[name] = metadata.version(name)
+    info = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "processor": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "packages": versions,
+        "git": _git_commit(),
+        "source_sha256": _source_hash(),
+        "seed": cfg.seed,
+        "threads": torch.get_num_threads(),
+        "device": str(device),
+        "command": sys.argv,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
+    }
+    if device.type == "cuda":
+        info["cuda_device"] = torch.cuda.get_device_name(device)
+    return info
+
+
+# ----------------------------------------------------------------------------------------------------------

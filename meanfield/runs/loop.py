@@ -1,0 +1,560 @@
+"""The training loop: :func:`run` builds the task, the optimizer and the folder, steps, logs, evaluates,
+checkpoints, and stops cleanly on Ctrl-C or a non-finite loss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+import os
+import signal
+import threading
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from meanfield import config as _config
+from meanfield._io import write_json_atomic, write_text_atomic
+from meanfield.config import ConfigError
+from meanfield.data import CorruptDataError
+from meanfield.nn.sharded import (
+    full_optimizer_state,
+    full_state_dict,
+    load_full_optimizer_state,
+    load_full_state_dict,
+    shard_particles,
+    sharded_layers,
+)
+from meanfield.optim import Langevin
+from meanfield.runs import parallel
+from meanfield.runs.config import build_optimizer, check_config
+from meanfield.runs.environment import environment
+from meanfield.runs.folder import TIMING_KEYS, Checkpoints, MetricsLog, RunResult, check_folder
+from meanfield.runs.sinks import TensorBoard, draw_figures, summary_table
+from meanfield.seeds import derive_seed
+from meanfield.tasks import Experiment, get_task
+
+__all__ = ["run", "RunInterrupted", "NonFiniteLossError"]
+
+
+class RunInterrupted(Exception):
+    """The run was stopped by Ctrl-C (SIGINT) after writing a checkpoint; ``--resume`` continues it."""
+
+
+class NonFiniteLossError(ArithmeticError):
+    """A loss or gradient became NaN/Inf; the message names the step, the last finite checkpoint is kept."""
+
+    def __init__(self, message: str, step: int) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+class _StopFlag:
+    """SIGINT sets a flag the loop reads between steps (a second SIGINT raises at once)."""
+
+    def __init__(self) -> None:
+        self.set = False
+        self._previous: Any = None
+
+    def __enter__(self) -> _StopFlag:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.set:
+            raise KeyboardInterrupt
+        self.set = True
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {name!r}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {name!r} was asked for but CUDA is not available here")
+    return device
+
+
+def _finite_parameters(model: torch.nn.Module) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters())
+
+
+def _stats_record(optimizer: Langevin) -> dict[str, Any]:
+    record: dict[str, Any] = {}
+    stats = optimizer.last_stats
+    if stats is not None:
+        record["optim"] = dataclasses.asdict(stats)
+    groups = getattr(optimizer, "last_group_stats", None)
+    if groups:
+        record["groups"] = [None if s is None else dataclasses.asdict(s) for s in groups]
+    return record
+
+
+def _temperature(optimizer: Langevin) -> dict[str, float]:
+    """β of the first noisy group at the step about to be taken (0 without noise), as the config gives it.
+
+    A group in the seeds' ``temperature_convention = "loss"`` also gets ``beta_mean_field = M·β``, the
+    temperature of the mean-field chain its noise actually realises (see docs/optim.md).
+    """
+    for group in optimizer.param_groups:
+        if group["noise"]:
+            beta = group["beta"]
+            value = float(beta(group["step"]) if callable(beta) else beta)
+            if group.get("temperature_convention", "mean_field") == "loss":
+                return {"beta": value, "beta_mean_field": value * group["n_particles"]}
+            return {"beta": value}
+    return {"beta": 0.0}
+
+
+def _checkpoint_state(
+    experiment: Experiment,
+    optimizer: Langevin,
+    step: int,
+    window: dict[str, float],
+    elapsed: float,
+    wall: float,
+) -> dict[str, Any]:
+    return {
+        "step": step,
+        "model": experiment.model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "batches": experiment.batches.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        "window": dict(window),
+        "elapsed": elapsed,
+        "wall": wall,
+    }
+
+
+def _check_checkpointable(state: Mapping[str, Any]) -> None:
+    """Write and read the state once through ``torch.save``/``torch.load(weights_only=True)`` in memory."""
+    buffer = io.BytesIO()
+    try:
+        torch.save(dict(state), buffer)
+        buffer.seek(0)
+        torch.load(buffer, weights_only=True)
+    except Exception as error:  # noqa: BLE001 — any failure here means the run could not be resumed
+        raise ConfigError(
+            f"this run's state cannot be checkpointed (torch.save + torch.load(weights_only=True)): {error}"
+        ) from None
+
+
+def run(
+    config: str | os.PathLike | Mapping[str, Any],
+    out: str | os.PathLike | None = None,
+    *,
+    preset: str | None = None,
+    overrides: Sequence[str] = (),
+    resume: bool = False,
+    quiet: bool = False,
+    on_step: Callable[[int], None] | None = None,
+) -> RunResult:
+    """Train the configured task into the run folder ``out`` (see the module docstring for its files).
+
+    Args:
+        config: a TOML file or an already resolved configuration dict.
+        out: the run folder (default ``runs/<config file stem>[-<preset>]``).
+        preset: a preset of the file (``smoke``, ``quick``, ``full``, …); only with a file.
+        overrides: ``"key.sub=value"`` strings, applied after the preset; only with a file.
+        resume: continue from the folder's latest checkpoint (from step 0 if it has none). The resolved
+            configuration must equal the folder's ``config.toml``.
+        quiet: no progress bar and no summary printed.
+        on_step: called with the step number after every step (after its logging and checkpoint).
+
+    Returns:
+        :class:`RunResult` of the finished run.
+
+    Raises:
+        ConfigError: a bad configuration, a folder that already holds another run, or a resume whose
+            configuration differs from the folder's.
+        RunInterrupted: Ctrl-C; a checkpoint of the last finished step was written.
+        NonFiniteLossError: a NaN/Inf loss or gradient; the last checkpoint with finite parameters is kept.
+    """
+    if isinstance(config, Mapping):
+        if preset is not None or overrides:
+            raise ConfigError("preset and overrides apply to a configuration file, not to a resolved dict")
+        resolved = dict(config)
+        stem = "run"
+    else:
+        resolved = _config.resolve(_config.load_toml(config), preset, overrides)
+        stem = Path(config).stem + (f"-{preset}" if preset else "")
+    folder = Path(out) if out is not None else Path("runs") / stem
+    r = _Run(resolved, folder, resume=resume, quiet=quiet, on_step=on_step)  # checks the configuration once
+    result = r.train()
+    if r.owns_group:  # every rank passed train()'s last barrier: tear down the group this run created, before
+        import torch.distributed as dist  # the interpreter's exit does (gloo's threads may abort the process then)
+
+        dist.destroyparallel.process_group()
+    return result
+
+
+class _Run:
+    """One run: the folder, the experiment, the optimizer and the loop (use :func:`run`)."""
+
+    def __init__(
+        self,
+        resolved: dict[str, Any],
+        folder: Path,
+        *,
+        resume: bool,
+        quiet: bool,
+        on_step: Callable[[int], None] | None,
+    ) -> None:
+        self.resolved, self.folder, self.quiet, self.on_step = resolved, folder, quiet, on_step
+        self.cfg = check_config(resolved)
+        self.config_text = _config.to_toml(
+            resolved, header="resolved configuration of this run (meanfield run)"
+        )
+        check_folder(folder, self.config_text, resolved, resume)
+        if self.cfg.threads:
+            torch.set_num_threads(self.cfg.threads)
+        self.device = _device(self.cfg.device)
+        self.rank, self.world, self.owns_group = parallel.process_group(self.device)
+        self.lead = self.rank == 0  # the rank that writes the folder
+        self.sharded = self.world > 1 and self.cfg.parallel == "particles"
+        self.data_parallel = self.world > 1 and not self.sharded
+        if self.data_parallel and self.cfg.train.batch_size % self.world:
+            raise ConfigError(
+                f"train.batch_size = {self.cfg.train.batch_size} must be a multiple of the number of processes "
+                f"({self.world}): each takes an equal share of the rows"
+            )
+        dtype = {"float32": torch.float32, "float64": torch.float64}[self.cfg.dtype]
+        task = get_task(self.cfg.task)
+        try:
+            self.experiment = task.build(
+                _config.from_dict(task.Data, self.cfg.data, "data"),
+                _config.from_dict(task.Model, self.cfg.model, "model"),
+                batch_size=self.cfg.train.batch_size,
+                seed=self.cfg.seed,
+                device=self.device,
+                dtype=dtype,
+            )
+        except (ConfigError, CorruptDataError):
+            raise
+        except (TypeError, ValueError) as error:  # a value the schemas allow but the model or data refuse
+            raise ConfigError(
+                f"task {self.cfg.task!r} cannot be built from this configuration ([data], [model], "
+                f"train.batch_size): {error}"
+            ) from None
+        if self.sharded:
+            try:
+                shard_particles(self.experiment.model)
+            except ValueError as error:
+                raise ConfigError(f"parallel = 'particles' on {self.world} processes: {error}") from None
+        self.optimizer = build_optimizer(self.experiment.model, self.cfg)
+        self.checkpoints = Checkpoints(folder / "checkpoints", self.cfg.train.keep_checkpoints)
+        self.log = MetricsLog(folder / "metrics.jsonl")
+        self.step, self.elapsed = 0, 0.0
+        self._wall_origin = time.perf_counter()  # wall clock of this run, resumptions summed (see _wall)
+        self.window = {"loss_sum": 0.0, "n": 0, "time": 0.0}
+        self.best: dict[str, dict[str, float]] = {}
+        _check_checkpointable(self._state())
+        self._barrier()  # every rank has checked the folder before the first rank writes to it
+        if self.lead:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(self.folder / "config.toml", self.config_text)  # once everything could be built
+        if resume:
+            self._restore()
+        else:
+            torch.manual_seed(derive_seed(self.cfg.seed, "torch"))  # the global generator (dropout, …)
+
+    # -- folder -----------------------------------------------------------------------------------------------
+
+    def _barrier(self) -> None:
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def _state(self) -> dict[str, Any]:
+        """The checkpoint's contents; with sharded particles the full tensors, gathered (a collective)."""
+        state = _checkpoint_state(
+            self.experiment, self.optimizer, self.step, self.window, self.elapsed, self._wall()
+        )
+        if self.sharded:
+            state["model"] = full_state_dict(self.experiment.model)
+            state["optimizer"] = full_optimizer_state(self.optimizer)
+        if self.device.type == "cuda":  # the device's global generator (dropout, … on the GPU)
+            state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
+        return state
+
+    def _wall(self) -> float:
+        """Seconds of wall clock spent on this run so far: steps, logging, evaluation and checkpoints, summed
+        over its resumptions (``summary.json``'s ``wall_clock_s``; ``wall_time_s`` counts the steps only)."""
+        return time.perf_counter() - self._wall_origin
+
+    def _restore(self) -> None:
+        step = self.checkpoints.latest()
+        env_path = self.folder / "environment.json"
+        if step is not None and env_path.exists():
+            before = json.loads(env_path.read_text()).get("world_size", 1)
+            if before != self.world:
+                how = "the particles are" if self.cfg.parallel == "particles" else "the batch is"
+                warnings.warn(
+                    f"{self.folder} ran on {before} process(es) and resumes on {self.world}: {how} split "
+                    "differently, so the continuation equals the original run to round-off, not bit for bit",
+                    stacklevel=3,
+                )
+        if step is None:
+            if self.lead:
+                self.log.truncate(0)
+            torch.manual_seed(derive_seed(self.cfg.seed, "torch"))
+            return
+        # generator states must stay CPU ByteTensors; parameters and moments are copied onto the device by the
+        # modules' and the optimizer's load_state_dict
+        state = self.checkpoints.load(step, map_location="cpu")
+        if self.sharded:  # the checkpoint holds the full tensors: each rank takes its rows
+            load_full_state_dict(self.experiment.model, state["model"])
+            load_full_optimizer_state(self.optimizer, state["optimizer"])
+        else:
+            self.experiment.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.experiment.batches.load_state_dict(state["batches"])
+        torch.set_rng_state(state["torch_rng"])
+        if "cuda_rng" in state and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["cuda_rng"], self.device)
+        self.step, self.window, self.elapsed = state["step"], dict(state["window"]), state["elapsed"]
+        self._wall_origin = time.perf_counter() - state.get("wall", state["elapsed"])
+        if self.lead:
+            self.log.truncate(self.step)
+        self._barrier()
+        for record in self.log.read():
+            self._track_best(record)
+
+    def _write_summary(self, status: str, final: Mapping[str, Any], error: str | None = None) -> None:
+        if not self.lead:
+            return
+        summary = {
+            "status": status,
+            "step": self.step,
+            "steps": self.cfg.train.steps,
+            "task": self.cfg.task,
+            "seed": self.cfg.seed,
+            "wall_time_s": self.elapsed,
+            "wall_clock_s": self._wall(),
+            "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "unit": self.experiment.unit,
+            f"{self.experiment.unit}_per_s": (
+                self.step * self.experiment.units_per_step / self.elapsed if self.elapsed > 0 else None
+            ),
+            "final": dict(final),
+            "best": self.best,
+            "description": self.experiment.description,
+        }
+        if error is not None:
+            summary["error"] = error
+        write_json_atomic(self.folder / "summary.json", summary)
+
+    def _track_best(self, record: Mapping[str, Any]) -> None:
+        """The best value of each evaluation metric so far: the largest for the task's ``higher_is_better``
+        metrics, the smallest for every other ``val_*``/``test_*`` metric (losses, errors, perplexities)."""
+        higher = set(self.experiment.higher_is_better)
+        for key, value in record.items():
+            if not (key.startswith(("val_", "test_")) or key in higher):
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                continue
+            sign = -1.0 if key in higher else 1.0
+            if key not in self.best or sign * value < sign * self.best[key]["value"]:
+                self.best[key] = {"value": float(value), "step": record["step"]}
+
+    # -- loop ---------------------------------------------------------------------------------------------------
+
+    def _evaluate(self) -> dict[str, float]:
+        model = self.experiment.model
+        model.eval()
+        try:
+            with torch.no_grad():
+                return {k: float(v) for k, v in self.experiment.evaluate().items()}
+        finally:
+            model.train()
+
+    def _one_step(self) -> float:
+        """One optimizer step; returns the loss. Raises NonFiniteLossError on a NaN/Inf loss or gradient."""
+        exp, opt = self.experiment, self.optimizer
+        batch = exp.next_batch()
+        if self.data_parallel:  # every rank drew the same global batch; each takes its share of the rows
+            batch = parallel.batch_share(batch, self.rank, self.world, self.cfg.train.batch_size)
+        opt.zero_grad(set_to_none=True)
+        loss = exp.loss(batch)  # sharded particles: the whole batch's loss, the same on every rank
+        value = float(loss.detach())
+        if self.data_parallel:  # the whole batch's loss, the same on every rank (so all raise, or none)
+            value = parallel.all_reduce_scalar(value, self.device) / self.world
+        if not math.isfinite(value):
+            raise NonFiniteLossError(f"the training loss is {value} at step {self.step + 1}", self.step + 1)
+        loss.backward()
+        if self.data_parallel:  # (sharded particles: the replicated parameters' gradients are already equal)
+            parallel.average_gradients(exp.model, self.world)
+        if self.sharded:
+            # each rank checks its own particles' gradients, then all stop together: none waits for a lost one
+            layers = sharded_layers(exp.model)
+            grads = [p.grad for layer in layers for p in layer.parameters() if p.grad is not None]
+            finite = float(torch.stack(torch._foreach_norm(grads)).isfinite().all()) if grads else 1.0
+            if not parallel.all_reduce_scalar(finite, self.device, "min"):
+                raise NonFiniteLossError(
+                    f"step {self.step + 1}: a particle gradient on some rank is not finite (NaN or Inf); no rank "
+                    "stepped",
+                    self.step + 1,
+                )
+        if exp.on_backward is not None:
+            exp.on_backward()
+        try:
+            opt.step()
+        except ValueError as error:
+            if "non-finite" in str(error):
+                raise NonFiniteLossError(f"step {self.step + 1}: {error}", self.step + 1) from None
+            raise
+        return value
+
+    def _record(self, final: bool) -> dict[str, Any] | None:
+        cfg, window = self.cfg.train, self.window
+        due_eval = (cfg.eval_every and self.step % cfg.eval_every == 0) or final
+        if not (self.step % cfg.log_every == 0 or due_eval):
+            return None
+        record: dict[str, Any] = {"step": self.step, "time": self.elapsed}
+        if window["n"]:
+            record["train_loss"] = window["loss_sum"] / window["n"]
+            rate = (
+                window["n"] * self.experiment.units_per_step / window["time"] if window["time"] > 0 else None
+            )
+            record[f"{self.experiment.unit}_per_s"] = rate
+        record.update(_temperature(self.optimizer))
+        record.update(_stats_record(self.optimizer))
+        if self.experiment.window_metrics is not None:
+            record.update(self.experiment.window_metrics())
+        if due_eval:
+            record.update(self._evaluate())
+        self.window = {"loss_sum": 0.0, "n": 0, "time": 0.0}
+        return record
+
+    def train(self) -> RunResult:
+        cfg = self.cfg.train
+        if self.step >= cfg.steps:
+            return self._finish()
+        env = environment(self.cfg, self.device)
+        env["world_size"] = self.world
+        if self.step:
+            env["resumed_from_step"] = self.step
+        if self.lead:
+            write_json_atomic(self.folder / "environment.json", env)
+        self._write_summary("running", {})
+        board = TensorBoard(self.folder / "tensorboard", cfg.tensorboard and self.lead, self.step)
+        bar = tqdm(
+            total=cfg.steps,
+            initial=self.step,
+            disable=self.quiet or not self.lead,
+            unit="step",
+            dynamic_ncols=True,
+            desc=self.folder.name,
+        )
+        try:
+            with _StopFlag() as stop:
+                while self.step < cfg.steps:
+                    start = time.perf_counter()
+                    loss = self._one_step()
+                    spent = time.perf_counter() - start
+                    self.step += 1
+                    self.elapsed += spent
+                    self.window["loss_sum"] += loss
+                    self.window["n"] += 1
+                    self.window["time"] += spent
+                    record = self._record(final=self.step == cfg.steps)
+                    if record is not None:
+                        if self.lead:
+                            self.log.append(record)
+                        board.write(record)
+                        self._track_best(record)
+                        rate = record.get(f"{self.experiment.unit}_per_s")
+                        bar.set_postfix(
+                            loss=f"{record.get('train_loss', math.nan):.4g}",
+                            **({f"{self.experiment.unit}/s": f"{rate:.3g}"} if rate else {}),
+                        )
+                    bar.update(1)
+                    if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+                        self._checkpoint()
+                    if self.on_step is not None:
+                        self.on_step(self.step)
+                    if stop.set:
+                        self._checkpoint()
+                        self._write_summary("interrupted", self._final())
+                        raise RunInterrupted(
+                            f"interrupted at step {self.step}; checkpoint written, continue with --resume"
+                        )
+                self._checkpoint()  # the end is always saved
+        except NonFiniteLossError as error:
+            self._write_summary("diverged", self._final(), error=str(error))
+            raise NonFiniteLossError(
+                f"{error}; the run stopped, the last checkpoint with finite parameters is "
+                f"{self._describe_latest()}",
+                error.step,
+            ) from None
+        except (RunInterrupted, KeyboardInterrupt):
+            if self.lead and (not (self.folder / "summary.json").exists() or self._status() == "running"):
+                self._write_summary("interrupted", self._final())
+            raise
+        except BaseException as error:
+            self._write_summary("failed", self._final(), error=f"{type(error).__name__}: {error}")
+            raise
+        finally:
+            bar.close()
+            board.close()
+        return self._finish()
+
+    def _status(self) -> str:
+        return json.loads((self.folder / "summary.json").read_text())["status"]
+
+    def _describe_latest(self) -> str:
+        step = self.checkpoints.latest()
+        return "none (the run must start again)" if step is None else str(self.checkpoints.path(step))
+
+    def _checkpoint(self) -> None:
+        if not (self.lead or self.sharded):  # sharded: every rank takes part in gathering the shards
+            return
+        saved = self.lead and self.checkpoints.latest() == self.step
+        finite = _finite_parameters(self.experiment.model)
+        if self.sharded:  # the lead's answer, and every rank's own particles
+            saved = bool(parallel.all_reduce_scalar(float(saved), self.device, "max"))
+            finite = bool(parallel.all_reduce_scalar(float(finite), self.device, "min"))
+        if saved:
+            return
+        if not finite:
+            raise NonFiniteLossError(f"the parameters are not finite after step {self.step}", self.step)
+        state = self._state()
+        if self.lead:
+            self.checkpoints.save(state, self.step)
+
+    def _final(self) -> dict[str, Any]:
+        records = self.log.read()
+        final: dict[str, Any] = {}
+        for record in records:  # the latest value of each metric
+            final.update({k: v for k, v in record.items() if k not in ("optim", "groups", *TIMING_KEYS)})
+        final.pop("step", None)
+        return final
+
+    def _finish(self) -> RunResult:
+        self._barrier()  # every rank has finished its steps
+        final = self._final()
+        self._write_summary("finished", final)
+        if self.cfg.train.figures and self.lead:
+            draw_figures(self.folder, self.log.read(), self.experiment.unit)
+        self._barrier()  # the summary is written before any rank reads it
+        if not self.quiet and self.lead:
+            print(
+                f"{self.folder}: finished {self.step} steps in {self.elapsed:.1f} s\n{summary_table(final)}"
+            )
+        return RunResult.load(self.folder)
