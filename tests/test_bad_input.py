@@ -624,7 +624,7 @@ def test_prune_and_subsample(indices, k, strategy):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# the optimizer (public API only; optim.py belongs to issue 11)
+# the optimizer (public API only)
 
 
 OPT_POOLS = {
@@ -640,7 +640,7 @@ OPT_POOLS = {
 
 
 def _known_optim_finding(name, value) -> bool:
-    """Inputs of the findings tests below (fixed in optim.py; kept as explicit cases)."""
+    """Inputs of the findings tests below (fixed in meanfield/optim/; kept as explicit cases)."""
     huge = isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > 1e200
     not_finite = isinstance(value, float) and not math.isfinite(value)
     nan_tensor = torch.is_tensor(value) and value.numel() == 1 and bool(value.isnan())

@@ -31,8 +31,20 @@ def apply_drift(
     norms: torch.Tensor,
     beta_t: float,
 ) -> list[Record]:
-    """Apply the drift to the parameters ``index`` of bucket ``b``; return their records (one per Adam
-    step count: parameters whose first gradient came at different steps have different bias corrections)."""
+    """Apply the drift ``θ ← θ − η_eff ⊙ g`` to the parameters ``index`` of bucket ``b`` (module docstring).
+
+    Args:
+        group: the param group (its ``lr``, ``drift``, ``betas``, ``eps``, ``weight_decay``, scaling).
+        b: the bucket.
+        index: the bucket's parameters that have a gradient.
+        grads: their gradients ``∂L/∂θ`` (unscaled; the ×M is applied here).
+        norms: ``(len(index),)`` their norms ``‖∂L/∂θ‖`` (checked finite by the caller).
+        beta_t: the group's temperature at this step (recorded for the noise and the statistics).
+
+    Returns:
+        The records of the step, one per Adam step count (parameters whose first gradient came at different
+        steps have different bias corrections), one for an SGD drift.
+    """
     lr = float(group["lr"])
     scale = group_scale(group)
     # the β of the noise sqrt(2β η_eff): the "loss" convention's β is the temperature of exp(−L/β), i.e.
