@@ -3,7 +3,9 @@ shows exists, and the examples on the pages run.
 
 The build runs the docs hook, which generates the figures by the theory checks' own ``plot()`` (fast preset)
 when they are missing — so this test is ``slow``. Rendering uses headless Chromium (Debian ``chromium``)
-when it is installed; the structural checks run without it.
+when it is installed; the structural checks run without it. Formulas are typeset by MathJax, served by the
+site itself (``docs/hooks/mathjax.py``): the render test asserts that every formula of a page became MathJax
+output, with every other host unreachable, and that the same check fails with MathJax removed.
 """
 
 import re
@@ -16,7 +18,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-pytest.importorskip("mkdocs", reason="the docs extra is not installed: pip install -e '.[docs]'")
+MATH_PAGE = "testing"  # a page known to hold formulas (docs/testing.md, "The documentation site")
+MATHJAX_SCRIPT = re.compile(r'<script src="[^"]*javascripts/vendor/mathjax/tex-svg-full\.js"></script>')
+TEX_DELIMITERS = ("\\(", "\\)", "\\[", "\\]", "$$")
 
 
 class _Images(HTMLParser):
@@ -29,8 +33,113 @@ class _Images(HTMLParser):
             self.sources.append(dict(attrs).get("src", ""))
 
 
+class _Formulas(HTMLParser):
+    """Each ``arithmatex`` element (one formula) of a page: its text, whether it holds MathJax output
+    (``mjx-container``) and whether MathJax marked a TeX error in it."""
+
+    def __init__(self):
+        super().__init__()
+        self.formulas = []
+        self._open = None  # (tag, nesting depth of that tag) of the formula being read
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if self._open is None:
+            if "arithmatex" in (attrs.get("class") or "").split():
+                self.formulas.append({"text": "", "typeset": False, "error": False})
+                self._open = [tag, 1]
+            return
+        if tag == self._open[0]:
+            self._open[1] += 1
+        formula = self.formulas[-1]
+        formula["typeset"] |= tag == "mjx-container"
+        formula["error"] |= tag == "merror" or "data-mjx-error" in attrs
+
+    def handle_endtag(self, tag):
+        if self._open is not None and tag == self._open[0]:
+            self._open[1] -= 1
+            if self._open[1] == 0:
+                self._open = None
+
+    def handle_data(self, data):
+        if self._open is not None:
+            self.formulas[-1]["text"] += data
+
+
+def formulas(html):
+    parser = _Formulas()
+    parser.feed(html)
+    return parser.formulas
+
+
+def untypeset_formulas(html):
+    """The formulas of ``html`` (a page's DOM) that MathJax did not typeset: no ``mjx-container``, a TeX
+    delimiter left in the text, or a TeX error. Empty when every formula was typeset."""
+    return [
+        f["text"].strip()[:80] or "(empty)"
+        for f in formulas(html)
+        if not f["typeset"] or f["error"] or any(d in f["text"] for d in TEX_DELIMITERS)
+    ]
+
+
+class _Remote(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.urls = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        url = attrs.get("src") if tag in ("script", "img", "iframe") else None
+        if tag == "link" and set((attrs.get("rel") or "").split()) - {"canonical", "alternate"}:
+            url = attrs.get("href")
+        if url and url.startswith(("http:", "https:", "//")):
+            self.urls.append(url)
+
+
+def remote_resources(html):
+    """The URLs on other hosts that a browser loads when it shows ``html`` (scripts, stylesheets, fonts,
+    preconnects, images, frames); links a reader may follow are not loaded and not listed."""
+    parser = _Remote()
+    parser.feed(html)
+    return parser.urls
+
+
+def test_untypeset_formulas_tells_raw_tex_from_mathjax_output():
+    raw = '<p>so <span class="arithmatex">\\(x_T = \\sqrt{2}\\)</span></p><div class="arithmatex">\\[\na\n\\]</div>'
+    assert untypeset_formulas(raw) == ["\\(x_T = \\sqrt{2}\\)", "\\[\na\n\\]"]
+    typeset = (
+        '<span class="arithmatex"><mjx-container class="MathJax" jax="SVG"><svg><g><path d="M1"></path></g>'
+        "</svg><mjx-assistive-mml><math><mi>x</mi></math></mjx-assistive-mml></mjx-container></span>"
+    )
+    assert untypeset_formulas(typeset) == []
+    assert len(formulas(typeset + raw)) == 3
+    assert untypeset_formulas(typeset.replace("<g>", '<g data-mjx-error="Undefined control sequence">')) != []
+    # MathJax's output left beside the raw TeX (a half-typeset formula) is not typeset either
+    half = '<span class="arithmatex"><mjx-container></mjx-container>\\(x\\)</span>'
+    assert untypeset_formulas(half) == ["\\(x\\)"]
+    assert formulas("<p>no math, a \\( in prose</p>") == []
+
+
+def test_remote_resources_lists_what_a_page_loads_from_another_host():
+    page = (
+        '<link rel="preconnect" href="https://fonts.gstatic.com" crossorigin>'
+        '<link rel="stylesheet" href="https://fonts.googleapis.com/css?family=Roboto">'
+        '<link rel="stylesheet" href="../assets/main.css"><link rel="canonical" href="https://example.org/a/">'
+        '<script src="https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js"></script>'
+        '<script src="../javascripts/vendor/mathjax/tex-svg-full.js"></script>'
+        '<a href="https://squidfunk.github.io/mkdocs-material/">Material</a><img src="//cdn.example/x.png">'
+    )
+    assert remote_resources(page) == [
+        "https://fonts.gstatic.com",
+        "https://fonts.googleapis.com/css?family=Roboto",
+        "https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js",
+        "//cdn.example/x.png",
+    ]
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
+    pytest.importorskip("mkdocs", reason="the docs extra is not installed: pip install -e '.[docs]'")
     out = tmp_path_factory.mktemp("site")
     run = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
@@ -69,29 +178,71 @@ def test_every_page_is_built_with_content_and_every_figure_exists(site):
 
 
 @pytest.mark.slow
+def test_pages_load_nothing_from_another_host_and_mathjax_is_served_by_the_site(site):
+    for page in [*_pages(site), site / "404.html"]:
+        assert remote_resources(page.read_text()) == [], f"{page} loads from another host (a CDN)"
+    math_pages = [p for p in _pages(site) if formulas(p.read_text())]
+    assert site / MATH_PAGE / "index.html" in math_pages
+    for page in math_pages:
+        html = page.read_text()
+        assert len(MATHJAX_SCRIPT.findall(html)) == 1, f"{page} has formulas but does not load MathJax"
+        assert untypeset_formulas(html) != [], "the built HTML holds raw TeX, typeset only in the browser"
+    assert (site / "javascripts" / "vendor" / "mathjax" / "tex-svg-full.js").stat().st_size > 1_000_000
+
+
+def _chromium_dom(page, profile):
+    """The DOM of ``page`` once headless Chromium has loaded it and run its scripts, with every other host
+    unreachable (so nothing on the page can come from a CDN)."""
+    dom = subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            "--virtual-time-budget=10000",  # let MathJax finish (virtual time: no real wait)
+            f"--user-data-dir={profile}",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    return dom.stdout
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian chromium is not installed")
 def test_pages_render_in_headless_chromium(site, tmp_path):
+    typeset = {}
     for page in _pages(site):
-        dom = subprocess.run(
-            [
-                "chromium",
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-                f"--user-data-dir={tmp_path}",
-                "--dump-dom",
-                page.as_uri(),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert dom.returncode == 0, dom.stderr[-2000:]
-        assert "<article" in dom.stdout and "md-content" in dom.stdout, page
+        dom = _chromium_dom(page, tmp_path)
+        assert "<article" in dom and "md-content" in dom, page
+        expected = len(formulas(page.read_text()))
+        if expected:
+            assert len(formulas(dom)) == expected, page
+            assert untypeset_formulas(dom) == [], f"{page}: formulas left as raw TeX"
+            typeset[page.parent.relative_to(site).as_posix()] = expected
+    assert typeset.get(MATH_PAGE, 0) >= 2, typeset  # the inline and the display formula of docs/testing.md
+
+    # negative control: the same page without the MathJax script keeps its formulas raw, and the check says so
+    page = site / MATH_PAGE / "index.html"
+    html, removed = MATHJAX_SCRIPT.subn("", page.read_text())
+    assert removed == 1
+    bare = page.with_name("without-mathjax.html")
+    bare.write_text(html)
+    try:
+        dom = _chromium_dom(bare, tmp_path)
+    finally:
+        bare.unlink()
+    assert "<article" in dom and "<mjx-container" not in dom
+    assert len(untypeset_formulas(dom)) == typeset[MATH_PAGE]
 
 
 @pytest.mark.slow
