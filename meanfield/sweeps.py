@@ -6,11 +6,19 @@ folder is a pure function of the point (:func:`point_name`), so that any engine 
 sweep that was interrupted skips the finished ones and resumes the others from their checkpoints::
 
     SWEEP/sweep.json                    the sweep's specification (config, preset, overrides, grid, seeds)
-    SWEEP/<point>/                      one run folder per point (see :mod:`meanfield.runs`)
-    SWEEP/runs.csv                      one row per point: the grid values, seed, status, final metrics
+    SWEEP/<point>/                      one run folder per point (see :mod:`meanfield.runs`), plus
+    SWEEP/<point>/point.json            the point's values, its full override list and its preset
+    SWEEP/runs.csv                      one row per point: the grid values, seed, folder, status, final metrics
     SWEEP/summary.csv, summary.md       per grid point: mean ± 95 % t interval over the seeds, and the
                                         paired difference against the baseline point (same seeds) with the
                                         paired t-test's p-value
+
+A point's folder name is short and filesystem-safe (only ``[A-Za-z0-9._=-]``, at most 80 characters):
+``data.d=16_optim.beta=0.0001_seed=0``; a value that is not a plain word or number is spelled with ``-``
+(``optim.beta=cosine-start-0.001-end-1e-06_seed=3_h…``) and the name then ends with a hash of the exact
+overrides. Read a point's values from its ``config.toml`` (resolved) or ``point.json``, never from the name.
+Sweep folders written before these names (``key=value`` joined by ``,``) still resume: a point whose folder
+is missing adopts the old folder with its former name or with its configuration (renamed, one line printed).
 
 ``--jobs N`` runs N points at a time in separate processes, each with ``cpu_count/N`` torch threads.
 ``--backend ray [--address HOST:PORT]`` runs the points as Ray tasks instead (``pip install
@@ -45,7 +53,7 @@ import torch
 from tqdm.auto import tqdm
 
 from meanfield import config as _config
-from meanfield._io import write_json_atomic, write_text_atomic
+from meanfield._io import json_clean, write_json_atomic, write_text_atomic
 from meanfield.config import ConfigError
 from meanfield.stats import paired_difference, t_interval
 
@@ -61,7 +69,6 @@ __all__ = [
     "summarize",
 ]
 
-_NAME_LIMIT = 120
 PRESET_AXIS = "preset"
 """The grid key whose values are presets of the file (arms: ``--grid preset=literal,adam``), applied after
 the sweep's ``--preset``."""
@@ -129,17 +136,79 @@ def _value_text(value: Any) -> str:
     return text[1:-1] if isinstance(value, str) else text
 
 
-def point_name(point: Mapping[str, Any]) -> str:
-    """The folder name of a point: ``key=value`` pairs in the point's order joined by ``,`` (a pure function).
+_NAME_LIMIT = 80
+_UNSAFE_VALUE = re.compile(r"[^A-Za-z0-9.=-]+")  # "_" separates the components of a name
+_SAFE_KEY = re.compile(r"[A-Za-z0-9._-]+")
 
-    Characters other than letters, digits and ``._=,+-`` become ``_``; a name longer than 120 characters is
-    cut and ends with the first 10 hex digits of the SHA-256 of the full name (still unique).
+
+def _name_text(value: Any) -> str:
+    """The TOML text of a scalar, a string unquoted and ``1e+20`` written ``1e20`` (the same float)."""
+    text = _value_text(value)
+    return text.replace("e+", "e") if isinstance(value, float) else text
+
+
+def _slug(value: Any) -> str:
+    """``value`` spelled with ``[A-Za-z0-9.=-]``: a table as its ``kind`` then ``key-value`` pairs."""
+    if isinstance(value, Mapping):
+        return "-".join(_slug(v) if k == "kind" else f"{_slug(k)}-{_slug(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return "-".join(_slug(v) for v in value)
+    return _UNSAFE_VALUE.sub("-", _name_text(value))
+
+
+def _exact(value: Any) -> bool:
+    """Whether ``value`` is written as it is: a scalar whose text is safe and reads back as the same value
+    (the string ``"1"`` would read back as the number 1)."""
+    if isinstance(value, (Mapping, list, tuple)):
+        return False
+    text = _name_text(value)
+    if _UNSAFE_VALUE.search(text):
+        return False
+    back = _config.parse_override(f"v={text}")[1]
+    return type(back) is type(value) and back == value
+
+
+def point_name(point: Mapping[str, Any]) -> str:
+    """The folder name of a point: ``key=value`` in the point's order joined by ``_`` (a pure function).
+
+    ``{"data.d": 16, "optim.beta": 1e-4, "seed": 0}`` → ``data.d=16_optim.beta=0.0001_seed=0``. Only
+    ``[A-Za-z0-9._=-]`` occur, and at most 80 characters. A key outside ``[A-Za-z0-9._-]`` or a value whose
+    TOML text has characters outside ``[A-Za-z0-9.=-]`` (a table, a list, a string with ``_`` or spaces, a
+    string that reads as a number) is spelled with runs of those characters replaced by ``-`` (a table as its
+    ``kind`` and ``key-value`` pairs: ``cosine-start-0.001-end-1e-06``); such a name, and one longer than 80
+    characters (cut), ends with ``_h`` and the first 8 hex digits of the SHA-256 of the point's exact
+    overrides (``key=<TOML value>`` lines, the seed and ``preset`` included). A name without the hash reads
+    back unambiguously (a key runs to the first ``=``, its value to the next ``_``) and ends in ``key=value``,
+    which a hashed one does not, so two points share a name only by a collision of the hash, which
+    :func:`sweep_runs` refuses. Do not parse names: the values are in the folder's ``config.toml`` and
+    ``point.json``.
     """
+    parts, exact = [], True
+    for k, v in point.items():
+        key = str(k)
+        if not _SAFE_KEY.fullmatch(key):
+            key, exact = re.sub(r"[^A-Za-z0-9.-]+", "-", key), False
+        if _exact(v):
+            parts.append(f"{key}={_name_text(v)}")
+        else:
+            parts.append(f"{key}={_slug(v)}")
+            exact = False
+    name = "_".join(parts)
+    if exact and len(name) <= _NAME_LIMIT:
+        return name
+    text = "\n".join(f"{k}={_config._toml_value(v)}" for k, v in point.items())
+    suffix = "_h" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
+    return name[: _NAME_LIMIT - len(suffix)].rstrip("_") + suffix
+
+
+def _legacy_point_name(point: Mapping[str, Any]) -> str:
+    """The folder name sweeps gave a point before :func:`point_name` (``key=value`` joined by ``,``; up to 120
+    characters of ``[A-Za-z0-9._=,+-]`` and ``~``): for finding and migrating old sweep folders only."""
     name = ",".join(f"{k}={_value_text(v)}" for k, v in point.items())
     name = re.sub(r"[^A-Za-z0-9._=,+-]", "_", name)
-    if len(name) > _NAME_LIMIT:
+    if len(name) > 120:
         digest = hashlib.sha256(name.encode()).hexdigest()[:10]
-        name = f"{name[: _NAME_LIMIT - 11]}~{digest}"
+        name = f"{name[:109]}~{digest}"
     return name
 
 
@@ -228,6 +297,73 @@ def _run_on_ray(todo: Sequence[int], args, address: str | None, bar) -> dict[int
             ray.shutdown()
 
 
+def _check_names(points: Sequence[Mapping[str, Any]], names: Sequence[str]) -> None:
+    """Raise unless every point has its own folder name."""
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name in seen:
+            raise ConfigError(
+                f"points {dict(points[seen[name]])} and {dict(points[i])} would share the run folder {name!r}"
+                + (" (the grid repeats a value)" if points[seen[name]] == points[i] else "")
+            )
+        seen[name] = i
+
+
+def _stored_config(folder: Path) -> dict[str, Any] | None:
+    try:
+        return _config.load_toml(folder / "config.toml")
+    except (OSError, ConfigError, ValueError):
+        return None
+
+
+def _adopt_old_folders(
+    out: Path, points: Sequence[Mapping[str, Any]], names: Sequence[str], configs: Sequence[dict]
+) -> None:
+    """Give the folder of a point written under an older name its :func:`point_name`.
+
+    For each point whose folder ``out/<name>`` is missing: a subfolder of ``out`` (not another point's) named
+    :func:`_legacy_point_name` of the point, else one whose ``config.toml`` equals the point's resolved
+    configuration, is renamed to ``<name>`` (one line printed).
+    """
+    missing = [i for i, name in enumerate(names) if not (out / name).exists()]
+    if not missing:
+        return
+    taken = set(names)
+    free = {p.name: p for p in sorted(out.iterdir()) if p.is_dir() and p.name not in taken}
+    if not free:
+        return
+    found: dict[int, Path] = {}
+    for i in missing:
+        legacy = _legacy_point_name(points[i])
+        if legacy in free:
+            found[i] = free.pop(legacy)
+    stored = None
+    for i in missing:
+        if i in found or not free:
+            continue
+        if stored is None:  # read once, only when some point has no folder by either name
+            stored = {name: _stored_config(folder) for name, folder in free.items()}
+        want = _config.load_toml_text(_config.to_toml(configs[i]))
+        match = next((name for name in free if stored.get(name) is not None and stored[name] == want), None)
+        if match is not None:
+            found[i] = free.pop(match)
+    for i, folder in sorted(found.items()):
+        folder.rename(out / names[i])
+        print(f"{out}: renamed the run folder {folder.name!r} to {names[i]!r} (its point {dict(points[i])})")
+
+
+def _write_point(folder: Path, point: Mapping[str, Any], overrides: list[str], preset: str | None) -> None:
+    """``folder/point.json``: the point's values, its full list of overrides and its presets (unless there)."""
+    record = {"point": dict(point), "overrides": overrides, "preset": preset}
+    path = folder / "point.json"
+    try:
+        if json.loads(path.read_text()) == json.loads(json.dumps(json_clean(record))):
+            return
+    except (OSError, ValueError):
+        pass
+    write_json_atomic(path, record)
+
+
 def _finished(folder: Path) -> dict[str, Any] | None:
     path = folder / "summary.json"
     if not path.exists():
@@ -243,7 +379,8 @@ class SweepTable:
     Attributes:
         path: the sweep folder.
         grid: the grid (key → values).
-        rows: one dict per point: the grid values, ``seed``, ``status``, the final metrics, ``error``.
+        rows: one dict per point: the grid values, ``seed``, ``folder`` (the run folder's name in ``path``),
+            ``status``, the final metrics, ``error``.
         summary: one dict per grid point (see :func:`summarize`).
         metrics: the metrics summarised.
     """
@@ -380,7 +517,10 @@ def sweep_runs(
     """Run every point of ``grid × seeds`` into ``out/<point_name>`` and write the tables (module docstring).
 
     Finished points are skipped; unfinished ones resume from their latest checkpoint. Every point's
-    configuration is checked before any runs.
+    configuration is checked, and every point's folder name checked unique, before any runs. A point whose
+    folder is missing adopts an older folder of it in ``out`` (named by the former ``key=value,…`` rule, or
+    holding the point's resolved ``config.toml``), renamed. Each point's folder gets ``point.json`` (its
+    values, overrides and presets) before it runs.
 
     Args:
         config: the TOML configuration file.
@@ -411,8 +551,12 @@ def sweep_runs(
         raise ConfigError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
     base = _parse_baseline(baseline, grid)
     points = expand(grid, seeds)
-    for point in points:  # every point's configuration is valid before the first runs
+    names = [point_name(point) for point in points]
+    _check_names(points, names)
+    configs = [  # every point's configuration is valid before the first runs
         load_config(config, point_preset(point, preset), [*overrides, *point_overrides(point)])
+        for point in points
+    ]
     spec = {
         "config": str(config),
         "preset": preset,
@@ -423,11 +567,15 @@ def sweep_runs(
     }
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "sweep.json", spec)
+    _adopt_old_folders(out, points, names, configs)
 
     summaries: dict[int, dict[str, Any]] = {}
     todo = []
     for i, point in enumerate(points):
-        done = _finished(out / point_name(point))
+        folder = out / names[i]
+        done = _finished(folder)
+        if done is None or not (folder / "point.json").exists():
+            _write_point(folder, point, [*overrides, *point_overrides(point)], point_preset(point, preset))
         if done is not None:
             summaries[i] = done
         else:
@@ -442,7 +590,7 @@ def sweep_runs(
         point = points[i]
         return (
             str(Path(config).resolve()),
-            str((out / point_name(point)).resolve()),
+            str((out / names[i]).resolve()),
             point_preset(point, preset),
             [*overrides, *point_overrides(point)],
             threads,
@@ -469,7 +617,8 @@ def sweep_runs(
     for i, point in enumerate(points):
         s = summaries[i]
         finals = {k: v for k, v in s.get("final", {}).items() if _number(v)}
-        rows.append({**point, "status": s.get("status"), **finals, "error": s.get("error")})
+        row = {**point, "folder": names[i], "status": s.get("status"), **finals, "error": s.get("error")}
+        rows.append(row)
     if metrics is None:
         metrics = list(
             dict.fromkeys(
@@ -477,7 +626,7 @@ def sweep_runs(
                 for r in rows
                 if r["status"] == "finished"
                 for k in r
-                if k not in (*grid, "seed", "status", "error") and _number(r[k])
+                if k not in (*grid, "seed", "folder", "status", "error") and _number(r[k])
             )
         )
     summary = summarize(rows, list(grid), metrics, base)

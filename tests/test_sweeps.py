@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +16,7 @@ from meanfield import cli
 from meanfield.config import ConfigError, load_toml_text
 from meanfield.runs import RunResult
 from meanfield.stats import paired_difference, t_interval
-from meanfield.sweeps import expand, parse_grid, point_name, summarize, sweep_runs
+from meanfield.sweeps import _legacy_point_name, expand, parse_grid, point_name, summarize, sweep_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 TEACHER = ROOT / "experiments" / "teacher_student" / "config.toml"
@@ -44,15 +46,55 @@ def test_expand_is_the_product_with_seeds_fastest():
     ]
 
 
-def test_point_name_is_pure_unique_and_safe():
-    a = {"optim.beta": {"kind": "cosine", "start": 1.0, "end": 1e-3}, "seed": 2}
-    assert point_name(a) == point_name(dict(a))
-    assert "/" not in point_name({"data.root": "/x/y", "seed": 0})
-    names = {point_name({"optim.lr": lr, "seed": s}) for lr in (0.1, 0.01, 1e-3) for s in range(4)}
-    assert len(names) == 12
-    long = {f"model.k{i}": "v" * 20 for i in range(10)}
-    assert len(point_name(long)) <= 120 and point_name(long) != point_name({**long, "model.k0": "w" * 20})
-    assert point_name({"optim.lr": 0.1, "seed": 0}) == "optim.lr=0.1,seed=0"
+SAFE = re.compile(r"[A-Za-z0-9._=-]+")
+
+
+def test_point_name_is_pure_unique_short_and_safe():
+    assert point_name({"optim.lr": 0.1, "seed": 0}) == "optim.lr=0.1_seed=0"
+    assert point_name({"data.d": 16, "optim.beta": 1e-4, "seed": 0}) == "data.d=16_optim.beta=0.0001_seed=0"
+    assert point_name({"model.n_heads": 16, "model.attention": "mha", "x": -1e-3, "y": True, "seed": 1}) == (
+        "model.n_heads=16_model.attention=mha_x=-0.001_y=true_seed=1"
+    )
+    assert point_name({"train.lr": 1e20, "z": 2.0, "seed": 0}) == "train.lr=1e20_z=2.0_seed=0"  # not 1e+20
+    cosine = {"optim.beta": {"kind": "cosine", "start": 1e-3, "end": 1e-6}, "seed": 3}
+    text = 'optim.beta={kind = "cosine", start = 0.001, end = 1e-06}\nseed=3'  # the exact overrides, hashed
+    digest = __import__("hashlib").sha256(text.encode()).hexdigest()[:8]
+    assert point_name(cosine) == f"optim.beta=cosine-start-0.001-end-1e-06_seed=3_h{digest}"
+    assert point_name(cosine) == point_name(dict(cosine))  # pure
+    points = [
+        cosine,
+        {"optim.beta": {"kind": "cosine", "start": 1e-3, "end": 1e-5}, "seed": 3},
+        {"optim.beta": {"kind": "cosine", "start": 1e-3, "end": 1e-5}, "seed": 4},
+        {"data.root": "/x/y", "seed": 0},
+        {"data.root": "-x-y", "seed": 0},  # the same spelling as the one above: the hash tells them apart
+        {"optim.betas": [0.9, 0.999], "seed": 0},
+        {"a": "1", "seed": 0},  # the string "1" and the number 1
+        {"a": 1, "seed": 0},
+        {"data.dataset": "fashion_mnist", "seed": 0},
+        {"preset": "hot", "seed": 0},
+        {"we ird": "a b", "seed": 0},
+        *({"optim.lr": lr, "seed": s} for lr in (0.1, 0.01, 1e-3) for s in range(4)),
+        *({f"model.k{i}": c * 20 for i in range(10)} for c in "vw"),  # long: cut, then hashed
+    ]
+    names = [point_name(p) for p in points]
+    assert len(set(names)) == len(points)
+    assert all(SAFE.fullmatch(n) and len(n) <= 80 for n in names), names
+    assert names[3] != names[4] and names[3].startswith("data.root=-x-y_seed=0_h")
+
+
+def test_the_legacy_name_is_the_former_rule():
+    assert (
+        _legacy_point_name({"data.d": 16, "optim.beta": 1e-4, "seed": 0})
+        == "data.d=16,optim.beta=0.0001,seed=0"
+    )
+    cosine = {"optim.beta": {"kind": "cosine", "start": 1e-3, "end": 1e-6}, "seed": 3}
+    assert _legacy_point_name(cosine) == "optim.beta=_kind_=__cosine_,_start_=_0.001,_end_=_1e-06_,seed=3"
+
+
+def test_a_sweep_refuses_points_that_share_a_folder(tmp_path):
+    with pytest.raises(ConfigError, match="would share the run folder"):
+        sweep_runs(TEACHER, {"optim.lr": [0.02, 0.02]}, [0], tmp_path / "x", preset="smoke", quiet=True)
+    assert not (tmp_path / "x").exists()
 
 
 def test_t_interval_and_paired_difference_against_scipy():
@@ -99,14 +141,23 @@ def small_sweep(tmp_path_factory):
 def test_sweep_writes_one_folder_per_point_and_the_tables(small_sweep):
     out, table = small_sweep
     folders = sorted(p.name for p in out.iterdir() if p.is_dir())
-    assert folders == [f"optim.lr={lr},seed={s}" for lr in (0.02, 0.05) for s in range(3)]
+    assert folders == [f"optim.lr={lr}_seed={s}" for lr in (0.02, 0.05) for s in range(3)]
     assert not table.failed and len(table.rows) == 6
     for name in ("sweep.json", "runs.csv", "summary.csv", "summary.md"):
         assert (out / name).is_file()
     assert json.loads((out / "sweep.json").read_text())["seeds"] == [0, 1, 2]
+    assert json.loads((out / "optim.lr=0.05_seed=2" / "point.json").read_text()) == {
+        "point": {"optim.lr": 0.05, "seed": 2},
+        "overrides": ["train.steps=10", "train.figures=false", "optim.lr=0.05", "seed=2"],
+        "preset": "smoke",
+    }
+    lines = (out / "runs.csv").read_text().splitlines()
+    assert lines[0].startswith("optim.lr,seed,folder,status,")
+    assert lines[1].startswith("0.02,0,optim.lr=0.02_seed=0,finished,")
+    assert [r["folder"] for r in table.rows] == folders
     base, other = table.summary
     finals = {
-        (lr, s): RunResult.load(out / f"optim.lr={lr},seed={s}").final["test_mse"]
+        (lr, s): RunResult.load(out / f"optim.lr={lr}_seed={s}").final["test_mse"]
         for lr in (0.02, 0.05)
         for s in range(3)
     }
@@ -120,7 +171,7 @@ def test_sweep_writes_one_folder_per_point_and_the_tables(small_sweep):
 
 def test_sweep_skips_finished_points_and_resumes_the_rest(small_sweep, monkeypatch):
     out, _ = small_sweep
-    (out / "optim.lr=0.05,seed=1" / "summary.json").unlink()  # as if that point was interrupted
+    (out / "optim.lr=0.05_seed=1" / "summary.json").unlink()  # as if that point was interrupted
     ran = []
     import meanfield.sweeps as sweeps
 
@@ -135,8 +186,51 @@ def test_sweep_skips_finished_points_and_resumes_the_rest(small_sweep, monkeypat
         overrides=["train.steps=10", "train.figures=false"],
         quiet=True,
     )
-    assert [Path(f).name for f in ran] == ["optim.lr=0.05,seed=1"]
+    assert [Path(f).name for f in ran] == ["optim.lr=0.05_seed=1"]
     assert not table.failed
+
+
+def test_a_sweep_folder_with_old_names_is_renamed_and_resumes(small_sweep, tmp_path, monkeypatch, capsys):
+    """Folders named by the former rule (``optim.lr=0.02,seed=0``) or by anything else but holding the point's
+    configuration are renamed; the finished ones are not rerun, the unfinished one resumes."""
+    out = tmp_path / "old"
+    shutil.copytree(small_sweep[0], out)
+    for p in out.iterdir():
+        if p.is_dir():
+            (p / "point.json").unlink()
+            p.rename(out / p.name.replace("_seed=", ",seed="))  # the former names
+    (out / "optim.lr=0.02,seed=1").rename(out / "some other name")  # found by its config.toml
+    (out / "optim.lr=0.05,seed=1" / "summary.json").unlink()  # an unfinished point, under its old name
+    finals = {
+        p.name: json.loads((p / "summary.json").read_text())["final"]
+        for p in out.glob("*/")
+        if (p / "summary.json").exists()
+    }
+    ran = []
+    import meanfield.sweeps as sweeps
+
+    real = sweeps._run_point
+    monkeypatch.setattr(sweeps, "_run_point", lambda *a: ran.append(a[1]) or real(*a))
+    capsys.readouterr()
+    table = sweep_runs(
+        TEACHER,
+        {"optim.lr": [0.02, 0.05]},
+        [0, 1, 2],
+        out,
+        preset="smoke",
+        overrides=["train.steps=10", "train.figures=false"],
+        quiet=True,
+    )
+    assert [Path(f).name for f in ran] == ["optim.lr=0.05_seed=1"]
+    assert not table.failed
+    printed = capsys.readouterr().out
+    assert "'some other name' to 'optim.lr=0.02_seed=1'" in printed and printed.count("renamed") == 6
+    folders = sorted(p.name for p in out.iterdir() if p.is_dir())
+    assert folders == [f"optim.lr={lr}_seed={s}" for lr in (0.02, 0.05) for s in range(3)]
+    assert all((out / f / "point.json").is_file() for f in folders)
+    moved = json.loads((out / "optim.lr=0.02_seed=1" / "summary.json").read_text())["final"]
+    assert moved == finals["some other name"]  # the same run, not a new one
+    assert json.loads((out / "optim.lr=0.05_seed=1" / "summary.json").read_text())["status"] == "finished"
 
 
 ARGS = ["sweep", str(TEACHER), "--preset", "smoke", "--set", "train.steps=6", "--set", "train.figures=false"]
@@ -150,7 +244,7 @@ def test_sweep_cli_with_two_jobs_equals_one_process(tmp_path, capsys):
         [*ARGS, "--grid", "model.n_particles=8,16", "--seeds", "0,1", "--jobs", "2", "--out", str(out)]
     )
     assert code == 0
-    assert len(list(out.glob("model.n_particles=*"))) == 4
+    assert len(list(out.glob("model.n_particles=*_seed=*"))) == 4
     assert "| model.n_particles | n |" in capsys.readouterr().out
     one = sweep_runs(
         TEACHER,
@@ -162,7 +256,7 @@ def test_sweep_cli_with_two_jobs_equals_one_process(tmp_path, capsys):
         quiet=True,
     )
     for row in one.rows:
-        folder = out / f"model.n_particles={row['model.n_particles']},seed={row['seed']}"
+        folder = out / row["folder"]
         assert RunResult.load(folder).final["test_mse"] == row["test_mse"]
 
 
@@ -194,7 +288,7 @@ def test_arms_are_presets_swept_by_the_preset_axis_and_paired(tmp_path):
         quiet=True,
     )
     assert not table.failed
-    hot = RunResult.load(tmp_path / "arms" / "preset=hot,seed=1")
+    hot = RunResult.load(tmp_path / "arms" / "preset=hot_seed=1")
     resolved = load_toml_text((hot.path / "config.toml").read_text())
     assert resolved["optim"]["beta"] == 1e-2 and resolved["model"]["A"] == 2.0  # the arm
     assert resolved["train"]["batch_size"] == 32 and resolved["data"]["n_train"] == 256  # then smoke's size

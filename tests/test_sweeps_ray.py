@@ -78,7 +78,7 @@ def test_ray_backend_equals_local_and_survives_a_killed_worker(cluster, tmp_path
     assert not table.failed, table.failed
     local = _local(tmp_path)
     for row in local.rows:
-        folder = out / f"optim.lr={row['optim.lr']},seed={row['seed']}"
+        folder = out / row["folder"]
         assert RunResult.load(folder).final["test_mse"] == row["test_mse"]
     assert (out / "summary.md").read_text() == (tmp_path / "local" / "summary.md").read_text()
 

@@ -5,7 +5,10 @@
     # docs/assets/feature_particles_*.png
 
 Every number comes from ``results/<table>/<arm>/<point>/summary.json`` and ``metrics.jsonl`` (the run folders
-that ``run_all.sh`` writes) or ``results/convergence/result.json``. Means carry Student-t 95 % intervals over
+that ``run_all.sh`` writes) or ``results/convergence/result.json``; a point's values (seed, d, β, steps) from
+its resolved ``config.toml``, never from its folder name; the wall clock of a table from the runs' recorded
+start (``environment.json`` ``started``) and duration (``summary.json`` ``wall_clock_s``, or ``wall_time_s``
+where a run did not record it), see :func:`wall_clock`. Means carry Student-t 95 % intervals over
 the seeds; paired comparisons use the same seeds (same data, initialisation and batch order) and the paired
 t-test (:func:`meanfield.stats.paired_difference`). Test MSEs span orders of magnitude, so arms are compared
 on ``log10`` test MSE (a difference of −1 is a 10× smaller error).
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -48,14 +52,22 @@ ARMS = [  # (folder, what it is); every arm: 4000 steps of batch 256 (1,024,000 
 ]
 
 
+def config_value(run: Path, key: str):
+    """The value of ``key`` (``"data.d"``, ``"seed"``) in a run folder's resolved ``config.toml``."""
+    node = load_toml(run / "config.toml")
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
 def points(folder: Path) -> list[Path]:
-    """The run folders of a sweep folder, finished ones only, sorted by seed."""
+    """The run folders of a sweep folder, finished ones only, sorted by seed (their ``config.toml``)."""
     runs = []
     for p in folder.iterdir():
         s = p / "summary.json"
         if p.is_dir() and s.exists() and json.loads(s.read_text())["status"] == "finished":
             runs.append(p)
-    return sorted(runs, key=lambda p: int(p.name.rsplit("seed=", 1)[1]))
+    return sorted(runs, key=lambda p: (config_value(p, "seed"), p.name))
 
 
 def load(folder: Path) -> dict[int, dict]:
@@ -104,11 +116,34 @@ def cost(arms: dict[str, dict]) -> float:
     return total / 3600
 
 
-def wall_clock(folders: list[Path]) -> float:
-    times = [(p / "summary.json").stat().st_mtime for f in folders if f.exists() for p in points(f)] + [
-        (p / "environment.json").stat().st_mtime for f in folders if f.exists() for p in points(f)
-    ]
-    return (max(times) - min(times)) / 3600 if times else math.nan
+def wall_clock(folders: list[Path], what: str = "") -> str:
+    """``"0.62 h wall clock (…)"``: from the first start to the last end of the finished runs of ``folders``,
+    as the runs recorded them: start = ``environment.json`` ``started``, end = start + ``summary.json``
+    ``wall_clock_s`` (the whole run: steps, evaluation, checkpoints), or + ``wall_time_s`` (the steps only)
+    for a run that did not record ``wall_clock_s``. The text says which were used."""
+    spans, without = [], 0
+    for f in folders:
+        for p in points(f) if f.exists() else []:
+            summary = json.loads((p / "summary.json").read_text())
+            start = datetime.fromisoformat(json.loads((p / "environment.json").read_text())["started"])
+            if "wall_clock_s" not in summary:
+                without += 1
+            spans.append((start.timestamp(), summary.get("wall_clock_s", summary["wall_time_s"])))
+    if not spans:
+        return f"— h wall clock{what} (no finished run)"
+    hours = (max(t + d for t, d in spans) - min(t for t, _ in spans)) / 3600
+    if without == len(spans):
+        duration = "`wall_time_s` of the runs; they did not record `wall_clock_s`"
+    elif without:
+        duration = (
+            f"`wall_clock_s` of the runs, or `wall_time_s` for the {without} of {len(spans)} without it"
+        )
+    else:
+        duration = "`wall_clock_s` of the runs"
+    return (
+        f"{hours:.2f} h wall clock{what} (from the earliest `environment.json` `started` to the latest "
+        f"`started` + {duration})"
+    )
 
 
 def not_finished(folder: Path) -> list[str]:
@@ -178,11 +213,11 @@ def teacher_table(name: str, baselines: tuple[str, ...] = ("adam_mlp", "mf_beta0
         )
     lines[0] = lines[0].replace("{first}", str(first_eval))
     cpu = cost(arms)
-    clock = wall_clock([root / a for a in arms])
+    clock = wall_clock([root / a for a in arms], " for the whole table")
     lines.append("")
     lines.append(
         f"Cost: {cpu:.3f} CPU hours (Σ `wall_time_s` of {sum(len(r) for r in arms.values())} runs at one "
-        f"thread), {clock:.2f} h wall clock for the whole table (including process start and data)."
+        f"thread), {clock}."
     )
     return "\n".join(lines) + "\n"
 
@@ -224,11 +259,10 @@ def lambda_table() -> tuple[str, dict]:
     rows: dict[tuple[int, float], list[dict]] = {}
     wall = 0.0
     for p in points(root):
-        cfg = p.name  # data.d=8,optim.beta=0.001,seed=0
-        values = dict(kv.split("=", 1) for kv in cfg.split(","))
+        d, beta = config_value(p, "data.d"), config_value(p, "optim.beta")
         summary = json.loads((p / "summary.json").read_text())
         wall += summary["wall_time_s"]
-        rows.setdefault((int(values["data.d"]), float(values["optim.beta"])), []).append(summary["final"])
+        rows.setdefault((int(d), float(beta)), []).append(summary["final"])
     lines = [
         "| d | λ (β, mean-field units) | λ·d/4 | n | test MSE | alignment_max | aligned | coverage | modes |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -259,7 +293,7 @@ def lambda_table() -> tuple[str, dict]:
         )
     )
     lines.append("")
-    lines.append(f"Cost: {wall / 3600:.3f} CPU hours, {wall_clock([root]):.2f} h wall clock.")
+    lines.append(f"Cost: {wall / 3600:.3f} CPU hours (Σ `wall_time_s`), {wall_clock([root])}.")
     return "\n".join(lines) + "\n", {"curves": curves, "crossings": crossings}
 
 
@@ -273,19 +307,21 @@ def lambda_long_table() -> str:
         "|---|---|---|---|---|---|",
     ]
     wall = 0.0
+    runs = {  # (steps, β, seed) -> the finished run folder, by its config.toml
+        (config_value(p, "train.steps"), config_value(p, "optim.beta"), config_value(p, "seed")): p
+        for folder in (short, root)
+        for p in points(folder)
+        if config_value(p, "data.d") == 32
+    }
     for beta in (3e-4, 1e-3, 3e-3):
-        for steps, folder, name in (
-            (4000, short, "data.d=32,optim.beta={b},seed={s}"),
-            (16000, root, "train.steps=16000,optim.beta={b},seed={s}"),
-        ):
+        for steps in (4000, 16000):
             finals = []
             for seed in (0, 1, 2):
-                p = folder / name.format(b=f"{beta:g}", s=seed)
-                if (p / "summary.json").exists():
+                p = runs.get((steps, beta, seed))
+                if p is not None:
                     summary = json.loads((p / "summary.json").read_text())
-                    if summary["status"] == "finished":
-                        finals.append(summary["final"])
-                        wall += summary["wall_time_s"] if steps == 16000 else 0.0
+                    finals.append(summary["final"])
+                    wall += summary["wall_time_s"] if steps == 16000 else 0.0
             if finals:
                 get = lambda k, finals=finals: [f[k] for f in finals]  # noqa: E731
                 lines.append(
@@ -294,7 +330,7 @@ def lambda_long_table() -> str:
                 )
     lines.append("")
     lines.append(
-        f"Cost of the 16,000-step runs: {wall / 3600:.3f} CPU hours, {wall_clock([root]):.2f} h wall clock."
+        f"Cost of the 16,000-step runs: {wall / 3600:.3f} CPU hours (Σ `wall_time_s`), {wall_clock([root])}."
     )
     return "\n".join(lines) + "\n"
 
@@ -321,7 +357,7 @@ def anneal_table() -> str:
             f"{ci(get('aligned'))} | {ci(get('coverage'))} | {ci(get('modes'))} |"
         )
     lines.append("")
-    lines.append(f"Cost: {wall / 3600:.3f} CPU hours, {wall_clock([root]):.2f} h wall clock.")
+    lines.append(f"Cost: {wall / 3600:.3f} CPU hours (Σ `wall_time_s`), {wall_clock([root])}.")
     return "\n".join(lines) + "\n"
 
 
@@ -360,7 +396,7 @@ def image_table(name: str, baselines: tuple[str, ...] = ("adam_mlp", "mf_beta0")
         )
     lines.append("")
     lines.append(
-        f"Cost: {cost(arms):.3f} CPU hours, {wall_clock([root / a for a in arms]):.2f} h wall clock."
+        f"Cost: {cost(arms):.3f} CPU hours (Σ `wall_time_s`), {wall_clock([root / a for a in arms])}."
     )
     return "\n".join(lines) + "\n"
 

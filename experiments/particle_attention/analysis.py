@@ -52,6 +52,22 @@ def _model(run: Path):
     return exp.model, cfg, data
 
 
+def runs_of(folder: Path, point: str) -> list[Path]:
+    """The run folders of a sweep folder whose ``config.toml`` has ``point`` (``"optim.beta=1e-05"``), by seed:
+    read from the resolved configuration, never from the folder name."""
+    path, value = _config.parse_override(point)
+    runs = []
+    for run in folder.iterdir() if folder.is_dir() else []:
+        if not (run / "config.toml").is_file():
+            continue
+        config = node = _config.load_toml(run / "config.toml")
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None and node == value:
+            runs.append((config["seed"], run))
+    return [run for _, run in sorted(runs)]
+
+
 def _loss(model, held_out, block, blocks=96) -> float:
     total, count = 0.0, 0
     for i, (x, y) in enumerate(_data.iter_blocks(held_out, block, 12)):
@@ -167,7 +183,7 @@ def main(init_only: bool = False) -> None:
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, folder, point in arms:
-        runs = sorted(folder.glob(f"{point},seed=*")) if folder.is_dir() else []
+        runs = runs_of(folder, point)
         found = [
             measure(r) for r in runs if (r / "checkpoints").is_dir() and any((r / "checkpoints").iterdir())
         ]

@@ -5,7 +5,8 @@
 
 Every number comes from ``results/<sweep>/<point>/summary.json`` (final metrics) and ``metrics.jsonl``
 (training-loss roughness, gradient variance and per-layer η_eff averaged over the logged windows after the
-first third of training). Paired comparisons pair runs by seed (same data, initialisation and batch order).
+first third of training). A run's values (β, heads, seed) come from its resolved ``config.toml``, never from
+its folder name. Paired comparisons pair runs by seed (same data, initialisation and batch order).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from meanfield import config as _config
 from meanfield.stats import paired_difference, t_interval
 
 HERE = Path(__file__).resolve().parent
@@ -27,8 +29,27 @@ ASSETS = HERE.parents[1] / "docs" / "assets"
 # loading
 
 
+def config_value(config: dict, key: str):
+    """The value of ``key`` (``"optim.beta"``, ``"seed"``) in a resolved configuration (``KeyError``: none)."""
+    for part in key.split("."):
+        config = config[part]
+    return config
+
+
+def matches(run: Path, where: dict[str, str]) -> bool:
+    """Whether the run's ``config.toml`` has every ``key=value`` of ``where`` (values read as TOML values)."""
+    config = _config.load_toml(run / "config.toml")
+    for key, text in where.items():
+        try:
+            if config_value(config, key) != _config.parse_override(f"{key}={text}")[1]:
+                return False
+        except (KeyError, TypeError):
+            return False
+    return True
+
+
 def load_runs(sweep: str, **where: str) -> dict[int, dict]:
-    """The finished runs of ``results/<sweep>`` whose point name contains every ``key=value`` of ``where``,
+    """The finished runs of ``results/<sweep>`` whose ``config.toml`` has every ``key=value`` of ``where``,
     by seed: ``{seed: {"final": …, "summary": …, "lines": [...]} }``."""
     out: dict[int, dict] = {}
     folder = RESULTS / sweep
@@ -36,10 +57,7 @@ def load_runs(sweep: str, **where: str) -> dict[int, dict]:
         return out
     for run in sorted(folder.iterdir()):
         summary_path = run / "summary.json"
-        if not summary_path.is_file():
-            continue
-        parts = dict(p.split("=", 1) for p in run.name.split(","))
-        if any(parts.get(k) != v for k, v in where.items()):
+        if not summary_path.is_file() or not matches(run, where):
             continue
         summary = json.loads(summary_path.read_text())
         if summary.get("status") != "finished":
@@ -64,7 +82,11 @@ def load_runs(sweep: str, **where: str) -> dict[int, dict]:
         best = summary.get("best", {}).get("val_loss")
         if best:  # the lowest validation loss over the evaluations, and its step
             final["best_val_loss"], final["best_val_step"] = best["value"], best["step"]
-        out[int(parts["seed"])] = {"final": final, "summary": summary, "lines": lines}
+        out[int(_config.load_toml(run / "config.toml")["seed"])] = {
+            "final": final,
+            "summary": summary,
+            "lines": lines,
+        }
     return out
 
 
@@ -267,50 +289,60 @@ def nanogpt_table() -> str:
     return "\n".join(rows)
 
 
-def span_hours(*sweeps: str) -> float:
-    """Wall-clock hours the sweeps' runs occupied, evaluations included: per sweep, from the first run's start
-    to the last run's start plus its training time (``environment.json`` ``started``; one process at a time,
-    one thread each)."""
+def span_hours(*sweeps: str) -> tuple[float, int, int]:
+    """Wall-clock hours the sweeps' runs occupied, as they recorded it, summed over the sweeps: per sweep, from
+    the first run's start to the last-started run's start plus its duration (``environment.json``
+    ``started``; ``summary.json`` ``wall_clock_s``, or ``wall_time_s``, the steps only, for a run that did not
+    record it); one process at a time, one thread each. Returns the hours, the runs read and how many of them
+    did not record ``wall_clock_s``."""
     from datetime import datetime
 
-    total = 0.0
+    total, count, without = 0.0, 0, 0
     for sweep in sweeps:
         starts = []
-        for run in (RESULTS / sweep).glob("*,seed=*") if (RESULTS / sweep).is_dir() else []:
+        for run in sorted((RESULTS / sweep).iterdir()) if (RESULTS / sweep).is_dir() else []:
             env, summ = run / "environment.json", run / "summary.json"
             if env.is_file() and summ.is_file():
                 started = datetime.fromisoformat(json.loads(env.read_text())["started"])
-                starts.append((started, json.loads(summ.read_text())["wall_time_s"]))
+                summary = json.loads(summ.read_text())
+                count, without = count + 1, without + ("wall_clock_s" not in summary)
+                starts.append((started, summary.get("wall_clock_s", summary["wall_time_s"])))
         if starts:
             starts.sort()
             total += (starts[-1][0] - starts[0][0]).total_seconds() + starts[-1][1]
-    return total / 3600
+    return total / 3600, count, without
 
 
 def cost_table(arms) -> str:
-    rows = [
-        "| table | runs | training time (h, sum of one-thread runs) | wall-clock incl. evaluation (h) |",
-        "|---|---|---|---|",
-    ]
     quick = [r for _, r in arms]
     qs = ["quick_mha", "quick_m8_beta", "quick_m8_beta_hot", "quick_m8_native", "quick_m16"]
     qs += ["quick_m8_anneal_1e-3", "quick_m8_anneal_1e-2", "quick_m32", "quick_m8_precond"]
-    rows.append(
-        f"| quick LM sweep (2 × 64) | {sum(len(r) for r in quick)} | {cpu_hours(*quick):.2f} | "
-        f"{span_hours(*qs):.2f} |"
-    )
     toy = [load_runs("toy", **{"optim.beta": b}) for b in ("0", "0.0001", "0.001", "0.005")]
     toy += [load_runs("toy_lr0.2", **{"optim.beta": b}) for b in ("0", "0.0001", "0.001", "0.005")]
-    rows.append(
-        f"| seed's toy (both learning rates) | {sum(len(r) for r in toy)} | {cpu_hours(*toy):.2f} | "
-        f"{span_hours('toy', 'toy_lr0.2'):.2f} |"
-    )
     nano = [load_runs("nanogpt_mha"), load_runs("nanogpt_m8", **{"optim.beta": "0"})]
     nano += [load_runs("nanogpt_m8_beta", **{"optim.beta": b}) for b in ("0.001", "0.03")]
-    rows.append(
-        f"| nanoGPT recipe (4 × 128) | {sum(len(r) for r in nano)} | {cpu_hours(*nano):.2f} | "
-        f"{span_hours('nanogpt_mha', 'nanogpt_m8', 'nanogpt_m8_beta'):.2f} |"
+    tables = [
+        ("quick LM sweep (2 × 64)", quick, qs),
+        ("seed's toy (both learning rates)", toy, ["toy", "toy_lr0.2"]),
+        ("nanoGPT recipe (4 × 128)", nano, ["nanogpt_mha", "nanogpt_m8", "nanogpt_m8_beta"]),
+    ]
+    spans = [span_hours(*sweeps) for _, _, sweeps in tables]
+    count, without = sum(s[1] for s in spans), sum(s[2] for s in spans)
+    duration = (
+        "`wall_time_s` (the steps; these runs did not record `wall_clock_s`)"
+        if without == count
+        else f"`wall_clock_s` (`wall_time_s` for the {without} of {count} runs without it)"
+        if without
+        else "`wall_clock_s`"
     )
+    rows = [
+        "| table | runs | training time (h, sum of one-thread runs) | wall clock (h): per sweep, from the "
+        f"first run's `started` (`environment.json`) to the last run's `started` + its {duration}, summed "
+        "over the sweeps |",
+        "|---|---|---|---|",
+    ]
+    for (name, groups, _), (hours, _, _) in zip(tables, spans):
+        rows.append(f"| {name} | {sum(len(r) for r in groups)} | {cpu_hours(*groups):.2f} | {hours:.2f} |")
     return "\n".join(rows)
 
 

@@ -63,7 +63,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 RUNS = ROOT / "experiments" / "particle_attention" / "results"
 
-# key: (label, sweep folder, sweep point, family); the run folder is RUNS/folder/f"{point},seed={s}"
+# key: (label, sweep folder, sweep point, family); the run folder is the one of RUNS/folder whose config.toml
+# has the point's values and the seed (find_run)
 ARMS: dict[str, tuple[str, str, str, str]] = {
     "mha": ("MHA, 8 heads (h = 8)", "quick_mha", "model.attention=mha", "quick"),
     "m8": ("M = 8 (h = 8)", "quick_m8_beta", "optim.beta=0", "quick"),
@@ -110,6 +111,28 @@ def _analysis():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def find_run(folder: Path, point: str, seed: int) -> Path:
+    """The run folder of ``folder`` whose ``config.toml`` has every ``key=value`` of ``point``
+    (``"model.n_heads=16,model.d_head=4,optim.beta=0"``) and ``seed``: read from the resolved configuration,
+    never from the folder name."""
+    from meanfield.config import load_toml, parse_override
+
+    want = [parse_override(kv) for kv in point.split(",")] + [(["seed"], seed)]
+    for run in sorted(folder.iterdir()):
+        if not (run / "config.toml").is_file():
+            continue
+        config = load_toml(run / "config.toml")
+        values = []
+        for path, _ in want:
+            node = config
+            for part in path:
+                node = node.get(part) if isinstance(node, dict) else None
+            values.append(node)
+        if all(v is not None and v == w for v, (_, w) in zip(values, want)):
+            return run
+    raise FileNotFoundError(f"no run of {folder} has {point} and seed {seed}")
 
 
 def load_run(run: Path):
@@ -270,7 +293,7 @@ def measure(p: dict) -> tuple[dict, dict]:
         label, folder, point, family = ARMS[key]
         per_run[key], runs[key] = {}, {}
         for seed in p["seeds"]:
-            run = RUNS / folder / f"{point},seed={seed}"
+            run = find_run(RUNS / folder, point, seed)
             model, info = load_run(run)
             t0 = time.process_time()
             rec = dict(stream=residual_stream(model, idx, p["radius"]), **flows(model, idx_flow, p))
