@@ -42,7 +42,7 @@ def _figures(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .runs import NonFiniteLossError, RunInterrupted, run
+    from .runs import DiskFullError, NonFiniteLossError, RunInterrupted, run
 
     try:
         run(
@@ -55,8 +55,16 @@ def _run(args: argparse.Namespace) -> int:
         )
     except RunInterrupted as error:
         print(f"meanfield run: {error}", file=sys.stderr)
+        return 128 + error.signum  # 130 after SIGINT, 143 after SIGTERM, as a shell reports them
+    except KeyboardInterrupt:  # a second Ctrl-C during the first one's checkpoint
+        out = args.out or "the run folder"
+        print(
+            f"meanfield run: stopped at once by a second interrupt; {out} keeps its last complete checkpoint, "
+            "--resume continues from it",
+            file=sys.stderr,
+        )
         return 130
-    except NonFiniteLossError as error:
+    except (NonFiniteLossError, DiskFullError) as error:
         print(f"meanfield run: error: {error}", file=sys.stderr)
         return 1
     return 0
@@ -87,6 +95,13 @@ def _sweep(args: argparse.Namespace) -> int:
         )
     except RunInterrupted as error:
         print(f"meanfield sweep: {error}; run the same command again to resume", file=sys.stderr)
+        return 128 + error.signum
+    except KeyboardInterrupt:
+        print(
+            "meanfield sweep: stopped at once by a second interrupt; every point keeps its last complete "
+            "checkpoint: run the same command again to resume",
+            file=sys.stderr,
+        )
         return 130
     return 1 if table.failed else 0
 
@@ -102,9 +117,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors caused by the user's input: printed on one line with exit status 2 (bugs keep tracebacks)."""
     from .config import ConfigError
     from .data import CorruptDataError, DataNotFoundError
+    from .runs import RunFolderError
     from .validation import InputError
 
-    return (InputError, ConfigError, DataNotFoundError, CorruptDataError)
+    return (InputError, ConfigError, DataNotFoundError, CorruptDataError, RunFolderError)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -35,6 +35,7 @@ every seed and pairs each arm with ``adam`` seed by seed.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import csv
 import hashlib
 import io
@@ -44,7 +45,7 @@ import math
 import multiprocessing
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ from tqdm.auto import tqdm
 from meanfield import config as _config
 from meanfield._io import json_clean, write_json_atomic, write_text_atomic
 from meanfield.config import ConfigError
+from meanfield.runs.lock import FolderLock
 from meanfield.stats import paired_difference, t_interval
 
 __all__ = [
@@ -238,6 +240,24 @@ def _parse_baseline(text: str | None, grid: Mapping[str, Sequence[Any]]) -> dict
     return baseline
 
 
+_worker_stop: int | None = None  # in a worker process: the signal the sweep's parent forwarded (no new point)
+
+
+def _worker_init() -> None:
+    """A worker of ``--jobs N``: its own process group (a terminal's Ctrl-C reaches the parent only, which
+    forwards it once) and, between points, SIGINT/SIGTERM only mark the worker as stopping."""
+    import signal
+
+    os.setpgrp()
+
+    def stop(signum: int, frame: Any) -> None:
+        global _worker_stop
+        _worker_stop = signum
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, stop)
+
+
 def _run_point(
     config: str, folder: str, preset: str | None, overrides: list[str], threads: int | None
 ) -> dict[str, Any]:
@@ -246,18 +266,104 @@ def _run_point(
 
     if threads:
         torch.set_num_threads(threads)
+    if _worker_stop is not None:  # the sweep is stopping: start nothing
+        raise RunInterrupted("the sweep was stopped before this point started", _worker_stop)
     try:
         result = run(config, folder, preset=preset, overrides=overrides, resume=True, quiet=True)
         return result.summary
-    except RunInterrupted:  # Ctrl-C stops the sweep (the point resumes next time)
+    except RunInterrupted:  # Ctrl-C or SIGTERM stops the sweep (the point resumes next time)
         raise
     except Exception as error:  # noqa: BLE001 — a failed point is recorded, the sweep goes on
-        summary_path = Path(folder) / "summary.json"
-        if summary_path.exists():
+        reason = f"{type(error).__name__}: {error}"
+        try:
             summary = RunResult.load(folder).summary
-            summary.setdefault("error", f"{type(error).__name__}: {error}")
-            return summary
-        return {"status": "failed", "error": f"{type(error).__name__}: {error}", "final": {}}
+        except (OSError, ValueError, KeyError):  # no summary, or a damaged one
+            summary = {"final": {}}
+        return {**summary, "status": "failed", "error": reason}
+
+
+class _Stop:
+    """The sweep parent's SIGINT/SIGTERM handler: note the signal and forward it to the workers once."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.pids: Callable[[], Sequence[int]] = list
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Stop:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        first = self.signum is None
+        self.signum = signum
+        if first:
+            for pid in self.pids():
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signum)
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+
+
+def _run_local(todo: Sequence[int], args, jobs: int, bar, stop: _Stop) -> dict[int, dict[str, Any]]:
+    """Run the points ``todo`` here (``jobs`` = 1) or in ``jobs`` worker processes, at most ``jobs`` at a time,
+    until all are done or a signal stops the sweep (then every running point checkpoints and stops, no new
+    point starts, and :class:`~meanfield.runs.RunInterrupted` is raised once the workers are done)."""
+    from meanfield.runs import RunInterrupted
+
+    summaries: dict[int, dict[str, Any]] = {}
+    interrupted: RunInterrupted | None = None
+    if jobs == 1:
+        for i in todo:
+            if stop.signum is not None:
+                break
+            try:
+                summaries[i] = _run_point(*args(i))
+            except RunInterrupted as error:
+                interrupted = error
+                break
+            bar.update(1)
+    else:
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(
+            jobs, mp_context=context, initializer=_worker_init
+        ) as pool:
+            stop.pids = lambda: list(getattr(pool, "_processes", None) or {})
+            waiting, running = list(todo), {}
+            while waiting or running:
+                while waiting and len(running) < jobs and stop.signum is None and interrupted is None:
+                    i = waiting.pop(0)
+                    running[pool.submit(_run_point, *args(i))] = i
+                if not running:
+                    break
+                done, _ = concurrent.futures.wait(running, timeout=0.5, return_when="FIRST_COMPLETED")
+                for future in done:
+                    i = running.pop(future)
+                    try:
+                        summaries[i] = future.result()
+                        bar.update(1)
+                    except RunInterrupted as error:
+                        interrupted = error
+    signum = stop.signum if stop.signum is not None else (interrupted.signum if interrupted else None)
+    if signum is not None:
+        import signal
+
+        name = signal.Signals(signum).name
+        raise RunInterrupted(
+            f"the sweep was stopped by {name}: {len(summaries)} points finished this time, the running ones wrote "
+            "a checkpoint",
+            signum,
+        )
+    return summaries
 
 
 BACKENDS = ("local", "ray")
@@ -365,11 +471,34 @@ def _write_point(folder: Path, point: Mapping[str, Any], overrides: list[str], p
 
 
 def _finished(folder: Path) -> dict[str, Any] | None:
+    """The summary of a finished point, else ``None`` (a damaged ``summary.json`` too: the point resumes, and
+    its run rewrites the summary from its last checkpoint)."""
     path = folder / "summary.json"
     if not path.exists():
         return None
-    summary = json.loads(path.read_text())
-    return summary if summary.get("status") == "finished" else None
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        print(f"{path} is unreadable ({error}); the point is resumed from its checkpoint")
+        return None
+    return summary if isinstance(summary, dict) and summary.get("status") == "finished" else None
+
+
+def _preflight(names: Sequence[str], configs: Sequence[Mapping[str, Any]]) -> None:
+    """Build the task, model and optimizer of every distinct configuration of the sweep (seeds aside) before
+    anything runs, so that a value the schemas allow but the model refuses fails at once, naming its point."""
+    from meanfield.runs import preflight
+
+    seen: set[str] = set()
+    for name, resolved in zip(names, configs):
+        key = json.dumps({k: v for k, v in resolved.items() if k != "seed"}, sort_keys=True, default=str)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            preflight(resolved)
+        except ConfigError as error:
+            raise ConfigError(f"sweep point {name}: {error}") from None
 
 
 @dataclass
@@ -565,77 +694,74 @@ def sweep_runs(
         "seeds": seeds,
         "baseline": baseline,
     }
+    _preflight(names, configs)
     out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / "sweep.json", spec)
-    _adopt_old_folders(out, points, names, configs)
+    with FolderLock(out, "sweep"), _Stop() as stop:  # one sweep per folder; signals reach the workers
+        write_json_atomic(out / "sweep.json", spec)
+        _adopt_old_folders(out, points, names, configs)
 
-    summaries: dict[int, dict[str, Any]] = {}
-    todo = []
-    for i, point in enumerate(points):
-        folder = out / names[i]
-        done = _finished(folder)
-        if done is None or not (folder / "point.json").exists():
-            _write_point(folder, point, [*overrides, *point_overrides(point)], point_preset(point, preset))
-        if done is not None:
-            summaries[i] = done
-        else:
-            todo.append(i)
-    bar = tqdm(total=len(points), initial=len(points) - len(todo), disable=quiet, unit="run", desc=out.name)
-    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
-
-    if backend == "ray":
-        threads = 1  # one CPU per task: Ray schedules the cluster's cores
-
-    def args(i: int) -> tuple:
-        point = points[i]
-        return (
-            str(Path(config).resolve()),
-            str((out / names[i]).resolve()),
-            point_preset(point, preset),
-            [*overrides, *point_overrides(point)],
-            threads,
+        summaries: dict[int, dict[str, Any]] = {}
+        todo = []
+        for i, point in enumerate(points):
+            folder = out / names[i]
+            done = _finished(folder)
+            if done is None or not (folder / "point.json").exists():
+                _write_point(
+                    folder, point, [*overrides, *point_overrides(point)], point_preset(point, preset)
+                )
+            if done is not None:
+                summaries[i] = done
+            else:
+                todo.append(i)
+        bar = tqdm(
+            total=len(points), initial=len(points) - len(todo), disable=quiet, unit="run", desc=out.name
         )
+        threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
 
-    try:
         if backend == "ray":
-            summaries.update(_run_on_ray(todo, args, address, bar))
-        elif jobs == 1:
-            for i in todo:
-                summaries[i] = _run_point(*args(i))
-                bar.update(1)
-        else:
-            context = multiprocessing.get_context("spawn")
-            with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
-                futures = {pool.submit(_run_point, *args(i)): i for i in todo}
-                for future in concurrent.futures.as_completed(futures):
-                    summaries[futures[future]] = future.result()
-                    bar.update(1)
-    finally:
-        bar.close()
+            threads = 1  # one CPU per task: Ray schedules the cluster's cores
 
-    rows = []
-    for i, point in enumerate(points):
-        s = summaries[i]
-        finals = {k: v for k, v in s.get("final", {}).items() if _number(v)}
-        row = {**point, "folder": names[i], "status": s.get("status"), **finals, "error": s.get("error")}
-        rows.append(row)
-    if metrics is None:
-        metrics = list(
-            dict.fromkeys(
-                k
-                for r in rows
-                if r["status"] == "finished"
-                for k in r
-                if k not in (*grid, "seed", "folder", "status", "error") and _number(r[k])
+        def args(i: int) -> tuple:
+            point = points[i]
+            return (
+                str(Path(config).resolve()),
+                str((out / names[i]).resolve()),
+                point_preset(point, preset),
+                [*overrides, *point_overrides(point)],
+                threads,
             )
-        )
-    summary = summarize(rows, list(grid), metrics, base)
-    table = SweepTable(out, grid, rows, summary, list(metrics))
-    write_text_atomic(out / "runs.csv", _csv(rows))
-    write_text_atomic(out / "summary.csv", _csv(summary))
-    write_text_atomic(out / "summary.md", table.markdown())
-    if not quiet:
-        print(table.markdown())
-        if table.failed:
-            print(f"{len(table.failed)} of {len(rows)} runs did not finish; see {out / 'runs.csv'}")
-    return table
+
+        try:
+            if backend == "ray":
+                summaries.update(_run_on_ray(todo, args, address, bar))
+            else:
+                summaries.update(_run_local(todo, args, jobs, bar, stop))
+        finally:
+            bar.close()
+
+        rows = []
+        for i, point in enumerate(points):
+            s = summaries[i]
+            finals = {k: v for k, v in s.get("final", {}).items() if _number(v)}
+            row = {**point, "folder": names[i], "status": s.get("status"), **finals, "error": s.get("error")}
+            rows.append(row)
+        if metrics is None:
+            metrics = list(
+                dict.fromkeys(
+                    k
+                    for r in rows
+                    if r["status"] == "finished"
+                    for k in r
+                    if k not in (*grid, "seed", "folder", "status", "error") and _number(r[k])
+                )
+            )
+        summary = summarize(rows, list(grid), metrics, base)
+        table = SweepTable(out, grid, rows, summary, list(metrics))
+        write_text_atomic(out / "runs.csv", _csv(rows))
+        write_text_atomic(out / "summary.csv", _csv(summary))
+        write_text_atomic(out / "summary.md", table.markdown())
+        if not quiet:
+            print(table.markdown())
+            if table.failed:
+                print(f"{len(table.failed)} of {len(rows)} runs did not finish; see {out / 'runs.csv'}")
+        return table

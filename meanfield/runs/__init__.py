@@ -34,7 +34,7 @@ Interruptions: Ctrl-C (SIGINT) finishes the current step, writes a checkpoint an
 optimizer of ``[optim]``), :mod:`~meanfield.runs.folder` (checkpoints, the metrics log, :class:`RunResult`),
 :mod:`~meanfield.runs.environment` (``environment.json``), :mod:`~meanfield.runs.loop` (:func:`run` and the
 training loop), :mod:`~meanfield.runs.parallel` (process groups, all-reduces), :mod:`~meanfield.runs.sinks`
-(TensorBoard, figures, the summary table).
+(TensorBoard, figures, the summary table), :mod:`~meanfield.runs.lock` (one writer per folder).
 """
 
 from meanfield.runs.config import (
@@ -46,8 +46,18 @@ from meanfield.runs.config import (
     load_config,
 )
 from meanfield.runs.environment import environment
-from meanfield.runs.folder import STATUSES, TIMING_KEYS, Checkpoints, MetricsLog, RunResult
-from meanfield.runs.loop import NonFiniteLossError, RunInterrupted, run
+from meanfield.runs.folder import (
+    STATUSES,
+    TIMING_KEYS,
+    Checkpoints,
+    CorruptCheckpointError,
+    DiskFullError,
+    MetricsLog,
+    RunFolderError,
+    RunResult,
+)
+from meanfield.runs.lock import FolderLock, FolderLocked
+from meanfield.runs.loop import STOP_SIGNALS, NonFiniteLossError, RunInterrupted, preflight, run
 from meanfield.seeds import derive_seed
 
 __all__ = [
@@ -58,12 +68,19 @@ __all__ = [
     "NonFiniteLossError",
     "Checkpoints",
     "MetricsLog",
+    "RunFolderError",
+    "CorruptCheckpointError",
+    "DiskFullError",
+    "FolderLock",
+    "FolderLocked",
     "load_config",
     "check_config",
     "build_optimizer",
     "environment",
     "derive_seed",
     "run",
+    "preflight",
+    "STOP_SIGNALS",
     "OPTIM_OPTIONS",
     "STATUSES",
     "TIMING_KEYS",

@@ -123,6 +123,10 @@ def check_config(config: Mapping[str, Any]) -> RunConfig:
             value of the wrong type.
     """
     cfg = _config.from_dict(RunConfig, config)
+    if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or not 0 <= cfg.seed < 2**63:
+        raise ConfigError(f"seed must be an integer in [0, 2**63) (a torch.Generator seed), got {cfg.seed!r}")
+    if isinstance(cfg.threads, bool) or not isinstance(cfg.threads, int) or cfg.threads < 0:
+        raise ConfigError(f"threads must be an integer ≥ 0 (0: torch's default), got {cfg.threads!r}")
     task = get_task(cfg.task)
     _config.from_dict(task.Data, cfg.data, "data")
     _config.from_dict(task.Model, cfg.model, "model")

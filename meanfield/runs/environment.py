@@ -6,19 +6,22 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import platform
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from meanfield._io import write_json_atomic
 from meanfield.runs.config import RunConfig
 
-__all__ = ["environment"]
+__all__ = ["environment", "provenance", "provenance_changes", "record_environment", "PROVENANCE_KEYS"]
 
 _PACKAGE = Path(__file__).resolve().parents[1]  # meanfield/
 
@@ -93,3 +96,43 @@ def environment(cfg: RunConfig, device: torch.device) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------------------------------------
+
+
+PROVENANCE_KEYS = ("commit", "dirty", "source_sha256", "meanfield", "torch")
+"""What a resume compares with the run's record: the code and the two versions that decide its numbers."""
+
+
+def provenance(env: Mapping[str, Any]) -> dict[str, Any]:
+    """The :data:`PROVENANCE_KEYS` of an :func:`environment` record (carried by every checkpoint)."""
+    git = env.get("git") or {}
+    packages = env.get("packages") or {}
+    return {
+        "commit": git.get("commit"),
+        "dirty": git.get("dirty"),
+        "source_sha256": env.get("source_sha256"),
+        "meanfield": packages.get("meanfield-sde"),
+        "torch": packages.get("torch"),
+    }
+
+
+def provenance_changes(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """``"key: before → now"`` for each :data:`PROVENANCE_KEYS` entry that differs between two environments."""
+    a, b = provenance(before), provenance(now)
+    return [f"{key}: {a[key]} → {b[key]}" for key in PROVENANCE_KEYS if a[key] != b[key]]
+
+
+def record_environment(path: Path, env: dict[str, Any]) -> list[str]:
+    """Write ``env`` to ``environment.json``, keeping every earlier record of the run in its ``earlier`` list
+    (oldest first), and return the provenance changes from the latest earlier record (:func:`provenance_changes`).
+    """
+    earlier: list[dict[str, Any]] = []
+    if path.exists():
+        try:
+            previous = json.loads(path.read_text())
+        except (OSError, ValueError):
+            previous = None  # a damaged record is replaced, not fatal: the checkpoints carry the provenance
+        if isinstance(previous, dict):
+            earlier = [*previous.pop("earlier", []), previous]
+    changes = provenance_changes(earlier[-1], env) if earlier else []
+    write_json_atomic(path, {**env, "earlier": earlier})
+    return changes

@@ -7,9 +7,13 @@ Every file is written atomically (:mod:`meanfield._io`): a reader sees the old f
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
+import io
 import json
 import os
 import re
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +22,24 @@ from typing import Any
 import torch
 
 from meanfield import config as _config
-from meanfield._io import json_clean, write_atomic, write_text_atomic
+from meanfield._io import json_clean, write_atomic, write_json_atomic, write_text_atomic
 from meanfield.config import ConfigError
 
-__all__ = ["STATUSES", "TIMING_KEYS", "Checkpoints", "MetricsLog", "RunResult", "check_folder"]
+__all__ = [
+    "STATUSES",
+    "TIMING_KEYS",
+    "Checkpoints",
+    "MetricsLog",
+    "RunResult",
+    "RunFolderError",
+    "CorruptCheckpointError",
+    "DiskFullError",
+    "check_folder",
+    "config_hash",
+    "write_marker",
+    "remove_temporaries",
+    "MARKER",
+]
 
 STATUSES = ("running", "finished", "interrupted", "diverged", "failed")
 """The values of ``summary.json``'s ``status``."""
@@ -29,8 +47,47 @@ TIMING_KEYS = ("time", "step_time", "samples_per_s", "tokens_per_s", "particles_
 """Metrics that depend on the machine, not on the computation (left out of resume-equality checks)."""
 
 
+class RunFolderError(Exception):
+    """A run folder that cannot be used as it is (a damaged file, another run's files, a full disk); the message
+    names the file and what to do."""
+
+
+class DiskFullError(RunFolderError, OSError):
+    """No space left on the device while writing a run's file; the earlier files are intact."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def disk_full(path: Path, error: OSError, intact: str) -> DiskFullError:
+    """The :class:`DiskFullError` of a failed write of ``path`` (``intact``: what is still there)."""
+    return DiskFullError(
+        errno.ENOSPC, f"no space left on device writing {path} ({error.strerror or error}); {intact}"
+    )
+
+
+def _is_disk_full(error: BaseException) -> bool:
+    """An ``OSError`` ENOSPC/EDQUOT, or torch's ``RuntimeError`` from a writer that hit one (its zip writer
+    reports a short write as ``unexpected pos``)."""
+    if isinstance(error, OSError):
+        return error.errno in (errno.ENOSPC, errno.EDQUOT)
+    return isinstance(error, RuntimeError) and "unexpected pos" in str(error)
+
+
+def sha256_text(text: str) -> str:
+    """SHA-256 hex digest of ``text`` (UTF-8): the hash of a resolved ``config.toml``."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 class Checkpoints:
-    """``checkpoints/step-NNNNNNNN.pt`` files: written atomically, the latest ``keep`` kept.
+    """``checkpoints/step-NNNNNNNN.pt`` files with their records ``step-NNNNNNNN.json``, the latest ``keep`` kept.
+
+    A checkpoint is a ``torch.save`` file that loads with ``torch.load(path, weights_only=True)``. Its record,
+    written before it, holds the SHA-256 and size of the file, the step, and what the run passes as ``meta``
+    (the config's hash and the provenance), so that :meth:`load` verifies the bytes it reads: a flipped byte, a
+    truncated or an emptied file is a :class:`CorruptCheckpointError` naming the file, never a silently
+    different run. :meth:`load_good` falls back to the newest checkpoint that verifies, moving the bad ones
+    into ``checkpoints/corrupt/``.
 
     Args:
         folder: the checkpoint folder.
@@ -54,11 +111,43 @@ class Checkpoints:
         """The file of the checkpoint at ``step``."""
         return self.folder / f"step-{step:08d}.pt"
 
-    def save(self, state: Mapping[str, Any], step: int) -> Path:
-        """Write ``state`` as the checkpoint of ``step`` (atomically), then drop all but the latest ``keep``."""
-        path = write_atomic(self.path(step), lambda f: torch.save(dict(state), f))
+    def record_path(self, step: int) -> Path:
+        """The record (checksum, step, meta) of the checkpoint at ``step``."""
+        return self.folder / f"step-{step:08d}.json"
+
+    def save(self, state: Mapping[str, Any], step: int, meta: Mapping[str, Any] | None = None) -> Path:
+        """Write ``state`` as the checkpoint of ``step`` (its record first, then the file, each atomically), then
+        drop all but the latest ``keep``.
+
+        Raises:
+            DiskFullError: the device is full; the earlier checkpoints are intact (the partial file is removed).
+        """
+        buffer = io.BytesIO()
+        torch.save(dict(state), buffer)
+        data = buffer.getvalue()
+        record = {
+            "step": step,
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "bytes": len(data),
+            **(meta or {}),
+        }
+        path = self.path(step)
+        try:
+            write_json_atomic(self.record_path(step), record)
+            write_atomic(path, lambda f: f.write(data))
+        except OSError as error:
+            if not _is_disk_full(error):
+                raise
+            latest = [s for s in self.steps() if s != step]
+            intact = (
+                f"the earlier checkpoints are intact (latest: {self.path(latest[-1])})"
+                if latest
+                else "no earlier checkpoint exists"
+            )
+            raise disk_full(path, error, intact) from None
         for old in self.steps()[: -self.keep]:
             self.path(old).unlink(missing_ok=True)
+            self.record_path(old).unlink(missing_ok=True)
         return path
 
     def latest(self) -> int | None:
@@ -66,12 +155,83 @@ class Checkpoints:
         steps = self.steps()
         return steps[-1] if steps else None
 
+    def record(self, step: int) -> dict[str, Any] | None:
+        """The record of the checkpoint at ``step`` (``None`` for a checkpoint written without one)."""
+        path = self.record_path(step)
+        if not path.exists():
+            return None
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise CorruptCheckpointError(
+                self.path(step), f"its record {path.name} is unreadable ({error})"
+            ) from None
+        if not isinstance(record, dict):
+            raise CorruptCheckpointError(self.path(step), f"its record {path.name} is not a JSON object")
+        return record
+
     def load(self, step: int | None = None, map_location: Any = None) -> dict[str, Any]:
-        """The checkpoint of ``step`` (default the latest), loaded with ``weights_only=True``."""
+        """The checkpoint of ``step`` (default the latest), verified against its record, loaded with
+        ``weights_only=True``.
+
+        Raises:
+            FileNotFoundError: no checkpoint.
+            CorruptCheckpointError: its bytes do not match the record (size or SHA-256), or it does not load.
+        """
         step = self.latest() if step is None else step
         if step is None:
             raise FileNotFoundError(f"no checkpoint in {self.folder}")
-        return torch.load(self.path(step), map_location=map_location, weights_only=True)
+        path = self.path(step)
+        record = self.record(step)
+        data = path.read_bytes()
+        if record is not None:
+            if record.get("bytes") is not None and record["bytes"] != len(data):
+                raise CorruptCheckpointError(
+                    path, f"it has {len(data)} bytes, its record says {record['bytes']}"
+                )
+            if record.get("sha256") != hashlib.sha256(data).hexdigest():
+                raise CorruptCheckpointError(
+                    path, "its SHA-256 differs from its record's (the file was changed)"
+                )
+        try:
+            state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+        except Exception as error:  # noqa: BLE001 — any failure: the file is not a loadable checkpoint
+            raise CorruptCheckpointError(
+                path, f"torch.load failed: {type(error).__name__}: {error}"
+            ) from None
+        if not isinstance(state, dict) or state.get("step", step) != step:
+            raise CorruptCheckpointError(path, f"it does not hold the state of step {step}")
+        return state
+
+    def set_aside(self, step: int) -> Path:
+        """Move the checkpoint of ``step`` and its record into ``checkpoints/corrupt/``; return the new path."""
+        where = self.folder / "corrupt"
+        where.mkdir(exist_ok=True)
+        target = where / self.path(step).name
+        os.replace(self.path(step), target)
+        if self.record_path(step).exists():
+            os.replace(self.record_path(step), where / self.record_path(step).name)
+        return target
+
+    def load_good(self, map_location: Any = None) -> tuple[int | None, dict[str, Any] | None, list[str]]:
+        """The newest checkpoint that verifies: ``(step, state, skipped)``, ``skipped`` saying what was set aside
+        (:meth:`set_aside`) and why; ``(None, None, skipped)`` when none verifies."""
+        skipped = []
+        for step in reversed(self.steps()):
+            try:
+                return step, self.load(step, map_location=map_location), skipped
+            except CorruptCheckpointError as error:
+                moved = self.set_aside(step)
+                skipped.append(f"{error} (moved to {moved})")
+        return None, None, skipped
+
+
+class CorruptCheckpointError(RunFolderError):
+    """A checkpoint that does not verify or load; :attr:`path` is the file."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"checkpoint {path} is damaged: {reason}")
+        self.path = path
 
 
 class MetricsLog:
@@ -85,13 +245,37 @@ class MetricsLog:
         self.path = Path(path)
 
     def read(self) -> list[dict[str, Any]]:
-        """Every record (a torn last line, from a crash while writing it, is skipped)."""
+        """Every record. A last line without its newline that does not parse is the torn end of a write that a
+        crash interrupted: it is dropped. Any other line that does not parse is an error.
+
+        Raises:
+            RunFolderError: naming the file and the line (repair: delete that line, or truncate the file after
+                the last good one; a resumed run rewrites everything after its checkpoint's step anyway).
+        """
         if not self.path.exists():
             return []
+        text = self.path.read_text(encoding="utf-8", errors="replace")
+        lines = text.split("\n")
+        torn = lines.pop()  # "" when the file ends with a newline: the normal case
         records = []
-        for line in self.path.read_text().splitlines():
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise RunFolderError(
+                    f"{self.path}, line {number}, is not a JSON record ({error.msg}: {line[:60]!r}); repair the "
+                    f"file by deleting that line (a resumed run rewrites every line after its checkpoint)"
+                ) from None
+            if not isinstance(record, dict):
+                raise RunFolderError(f"{self.path}, line {number}, is not a JSON object: {line[:60]!r}")
+            records.append(record)
+        if torn.strip():
             with contextlib.suppress(json.JSONDecodeError):
-                records.append(json.loads(line))
+                record = json.loads(torn)
+                if isinstance(record, dict):
+                    records.append(record)
         return records
 
     def truncate(self, step: int) -> None:
@@ -100,10 +284,20 @@ class MetricsLog:
         write_text_atomic(self.path, "".join(json.dumps(json_clean(r)) + "\n" for r in kept))
 
     def append(self, record: Mapping[str, Any]) -> None:
-        """Append one record and flush it."""
-        with self.path.open("a") as f:
-            f.write(json.dumps(json_clean(dict(record)), allow_nan=False) + "\n")
-            f.flush()
+        """Append one record and flush it.
+
+        Raises:
+            DiskFullError: the device is full (the line may be torn: :meth:`read` drops a torn last line).
+        """
+        line = json.dumps(json_clean(dict(record)), allow_nan=False) + "\n"
+        try:
+            with self.path.open("a") as f:
+                f.write(line)
+                f.flush()
+        except OSError as error:
+            if not _is_disk_full(error):
+                raise
+            raise disk_full(self.path, error, "the checkpoints are intact") from None
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -141,23 +335,82 @@ class RunResult:
         return MetricsLog(self.path / "metrics.jsonl").read()
 
 
+MARKER = "run.json"
+"""The file a run writes first into its folder: ``{"format", "created", "config_sha256"}``."""
+RUN_FILES = ("metrics.jsonl", "summary.json", "checkpoints")
+"""Files that only a run writes: a folder holding one of them without a ``config.toml`` holds another run."""
+
+
+def config_hash(config_text: str) -> str:
+    """SHA-256 of a resolved configuration as canonical JSON (keys sorted): equal for equal configurations,
+    whatever the TOML text's formatting."""
+    parsed = _config.load_toml_text(config_text)
+    return hashlib.sha256(json.dumps(parsed, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def write_marker(folder: Path, config_sha256: str) -> None:
+    """Write ``run.json`` (once: an existing marker is kept)."""
+    path = folder / MARKER
+    if not path.exists():
+        write_json_atomic(
+            path,
+            {"format": 1, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "config_sha256": config_sha256},
+        )
+
+
+def remove_temporaries(folder: Path) -> list[Path]:
+    """Delete the temporary files that killed writes left in ``folder`` and its ``checkpoints/`` (``.*.tmp``:
+    with the folder's lock held, none belongs to a live writer)."""
+    removed = [
+        p for where in (folder, folder / "checkpoints") if where.is_dir() for p in where.glob(".*.tmp")
+    ]
+    for p in removed:
+        p.unlink(missing_ok=True)
+    return removed
+
+
 def check_folder(folder: Path, config_text: str, resolved: Mapping[str, Any], resume: bool) -> None:
-    """Refuse a folder that holds another run: one with a ``config.toml`` unless ``resume``, and on resume one
-    whose configuration differs from ``config_text`` (the differing keys are named).
+    """Refuse a folder that holds another run.
+
+    - a ``config.toml``, unless ``resume``; on resume one whose configuration differs from ``config_text``
+      (the differing keys are named), or whose ``run.json`` names another configuration's hash;
+    - no ``config.toml`` but a run's files (``run.json``, ``metrics.jsonl``, ``summary.json``, checkpoints):
+      another run's remains, which a new run must not mix with its own.
 
     Raises:
-        ConfigError: naming the folder and what to do.
+        ConfigError: the folder holds a run and the request does not match it.
+        RunFolderError: the folder holds a run's files without its configuration.
     """
     config_path = folder / "config.toml"
-    if config_path.exists():
-        if not resume:
-            raise ConfigError(f"{folder} already holds a run: pass --resume to continue it, or another --out")
-        stored = _config.load_toml(config_path)
-        if stored != _config.load_toml_text(config_text):
-            changed = sorted(_differences(stored, resolved))
-            raise ConfigError(
-                f"cannot resume {folder}: its configuration differs in {', '.join(changed)} "
-                "(resume with the same config, preset and overrides, or start a new --out)"
+    if not config_path.exists():
+        found = [name for name in (MARKER, *RUN_FILES) if (folder / name).exists()]
+        if found:
+            raise RunFolderError(
+                f"{folder} holds files of a run ({', '.join(found)}) but no config.toml: they may be another "
+                "run's, and a new run would mix with them; move them away or use another --out"
+            )
+        return
+    if not resume:
+        raise ConfigError(f"{folder} already holds a run: pass --resume to continue it, or another --out")
+    stored = _config.load_toml(config_path)
+    if stored != _config.load_toml_text(config_text):
+        changed = sorted(_differences(stored, resolved))
+        raise ConfigError(
+            f"cannot resume {folder}: its configuration differs in {', '.join(changed)} "
+            "(resume with the same config, preset and overrides, or start a new --out)"
+        )
+    marker = folder / MARKER
+    if marker.exists():
+        try:
+            recorded = json.loads(marker.read_text()).get("config_sha256")
+        except (OSError, ValueError, AttributeError) as error:
+            raise RunFolderError(
+                f"{marker} is unreadable ({error}); restore it or use another --out"
+            ) from None
+        if recorded not in (None, config_hash(config_text)):
+            raise RunFolderError(
+                f"{folder}'s config.toml is not the configuration its run started with ({marker} records another "
+                "hash): refusing to mix two runs; use another --out"
             )
 
 

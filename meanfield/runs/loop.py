@@ -4,6 +4,7 @@ checkpoints, and stops cleanly on Ctrl-C or a non-finite loss.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -34,48 +35,80 @@ from meanfield.nn.sharded import (
 )
 from meanfield.optim import Langevin
 from meanfield.runs import parallel
-from meanfield.runs.config import build_optimizer, check_config
-from meanfield.runs.environment import environment
-from meanfield.runs.folder import TIMING_KEYS, Checkpoints, MetricsLog, RunResult, check_folder
+from meanfield.runs.config import RunConfig, build_optimizer, check_config
+from meanfield.runs.environment import environment, provenance, record_environment
+from meanfield.runs.folder import (
+    TIMING_KEYS,
+    Checkpoints,
+    DiskFullError,
+    MetricsLog,
+    RunFolderError,
+    RunResult,
+    check_folder,
+    config_hash,
+    remove_temporaries,
+    write_marker,
+)
+from meanfield.runs.lock import FolderLock
 from meanfield.runs.sinks import TensorBoard, draw_figures, summary_table
 from meanfield.seeds import derive_seed
 from meanfield.tasks import Experiment, get_task
 
-__all__ = ["run", "RunInterrupted", "NonFiniteLossError"]
+__all__ = ["run", "preflight", "build_experiment", "RunInterrupted", "NonFiniteLossError", "STOP_SIGNALS"]
 
 
 class RunInterrupted(Exception):
-    """The run was stopped by Ctrl-C (SIGINT) after writing a checkpoint; ``--resume`` continues it."""
+    """The run was stopped by Ctrl-C (SIGINT) or SIGTERM after writing a checkpoint; ``--resume`` continues it.
+
+    Attributes:
+        signum: the signal that stopped it (``signal.SIGINT`` or ``signal.SIGTERM``); a command exits with
+            ``128 + signum`` (130, 143), as a shell reports a process killed by it.
+    """
+
+    def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
+        super().__init__(message)
+        self.signum = int(signum)
+
+    def __reduce__(self) -> tuple:  # across processes (a sweep's workers) with its signal
+        return (type(self), (str(self), self.signum))
 
 
 class NonFiniteLossError(ArithmeticError):
-    """A loss or gradient became NaN/Inf; the message names the step, the last finite checkpoint is kept."""
+    """A loss, gradient or evaluation metric became NaN/Inf; the message names the step, the last finite
+    checkpoint is kept."""
 
     def __init__(self, message: str, step: int) -> None:
         super().__init__(message)
         self.step = step
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""The signals a run stops on cleanly (SIGTERM is what SLURM, Kubernetes and ``timeout`` send)."""
+
+
 class _StopFlag:
-    """SIGINT sets a flag the loop reads between steps (a second SIGINT raises at once)."""
+    """SIGINT or SIGTERM sets a flag the loop reads between steps (a second one raises at once)."""
 
     def __init__(self) -> None:
         self.set = False
-        self._previous: Any = None
+        self.signum = signal.SIGINT
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> _StopFlag:
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+            for signum in STOP_SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.set:
             raise KeyboardInterrupt
         self.set = True
+        self.signum = signum
 
     def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
 
 
 def _device(name: str) -> torch.device:
@@ -154,6 +187,44 @@ def _check_checkpointable(state: Mapping[str, Any]) -> None:
         ) from None
 
 
+def build_experiment(cfg: RunConfig, device: torch.device) -> Experiment:
+    """The task's :class:`~meanfield.tasks.Experiment` (model, data, loss) for a checked configuration.
+
+    Raises:
+        ConfigError: a value the schemas allow but the model or data refuse (``n_particles = -1``, …).
+        CorruptDataError: a data file that does not match its checksum.
+    """
+    dtype = {"float32": torch.float32, "float64": torch.float64}[cfg.dtype]
+    task = get_task(cfg.task)
+    try:
+        return task.build(
+            _config.from_dict(task.Data, cfg.data, "data"),
+            _config.from_dict(task.Model, cfg.model, "model"),
+            batch_size=cfg.train.batch_size,
+            seed=cfg.seed,
+            device=device,
+            dtype=dtype,
+        )
+    except (ConfigError, CorruptDataError):
+        raise
+    except (TypeError, ValueError) as error:  # a value the schemas allow but the model or data refuse
+        raise ConfigError(
+            f"task {cfg.task!r} cannot be built from this configuration ([data], [model], "
+            f"train.batch_size): {error}"
+        ) from None
+
+
+def preflight(resolved: Mapping[str, Any]) -> None:
+    """Check that a resolved configuration can start a run, writing nothing: the schemas, the task's model and
+    data built, the optimizer built (what :func:`meanfield.sweeps.sweep_runs` does for every point up front).
+
+    Raises:
+        ConfigError: naming what is wrong.
+    """
+    cfg = check_config(resolved)
+    build_optimizer(build_experiment(cfg, _device(cfg.device)).model, cfg)
+
+
 def run(
     config: str | os.PathLike | Mapping[str, Any],
     out: str | os.PathLike | None = None,
@@ -182,8 +253,12 @@ def run(
     Raises:
         ConfigError: a bad configuration, a folder that already holds another run, or a resume whose
             configuration differs from the folder's.
-        RunInterrupted: Ctrl-C; a checkpoint of the last finished step was written.
-        NonFiniteLossError: a NaN/Inf loss or gradient; the last checkpoint with finite parameters is kept.
+        RunInterrupted: Ctrl-C or SIGTERM; a checkpoint of the last finished step was written.
+        NonFiniteLossError: a NaN/Inf loss, gradient or evaluation metric; the last checkpoint with finite
+            parameters is kept.
+        FolderLocked: another live process writes the folder.
+        RunFolderError: the folder holds another run's files, or a damaged file that cannot be skipped.
+        DiskFullError: no space left on the device; the earlier checkpoints are intact.
     """
     if isinstance(config, Mapping):
         if preset is not None or overrides:
@@ -195,11 +270,14 @@ def run(
         stem = Path(config).stem + (f"-{preset}" if preset else "")
     folder = Path(out) if out is not None else Path("runs") / stem
     r = _Run(resolved, folder, resume=resume, quiet=quiet, on_step=on_step)  # checks the configuration once
-    result = r.train()
+    try:
+        result = r.train()
+    finally:
+        r.release()
     if r.owns_group:  # every rank passed train()'s last barrier: tear down the group this run created, before
         import torch.distributed as dist  # the interpreter's exit does (gloo's threads may abort the process then)
 
-        dist.destroyparallel.process_group()
+        dist.destroy_process_group()
     return result
 
 
@@ -233,24 +311,7 @@ class _Run:
                 f"train.batch_size = {self.cfg.train.batch_size} must be a multiple of the number of processes "
                 f"({self.world}): each takes an equal share of the rows"
             )
-        dtype = {"float32": torch.float32, "float64": torch.float64}[self.cfg.dtype]
-        task = get_task(self.cfg.task)
-        try:
-            self.experiment = task.build(
-                _config.from_dict(task.Data, self.cfg.data, "data"),
-                _config.from_dict(task.Model, self.cfg.model, "model"),
-                batch_size=self.cfg.train.batch_size,
-                seed=self.cfg.seed,
-                device=self.device,
-                dtype=dtype,
-            )
-        except (ConfigError, CorruptDataError):
-            raise
-        except (TypeError, ValueError) as error:  # a value the schemas allow but the model or data refuse
-            raise ConfigError(
-                f"task {self.cfg.task!r} cannot be built from this configuration ([data], [model], "
-                f"train.batch_size): {error}"
-            ) from None
+        self.experiment = build_experiment(self.cfg, self.device)
         if self.sharded:
             try:
                 shard_particles(self.experiment.model)
@@ -263,15 +324,35 @@ class _Run:
         self._wall_origin = time.perf_counter()  # wall clock of this run, resumptions summed (see _wall)
         self.window = {"loss_sum": 0.0, "n": 0, "time": 0.0}
         self.best: dict[str, dict[str, float]] = {}
+        self.provenance: dict[
+            str, Any
+        ] = {}  # what produced the steps (environment.provenance): in checkpoints
         _check_checkpointable(self._state())
+        self.config_sha256 = config_hash(self.config_text)
+        self.lock = FolderLock(folder, "run")
         self._barrier()  # every rank has checked the folder before the first rank writes to it
-        if self.lead:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(self.folder / "config.toml", self.config_text)  # once everything could be built
-        if resume:
-            self._restore()
-        else:
-            torch.manual_seed(derive_seed(self.cfg.seed, "torch"))  # the global generator (dropout, …)
+        try:
+            if self.lead:  # once everything could be built: the lock, then the folder's files
+                self.lock.acquire()
+                check_folder(folder, self.config_text, resolved, resume)  # again, under the lock
+                if self.lock.stale is not None and not quiet:
+                    print(
+                        f"{folder}: the lock of a run that is gone was taken over ({self.lock.stale.get('pid')})"
+                    )
+                remove_temporaries(folder)
+                write_marker(folder, self.config_sha256)
+                write_text_atomic(self.folder / "config.toml", self.config_text)
+            if resume:
+                self._restore()
+            else:
+                torch.manual_seed(derive_seed(self.cfg.seed, "torch"))  # the global generator (dropout, …)
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        """Release the folder's lock (every exit path of :func:`run` calls it)."""
+        self.lock.release()
 
     # -- folder -----------------------------------------------------------------------------------------------
 
@@ -299,7 +380,19 @@ class _Run:
         return time.perf_counter() - self._wall_origin
 
     def _restore(self) -> None:
-        step = self.checkpoints.latest()
+        """Load the newest checkpoint that verifies (the lead sets damaged ones aside first, saying so)."""
+        if self.lead:
+            step, state, skipped = self.checkpoints.load_good(map_location="cpu")
+            for line in skipped:
+                warnings.warn(f"{line}; resuming from an earlier checkpoint", stacklevel=3)
+            if skipped and step is None:
+                warnings.warn(
+                    f"{self.folder}: no checkpoint verifies; the run starts again from step 0", stacklevel=3
+                )
+        self._barrier()  # the damaged checkpoints are aside before the other ranks look
+        if not self.lead:
+            step = self.checkpoints.latest()
+            state = None if step is None else self.checkpoints.load(step, map_location="cpu")
         env_path = self.folder / "environment.json"
         if step is not None and env_path.exists():
             before = json.loads(env_path.read_text()).get("world_size", 1)
@@ -315,9 +408,15 @@ class _Run:
                 self.log.truncate(0)
             torch.manual_seed(derive_seed(self.cfg.seed, "torch"))
             return
+        record = self.checkpoints.record(step) or {}
+        if record.get("config_sha256", self.config_sha256) != self.config_sha256:
+            raise RunFolderError(
+                f"{self.checkpoints.path(step)} was written by a run of another configuration (config hash "
+                f"{record['config_sha256'][:12]}…, this run's {self.config_sha256[:12]}…): refusing to mix two runs; "
+                "use another --out"
+            )
         # generator states must stay CPU ByteTensors; parameters and moments are copied onto the device by the
         # modules' and the optimizer's load_state_dict
-        state = self.checkpoints.load(step, map_location="cpu")
         if self.sharded:  # the checkpoint holds the full tensors: each rank takes its rows
             load_full_state_dict(self.experiment.model, state["model"])
             load_full_optimizer_state(self.optimizer, state["optimizer"])
@@ -380,9 +479,15 @@ class _Run:
         model.eval()
         try:
             with torch.no_grad():
-                return {k: float(v) for k, v in self.experiment.evaluate().items()}
+                metrics = {k: float(v) for k, v in self.experiment.evaluate().items()}
         finally:
             model.train()
+        allowed = set(self.experiment.nonfinite_metrics)
+        bad = {k: v for k, v in metrics.items() if not math.isfinite(v) and k not in allowed}
+        if bad:
+            listed = ", ".join(f"{k} = {v}" for k, v in bad.items())
+            raise NonFiniteLossError(f"the evaluation at step {self.step} gave {listed}", self.step)
+        return metrics
 
     def _one_step(self) -> float:
         """One optimizer step; returns the loss. Raises NonFiniteLossError on a NaN/Inf loss or gradient."""
@@ -448,10 +553,17 @@ class _Run:
             return self._finish()
         env = environment(self.cfg, self.device)
         env["world_size"] = self.world
+        self.provenance = provenance(env)
         if self.step:
             env["resumed_from_step"] = self.step
         if self.lead:
-            write_json_atomic(self.folder / "environment.json", env)
+            changes = record_environment(self.folder / "environment.json", env)
+            if changes and self.step:
+                warnings.warn(
+                    f"{self.folder} resumes at step {self.step} under other code than its earlier steps: "
+                    f"{'; '.join(changes)} (the earlier records are kept in environment.json's 'earlier')",
+                    stacklevel=3,
+                )
         self._write_summary("running", {})
         board = TensorBoard(self.folder / "tensorboard", cfg.tensorboard and self.lead, self.step)
         bar = tqdm(
@@ -492,8 +604,10 @@ class _Run:
                     if stop.set:
                         self._checkpoint()
                         self._write_summary("interrupted", self._final())
+                        name = signal.Signals(stop.signum).name
                         raise RunInterrupted(
-                            f"interrupted at step {self.step}; checkpoint written, continue with --resume"
+                            f"interrupted by {name} at step {self.step}; checkpoint written, continue with --resume",
+                            stop.signum,
                         )
                 self._checkpoint()  # the end is always saved
         except NonFiniteLossError as error:
@@ -507,8 +621,13 @@ class _Run:
             if self.lead and (not (self.folder / "summary.json").exists() or self._status() == "running"):
                 self._write_summary("interrupted", self._final())
             raise
+        except DiskFullError as error:
+            with contextlib.suppress(OSError):  # the summary may not fit either: the error is what matters
+                self._write_summary("failed", self._final(), error=str(error))
+            raise
         except BaseException as error:
-            self._write_summary("failed", self._final(), error=f"{type(error).__name__}: {error}")
+            with contextlib.suppress(OSError):
+                self._write_summary("failed", self._final(), error=f"{type(error).__name__}: {error}")
             raise
         finally:
             bar.close()
@@ -536,7 +655,9 @@ class _Run:
             raise NonFiniteLossError(f"the parameters are not finite after step {self.step}", self.step)
         state = self._state()
         if self.lead:
-            self.checkpoints.save(state, self.step)
+            self.checkpoints.save(
+                state, self.step, meta={"config_sha256": self.config_sha256, **self.provenance}
+            )
 
     def _final(self) -> dict[str, Any]:
         records = self.log.read()

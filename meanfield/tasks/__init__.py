@@ -66,6 +66,8 @@ class Experiment:
         window_metrics: called at every metrics line; its numbers join the line. State it keeps (e.g. the
             accumulators of ``on_backward``) must cover the steps since the last line and restart there, so
             that a run resumed from a checkpoint taken on a logging step logs the same numbers.
+        nonfinite_metrics: the evaluation metrics that may be NaN or Inf (e.g. a statistic undefined while no
+            particle is alive); any other non-finite evaluation metric stops the run as ``diverged``.
     """
 
     model: nn.Module
@@ -79,6 +81,7 @@ class Experiment:
     higher_is_better: tuple[str, ...] = ()
     on_backward: Callable[[], None] | None = None
     window_metrics: Callable[[], dict[str, float]] | None = None
+    nonfinite_metrics: tuple[str, ...] = ()
 
 
 class Task(Protocol):

@@ -1,0 +1,173 @@
+"""An exclusive lock on a run or sweep folder, held for the life of the process that writes it.
+
+The lock is ``FOLDER/.lock``: an advisory ``flock`` on that file (released by the kernel when the holder exits,
+however it exits: a SIGKILL leaves no live lock behind) plus a JSON record of the holder in the file (pid, host,
+command, time), so that a refusal can name who holds the folder. A record left by a holder that is gone is
+stale: on the same host, its pid no longer runs (the ``flock`` is free); the new holder takes the folder and
+says so. A record that names *another* host is not taken over while that host may still be writing (a
+network file system may not carry ``flock`` between hosts): the refusal names the host and the file to remove
+once its run is known to be gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from meanfield.runs.folder import RunFolderError
+
+__all__ = ["FolderLock", "FolderLocked", "LOCK_NAME"]
+
+LOCK_NAME = ".lock"
+"""The lock file's name inside the folder."""
+
+
+class FolderLocked(RunFolderError):
+    """Another live process holds the folder's lock (the message names it)."""
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _describe(holder: dict[str, Any]) -> str:
+    command = " ".join(holder.get("command", []))[:120]
+    return f"pid {holder.get('pid')} on {holder.get('host')} since {holder.get('since')}" + (
+        f" ({command})" if command else ""
+    )
+
+
+class FolderLock:
+    """``with FolderLock(folder, "run"):`` holds ``folder/.lock`` exclusively (:mod:`module docstring <meanfield.runs.lock>`).
+
+    Args:
+        folder: the run or sweep folder (created if missing).
+        what: ``"run"`` or ``"sweep"``, for the messages.
+
+    Raises:
+        FolderLocked: on :meth:`acquire`, when a live process (on this host, or a record naming another host)
+            holds the folder.
+    """
+
+    def __init__(self, folder: str | os.PathLike, what: str = "run") -> None:
+        self.folder = Path(folder)
+        self.path = self.folder / LOCK_NAME
+        self.what = what
+        self._fd: int | None = None
+        self.stale: dict[str, Any] | None = None  # the record of a dead holder this lock took over
+
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock."""
+        return self._fd is not None
+
+    def _read(self, fd: int) -> dict[str, Any] | None:
+        os.lseek(fd, 0, os.SEEK_SET)
+        text = os.read(fd, 65536).decode("utf-8", "replace").strip()
+        if not text:
+            return None
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError:
+            return None
+        return record if isinstance(record, dict) else None
+
+    def acquire(self) -> FolderLock:
+        """Take the lock (see the class docstring); a no-op when already held."""
+        import fcntl
+
+        if self._fd is not None:
+            return self
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as error:
+                if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise
+                holder = self._read(fd) or {}
+                raise FolderLocked(
+                    f"{self.folder} is in use by another {self.what}: {_describe(holder)}; wait for it to end, "
+                    f"or use another --out"
+                ) from None
+            previous = self._read(fd)
+            host = socket.gethostname()
+            if previous is not None and not previous.get("released"):
+                if previous.get("host") != host:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                    raise FolderLocked(
+                        f"{self.folder} is locked by a {self.what} on another host: {_describe(previous)}; if "
+                        f"that process is gone, remove {self.path} and try again"
+                    )
+                pid = previous.get("pid")
+                if isinstance(pid, int) and pid != os.getpid() and _alive(pid) and _is_python(pid):
+                    # the flock is free but the pid lives: a file system without flock, or a holder that closed it
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                    raise FolderLocked(
+                        f"{self.folder} is in use by another {self.what}: {_describe(previous)}; wait for it to "
+                        f"end, or remove {self.path} if it is not writing this folder"
+                    )
+                self.stale = previous
+            record = {
+                "pid": os.getpid(),
+                "host": host,
+                "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "command": list(sys.argv),
+                "what": self.what,
+            }
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, (json.dumps(record) + "\n").encode())
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Mark the record released and drop the lock (idempotent; every exit path of a run calls it)."""
+        import fcntl
+
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        with contextlib.suppress(OSError):  # a full disk must not hide the run's own error
+            record = self._read(fd) or {}
+            record["released"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, (json.dumps(record) + "\n").encode())
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+    def __enter__(self) -> FolderLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _is_python(pid: int) -> bool:
+    """Whether ``pid`` looks like a Python process (a recycled pid of another program is not a holder)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # no /proc: trust the pid
+    return b"python" in cmdline or b"meanfield" in cmdline
