@@ -294,3 +294,18 @@ def test_best_is_the_largest_for_higher_is_better_metrics(tmp_path, monkeypatch)
     assert result.summary["best"]["accuracy"] == {"value": 0.9, "step": 2}
     env = json.loads((tmp_path / "r" / "environment.json").read_text())
     assert len(env["source_sha256"]) == 64
+
+
+def test_a_runs_thread_count_is_its_own(tmp_path):
+    """``threads = 1`` holds for the run only: the caller's thread count is back afterwards (a later run with
+    ``threads = 0``, torch's default, would otherwise inherit 1 and reduce in another order)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        run(TEACHER, tmp_path / "one", preset="smoke", overrides=[*SMALL, "threads=1"], quiet=True)
+        assert torch.get_num_threads() == 2
+        torch.set_num_threads(1)  # negative control: a run with threads = 0 leaves the count alone
+        run(TEACHER, tmp_path / "zero", preset="smoke", overrides=[*SMALL, "threads=0"], quiet=True)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -269,11 +269,17 @@ def run(
         resolved = _config.resolve(_config.load_toml(config), preset, overrides)
         stem = Path(config).stem + (f"-{preset}" if preset else "")
     folder = Path(out) if out is not None else Path("runs") / stem
-    r = _Run(resolved, folder, resume=resume, quiet=quiet, on_step=on_step)  # checks the configuration once
+    threads = torch.get_num_threads()  # a run's `threads` is its own: put the caller's back afterwards
     try:
-        result = r.train()
+        r = _Run(
+            resolved, folder, resume=resume, quiet=quiet, on_step=on_step
+        )  # checks the configuration once
+        try:
+            result = r.train()
+        finally:
+            r.release()
     finally:
-        r.release()
+        torch.set_num_threads(threads)
     if r.owns_group:  # every rank passed train()'s last barrier: tear down the group this run created, before
         import torch.distributed as dist  # the interpreter's exit does (gloo's threads may abort the process then)
 
