@@ -41,13 +41,78 @@ def _figures(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config_arg(args: argparse.Namespace) -> tuple[str, str]:
+    """The configuration file of ``args.config`` (a TOML file, or a shipped name) and the stem of the default
+    output folder: the file's stem, or the name with ``/`` as ``-`` (``runs/particle_attention-toy-smoke``)."""
+    from .shipped import find_config
+    from .validation import InputError
+
+    if args.config is None:
+        raise InputError("a configuration is needed: a shipped name (meanfield run --list) or a TOML file")
+    path, name = find_config(args.config)
+    stem = name.replace("/", "-") if name is not None else os.path.splitext(os.path.basename(path))[0]
+    return str(path), stem
+
+
+def _list_configs() -> int:
+    from .shipped import configs, describe, experiments_dir
+
+    found = configs()
+    if not found:
+        print("no shipped configurations found")
+        return 0
+    rows = [
+        (name, ", ".join(presets), description)
+        for name, (description, presets) in ((name, describe(path)) for name, path in found.items())
+    ]
+    width = max(len(r[0]) for r in rows + [("name", "", "")])
+    pwidth = max(len(r[1]) for r in rows + [("", "presets", "")])
+    print(f"{'name':<{width}}  {'presets':<{pwidth}}  description")
+    for name, presets, description in rows:
+        print(f"{name:<{width}}  {presets:<{pwidth}}  {description}")
+    print(
+        f"\n{len(found)} configurations in {experiments_dir()}\n"
+        "meanfield run NAME --preset PRESET trains one; meanfield run NAME --print-config > my.toml copies one "
+        "to start your own (then: meanfield run my.toml)"
+    )
+    return 0
+
+
+def _print_config(path: str, args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .config import load_toml, resolve, to_toml
+
+    if args.preset is None and not args.set:
+        sys.stdout.write(Path(path).read_text(encoding="utf-8"))  # as shipped, comments and presets kept
+        return 0
+    resolved = resolve(load_toml(path), args.preset, args.set)
+    what = " ".join(
+        [f"--preset {args.preset}"] * (args.preset is not None) + [f"--set {o}" for o in args.set]
+    )
+    sys.stdout.write(
+        to_toml(resolved, header=f"{args.config} resolved with {what} (meanfield run --print-config)")
+    )
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     from .runs import DiskFullError, NonFiniteLossError, RunInterrupted, run
 
+    if args.list:
+        return _list_configs()
+    config, stem = _config_arg(args)
+    if args.print_config:
+        return _print_config(config, args)
+    out = (
+        args.out
+        if args.out is not None
+        else os.path.join("runs", stem + (f"-{args.preset}" if args.preset else ""))
+    )
     try:
         run(
-            args.config,
-            args.out,
+            config,
+            out,
             preset=args.preset,
             overrides=args.set,
             resume=args.resume,
@@ -75,12 +140,11 @@ def _sweep(args: argparse.Namespace) -> int:
     from .sweeps import parse_grid, sweep_runs
 
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds else [0]
-    out = args.out or f"runs/sweep-{os.path.splitext(os.path.basename(args.config))[0]}" + (
-        f"-{args.preset}" if args.preset else ""
-    )
+    config, stem = _config_arg(args)
+    out = args.out or f"runs/sweep-{stem}" + (f"-{args.preset}" if args.preset else "")
     try:
         table = sweep_runs(
-            args.config,
+            config,
             parse_grid(args.grid),
             seeds,
             out,
@@ -142,7 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", default="validate-out", help="output folder (default: validate-out)")
     p.add_argument(
-        "--theory", default=None, help="folder of the checks (default: ./theory or the source checkout's)"
+        "--theory",
+        default=None,
+        help="folder of the checks (default: those installed with the package, a checkout's theory/)",
     )
     p.add_argument(
         "--resume",
@@ -151,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_validate)
     p = sub.add_parser(
-        "figures", help="regenerate the documentation figures (theory checks' plots, quickstart)"
+        "figures", help="regenerate the documentation figures (theory checks' plots, overview, quickstart)"
     )
     p.add_argument("--out", default="docs/figures", help="output folder (default: docs/figures)")
     p.add_argument("--preset", choices=("fast", "full"), default="fast")
@@ -161,7 +227,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_solvers)
 
     def config_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("config", help="the TOML configuration file")
+        p.add_argument(
+            "config",
+            nargs="?",
+            help="a shipped configuration by name (char_lm, teacher_student, …: meanfield run --list) "
+            "or a TOML file",
+        )
         p.add_argument("--preset", default=None, help="a preset of the file: smoke, quick, full, …")
         p.add_argument(
             "--set",
@@ -175,13 +246,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "run",
         help="train a configured task into a run folder (checkpoints, metrics, resume)",
-        description="Train the task of CONFIG.toml into a run folder: config.toml, environment.json, "
+        description="Train the task of CONFIG (a shipped name, see --list, or a TOML file) into a run folder: "
+        "config.toml, environment.json, "
         "metrics.jsonl, summary.json, figures/, checkpoints/. Ctrl-C writes a checkpoint (exit 130); a "
         "non-finite loss stops the run (exit 1); a bad configuration is one line (exit 2).",
     )
     config_options(p)
-    p.add_argument("--out", default=None, help="the run folder (default: runs/<config>[-<preset>])")
+    p.add_argument(
+        "--out", default=None, help="the run folder (default: runs/<name or file stem>[-<preset>])"
+    )
     p.add_argument("--resume", action="store_true", help="continue from the folder's latest checkpoint")
+    p.add_argument(
+        "--list", action="store_true", help="list the shipped configurations, their presets and descriptions"
+    )
+    p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the configuration file and exit (to start your own: > my.toml); with --preset/--set, "
+        "the resolved configuration",
+    )
     p.set_defaults(func=_run)
 
     p = sub.add_parser(

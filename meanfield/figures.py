@@ -1,7 +1,8 @@
 """``meanfield figures``: regenerate every documentation figure by the code users run.
 
 Each theory check's ``plot()`` (through :func:`meanfield.validation.validate`) gives ``<check>.png``; the
-quickstart script gives ``quickstart.png``. Nothing here draws a figure of its own.
+scripts ``experiments/overview.py`` and ``experiments/quickstart.py`` give ``overview.png`` (the landing page's
+picture) and ``quickstart.png``. Nothing here draws a figure of its own.
 """
 
 from __future__ import annotations
@@ -12,9 +13,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .shipped import source_root
 from .validation import default_theory_dir, discover, validate
 
-__all__ = ["generate"]
+__all__ = ["SCRIPTS", "generate"]
+
+SCRIPTS = ("overview.py", "quickstart.py")
+"""The scripts of ``experiments/`` run with the figure's path as their argument: ``overview.png`` (the landing
+page's picture) and ``quickstart.png``."""
 
 
 def generate(
@@ -45,12 +51,16 @@ def generate(
                     shutil.copyfile(png, out / png.name)
                 else:
                     print(f"meanfield figures: {r.name} made no figure ({'error' if r.error else 'no plot'})")
-    quickstart = theory.parent / "experiments" / "quickstart.py"
-    if quickstart.exists() and not (keep_existing and (out / "quickstart.png").exists()):
+    root = source_root()  # the scripts are in a source checkout's experiments/ (a wheel has no scripts)
+    for script in SCRIPTS:
+        path = None if root is None else root / "experiments" / script
+        png = out / f"{Path(script).stem}.png"
+        if path is None or not path.exists() or (keep_existing and png.exists()):
+            continue
         argv = sys.argv
         try:
-            sys.argv = [str(quickstart), str(out / "quickstart.png")]
-            runpy.run_path(str(quickstart), run_name="__main__")
+            sys.argv = [str(path), str(png)]
+            runpy.run_path(str(path), run_name="__main__")
         finally:
             sys.argv = argv
     return sorted(out.glob("*.png"))

@@ -1,6 +1,6 @@
 """Theory checks: results, discovery and the ``meanfield validate`` run.
 
-A *check* is a script ``theory/<name>.py`` with
+A *check* is a script ``theory/<name>.py`` (installed with the package: :mod:`meanfield.shipped`) with
 
 - ``CLAIM``: one line, the claim it checks;
 - ``run(preset: str = "fast") -> CheckResult``: numbers compared with analytic references;
@@ -169,11 +169,19 @@ def _escape_markdown(text: str) -> str:
 
 
 def default_theory_dir() -> Path:
-    """``./theory`` if it exists, else the ``theory/`` folder beside the installed package (a source checkout)."""
-    here = Path.cwd() / "theory"
-    if here.is_dir():
-        return here
-    return Path(__file__).resolve().parents[1] / "theory"
+    """The checks that came with the imported package, wherever the command is started: the installed
+    package's ``meanfield/theory/`` (a wheel), else the source checkout's ``theory/`` (a checkout or an
+    editable install); see :mod:`meanfield.shipped`.
+
+    Raises:
+        NoTheoryFolder: neither exists.
+    """
+    from meanfield.shipped import NotShipped, theory_dir
+
+    try:
+        return theory_dir()
+    except NotShipped as error:
+        raise NoTheoryFolder(f"{error}, or pass --theory") from None
 
 
 def discover(theory_dir: str | os.PathLike | None = None) -> dict[str, Path]:
@@ -181,7 +189,8 @@ def discover(theory_dir: str | os.PathLike | None = None) -> dict[str, Path]:
     folder = Path(theory_dir) if theory_dir is not None else default_theory_dir()
     if not folder.is_dir():
         raise NoTheoryFolder(
-            f"no theory folder at {folder}: run from a meanfield source checkout or pass --theory"
+            f"no theory folder at {folder}: pass --theory the folder of the checks (or omit it for those "
+            "installed with the package)"
         )
     return {p.stem: p for p in sorted(folder.glob("*.py")) if not p.stem.startswith("_")}
 
