@@ -161,6 +161,7 @@ def _layers(rank: int, world: int, port: int, out: str) -> None:
     torch.save(checks, Path(out) / f"rank{rank}.pt")
     dist.barrier()  # no rank tears down gloo while the other still talks to it (a SIGABRT race)
     dist.destroy_process_group()
+    os._exit(0)  # skip the interpreter's teardown, where gloo's threads could still abort the process (SIGABRT)
 
 
 @pytest.fixture(scope="module")
@@ -210,6 +211,7 @@ def _run_rank(
     torch.save(full_state_dict(r.experiment.model), Path(params) / f"rank{rank}.pt")
     dist.barrier()  # no rank tears down gloo while the other still talks to it (a SIGABRT race)
     dist.destroy_process_group()
+    os._exit(0)  # skip the interpreter's teardown, where gloo's threads could still abort the process (SIGABRT)
 
 
 @pytest.fixture(scope="module")
@@ -336,6 +338,7 @@ def _nan_rank(rank: int, world: int, port: int, out: str) -> None:
     (Path(out) / f"rank{rank}.txt").write_text(outcome)
     dist.barrier()  # no rank tears down gloo while the other still talks to it (a SIGABRT race)
     dist.destroy_process_group()
+    os._exit(0)  # skip the interpreter's teardown, where gloo's threads could still abort the process (SIGABRT)
 
 
 @pytest.mark.slow
