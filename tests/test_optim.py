@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import warnings
 
 import pytest
@@ -460,7 +461,8 @@ def test_scalar_noise_with_adam_warns_once():
         )
         opt.add_param_group({"params": [_param((2,), 2)]})
     assert len([w for w in record if "Gibbs" in str(w.message)]) == 1
-    assert record[0].filename == __file__  # points at the caller
+    if "MUTANT_UNDER_TEST" not in os.environ:  # mutmut's trampolines add stack frames between caller and callee
+        assert record[0].filename == __file__  # points at the caller
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         Langevin([_param((2,))], lr=0.1, beta=0.1, drift="adam")  # preconditioned: no warning
