@@ -324,6 +324,10 @@ def main(argv: list[str] | None = None) -> int:
     except _user_errors() as error:  # a bad name, configuration, preset or file: one line, exit 2
         print(f"meanfield {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `meanfield run --list | head`: the reader left; say nothing more
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's final flush does not fail again
+        return 0
 
 
 if __name__ == "__main__":

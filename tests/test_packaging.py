@@ -182,3 +182,22 @@ def test_a_built_package_finds_its_own_copies_outside_any_checkout(tmp_path):
     root, theory, checks, names = out.stdout.splitlines()
     assert root == "None" and theory == str(lib / "meanfield" / "theory")
     assert checks == str(CHECKS) and names == str(list(NAMES))
+
+
+def test_a_listing_piped_into_a_reader_that_leaves_is_no_traceback():
+    """``meanfield run --list | head -1``: the reader closes the pipe; the command ends quietly with status 0."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from meanfield.cli import main; sys.exit(main(['run', '--list'] * 1))",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    p.stdout.close()  # before anything is read: every write meets a closed pipe
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 0 and "Traceback" not in err and "BrokenPipeError" not in err, err
