@@ -57,7 +57,7 @@ def test_mean_se_by_hand_at_the_smallest_sample_and_beyond():
     four = mean_se([[1.0, 2.0], [3.0, 4.0]])  # flattened: s = sqrt(5/3), se = s/2
     assert four.value == 2.5 and four.se == pytest.approx(math.sqrt(5 / 3) / 2, rel=1e-15)
     assert four.se != pytest.approx(math.sqrt(5 / 4) / 2)  # control: ddof = 0 is another number
-    with pytest.raises(ValueError, match="need at least 2 samples for a standard error, got 1"):
+    with pytest.raises(ValueError, match="^need at least 2 samples for a standard error, got 1$"):
         mean_se([1.0])
 
 
@@ -83,7 +83,7 @@ def test_t_interval_against_scipy():
         assert r.lo < z_lo  # control: the t quantile, wider than the normal one
     one = t_interval([2.0])
     assert one.mean == 2.0 and one.n == 1 and all(math.isnan(v) for v in (one.se, one.lo, one.hi))
-    with pytest.raises(ValueError, match="t_interval needs at least one value"):
+    with pytest.raises(ValueError, match="^t_interval needs at least one value$"):
         t_interval([])
     for level in (0.0, 1.0, 1.5):
         with pytest.raises(ValueError, match=rf"level must be in \(0, 1\), got {level}"):
@@ -140,7 +140,7 @@ def test_loglog_slope_of_a_power_law_and_its_standard_errors():
     assert weighted.value == pytest.approx(beta[0], rel=1e-12)
     assert weighted.se == pytest.approx(math.sqrt(np.linalg.inv(X.T @ W @ X)[0, 0]), rel=1e-12)
     assert weighted.value != pytest.approx(fit.value, rel=1e-3)  # control: the weights matter here
-    with pytest.raises(ValueError, match="need at least 2 points for a slope, got 1"):
+    with pytest.raises(ValueError, match="^need at least 2 points for a slope, got 1$"):
         loglog_slope([1.0], [2.0])
 
 
@@ -155,7 +155,7 @@ def test_jackknife_of_a_mean_is_the_classical_standard_error():
     assert ratio.value == pytest.approx((a[:, 1] + 5).mean() / (a[:, 2] + 3).mean(), rel=1e-14)
     assert ratio.se == pytest.approx(math.sqrt(6 / 7 * ((loo - loo.mean()) ** 2).sum()), rel=1e-12)
     assert ratio.se != pytest.approx(math.sqrt(((loo - loo.mean()) ** 2).sum()), rel=1e-3)  # control
-    with pytest.raises(ValueError, match="the jackknife needs at least 2 replicas, got 1"):
+    with pytest.raises(ValueError, match="^the jackknife needs at least 2 replicas, got 1$"):
         jackknife(lambda m: m, np.ones(1))
 
 
@@ -208,3 +208,69 @@ def test_whiteness_of_plus_minus_one_draws():
     check = whiteness(r)
     assert check.passed and check.detectable_variance == 0.0
     assert not whiteness(r, variance=1.01).passed  # control: any error in the variance is then seen
+
+
+def test_float32_inputs_are_computed_in_float64():
+    """float32 arrays in, float64 arithmetic inside: each result equals the float64 computation of the same
+    (exactly cast) values; the float32 computation differs (the control)."""
+    x32 = np.array([1.0, 2.0, 4.0, 8.0, 16.0], dtype=np.float32) * np.float32(1.1)
+    y32 = (3.0 * x32.astype(np.float64) ** -0.5 * np.exp([0.1, -0.05, 0.02, -0.08, 0.04])).astype(np.float32)
+    ref = loglog_slope(x32.astype(np.float64), y32.astype(np.float64))
+    got = loglog_slope(x32, y32)
+    assert got.value == pytest.approx(ref.value, rel=1e-13) and got.se == pytest.approx(ref.se, rel=1e-12)
+    wrong = st.linregress(np.log(x32), np.log(y32))  # logs in float32
+    assert abs(wrong.slope - ref.value) > 1e-9
+    samples = OFFSET32[:64] - np.float32(1000.0)  # float32 values of size ~1e-3
+    s64 = samples.astype(np.float64)
+    stat = float((s64**2).sum() / 1e-6)
+    expected = 2 * min(st.chi2.cdf(stat, 64), st.chi2.sf(stat, 64))
+    assert chi2_variance_pvalue(samples, 1e-6) == pytest.approx(expected, rel=1e-12)
+    w = OFFSET32[:2048].reshape(512, 4) - np.float32(1000.0)
+    check, ref_check = whiteness(w, variance=1e-6), whiteness(w.astype(np.float64), variance=1e-6)
+    assert check.detectable_variance == pytest.approx(ref_check.detectable_variance, rel=1e-12)
+    assert check.detectable_pair_correlation == pytest.approx(
+        ref_check.detectable_pair_correlation, rel=1e-12
+    )
+
+
+def test_the_smallest_samples_are_accepted():
+    two = loglog_slope([1.0, 2.0], [1.0, 4.0])  # two points: the line through them, no residual
+    assert two.value == pytest.approx(2.0, rel=1e-15)
+    pair = jackknife(lambda m: m, np.array([1.0, 3.0]))  # two replicas: SE = |a − b|/2
+    assert pair.value == 2.0 and pair.se == pytest.approx(1.0, rel=1e-15)
+    for shape in ((2, 3), (3, 2)):  # n = 2 draws, or D = 2 entries: the smallest whiteness check
+        assert isinstance(whiteness(np.random.default_rng(4).standard_normal(shape)).passed, bool)
+
+
+def test_whiteness_uses_its_z_and_says_the_numbers_it_tested():
+    a = _white(4000, 6)
+    u = a  # each departure below sits between z = 2.5 and z = 5: the z passed in must be the one used
+    m = mean_se(u)
+    shifted = u + (3.5 * m.se - m.value)  # the grand mean at 3.5 standard errors
+    assert whiteness(shifted).passed  # z = 5 (the default)
+    low = whiteness(shifted, z=2.5)
+    z_text = f"z = {mean_se(shifted).z_score(0.0):.1f}"
+    assert (
+        low.failures
+        and low.failures[0].startswith("mean ")
+        and z_text in low.failures[0]
+        and z_text == "z = 3.5"
+    )
+    sq = mean_se(u * u)
+    scaled = u * math.sqrt(1 + 3.5 * sq.se)  # the variance ratio about 3.5 SE above 1
+    failures = whiteness(scaled, z=2.5).failures
+    ratio = mean_se(scaled * scaled)
+    assert any(f.startswith("variance ratio") and f"(z = {ratio.z_score(1.0):.1f})" in f for f in failures)
+    assert whiteness(scaled).passed or not any(
+        f.startswith("variance ratio") for f in whiteness(scaled).failures
+    )
+    common = u + 0.05 * u[:, :1]  # a small common part: the sum's variance a few SE above D·variance
+    common[:, 0] = u[:, 0]
+    s2 = mean_se(common.sum(1) ** 2 / 6)
+    text = [f for f in whiteness(common, z=1.0).failures if "variance of the sum" in f]
+    assert text and f"(mean correlation ≈ {(s2.value - 1) / 5:.3g})" in text[0]
+    paired = u.copy()
+    paired[:, 4] = 0.6 * u[:, 1] + 0.8 * u[:, 4]
+    check = whiteness(paired)
+    pair_text = [f for f in check.failures if f.startswith("entries 1 and 4")]
+    assert pair_text and f"(tolerance {check.detectable_pair_correlation:.2g} over 15 pairs)" in pair_text[0]

@@ -118,6 +118,8 @@ def table(found: dict[str, dict[str, str]], seconds: dict[str, float]) -> str:
         c = Counter(statuses.values())
         eq = sum(1 for name, s in statuses.items() if name in same and s == "survived")
         checked = len(statuses) - c["not checked"]
+        if checked == 0:  # not measured yet: no row (the total counts measured modules only)
+            continue
         scored = checked - eq - c["skipped"]
         rate = f"{100 * (c['killed'] + c['timeout']) / scored:.0f} %" if scored else "—"
         minutes = f"{seconds[module] / 60:.1f}" if module in seconds else ""
