@@ -263,13 +263,14 @@ def test_sigterm_is_a_clean_stop_with_a_checkpoint(uninterrupted, tmp_path):
         if step == 7:
             os.kill(os.getpid(), signal.SIGTERM)
 
+    before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(RunInterrupted, match="SIGTERM at step 7") as caught:
         run(TEACHER, folder, preset="smoke", overrides=SMALL, quiet=True, on_step=terminate_at_7)
     assert caught.value.signum == signal.SIGTERM
     assert (
         Checkpoints(folder / "checkpoints").latest() == 7 and RunResult.load(folder).status == "interrupted"
     )
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handler put back
+    assert signal.getsignal(signal.SIGTERM) is before  # handler put back
     run(TEACHER, folder, preset="smoke", overrides=SMALL, quiet=True, resume=True)
     assert _same_run(uninterrupted, folder)
 
@@ -574,10 +575,11 @@ def test_a_signal_during_a_one_process_sweep_stops_it_after_the_running_point(tm
 
     monkeypatch.setattr(sweeps, "_run_point", point_then_sigterm)
     out = tmp_path / "sweep"
+    before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(RunInterrupted, match="stopped by SIGTERM") as caught:
         sweeps.sweep_runs(TEACHER, GRID, [0, 1], out, preset="smoke", overrides=SWEEP_SET, quiet=True)
     assert caught.value.signum == signal.SIGTERM and len(started) == 1  # no new point after the signal
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGTERM) is before
     monkeypatch.setattr(sweeps, "_run_point", real)
     table = sweeps.sweep_runs(TEACHER, GRID, [0, 1], out, preset="smoke", overrides=SWEEP_SET, quiet=True)
     assert not table.failed  # negative control: the same command again finishes every point
