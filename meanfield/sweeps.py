@@ -57,6 +57,7 @@ from meanfield import config as _config
 from meanfield._io import json_clean, write_json_atomic, write_text_atomic
 from meanfield.config import ConfigError
 from meanfield.runs.lock import FolderLock
+from meanfield.runs.loop import StopFlag
 from meanfield.stats import paired_difference, t_interval
 
 __all__ = [
@@ -282,36 +283,21 @@ def _run_point(
         return {**summary, "status": "failed", "error": reason}
 
 
-class _Stop:
-    """The sweep parent's SIGINT/SIGTERM handler: note the signal and forward it to the workers once."""
+class _Stop(StopFlag):
+    """The sweep parent's SIGINT/SIGTERM handler: note the signal (never raise) and forward the first one to the
+    workers."""
 
     def __init__(self) -> None:
-        self.signum: int | None = None
+        super().__init__()
         self.pids: Callable[[], Sequence[int]] = list
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> _Stop:
-        import signal
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
 
     def _handle(self, signum: int, frame: Any) -> None:
-        first = self.signum is None
+        first = not self.set
         self.signum = signum
         if first:
             for pid in self.pids():
                 with contextlib.suppress(OSError):
                     os.kill(pid, signum)
-
-    def __exit__(self, *exc: object) -> None:
-        import signal
-
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
 
 
 def _run_local(todo: Sequence[int], args, jobs: int, bar, stop: _Stop) -> dict[int, dict[str, Any]]:

@@ -171,7 +171,9 @@ def test_two_processes_on_one_fresh_folder_one_is_refused_and_the_lock_of_a_kill
         assert "released" not in json.loads((folder / ".lock").read_text())
         third = _meanfield("run", str(TEACHER), "--out", str(folder), "--resume", *long[:-1])
 
-        def third_is_training() -> bool:  # its train() wrote environment.json, keeping the first's as 'earlier'
+        def third_is_training() -> (
+            bool
+        ):  # its train() wrote environment.json, keeping the first's as 'earlier'
             with contextlib.suppress(OSError, ValueError):
                 return bool(json.loads((folder / "environment.json").read_text()).get("earlier"))
             return False
@@ -426,6 +428,7 @@ def test_a_full_disk_is_one_clear_error_and_the_earlier_checkpoints_stay(small_d
     checkpoints = Checkpoints(folder / "checkpoints")
     assert checkpoints.steps() == [5] and checkpoints.load(5)["step"] == 5  # the earlier one is intact
     assert not list((folder / "checkpoints").glob(".*.tmp"))  # the partial file was removed
+    assert not Checkpoints(folder / "checkpoints").record_path(10).exists()  # nor a record without its file
 
 
 def test_bad_thread_counts_and_seeds_are_one_line_errors(tmp_path, capsys):

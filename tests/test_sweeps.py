@@ -169,14 +169,12 @@ def test_sweep_writes_one_folder_per_point_and_the_tables(small_sweep):
     assert "Δtest_mse vs baseline" in (out / "summary.md").read_text()
 
 
-def test_sweep_skips_finished_points_and_resumes_the_rest(small_sweep, monkeypatch):
-    out, _ = small_sweep
-    (out / "optim.lr=0.05_seed=1" / "summary.json").unlink()  # as if that point was interrupted
-    ran = []
+def _rerun(out: Path, monkeypatch) -> tuple[list[str], object]:
+    """The small sweep run again into ``out``: the folder names of the points that ran, and the table."""
     import meanfield.sweeps as sweeps
 
-    real = sweeps._run_point
-    monkeypatch.setattr(sweeps, "_run_point", lambda *a: ran.append(a[1]) or real(*a))
+    ran, real = [], sweeps._run_point
+    monkeypatch.setattr(sweeps, "_run_point", lambda *a: ran.append(Path(a[1]).name) or real(*a))
     table = sweep_runs(
         TEACHER,
         {"optim.lr": [0.02, 0.05]},
@@ -186,7 +184,14 @@ def test_sweep_skips_finished_points_and_resumes_the_rest(small_sweep, monkeypat
         overrides=["train.steps=10", "train.figures=false"],
         quiet=True,
     )
-    assert [Path(f).name for f in ran] == ["optim.lr=0.05_seed=1"]
+    return ran, table
+
+
+def test_sweep_skips_finished_points_and_resumes_the_rest(small_sweep, monkeypatch):
+    out, _ = small_sweep
+    (out / "optim.lr=0.05_seed=1" / "summary.json").unlink()  # as if that point was interrupted
+    ran, table = _rerun(out, monkeypatch)
+    assert ran == ["optim.lr=0.05_seed=1"]
     assert not table.failed
 
 
@@ -206,22 +211,9 @@ def test_a_sweep_folder_with_old_names_is_renamed_and_resumes(small_sweep, tmp_p
         for p in out.glob("*/")
         if (p / "summary.json").exists()
     }
-    ran = []
-    import meanfield.sweeps as sweeps
-
-    real = sweeps._run_point
-    monkeypatch.setattr(sweeps, "_run_point", lambda *a: ran.append(a[1]) or real(*a))
     capsys.readouterr()
-    table = sweep_runs(
-        TEACHER,
-        {"optim.lr": [0.02, 0.05]},
-        [0, 1, 2],
-        out,
-        preset="smoke",
-        overrides=["train.steps=10", "train.figures=false"],
-        quiet=True,
-    )
-    assert [Path(f).name for f in ran] == ["optim.lr=0.05_seed=1"]
+    ran, table = _rerun(out, monkeypatch)
+    assert ran == ["optim.lr=0.05_seed=1"]
     assert not table.failed
     printed = capsys.readouterr().out
     assert "'some other name' to 'optim.lr=0.02_seed=1'" in printed and printed.count("renamed") == 6

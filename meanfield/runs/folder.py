@@ -66,17 +66,10 @@ def disk_full(path: Path, error: OSError, intact: str) -> DiskFullError:
     )
 
 
-def _is_disk_full(error: BaseException) -> bool:
-    """An ``OSError`` ENOSPC/EDQUOT, or torch's ``RuntimeError`` from a writer that hit one (its zip writer
-    reports a short write as ``unexpected pos``)."""
-    if isinstance(error, OSError):
-        return error.errno in (errno.ENOSPC, errno.EDQUOT)
-    return isinstance(error, RuntimeError) and "unexpected pos" in str(error)
-
-
-def sha256_text(text: str) -> str:
-    """SHA-256 hex digest of ``text`` (UTF-8): the hash of a resolved ``config.toml``."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+def _is_disk_full(error: OSError) -> bool:
+    """ENOSPC or EDQUOT (checkpoints are serialised in memory first, so torch's own writer never meets a full
+    disk and its ``unexpected pos`` errors cannot arise)."""
+    return error.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 class Checkpoints:
@@ -136,6 +129,8 @@ class Checkpoints:
             write_json_atomic(self.record_path(step), record)
             write_atomic(path, lambda f: f.write(data))
         except OSError as error:
+            if not path.exists():  # no record without its checkpoint
+                self.record_path(step).unlink(missing_ok=True)
             if not _is_disk_full(error):
                 raise
             latest = [s for s in self.steps() if s != step]

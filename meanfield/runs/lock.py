@@ -86,6 +86,13 @@ class FolderLock:
             return None
         return record if isinstance(record, dict) else None
 
+    @staticmethod
+    def _write(fd: int, record: dict[str, Any]) -> None:
+        """Replace the lock file's content with ``record`` (one JSON line)."""
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, (json.dumps(record) + "\n").encode())
+
     def acquire(self) -> FolderLock:
         """Take the lock (see the class docstring); a no-op when already held."""
         import fcntl
@@ -130,9 +137,7 @@ class FolderLock:
                 "command": list(sys.argv),
                 "what": self.what,
             }
-            os.ftruncate(fd, 0)
-            os.lseek(fd, 0, os.SEEK_SET)
-            os.write(fd, (json.dumps(record) + "\n").encode())
+            self._write(fd, record)
             os.fsync(fd)
         except BaseException:
             os.close(fd)
@@ -150,9 +155,7 @@ class FolderLock:
         with contextlib.suppress(OSError):  # a full disk must not hide the run's own error
             record = self._read(fd) or {}
             record["released"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-            os.ftruncate(fd, 0)
-            os.lseek(fd, 0, os.SEEK_SET)
-            os.write(fd, (json.dumps(record) + "\n").encode())
+            self._write(fd, record)
         with contextlib.suppress(OSError):
             fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)

@@ -54,7 +54,15 @@ from meanfield.runs.sinks import TensorBoard, draw_figures, summary_table
 from meanfield.seeds import derive_seed
 from meanfield.tasks import Experiment, get_task
 
-__all__ = ["run", "preflight", "build_experiment", "RunInterrupted", "NonFiniteLossError", "STOP_SIGNALS"]
+__all__ = [
+    "run",
+    "preflight",
+    "build_experiment",
+    "RunInterrupted",
+    "NonFiniteLossError",
+    "STOP_SIGNALS",
+    "StopFlag",
+]
 
 
 class RunInterrupted(Exception):
@@ -86,15 +94,21 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 """The signals a run stops on cleanly (SIGTERM is what SLURM, Kubernetes and ``timeout`` send)."""
 
 
-class _StopFlag:
-    """SIGINT or SIGTERM sets a flag the loop reads between steps (a second one raises at once)."""
+class StopFlag:
+    """``with StopFlag() as stop:``: SIGINT or SIGTERM sets ``stop.signum``, which a loop reads between steps; a
+    second one raises ``KeyboardInterrupt`` at once. The handlers found are put back on exit (main thread only:
+    elsewhere Python allows no handler). Subclasses change what a signal does in :meth:`_handle`."""
 
     def __init__(self) -> None:
-        self.set = False
-        self.signum = signal.SIGINT
+        self.signum: int | None = None
         self._previous: dict[int, Any] = {}
 
-    def __enter__(self) -> _StopFlag:
+    @property
+    def set(self) -> bool:
+        """Whether a stop signal arrived."""
+        return self.signum is not None
+
+    def __enter__(self) -> StopFlag:
         if threading.current_thread() is threading.main_thread():
             for signum in STOP_SIGNALS:
                 self._previous[signum] = signal.signal(signum, self._handle)
@@ -103,7 +117,6 @@ class _StopFlag:
     def _handle(self, signum: int, frame: Any) -> None:
         if self.set:
             raise KeyboardInterrupt
-        self.set = True
         self.signum = signum
 
     def __exit__(self, *exc: object) -> None:
@@ -414,11 +427,11 @@ class _Run:
                 self.log.truncate(0)
             torch.manual_seed(derive_seed(self.cfg.seed, "torch"))
             return
-        record = self.checkpoints.record(step) or {}
-        if record.get("config_sha256", self.config_sha256) != self.config_sha256:
+        meta = self.checkpoints.record(step) or {}
+        if meta.get("config_sha256", self.config_sha256) != self.config_sha256:
             raise RunFolderError(
                 f"{self.checkpoints.path(step)} was written by a run of another configuration (config hash "
-                f"{record['config_sha256'][:12]}…, this run's {self.config_sha256[:12]}…): refusing to mix two runs; "
+                f"{meta['config_sha256'][:12]}…, this run's {self.config_sha256[:12]}…): refusing to mix two runs; "
                 "use another --out"
             )
         # generator states must stay CPU ByteTensors; parameters and moments are copied onto the device by the
@@ -581,7 +594,7 @@ class _Run:
             desc=self.folder.name,
         )
         try:
-            with _StopFlag() as stop:
+            with StopFlag() as stop:
                 while self.step < cfg.steps:
                     start = time.perf_counter()
                     loss = self._one_step()
