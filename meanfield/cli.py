@@ -137,12 +137,15 @@ def _run(args: argparse.Namespace) -> int:
 
 def _sweep(args: argparse.Namespace) -> int:
     from .runs import RunInterrupted
-    from .sweeps import parse_grid, sweep_runs
+    from .sweeps import TableOptions, parse_grid, sweep_runs
 
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds else [0]
     config, stem = _config_arg(args)
     out = args.out or f"runs/sweep-{stem}" + (f"-{args.preset}" if args.preset else "")
     try:
+        options = TableOptions(
+            power=args.power, detect=tuple(args.detect), log_metrics=tuple(args.log_scale), holm=args.holm
+        )
         table = sweep_runs(
             config,
             parse_grid(args.grid),
@@ -156,6 +159,7 @@ def _sweep(args: argparse.Namespace) -> int:
             quiet=args.quiet,
             backend=args.backend,
             address=args.address,
+            table=options,
         )
     except RunInterrupted as error:
         print(f"meanfield sweep: {error}; run the same command again to resume", file=sys.stderr)
@@ -272,8 +276,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a grid of configurations over seeds; table of means, CIs and paired differences",
         description="One run folder per (grid point, seed) under --out; finished points are skipped and "
         "unfinished ones resume, so an interrupted sweep continues when the command is run again. Writes "
-        "runs.csv, summary.csv and summary.md (mean ± 95 % t interval over seeds; paired difference against "
-        "--baseline with the paired t-test's p-value).",
+        "runs.csv, summary.csv and summary.md (mean and 95 % t interval over seeds; paired difference against "
+        "--baseline with its 95 % t interval, the paired t-test's raw and Holm-adjusted p-values and the "
+        "smallest difference detectable at --power). Run it again with other table options to rewrite the "
+        "tables of a finished sweep without running anything.",
     )
     config_options(p)
     p.add_argument(
@@ -298,6 +304,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--metric", action="append", default=[], help="a final metric to summarise (repeatable; default all)"
+    )
+    p.add_argument(
+        "--detect",
+        action="append",
+        type=float,
+        default=[],
+        metavar="D",
+        help="a difference to plan for (repeatable): adds 'pairs for Δ = D', the seeds a paired comparison "
+        "needs to detect |Δ| = D at --power, at its observed paired sd (ln units for a --log-scale metric)",
+    )
+    p.add_argument(
+        "--power",
+        type=float,
+        default=0.8,
+        help="the power of the 'detectable' column and of --detect (default: 0.8; α = 0.05)",
+    )
+    p.add_argument(
+        "--log-scale",
+        action="append",
+        default=[],
+        metavar="METRIC",
+        help="a positive metric (an MSE) summarised on the log scale: geometric mean, t interval of the logs, "
+        "paired ratios (repeatable)",
+    )
+    p.add_argument(
+        "--holm",
+        choices=("table", "metric"),
+        default="table",
+        help="the family of Holm's correction: every paired test of the table (default) or each metric's",
     )
     p.set_defaults(func=_sweep)
 

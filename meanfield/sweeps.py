@@ -9,9 +9,12 @@ sweep that was interrupted skips the finished ones and resumes the others from t
     SWEEP/<point>/                      one run folder per point (see :mod:`meanfield.runs`), plus
     SWEEP/<point>/point.json            the point's values, its full override list and its preset
     SWEEP/runs.csv                      one row per point: the grid values, seed, folder, status, final metrics
-    SWEEP/summary.csv, summary.md       per grid point: mean ± 95 % t interval over the seeds, and the
-                                        paired difference against the baseline point (same seeds) with the
-                                        paired t-test's p-value
+    SWEEP/summary.csv, summary.md       per grid point: mean and 95 % t interval over the seeds (geometric
+                                        mean and the t interval of the logs for ``--log-scale`` metrics), and
+                                        the paired difference against the baseline point (same seeds): its
+                                        t interval, the paired t-test's raw and Holm-adjusted p-values, the
+                                        smallest difference detectable at 80 % power at the observed paired
+                                        sd, and (``--detect D``) the pairs a difference D needs
 
 A point's folder name is short and filesystem-safe (only ``[A-Za-z0-9._=-]``, at most 80 characters):
 ``data.d=16_optim.beta=0.0001_seed=0``; a value that is not a plain word or number is spelled with ``-``
@@ -46,7 +49,7 @@ import multiprocessing
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +61,8 @@ from meanfield._io import json_clean, write_json_atomic, write_text_atomic
 from meanfield.config import ConfigError
 from meanfield.runs.lock import FolderLock
 from meanfield.runs.loop import StopFlag
-from meanfield.stats import paired_difference, t_interval
+from meanfield.stats import PairedDifference, log_interval, paired_difference, t_interval
+from meanfield.stats import holm as _holm
 
 __all__ = [
     "PRESET_AXIS",
@@ -69,6 +73,7 @@ __all__ = [
     "point_preset",
     "sweep_runs",
     "SweepTable",
+    "TableOptions",
     "summarize",
 ]
 
@@ -487,6 +492,58 @@ def _preflight(names: Sequence[str], configs: Sequence[Mapping[str, Any]]) -> No
             raise ConfigError(f"sweep point {name}: {error}") from None
 
 
+HOLM_FAMILIES = ("table", "metric")
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    """How :func:`summarize` computes the table (``meanfield sweep`` flags in brackets).
+
+    Attributes:
+        level: the confidence level of every interval; the tests' α is ``1 − level`` (0.95, α = 0.05).
+        power: the power of the detectable difference and of the pairs needed [``--power``, 0.8].
+        detect: named differences D, each adding "pairs for Δ = D" [``--detect D``, repeatable]. For a
+            log-scale metric D is a difference of natural logs (D = 0.1: a ratio of e^0.1 = 1.105).
+        log_metrics: positive metrics (an MSE) summarised on the log scale [``--log-scale NAME``]: the
+            geometric mean with the t interval of the logs, and paired ratios (differences of logs).
+        holm: the family of Holm's correction: ``"table"`` (every paired test of the table, all metrics) or
+            ``"metric"`` (the tests of each metric separately) [``--holm``].
+    """
+
+    level: float = 0.95
+    power: float = 0.8
+    detect: tuple[float, ...] = ()
+    log_metrics: tuple[str, ...] = ()
+    holm: str = "table"
+
+    def __post_init__(self) -> None:
+        if not 0 < self.level < 1:
+            raise ConfigError(f"the confidence level must be in (0, 1), got {self.level}")
+        if not 1 - self.level < self.power < 1:
+            raise ConfigError(f"power must be in (α, 1) = ({1 - self.level:g}, 1), got {self.power}")
+        for d in self.detect:
+            if not (_number(d) and d > 0):
+                raise ConfigError(f"a difference to detect must be a number > 0, got {d!r}")
+        if self.holm not in HOLM_FAMILIES:
+            raise ConfigError(f"holm must be one of {list(HOLM_FAMILIES)}, got {self.holm!r}")
+
+    @property
+    def alpha(self) -> float:
+        return 1 - self.level
+
+
+def _pairs_key(metric: str, delta: float) -> str:
+    return f"{metric}:pairs_for_{delta:g}"
+
+
+def _pairs_needed(d: PairedDifference, delta: float, options: TableOptions) -> float:
+    """The pairs ``d``'s test needs for ``delta`` (inf beyond ``pairs_needed``'s limit, NaN without an sd)."""
+    try:
+        return d.pairs_needed(delta, options.power, options.alpha)
+    except ValueError:  # more pairs than any sweep runs
+        return math.inf
+
+
 @dataclass
 class SweepTable:
     """The result of a sweep.
@@ -498,6 +555,7 @@ class SweepTable:
             ``status``, the final metrics, ``error``.
         summary: one dict per grid point (see :func:`summarize`).
         metrics: the metrics summarised.
+        options: how the table was computed (:class:`TableOptions`).
     """
 
     path: Path
@@ -505,6 +563,7 @@ class SweepTable:
     rows: list[dict[str, Any]]
     summary: list[dict[str, Any]]
     metrics: list[str]
+    options: TableOptions = field(default_factory=lambda: TableOptions())
 
     @property
     def failed(self) -> list[dict[str, Any]]:
@@ -512,8 +571,8 @@ class SweepTable:
         return [r for r in self.rows if r["status"] != "finished"]
 
     def markdown(self) -> str:
-        """The summary as a Markdown table."""
-        return _markdown(self.summary, list(self.grid), self.metrics)
+        """The summary as a Markdown table, with the legend of its columns."""
+        return _markdown(self.summary, list(self.grid), self.metrics, self.options)
 
 
 def summarize(
@@ -522,20 +581,43 @@ def summarize(
     metrics: Sequence[str],
     baseline: Mapping[str, Any] | None = None,
     level: float = 0.95,
+    options: TableOptions | None = None,
 ) -> list[dict[str, Any]]:
     """Per grid point: ``n`` and, per metric, the mean with its t interval over the seeds that finished.
 
+    Per metric ``m`` the entry has ``m``, ``m:lo``, ``m:hi``: the mean and its Student-t interval (df = n − 1);
+    for a log-scale metric (``options.log_metrics``, every value > 0) the geometric mean and the t interval of
+    the logs mapped back (:func:`~meanfield.stats.log_interval`), with ``m:scale = "log"``.
+
     With a ``baseline`` (values of some grid keys; the other keys are matched point by point) each point also
-    gets, per metric, the paired difference ``point − baseline`` over the seeds both finished: its mean, t
-    interval and the paired t-test's p-value (``metric:diff``, ``metric:diff_lo``, ``metric:diff_hi``,
-    ``metric:p``).
+    gets ``is_baseline`` (whether it is a baseline point) and, per metric, the paired difference
+    ``point − baseline`` over the seeds both finished (for a log-scale metric, of the natural logs:
+    ``ln(point/baseline)``):
+
+    - ``m:diff``, ``m:diff_lo``, ``m:diff_hi``: its mean and t interval (df = ``m:pairs`` − 1);
+    - ``m:pairs``: the number of pairs; ``m:sd``: the sample sd of the paired differences;
+    - ``m:p``: the two-sided paired t-test's p-value; ``m:p_holm``: Holm's adjustment of it over the family
+      ``options.holm`` (every test of the table, or of the metric), NaN p-values left out of the family;
+    - ``m:detectable``: the smallest ``|Δ|`` the same test detects with power ``options.power`` at α =
+      ``1 − level`` if the paired sd is ``m:sd`` (:func:`~meanfield.stats.detectable_difference`, noncentral
+      t);
+    - ``m:pairs_for_D`` for each ``D`` of ``options.detect``: the pairs that give that power for ``|Δ| = D``
+      at ``m:sd`` (:func:`~meanfield.stats.pairs_needed`).
+
+    ``options.level`` is used when ``options`` is given (``level`` otherwise).
     """
+    options = options if options is not None else TableOptions(level=level)
+    level = options.level
     finished = [r for r in rows if r.get("status") == "finished"]
     groups: dict[tuple, list[Mapping[str, Any]]] = {}
     for r in rows:
         groups.setdefault(tuple(_config._toml_value(r[k]) for k in keys), [])
     for r in finished:
         groups[tuple(_config._toml_value(r[k]) for k in keys)].append(r)
+
+    def logged(m: str, values: Sequence[float]) -> bool:
+        return m in options.log_metrics and all(v > 0 for v in values)
+
     table = []
     for group_rows in groups.values():
         if not group_rows:
@@ -544,12 +626,18 @@ def summarize(
         entry: dict[str, Any] = {**point, "n": len(group_rows)}
         for m in metrics:
             values = [r[m] for r in group_rows if _number(r.get(m))]
-            if values:
+            if values and logged(m, values):
+                li = log_interval(values, level)
+                entry.update({m: li.center, f"{m}:lo": li.lo, f"{m}:hi": li.hi, f"{m}:scale": "log"})
+            elif values:
                 ci = t_interval(values, level)
                 entry.update({m: ci.mean, f"{m}:lo": ci.lo, f"{m}:hi": ci.hi})
+                if m in options.log_metrics:
+                    entry[f"{m}:scale"] = "linear (a value ≤ 0)"
         if baseline is not None:
             base_point = {**point, **baseline}
             base = {r["seed"]: r for r in finished if all(r[k] == base_point[k] for k in keys)}
+            entry["is_baseline"] = point == base_point
             if point != base_point:
                 for m in metrics:
                     pairs = [
@@ -557,17 +645,36 @@ def summarize(
                         for r in group_rows
                         if r["seed"] in base and _number(r.get(m)) and _number(base[r["seed"]].get(m))
                     ]
-                    if pairs:
-                        d = paired_difference(*zip(*pairs), level=level)
-                        entry.update(
-                            {
-                                f"{m}:diff": d.mean,
-                                f"{m}:diff_lo": d.lo,
-                                f"{m}:diff_hi": d.hi,
-                                f"{m}:p": d.p_value,
-                            }
-                        )
+                    if not pairs:
+                        continue
+                    a, b = zip(*pairs)
+                    if logged(m, a + b):
+                        a, b = [math.log(v) for v in a], [math.log(v) for v in b]
+                        entry[f"{m}:diff_scale"] = "log"
+                    d = paired_difference(a, b, level=level)
+                    entry.update(
+                        {
+                            f"{m}:diff": d.mean,
+                            f"{m}:diff_lo": d.lo,
+                            f"{m}:diff_hi": d.hi,
+                            f"{m}:p": d.p_value,
+                            f"{m}:pairs": d.n,
+                            f"{m}:sd": d.sd,
+                            f"{m}:detectable": d.detectable(options.power, options.alpha),
+                        }
+                    )
+                    for delta in options.detect:
+                        entry[_pairs_key(m, delta)] = _pairs_needed(d, delta, options)
         table.append(entry)
+    families: dict[str, list[tuple[dict[str, Any], str]]] = {}
+    for entry in table:
+        for m in metrics:
+            if f"{m}:p" in entry:
+                families.setdefault("table" if options.holm == "table" else m, []).append((entry, m))
+    for members in families.values():
+        adjusted = _holm([e[f"{m}:p"] for e, m in members])
+        for (e, m), value in zip(members, adjusted):
+            e[f"{m}:p_holm"] = float(value)
     return table
 
 
@@ -581,28 +688,98 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _markdown(summary: Sequence[Mapping[str, Any]], keys: Sequence[str], metrics: Sequence[str]) -> str:
+def _pct(x: float) -> str:
+    return f"{100 * x:g} %"
+
+
+def _markdown(
+    summary: Sequence[Mapping[str, Any]],
+    keys: Sequence[str],
+    metrics: Sequence[str],
+    options: TableOptions | None = None,
+) -> str:
+    """The table of :func:`summarize` with a legend that says what every interval, ``±`` and p is."""
+    options = options if options is not None else TableOptions()
+    level, power = _pct(options.level), _pct(options.power)
     paired = any(f"{m}:diff" in e for e in summary for m in metrics)
+    logs = {m for m in metrics if any(e.get(f"{m}:scale") == "log" for e in summary)}
     head = [*keys, "n"]
     for m in metrics:
-        head.append(f"{m} (95 % CI)")
+        if m in logs:
+            head.append(f"{m}: geometric mean ({level} CI, log scale)")
+        else:
+            head.append(f"{m} ({level} CI)")
         if paired:
-            head += [f"Δ{m} vs baseline (95 % CI)", "p (paired t)"]
+            if m in logs:
+                head.append(f"{m} ratio vs baseline ({level} CI)")
+            else:
+                head.append(f"Δ{m} vs baseline ± {level} CI half-width")
+            head += ["pairs", "p (paired t)", "p (Holm)", f"detectable at {power} power"]
+            head += [
+                f"pairs for {'ln ratio' if m in logs else 'Δ'} = {d:g} ({power} power)"
+                for d in options.detect
+            ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    tests = 0
     for e in summary:
         cells = [_fmt(e[k]) for k in keys] + [str(e["n"])]
         for m in metrics:
-            cells.append(f"{_fmt(e[m])} ({_fmt(e[m + ':lo'])} – {_fmt(e[m + ':hi'])})" if m in e else "—")
-            if paired:
-                if f"{m}:diff" in e:
-                    cells.append(
-                        f"{_fmt(e[m + ':diff'])} ({_fmt(e[m + ':diff_lo'])} – {_fmt(e[m + ':diff_hi'])})"
-                    )
-                    cells.append(_fmt(e[m + ":p"]))
+            if m in e:
+                mark = (
+                    " (arithmetic: a value ≤ 0)" if str(e.get(f"{m}:scale", "")).startswith("linear") else ""
+                )
+                cells.append(f"{_fmt(e[m])} ({_fmt(e[m + ':lo'])} – {_fmt(e[m + ':hi'])}){mark}")
+            else:
+                cells.append("—")
+            if not paired:
+                continue
+            if f"{m}:diff" in e:
+                if e.get(f"{m}:diff_scale") == "log":
+                    ratio = [math.exp(e[f"{m}:{k}"]) for k in ("diff", "diff_lo", "diff_hi")]
+                    cells.append(f"×{_fmt(ratio[0])} ({_fmt(ratio[1])} – {_fmt(ratio[2])})")
+                    detect = math.exp(e[f"{m}:detectable"]) if _number(e[f"{m}:detectable"]) else math.nan
+                    detect_text = f"×/÷ {_fmt(detect)}"
                 else:
-                    cells += ["baseline", ""] if e.get("n") else ["—", "—"]
+                    half = (e[f"{m}:diff_hi"] - e[f"{m}:diff_lo"]) / 2
+                    cells.append(f"{_fmt(e[m + ':diff'])} ± {_fmt(half)}")
+                    detect_text = _fmt(e[f"{m}:detectable"])
+                tests += _number(e.get(f"{m}:p"))
+                cells += [str(e[f"{m}:pairs"]), _fmt(e[m + ":p"]), _fmt(e.get(f"{m}:p_holm", math.nan))]
+                cells.append(detect_text)
+                cells += [_fmt(e.get(_pairs_key(m, d), math.nan)) for d in options.detect]
+            else:
+                cells += (["baseline"] if e.get("is_baseline") else ["—"]) + [""] * (4 + len(options.detect))
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    legend = [
+        "",
+        f"Intervals in parentheses: {level} Student-t intervals of the mean over the seeds (df = n − 1)"
+        + (
+            "; for a log-scale metric, of the logs, mapped back by exp (around the geometric mean)."
+            if logs
+            else "."
+        ),
+    ]
+    if paired:
+        family = (
+            f"over the {tests} tests of this table"
+            if options.holm == "table"
+            else f"over the tests of each metric separately ({tests} tests in all)"
+        )
+        legend.append(
+            f"Paired over the seeds both finished: ± is the half-width of the {level} Student-t interval of the "
+            "mean paired difference (df = pairs − 1)"
+            + ("; a ratio is exp of the mean difference of ln values, with its interval" if logs else "")
+            + f". p: two-sided paired t-test; p (Holm): Holm's step-down adjustment {family}. Detectable: the smallest |Δ| that this test (α = {options.alpha:g}, the same pairs) "
+            f"detects with {power} power if the paired sd is the observed one (noncentral t)"
+            + ("; ×/÷ f for a log-scale metric: a ratio of f or 1/f" if logs else "")
+            + (
+                f". Pairs for D: the pairs giving {power} power for |Δ| = D at that sd"
+                if options.detect
+                else ""
+            )
+            + ". Both are planning numbers: the sd of a few seeds is itself uncertain."
+        )
+    return "\n".join(lines) + "\n" + "\n".join(legend) + "\n"
 
 
 def _csv(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -628,6 +805,7 @@ def sweep_runs(
     quiet: bool = False,
     backend: str = "local",
     address: str | None = None,
+    table: TableOptions | None = None,
 ) -> SweepTable:
     """Run every point of ``grid × seeds`` into ``out/<point_name>`` and write the tables (module docstring).
 
@@ -651,6 +829,9 @@ def sweep_runs(
         backend: ``"local"`` (this machine, ``jobs`` processes) or ``"ray"`` (Ray tasks; module docstring).
         address: the Ray cluster's address (``None``: a cluster already initialised in this process, else a
             local one started for the sweep, or ``RAY_ADDRESS``).
+        table: how the table is computed: power, named differences, log-scale metrics, Holm's family
+            (:class:`TableOptions`; default: its defaults). Rerunning a finished sweep with other options
+            rewrites the tables without running anything.
 
     Returns:
         :class:`SweepTable`.
@@ -665,6 +846,9 @@ def sweep_runs(
     if backend not in BACKENDS:
         raise ConfigError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
     base = _parse_baseline(baseline, grid)
+    options = table if table is not None else TableOptions()
+    if metrics is not None and (unknown := [m for m in options.log_metrics if m not in metrics]):
+        raise ConfigError(f"log-scale metrics {unknown} are not among the metrics summarised {list(metrics)}")
     points = expand(grid, seeds)
     names = [point_name(point) for point in points]
     _check_names(points, names)
@@ -741,13 +925,13 @@ def sweep_runs(
                     if k not in (*grid, "seed", "folder", "status", "error") and _number(r[k])
                 )
             )
-        summary = summarize(rows, list(grid), metrics, base)
-        table = SweepTable(out, grid, rows, summary, list(metrics))
+        summary = summarize(rows, list(grid), metrics, base, options=options)
+        result = SweepTable(out, grid, rows, summary, list(metrics), options)
         write_text_atomic(out / "runs.csv", _csv(rows))
         write_text_atomic(out / "summary.csv", _csv(summary))
-        write_text_atomic(out / "summary.md", table.markdown())
+        write_text_atomic(out / "summary.md", result.markdown())
         if not quiet:
-            print(table.markdown())
-            if table.failed:
-                print(f"{len(table.failed)} of {len(rows)} runs did not finish; see {out / 'runs.csv'}")
-        return table
+            print(result.markdown())
+            if result.failed:
+                print(f"{len(result.failed)} of {len(rows)} runs did not finish; see {out / 'runs.csv'}")
+        return result

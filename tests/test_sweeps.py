@@ -15,8 +15,18 @@ from scipy import stats as st
 from meanfield import cli
 from meanfield.config import ConfigError, load_toml_text
 from meanfield.runs import RunResult
-from meanfield.stats import paired_difference, t_interval
-from meanfield.sweeps import _legacy_point_name, expand, parse_grid, point_name, summarize, sweep_runs
+from meanfield.stats import detectable_difference, holm, paired_difference, pairs_needed, t_interval
+from meanfield.sweeps import (
+    TableOptions,
+    _csv,
+    _legacy_point_name,
+    _markdown,
+    expand,
+    parse_grid,
+    point_name,
+    summarize,
+    sweep_runs,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TEACHER = ROOT / "experiments" / "teacher_student" / "config.toml"
@@ -118,7 +128,140 @@ def test_summarize_pairs_by_seed():
     table = summarize(rows, ["lr"], ["loss"], baseline={"lr": 1})
     base, other = table
     assert base["n"] == 4 and "loss:diff" not in base
+    assert base["is_baseline"] is True and other["is_baseline"] is False
     assert other["n"] == 3 and other["loss:diff"] == pytest.approx(0.5) and math.isnan(other["loss:p"])
+
+
+def _beta_rows() -> list[dict]:
+    """Three β arms × 4 seeds: a loss with a seed effect shared by the arms (the pairing removes it) and an
+    MSE spanning decades (a log-scale metric)."""
+    g = np.random.default_rng(3)
+    seed_effect = np.array([0.0, 0.03, -0.02, 0.05])
+    rows = []
+    for beta, shift, factor in ((0.0, 0.0, 1.0), (1e-3, -0.012, 0.5), (1e-2, 0.004, 3.0)):
+        for s in range(4):
+            rows.append(
+                {
+                    "beta": beta,
+                    "seed": s,
+                    "status": "finished",
+                    "loss": 2.1 + seed_effect[s] + shift + 0.004 * g.standard_normal(),
+                    "mse": factor * 10.0 ** (-4 + 1.5 * g.standard_normal()),
+                }
+            )
+    return rows
+
+
+def _column(rows, beta, key):
+    return np.array([r[key] for r in rows if r["beta"] == beta])
+
+
+def test_summarize_gives_holm_power_and_pairs_needed_against_scipy():
+    rows = _beta_rows()
+    options = TableOptions(detect=(0.01, 0.002), power=0.9)
+    base, cold, hot = summarize(rows, ["beta"], ["loss"], {"beta": 0.0}, options=options)
+    raw = []
+    for entry, beta in ((cold, 1e-3), (hot, 1e-2)):
+        a, b = _column(rows, beta, "loss"), _column(rows, 0.0, "loss")
+        d = a - b
+        lo, hi = st.t.interval(0.95, 3, loc=d.mean(), scale=st.sem(d))
+        assert entry["loss:diff"] == pytest.approx(d.mean(), rel=1e-12) and entry["loss:pairs"] == 4
+        assert (entry["loss:diff_lo"], entry["loss:diff_hi"]) == (pytest.approx(lo), pytest.approx(hi))
+        assert entry["loss:p"] == pytest.approx(st.ttest_rel(a, b).pvalue, rel=1e-12)
+        assert entry["loss:sd"] == pytest.approx(d.std(ddof=1), rel=1e-12)
+        sd = d.std(ddof=1)
+        assert entry["loss:detectable"] == pytest.approx(detectable_difference(sd, 4, 0.9, 0.05), rel=1e-9)
+        assert entry["loss:pairs_for_0.01"] == pairs_needed(0.01, sd, 0.9, 0.05)
+        assert entry["loss:pairs_for_0.002"] == pairs_needed(0.002, sd, 0.9, 0.05)
+        assert entry["loss:detectable"] != pytest.approx(detectable_difference(sd, 4, 0.8))  # the power used
+        raw.append(entry["loss:p"])
+    m = sorted(raw)  # Holm by hand over the two tests: 2·p_(1), max(2·p_(1), p_(2))
+    by_hand = {m[0]: min(1, 2 * m[0]), m[1]: min(1, max(2 * m[0], m[1]))}
+    assert cold["loss:p_holm"] == pytest.approx(by_hand[cold["loss:p"]], rel=1e-12)
+    assert hot["loss:p_holm"] == pytest.approx(by_hand[hot["loss:p"]], rel=1e-12)
+    assert cold["loss:p_holm"] != pytest.approx(cold["loss:p"])  # control: adjusted
+    assert "loss:p_holm" not in base and "loss:detectable" not in base
+
+
+def test_holm_families_are_the_table_or_each_metric():
+    rows = _beta_rows()
+    table = summarize(rows, ["beta"], ["loss", "mse"], {"beta": 0.0})
+    p = [e[f"{m}:p"] for m in ("loss", "mse") for e in table[1:]]
+    assert [e[f"{m}:p_holm"] for m in ("loss", "mse") for e in table[1:]] == pytest.approx(holm(p).tolist())
+    per = summarize(rows, ["beta"], ["loss", "mse"], {"beta": 0.0}, options=TableOptions(holm="metric"))
+    for m in ("loss", "mse"):
+        q = [e[f"{m}:p"] for e in per[1:]]
+        assert [e[f"{m}:p_holm"] for e in per[1:]] == pytest.approx(holm(q).tolist())
+    assert per[1]["loss:p_holm"] != pytest.approx(table[1]["loss:p_holm"])  # control: the family matters
+    options = TableOptions(holm="metric")
+    assert "over the tests of each metric separately (4 tests in all)" in _markdown(
+        per, ["beta"], ["loss", "mse"], options
+    )
+    with pytest.raises(ConfigError, match="holm must be one of"):
+        TableOptions(holm="all")
+
+
+def test_a_log_scale_metric_is_a_geometric_mean_and_paired_ratios():
+    rows = _beta_rows()
+    options = TableOptions(log_metrics=("mse",), detect=(0.1,))
+    base, cold, _ = summarize(rows, ["beta"], ["mse"], {"beta": 0.0}, options=options)
+    logs = np.log(_column(rows, 0.0, "mse"))
+    lo, hi = st.t.interval(0.95, 3, loc=logs.mean(), scale=st.sem(logs))
+    assert base["mse"] == pytest.approx(st.gmean(_column(rows, 0.0, "mse")), rel=1e-12)
+    assert (base["mse:lo"], base["mse:hi"]) == (pytest.approx(np.exp(lo)), pytest.approx(np.exp(hi)))
+    assert base["mse:lo"] > 0 and base["mse:scale"] == "log"
+    assert t_interval(_column(rows, 0.0, "mse")).lo < 0  # control: the arithmetic interval goes below 0
+    d = np.log(_column(rows, 1e-3, "mse")) - logs
+    assert cold["mse:diff"] == pytest.approx(d.mean(), rel=1e-12) and cold["mse:diff_scale"] == "log"
+    assert cold["mse:p"] == pytest.approx(st.ttest_rel(np.log(_column(rows, 1e-3, "mse")), logs).pvalue)
+    assert cold["mse:pairs_for_0.1"] == pairs_needed(0.1, d.std(ddof=1))
+    text = _markdown([base, cold], ["beta"], ["mse"], options)
+    assert f"×{math.exp(d.mean()):.4g} (" in text and "mse: geometric mean (95 % CI, log scale)" in text
+    plain = summarize(rows, ["beta"], ["mse"], {"beta": 0.0})  # not asked: the arithmetic mean
+    assert plain[0]["mse"] == pytest.approx(_column(rows, 0.0, "mse").mean()) and "mse:scale" not in plain[0]
+    negative = [{**r, "mse": -r["mse"]} if r["seed"] == 0 else r for r in rows]
+    fallback = summarize(negative, ["beta"], ["mse"], {"beta": 0.0}, options=options)
+    assert fallback[0]["mse:scale"] == "linear (a value ≤ 0)"
+    assert "(arithmetic: a value ≤ 0)" in _markdown(fallback, ["beta"], ["mse"], options)
+
+
+def test_the_markdown_table_labels_every_interval_and_says_the_family():
+    rows = _beta_rows()
+    options = TableOptions(detect=(0.01,))
+    table = summarize(rows, ["beta"], ["loss"], {"beta": 0.0}, options=options)
+    text = _markdown(table, ["beta"], ["loss"], options)
+    head = text.splitlines()[0]
+    for column in (
+        "loss (95 % CI)",
+        "Δloss vs baseline ± 95 % CI half-width",
+        "pairs",
+        "p (paired t)",
+        "p (Holm)",
+        "detectable at 80 % power",
+        "pairs for Δ = 0.01 (80 % power)",
+    ):
+        assert f"| {column} |" in head, column
+    cold = table[1]
+    half = (cold["loss:diff_hi"] - cold["loss:diff_lo"]) / 2
+    assert f"| {cold['loss:diff']:.4g} ± {half:.4g} | 4 |" in text
+    assert (
+        "± is the half-width of the 95 % Student-t interval of the mean paired difference (df = pairs − 1)"
+        in text
+    )
+    assert "Holm's step-down adjustment over the 2 tests of this table" in text
+    assert "(df = n − 1)" in text and "noncentral t" in text
+    assert "loss:pairs_for_0.01" in _csv(table).splitlines()[0]
+    missing = _markdown(
+        summarize(rows, ["beta"], ["loss", "absent"], {"beta": 0.0}), ["beta"], ["loss", "absent"]
+    )
+    base_row, cold_row = missing.splitlines()[2:4]
+    assert base_row.count("| baseline |") == 2 and cold_row.count("| baseline |") == 0  # absent: "—"
+    unpaired = _markdown(summarize(rows, ["beta"], ["loss"]), ["beta"], ["loss"])
+    assert "±" not in unpaired and "Holm" not in unpaired and "(df = n − 1)" in unpaired
+    with pytest.raises(ConfigError, match="a difference to detect must be a number > 0"):
+        TableOptions(detect=(0.0,))
+    with pytest.raises(ConfigError, match=r"power must be in \(α, 1\)"):
+        TableOptions(power=1.0)
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +328,45 @@ def _rerun(out: Path, monkeypatch) -> tuple[list[str], object]:
         quiet=True,
     )
     return ran, table
+
+
+def test_a_finished_sweep_rerun_with_table_options_rewrites_its_tables_only(
+    small_sweep, monkeypatch, tmp_path
+):
+    import meanfield.sweeps as sweeps
+
+    out = tmp_path / "again"
+    shutil.copytree(small_sweep[0], out)
+    ran = []
+    monkeypatch.setattr(sweeps, "_run_point", lambda *a: ran.append(a) or {})
+    code = cli.main(
+        [
+            *ARGS[:-4],
+            "--set",
+            "train.steps=10",
+            "--set",
+            "train.figures=false",
+            "--grid",
+            "optim.lr=0.02,0.05",
+        ]
+        + ["--seeds", "0,1,2", "--baseline", "optim.lr=0.02", "--metric", "test_mse", "--quiet"]
+        + ["--log-scale", "test_mse", "--detect", "0.5", "--power", "0.9", "--out", str(out)]
+    )
+    assert code == 0 and ran == []  # nothing ran
+    text = (out / "summary.md").read_text()
+    assert "test_mse ratio vs baseline (95 % CI)" in text and "pairs for ln ratio = 0.5 (90 % power)" in text
+    header = (out / "summary.csv").read_text().splitlines()[0]
+    assert "test_mse:p_holm" in header and "test_mse:pairs_for_0.5" in header
+
+
+def test_bad_table_options_are_refused_before_anything_runs(tmp_path, capsys):
+    code = cli.main([*ARGS, "--grid", "model.n_particles=8", "--power", "0.01", "--out", str(tmp_path / "p")])
+    assert code == 2 and "power must be in" in capsys.readouterr().err and not (tmp_path / "p").exists()
+    code = cli.main(
+        [*ARGS, "--grid", "model.n_particles=8", "--metric", "test_mse", "--log-scale", "loss"]
+        + ["--out", str(tmp_path / "q")]
+    )
+    assert code == 2 and "log-scale metrics ['loss'] are not among" in capsys.readouterr().err
 
 
 def test_sweep_skips_finished_points_and_resumes_the_rest(small_sweep, monkeypatch):

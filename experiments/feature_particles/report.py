@@ -11,7 +11,12 @@ start (``environment.json`` ``started``) and duration (``summary.json`` ``wall_c
 where a run did not record it), see :func:`wall_clock`. Means carry Student-t 95 % intervals over
 the seeds; paired comparisons use the same seeds (same data, initialisation and batch order) and the paired
 t-test (:func:`meanfield.stats.paired_difference`). Test MSEs span orders of magnitude, so arms are compared
-on ``log10`` test MSE (a difference of −1 is a 10× smaller error).
+on ``log10`` test MSE (a difference of −1 is a 10× smaller error), and each MSE column has, beside the
+arithmetic mean, the geometric mean with the t interval of ``ln MSE`` mapped back
+(:func:`meanfield.stats.log_interval`). Every paired cell also carries its p-value adjusted by Holm's
+step-down procedure over the paired cells of the same table (:func:`meanfield.stats.holm`) and ``δ80``, the
+smallest difference the same test with the same pairs detects with 80 % power at α = 0.05 at the observed
+paired sd (:func:`meanfield.stats.detectable_difference`, noncentral t).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from meanfield.config import load_toml
-from meanfield.stats import paired_difference, t_interval
+from meanfield.stats import PairedDifference, holm, log_interval, paired_difference, t_interval
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -93,6 +98,70 @@ def ci(values) -> str:
     if not math.isfinite(i.lo):
         return fmt(i.mean)
     return f"{fmt(i.mean)} ({fmt(i.lo)} – {fmt(i.hi)})"
+
+
+def gci(values) -> str:
+    """The geometric mean and its 95 % interval (t interval of the logs, mapped back) of positive values."""
+    v = np.asarray(values, dtype=float)
+    if v.size == 0 or not (np.isfinite(v).all() and (v > 0).all()):
+        return "—"
+    i = log_interval(v)
+    if not math.isfinite(i.lo):
+        return fmt(i.center)
+    return f"{fmt(i.center)} ({fmt(i.lo)} – {fmt(i.hi)})"
+
+
+_family: list[tuple[PairedDifference, str]] | None = None  # the paired cells of the table being built
+
+
+def paired_cell(d: PairedDifference, digits: int) -> str:
+    """``mean (lo – hi), p = …``, or inside a :func:`holm_table` a placeholder that becomes
+    ``mean (lo – hi), p = …, Holm …, δ80 …`` once the table's p-values are known."""
+    if _family is not None:
+        _family.append((d, digits))
+        return f"\x00{len(_family) - 1}\x00"
+    return f"{d.mean:+.{digits}f} ({d.lo:+.{digits}f} – {d.hi:+.{digits}f}), p = {d.p_value:.1e}"
+
+
+LEGEND = (
+    "*Intervals in parentheses after a mean: 95 % Student-t intervals over the seeds (df = n − 1); for a "
+    "geometric mean, the t interval of the logs mapped back. Paired cells: mean paired difference (95 % t "
+    "interval, df = pairs − 1), p of the two-sided paired t-test, Holm: that p adjusted over the {k} paired "
+    "cells of this table, δ80: the smallest difference this test with these pairs detects with 80 % power at "
+    "α = 0.05 if the paired sd is the observed one (noncentral t).*"
+)
+
+
+LEGEND_MEANS = (
+    "*Intervals in parentheses: 95 % Student-t intervals of the mean over the seeds (df = n − 1); for a "
+    "geometric mean, the t interval of the logs mapped back.*"
+)
+
+
+def holm_table(build):
+    """Build a table whose paired cells get Holm's adjustment over all of them, and its legend."""
+
+    def wrapped(*args, **kwargs):
+        global _family
+        _family = []
+        try:
+            result = build(*args, **kwargs)
+            family = _family
+        finally:
+            _family = None
+        text, rest = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
+        adjusted = holm([d.p_value for d, _ in family])
+        for i, ((d, digits), q) in enumerate(zip(family, adjusted)):
+            cell = (
+                f"{d.mean:+.{digits}f} ({d.lo:+.{digits}f} – {d.hi:+.{digits}f}), p = {d.p_value:.1e}, "
+                f"Holm {q:.1e}, δ80 {d.detectable():.{digits}f}"
+            )
+            text = text.replace(f"\x00{i}\x00", cell)
+        text = text.rstrip("\n") + "\n\n" + LEGEND.format(k=len(family)) + "\n"
+        return (text, *rest) if rest else text
+
+    wrapped.__name__, wrapped.__doc__ = build.__name__, build.__doc__
+    return wrapped
 
 
 def at_step(run: dict, key: str, step: int) -> float:
@@ -166,21 +235,23 @@ def paired_log_mse(runs: dict, base: dict) -> str:
         np.log10([runs[s]["final"]["test_mse"] for s in common]),
         np.log10([base[s]["final"]["test_mse"] for s in common]),
     )
-    return f"{d.mean:+.2f} ({d.lo:+.2f} – {d.hi:+.2f}), p = {d.p_value:.1e}"
+    return paired_cell(d, 2)
 
 
+@holm_table
 def teacher_table(name: str, baselines: tuple[str, ...] = ("adam_mlp", "mf_beta0")) -> str:
     root = RESULTS / name
     arms = {a: load(root / a) for a, _ in ARMS if (root / a).exists()}
     failed = {a: not_finished(root / a) for a, _ in ARMS if (root / a).exists()}
     if not arms:
         return f"*(no runs in results/{name})*\n"
-    head = " | ".join(f"log10 MSE − `{b}` (95 % CI), p" for b in baselines)
+    head = " | ".join(f"log10 MSE − `{b}` (95 % CI), p, Holm, δ80" for b in baselines)
     first_eval = 1000
     lines = [
-        f"| arm | n | test MSE (95 % CI) | {head} | test MSE at step {{first}} | "
-        "aligned | coverage | modes | collapse | live | drift/noise at step 100 | CPU s/run |",
-        "|---|---|---|" + "---|" * len(baselines) + "---|---|---|---|---|---|---|---|",
+        f"| arm | n | test MSE: arithmetic mean (95 % CI) | test MSE: geometric mean (95 % CI, log scale) | {head} "
+        "| test MSE at step {first} | aligned | coverage | modes | collapse | live | drift/noise at step 100 "
+        "| CPU s/run |",
+        "|---|---|---|---|" + "---|" * len(baselines) + "---|---|---|---|---|---|---|---|",
     ]
     for arm, what in ARMS:
         runs = arms.get(arm)
@@ -189,7 +260,7 @@ def teacher_table(name: str, baselines: tuple[str, ...] = ("adam_mlp", "mf_beta0
                 f"| `{arm}`: {what} | {len(failed[arm])} | **did not finish**: {failed[arm][0]} "
                 f"({len(failed[arm])} of {len(failed[arm]) + len(runs or {})} runs) |"
                 + " |"
-                * (len(baselines) + 8)
+                * (len(baselines) + 9)
             )
         if not runs:
             continue
@@ -207,7 +278,7 @@ def teacher_table(name: str, baselines: tuple[str, ...] = ("adam_mlp", "mf_beta0
         ratio = [drift_to_noise(runs[s], 100) for s in seeds]
         ratio_text = "∞ (no noise)" if all(r == math.inf for r in ratio) else fmt(float(np.mean(ratio)))
         lines.append(
-            f"| `{arm}`: {what} | {len(seeds)} | {ci(mse)} | {diff} | {ci(early)} | {ci(get('aligned'))} | "
+            f"| `{arm}`: {what} | {len(seeds)} | {ci(mse)} | {gci(mse)} | {diff} | {ci(early)} | {ci(get('aligned'))} | "
             f"{ci(get('coverage'))} | {ci(get('modes'))} | {ci(get('collapse'))} | {ci(get('live'))} | "
             f"{ratio_text} | {np.mean([runs[s]['wall'] for s in seeds]):.1f} |"
         )
@@ -229,10 +300,11 @@ PAIRS = [  # (table, arm, against): extra paired comparisons quoted on the docs 
 ]
 
 
+@holm_table
 def pairs_table() -> str:
     lines = [
-        "| table | arm | against | n | log10 MSE difference (95 % CI) | p |",
-        "|---|---|---|---|---|---|",
+        "| table | arm | against | n | log10 MSE difference (95 % CI), p, Holm, δ80 |",
+        "|---|---|---|---|---|",
     ]
     for table, arm, other in PAIRS:
         if not (RESULTS / table / arm).exists() or not (RESULTS / table / other).exists():
@@ -245,10 +317,7 @@ def pairs_table() -> str:
             np.log10([a[s]["final"]["test_mse"] for s in common]),
             np.log10([b[s]["final"]["test_mse"] for s in common]),
         )
-        lines.append(
-            f"| {table} | `{arm}` | `{other}` | {len(common)} | {d.mean:+.2f} ({d.lo:+.2f} – {d.hi:+.2f}) | "
-            f"{d.p_value:.1e} |"
-        )
+        lines.append(f"| {table} | `{arm}` | `{other}` | {len(common)} | {paired_cell(d, 2)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -264,14 +333,16 @@ def lambda_table() -> tuple[str, dict]:
         wall += summary["wall_time_s"]
         rows.setdefault((int(d), float(beta)), []).append(summary["final"])
     lines = [
-        "| d | λ (β, mean-field units) | λ·d/4 | n | test MSE | alignment_max | aligned | coverage | modes |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| d | λ (β, mean-field units) | λ·d/4 | n | test MSE | test MSE: geometric mean (log scale) "
+        "| alignment_max | aligned | coverage | modes |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     curves: dict[int, list] = {}
     for (d, beta), finals in sorted(rows.items()):
         get = lambda k, finals=finals: [f[k] for f in finals]  # noqa: E731
         lines.append(
             f"| {d} | {beta:g} | {beta * d / 4:.3g} | {len(finals)} | {ci(get('test_mse'))} | "
+            f"{gci(get('test_mse'))} | "
             f"{ci(get('alignment_max'))} | {ci(get('aligned'))} | {ci(get('coverage'))} | {ci(get('modes'))} |"
         )
         curves.setdefault(d, []).append(
@@ -294,6 +365,8 @@ def lambda_table() -> tuple[str, dict]:
     )
     lines.append("")
     lines.append(f"Cost: {wall / 3600:.3f} CPU hours (Σ `wall_time_s`), {wall_clock([root])}.")
+    lines.append("")
+    lines.append(LEGEND_MEANS)
     return "\n".join(lines) + "\n", {"curves": curves, "crossings": crossings}
 
 
@@ -303,8 +376,8 @@ def lambda_long_table() -> str:
     if not root.exists():
         return "*(not run)*\n"
     lines = [
-        "| β | steps | n | test MSE | alignment_max | coverage |",
-        "|---|---|---|---|---|---|",
+        "| β | steps | n | test MSE | test MSE: geometric mean (log scale) | alignment_max | coverage |",
+        "|---|---|---|---|---|---|---|",
     ]
     wall = 0.0
     runs = {  # (steps, β, seed) -> the finished run folder, by its config.toml
@@ -325,13 +398,14 @@ def lambda_long_table() -> str:
             if finals:
                 get = lambda k, finals=finals: [f[k] for f in finals]  # noqa: E731
                 lines.append(
-                    f"| {beta:g} | {steps} | {len(finals)} | {ci(get('test_mse'))} | "
+                    f"| {beta:g} | {steps} | {len(finals)} | {ci(get('test_mse'))} | {gci(get('test_mse'))} | "
                     f"{ci(get('alignment_max'))} | {ci(get('coverage'))} |"
                 )
     lines.append("")
     lines.append(
         f"Cost of the 16,000-step runs: {wall / 3600:.3f} CPU hours (Σ `wall_time_s`), {wall_clock([root])}."
     )
+    lines += ["", LEGEND_MEANS]
     return "\n".join(lines) + "\n"
 
 
@@ -347,26 +421,30 @@ def anneal_table() -> str:
         beta = load_toml(p / "config.toml")["optim"]["beta"]
         rows.setdefault(float(beta["start"]), []).append(cfg["final"])
     lines = [
-        "| λ_max (cosine to λ_max/1000) | n | test MSE | alignment_max | aligned | coverage | modes |",
-        "|---|---|---|---|---|---|---|",
+        "| λ_max (cosine to λ_max/1000) | n | test MSE | test MSE: geometric mean (log scale) | alignment_max "
+        "| aligned | coverage | modes |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for start, finals in sorted(rows.items()):
         get = lambda k, finals=finals: [f[k] for f in finals]  # noqa: E731
         lines.append(
-            f"| {start:g} | {len(finals)} | {ci(get('test_mse'))} | {ci(get('alignment_max'))} | "
+            f"| {start:g} | {len(finals)} | {ci(get('test_mse'))} | {gci(get('test_mse'))} | "
+            f"{ci(get('alignment_max'))} | "
             f"{ci(get('aligned'))} | {ci(get('coverage'))} | {ci(get('modes'))} |"
         )
     lines.append("")
     lines.append(f"Cost: {wall / 3600:.3f} CPU hours (Σ `wall_time_s`), {wall_clock([root])}.")
+    lines += ["", LEGEND_MEANS]
     return "\n".join(lines) + "\n"
 
 
+@holm_table
 def image_table(name: str, baselines: tuple[str, ...] = ("adam_mlp", "mf_beta0")) -> str:
     root = RESULTS / name
     if not root.exists():
         return "*(not run)*\n"
     arms = {p.name: load(p) for p in sorted(root.iterdir()) if p.is_dir()}
-    head = " | ".join(f"accuracy − `{b}` (95 % CI), p" for b in baselines)
+    head = " | ".join(f"accuracy − `{b}` (95 % CI), p, Holm, δ80" for b in baselines)
     lines = [
         f"| arm | n | test accuracy | {head} | accuracy after 1 epoch | test loss | CPU s/run |",
         "|---|---|---|" + "---|" * len(baselines) + "---|---|---|",
@@ -386,7 +464,7 @@ def image_table(name: str, baselines: tuple[str, ...] = ("adam_mlp", "mf_beta0")
             d = paired_difference(
                 [runs[s]["final"]["accuracy"] for s in common], [base[s]["final"]["accuracy"] for s in common]
             )
-            diffs.append(f"{d.mean:+.4f} ({d.lo:+.4f} – {d.hi:+.4f}), p = {d.p_value:.1e}")
+            diffs.append(paired_cell(d, 4))
         first_eval = min(r["step"] for r in runs[seeds[0]]["metrics"] if "accuracy" in r)
         early = [at_step(runs[s], "accuracy", first_eval) for s in seeds]
         lines.append(
