@@ -21,6 +21,7 @@ import torch
 
 from . import _background
 from ._checks import check_int, check_positive
+from .seeds import resolve_generator
 
 __all__ = ["NoiseSource", "GaussianNoise", "RademacherNoise", "BrownianIncrements"]
 
@@ -257,13 +258,15 @@ class BrownianIncrements(NoiseSource):
         shape: tuple[int, ...],
         dt: float,
         *,
-        generator: torch.Generator,
+        generator: torch.Generator | int,
         dtype: torch.dtype = torch.float64,
         device: str | torch.device = "cpu",
         levy_area: bool = False,
     ) -> BrownianIncrements:
-        """Draw ``n_steps`` increments ``dW_n ~ N(0, dt·I)`` (and ``H_n ~ N(0, dt/12·I)`` if ``levy_area``)."""
+        """Draw ``n_steps`` increments ``dW_n ~ N(0, dt·I)`` (and ``H_n ~ N(0, dt/12·I)`` if ``levy_area``);
+        ``generator`` a ``torch.Generator`` on ``device`` or an int seed (Python or numpy integer)."""
         n_steps, dt = check_int("n_steps", n_steps), check_positive("dt", dt)
+        generator, _ = resolve_generator(generator, device, allow_none=False)
         full = (n_steps, *shape)
         dW = torch.empty(full, dtype=dtype, device=device).normal_(
             0.0, math.sqrt(dt), generator=generator

@@ -136,25 +136,35 @@ class _Blocks:
 # Σ_j φ(|x_i − y_j|²) v_j
 
 
-def _radial_sum_torch(x, y, phi, values, max_elements):
+def _radial_sum_torch(x, y, phi, values, max_elements, exclude_self=False):
     B, M, _ = x.shape
     N = y.shape[1]
     x, y = _centred(x, y)
     y2 = y.square().sum(-1)  # (B, N)
     rows = min(M, _rows(B, N, max_elements))
     if torch.is_grad_enabled() and any(t.requires_grad for t in (x, y, values)):
-        blocks = [  # a list, not writes into a buffer: the result stays differentiable
-            torch.bmm(phi(_squared_distances(x[:, start : start + rows], y, y2)), values)  # (B, c, k)
-            for start in range(0, M, rows)
-        ]
+        blocks = []  # a list, not writes into a buffer: the result stays differentiable
+        for start in range(0, M, rows):
+            g = phi(_squared_distances(x[:, start : start + rows], y, y2))  # (B, c, N)
+            if exclude_self:
+                g = g.masked_fill(_diagonal_mask(g.shape[1], N, start, g.device), 0.0)  # (B, c, N)
+            blocks.append(torch.bmm(g, values))  # (B, c, k)
         return blocks[0] if len(blocks) == 1 else torch.cat(blocks, 1)  # (B, M, k)
     out = torch.empty(B, M, values.shape[-1], dtype=values.dtype, device=values.device)  # (B, M, k)
     work = _Blocks(B, rows, N, x)
     for start in range(0, M, rows):
         xi = x[:, start : start + rows]  # (B, c, d)
         g = phi(_squared_distances(xi, y, y2, out=work.take(xi.shape[1])))  # (B, c, N)
+        if exclude_self:
+            g.diagonal(offset=start, dim1=1, dim2=2).zero_()  # g[:, i, start + i] = 0: the pairs j = i
         torch.bmm(g, values, out=out[:, start : start + rows])  # (B, c, k)
     return out
+
+
+def _diagonal_mask(c: int, N: int, start: int, device) -> torch.Tensor:
+    """``(c, N)`` bool, true at ``(i, start + i)``: the self-pairs of a block of rows ``start … start + c``."""
+    rows = torch.arange(c, device=device)  # (c,)
+    return torch.arange(N, device=device)[None, :] == (rows + start)[:, None]  # (c, N)
 
 
 def _radial_sum_keops(x, y, phi, values, scale):
@@ -162,12 +172,21 @@ def _radial_sum_keops(x, y, phi, values, scale):
 
     # φ is applied to s·|x − y|² = |√s x − √s y|²: constants stay out of the compiled formula when
     # ``phi`` is written in the scaled variable (as GaussianInteraction's is).
-    root = scale**0.5
+    root = _root(scale, x)  # a number or (B, 1, 1)
     X = LazyTensor((root * x).unsqueeze(2).contiguous())  # (B, M, 1, d)
     Y = LazyTensor((root * y).unsqueeze(1).contiguous())  # (B, 1, N, d)
     V = LazyTensor(values.unsqueeze(1).contiguous())  # (B, 1, N, k)
     r2 = ((X - Y) ** 2).sum(-1)  # (B, M, N) symbolic
     return (phi(r2) * V).sum(dim=2)  # (B, M, k)
+
+
+def _root(scale: float | torch.Tensor, x: torch.Tensor) -> float | torch.Tensor:
+    """``√s`` as a number, or per replica as ``(B, 1, 1)`` in ``x``'s dtype and device."""
+    if not torch.is_tensor(scale):
+        return scale**0.5
+    if scale.numel() != x.shape[0]:
+        raise ValueError(f"scale has {scale.numel()} per-replica values, but x has B = {x.shape[0]} replicas")
+    return scale.to(dtype=x.dtype, device=x.device).reshape(-1, 1, 1).sqrt()  # (B, 1, 1)
 
 
 def radial_sum(
@@ -176,11 +195,16 @@ def radial_sum(
     phi: Callable,
     values: torch.Tensor,
     *,
-    scale: float = 1.0,
+    scale: float | torch.Tensor = 1.0,
     backend: str = "auto",
     max_elements: int = MAX_ELEMENTS,
+    exclude_self: bool = False,
 ) -> tuple[torch.Tensor, str]:
     r"""``out_i = Σ_j φ(s·|x_i − y_j|²) v_j`` per replica, without the ``M × N`` matrix.
+
+    With ``exclude_self`` (``y`` the same cloud as ``x``) the sum is over ``j ≠ i``: the self-pair, where
+    the distance is 0 and a kernel singular there (``−log r``, ``1/r``) has no value, is left out — the
+    block's entries ``(i, i)`` are set to 0 after ``φ``, so ``φ(0) = ±∞`` or NaN never reaches the sum.
 
     Args:
         x: ``(B, M, d)``.
@@ -188,19 +212,32 @@ def radial_sum(
         phi: ``φ``, applied elementwise to a tensor of scaled squared distances (torch) or to a KeOps
             ``LazyTensor`` (so write it with operators and methods, ``(-r2).exp()``, not ``torch.exp``).
         values: ``v``, shape ``(B, N, k)``.
-        scale: ``s > 0``, multiplies the squared distances before ``φ``.
+        scale: ``s > 0``, multiplies the squared distances before ``φ``: a number, or one per replica
+            (shape ``(B,)``).
         backend: ``"auto"``, ``"torch"`` or ``"keops"``.
         max_elements: block size of the torch path (``B × rows × N``).
+        exclude_self: leave out the pairs ``j = i`` (needs ``M = N``: ``y`` is ``x``); torch backend only.
 
     Returns:
         ``(out (B, M, k), backend used)``.
     """
     used = resolve_backend(backend, x.shape[-1], x.device)
+    if exclude_self and x.shape[1] != y.shape[1]:
+        raise ValueError(
+            f"exclude_self leaves out the pairs j = i of one cloud: x and y must be the same cloud, "
+            f"got M = {x.shape[1]} and N = {y.shape[1]} points"
+        )
     if used == "keops":
+        if exclude_self:
+            raise ValueError(
+                "exclude_self (leaving out the self-pairs of a singular kernel) runs on the torch backend only; "
+                "use backend='torch' (or 'auto')"
+            )
         return _radial_sum_keops(x, y, phi, values, scale), used
-    if scale != 1.0:
-        x, y = x * scale**0.5, y * scale**0.5  # (B, M, d), (B, N, d)
-    return _radial_sum_torch(x, y, phi, values, max_elements), used
+    if torch.is_tensor(scale) or scale != 1.0:
+        root = _root(scale, x)  # a number or (B, 1, 1)
+        x, y = x * root, y * root  # (B, M, d), (B, N, d)
+    return _radial_sum_torch(x, y, phi, values, max_elements, exclude_self), used
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -9,6 +9,13 @@ Confinements implement ``energy(x) -> (B, M)`` and ``grad(x) -> (B, M, d)``; int
 ``energy(x) -> (B, M)`` (the per-particle interaction ``1/M Σ_j W(x_i − x_j)``) and
 ``mean_field_grad(x) -> (B, M, d)`` (``1/M Σ_j ∇W(x_i − x_j)``). The free energy of the empirical law is
 ``Σ_i [V(x_i) + ½ · 1/M Σ_j W(x_i − x_j)] / M`` plus the entropy term.
+
+**Per-replica parameters.** Every numeric parameter (``Quadratic(a)``, ``DoubleWell``'s coefficients,
+``QuadraticInteraction(k)``, ``Alignment(kappa)``, the strength and width of the radial interactions) is a
+number or one value per replica: a tensor of shape ``(B,)`` (or ``(B, 1, 1)``), so that one state
+``(B, M, d)`` runs B parameter values at once, replica ``b`` with value ``[b]``. A number gives the same
+numbers as before, bit for bit; per-replica values are kept as a float64 ``(B,)`` tensor (the attribute
+reads it back) and must match the state's ``B``.
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ from collections.abc import Callable
 
 import torch
 
-from ._checks import check_finite, check_int, check_nonnegative
+from ._checks import check_int
+from ._replicas import Param, at, per_replica
 from .pairwise import radial_sum, resolve_backend
 
 __all__ = [
@@ -31,11 +39,17 @@ __all__ = [
     "Alignment",
     "RadialInteraction",
     "GaussianInteraction",
+    "LogInteraction",
+    "RieszInteraction",
 ]
 
 
 class Confinement(ABC):
     """A one-particle potential ``V: R^d → R``."""
+
+    def parameters(self) -> dict[str, Param]:
+        """The numeric parameters by name (numbers or per-replica ``(B,)`` tensors), for the replica check."""
+        return {}
 
     @abstractmethod
     def energy(self, x: torch.Tensor) -> torch.Tensor:
@@ -51,6 +65,10 @@ class Interaction(ABC):
     ``W(z) = W(−z)``, but any ``W(x_i, x_j) = W(x_j, x_i)`` works (e.g. :class:`Alignment`), since the
     drift only uses ``mean_field_grad``."""
 
+    def parameters(self) -> dict[str, Param]:
+        """The numeric parameters by name (numbers or per-replica ``(B,)`` tensors), for the replica check."""
+        return {}
+
     @abstractmethod
     def energy(self, x: torch.Tensor) -> torch.Tensor:
         """``1/M Σ_j W(x_i − x_j)`` for each particle: ``(B, M, d) -> (B, M)``."""
@@ -64,34 +82,59 @@ class Quadratic(Confinement):
     """``V(x) = a/2 · |x|²``, ``∇V(x) = a·x`` (the Ornstein–Uhlenbeck confinement).
 
     Args:
-        a: curvature, ``a ≥ 0``.
+        a: curvature, ``a ≥ 0``: a number, or one per replica (shape ``(B,)``).
     """
 
-    def __init__(self, a: float = 1.0) -> None:
-        self.a = check_nonnegative("a", a)
+    def __init__(self, a: float | torch.Tensor = 1.0) -> None:
+        self.a = per_replica("a", a, minimum=0.0)
+
+    def parameters(self) -> dict[str, Param]:
+        return {"a": self.a}
 
     def energy(self, x: torch.Tensor) -> torch.Tensor:
-        return 0.5 * self.a * x.square().sum(-1)  # (B, M)
+        return 0.5 * at(self.a, x, "a", 2) * x.square().sum(-1)  # (B, M)
 
     def grad(self, x: torch.Tensor) -> torch.Tensor:
-        return self.a * x  # (B, M, d)
+        return at(self.a, x, "a") * x  # (B, M, d)
 
     def __repr__(self) -> str:
         return f"Quadratic(a={self.a})"
 
 
 class DoubleWell(Confinement):
-    """``V(x) = Σ_k (x_k⁴/4 − x_k²/2)``, ``∇V(x) = x³ − x`` per coordinate: wells at ``x_k = ±1``."""
+    """``V(x) = Σ_k (c₄·x_k⁴/4 − c₂·x_k²/2)``, ``∇V(x) = c₄x³ − c₂x`` per coordinate: wells at
+    ``x_k = ±sqrt(c₂/c₄)``, barrier ``c₂²/(4c₄)`` per coordinate. The default ``c₄ = c₂ = 1`` is
+    ``x⁴/4 − x²/2`` with wells at ``±1``.
+
+    Args:
+        quartic: ``c₄ > 0``, a number or one per replica (shape ``(B,)``).
+        quadratic: ``c₂`` (any sign; ``c₂ ≤ 0`` has a single well at 0), a number or one per replica.
+    """
+
+    def __init__(self, quartic: float | torch.Tensor = 1.0, quadratic: float | torch.Tensor = 1.0) -> None:
+        self.quartic = per_replica("quartic", quartic, minimum=0.0, strict=True)
+        self.quadratic = per_replica("quadratic", quadratic)
+        self._plain = not torch.is_tensor(self.quartic) and self.quartic == 1.0  # x⁴/4 as before: no factor
+
+    def parameters(self) -> dict[str, Param]:
+        return {"quartic": self.quartic, "quadratic": self.quadratic}
 
     def energy(self, x: torch.Tensor) -> torch.Tensor:
         x2 = x.square()  # (B, M, d)
-        return (0.25 * x2.square() - 0.5 * x2).sum(-1)  # (B, M)
+        c4, c2 = at(self.quartic, x, "quartic"), at(self.quadratic, x, "quadratic")  # numbers or (B, 1, 1)
+        quartic = 0.25 * x2.square() if self._plain else (0.25 * c4) * x2.square()  # (B, M, d)
+        return (quartic - (0.5 * c2) * x2).sum(-1)  # (B, M)
 
     def grad(self, x: torch.Tensor) -> torch.Tensor:
-        return x * (x.square() - 1.0)  # (B, M, d)
+        c4, c2 = at(self.quartic, x, "quartic"), at(self.quadratic, x, "quadratic")  # numbers or (B, 1, 1)
+        if self._plain:
+            return x * (x.square() - c2)  # (B, M, d)
+        return x * (c4 * x.square() - c2)  # (B, M, d)
 
     def __repr__(self) -> str:
-        return "DoubleWell()"
+        if not torch.is_tensor(self.quadratic) and self._plain and self.quadratic == 1.0:
+            return "DoubleWell()"
+        return f"DoubleWell(quartic={self.quartic}, quadratic={self.quadratic})"
 
 
 class QuadraticInteraction(Interaction):
@@ -100,20 +143,23 @@ class QuadraticInteraction(Interaction):
     ``1/M Σ_j ∇W(x_i − x_j) = k·(x_i − x̄)`` with ``x̄ = 1/M Σ_j x_j``: O(M) per replica, no pairs.
 
     Args:
-        k: strength; ``k > 0`` attracts, ``k < 0`` repels.
+        k: strength; ``k > 0`` attracts, ``k < 0`` repels: a number, or one per replica (shape ``(B,)``).
     """
 
-    def __init__(self, k: float = 1.0) -> None:
-        self.k = check_finite("k", k)
+    def __init__(self, k: float | torch.Tensor = 1.0) -> None:
+        self.k = per_replica("k", k)
+
+    def parameters(self) -> dict[str, Param]:
+        return {"k": self.k}
 
     def energy(self, x: torch.Tensor) -> torch.Tensor:
         # 1/M Σ_j k/2 |x_i − x_j|² = k/2 (|x_i − x̄|² + Var), Var = 1/M Σ_j |x_j − x̄|²
         centred = x - x.mean(1, keepdim=True)  # (B, M, d)
         sq = centred.square().sum(-1)  # (B, M)
-        return 0.5 * self.k * (sq + sq.mean(1, keepdim=True))  # (B, M)
+        return 0.5 * at(self.k, x, "k", 2) * (sq + sq.mean(1, keepdim=True))  # (B, M)
 
     def mean_field_grad(self, x: torch.Tensor) -> torch.Tensor:
-        return self.k * (x - x.mean(1, keepdim=True))  # (B, M, d)
+        return at(self.k, x, "k") * (x - x.mean(1, keepdim=True))  # (B, M, d)
 
     def __repr__(self) -> str:
         return f"QuadraticInteraction(k={self.k})"
@@ -127,17 +173,21 @@ class Alignment(Interaction):
     term the projection removes.
 
     Args:
-        kappa: strength; ``κ > 0`` aligns, ``κ < 0`` anti-aligns.
+        kappa: strength; ``κ > 0`` aligns, ``κ < 0`` anti-aligns: a number, or one per replica (shape
+            ``(B,)``), e.g. ``Alignment(torch.linspace(0.5, 4.0, 16))`` for a coupling sweep in one call.
     """
 
-    def __init__(self, kappa: float = 1.0) -> None:
-        self.kappa = check_finite("kappa", kappa)
+    def __init__(self, kappa: float | torch.Tensor = 1.0) -> None:
+        self.kappa = per_replica("kappa", kappa)
+
+    def parameters(self) -> dict[str, Param]:
+        return {"kappa": self.kappa}
 
     def energy(self, x: torch.Tensor) -> torch.Tensor:
-        return -self.kappa * (x * x.mean(1, keepdim=True)).sum(-1)  # (B, M)
+        return -at(self.kappa, x, "kappa", 2) * (x * x.mean(1, keepdim=True)).sum(-1)  # (B, M)
 
     def mean_field_grad(self, x: torch.Tensor) -> torch.Tensor:
-        return (-self.kappa * x.mean(1, keepdim=True)).expand_as(x)  # (B, M, d)
+        return (-at(self.kappa, x, "kappa") * x.mean(1, keepdim=True)).expand_as(x)  # (B, M, d)
 
     def __repr__(self) -> str:
         return f"Alignment(kappa={self.kappa})"
@@ -156,11 +206,25 @@ class RadialInteraction(Interaction):
     :attr:`backend_used` says which backend the last call used. Writing ``ψ`` in ``|z|²`` keeps the gradient
     smooth at ``z = 0``.
 
+    **The self-pair.** The sums run over all ``j``, ``i`` included, where ``z = 0``: for a smooth kernel that
+    term adds ``ψ(0)/M`` to the energy and nothing to the drift (``∇W(0) = 0``). A kernel singular at 0
+    (``−log|z|``, Coulomb, Riesz) has no value there, and including it would make the drift NaN at the first
+    step. So ``self_pair=None`` (the default) leaves the ``j = i`` term out exactly when ``ψ(0)`` or ``ψ'(0)``
+    is not finite (probed once, on a float64 zero), and keeps it otherwise; ``True``/``False`` decide
+    explicitly. Left out, the sums are ``1/M Σ_{j≠i}`` (the mean-field ``1/M``, not ``1/(M − 1)``). Two
+    *different* particles at the same point still meet the singularity: that is the model's, not the code's.
+
+    **Per-replica parameters.** ``ψ`` and ``ψ'`` are applied (on the torch backend) to blocks of squared
+    distances of shape ``(B, rows, M)``, so a ``(B, 1, 1)`` tensor inside them broadcasts per replica; the
+    built-in subclasses take their strength and width as per-replica values directly.
+
     Args:
         psi: ``ψ``, applied elementwise to a tensor of squared distances.
         dpsi: ``ψ'``, applied elementwise likewise.
         max_elements: the largest ``B × rows × M`` block the torch backend builds at once.
         backend: ``"auto"``, ``"torch"`` or ``"keops"``.
+        self_pair: include the ``j = i`` term (``True``), leave it out (``False``), or decide from the
+            kernel's value at 0 (``None``).
     """
 
     def __init__(
@@ -169,49 +233,79 @@ class RadialInteraction(Interaction):
         dpsi: Callable[[torch.Tensor], torch.Tensor],
         max_elements: int = 1 << 22,
         backend: str = "auto",
+        self_pair: bool | None = None,
     ) -> None:
         if not callable(psi) or not callable(dpsi):
             raise TypeError("psi and dpsi must be callables of a tensor of squared distances")
+        if self_pair is not None and not isinstance(self_pair, bool):
+            raise TypeError(f"self_pair must be True, False or None (decide from ψ(0)), got {self_pair!r}")
         self.psi, self.dpsi = psi, dpsi
         self.max_elements = check_int("max_elements", max_elements)
         resolve_backend(backend, 1)  # refuses an unknown name, or "keops" without pykeops, now
         self.backend = backend
         self.backend_used: str | None = None
         self._keops_fails = False  # ψ or ψ' could not be applied to a KeOps LazyTensor
+        self.self_pair = self._singular_at_zero() is False if self_pair is None else self_pair
 
-    def _kernels(self) -> tuple[Callable, Callable, float, float, float]:
+    def _singular_at_zero(self) -> bool:
+        """Whether ``ψ(0)`` or ``ψ'(0)`` is not finite (or cannot be evaluated), on a float64 zero."""
+        zero = torch.zeros(1, 1, 1, dtype=torch.float64)  # (1, 1, 1)
+        try:
+            with torch.no_grad():
+                values = [torch.as_tensor(f(zero.clone())) for f in (self.psi, self.dpsi)]
+        except (ArithmeticError, RuntimeError, ValueError):
+            return True
+        return not all(bool(torch.isfinite(v).all()) for v in values)
+
+    def _kernels(self) -> tuple[Callable, Callable, Param, Param, Param]:
         """``(φ_energy, φ_grad, s, c_energy, c_grad)`` with ``ψ(r²) = c_energy·φ_energy(s r²)`` and
-        ``2ψ'(r²) = c_grad·φ_grad(s r²)`` (constants outside the reduction: one KeOps formula for all)."""
+        ``2ψ'(r²) = c_grad·φ_grad(s r²)`` (constants outside the reduction: one KeOps formula for all; each
+        of ``s``, ``c_energy``, ``c_grad`` a number or per-replica ``(B,)`` values)."""
         return self.psi, (lambda r2: 2.0 * self.dpsi(r2)), 1.0, 1.0, 1.0
 
-    def _pair_sums(self, x: torch.Tensor, phi: Callable, values: torch.Tensor, scale: float) -> torch.Tensor:
-        """``Σ_j φ(s·|x_i − x_j|²) v_j``, shape ``(B, M, k)``, on the chosen backend."""
+    def _pair_sums(self, x: torch.Tensor, phi: Callable, values: torch.Tensor, scale: Param) -> torch.Tensor:
+        """``Σ_j φ(s·|x_i − x_j|²) v_j`` (``j ≠ i`` unless :attr:`self_pair`), shape ``(B, M, k)``."""
         backend = resolve_backend(self.backend, x.shape[-1], x.device)
-        if backend == "keops" and self._keops_fails and self.backend == "auto":
+        if backend == "keops" and (self._keops_fails or not self.self_pair) and self.backend == "auto":
             backend = "torch"
+        exclude = not self.self_pair
         if backend == "keops":
             try:
-                out, self.backend_used = radial_sum(x, x, phi, values, scale=scale, backend="keops")
+                out, self.backend_used = radial_sum(
+                    x, x, phi, values, scale=scale, backend="keops", exclude_self=exclude
+                )
                 return out
             except TypeError:  # ψ' uses a torch function that a LazyTensor does not support
                 if self.backend == "keops":
                     raise
                 self._keops_fails = True
         out, self.backend_used = radial_sum(
-            x, x, phi, values, scale=scale, backend="torch", max_elements=self.max_elements
+            x,
+            x,
+            phi,
+            values,
+            scale=scale,
+            backend="torch",
+            max_elements=self.max_elements,
+            exclude_self=exclude,
         )
         return out
 
     def energy(self, x: torch.Tensor) -> torch.Tensor:
         phi, _, scale, c, _ = self._kernels()
         ones = torch.ones_like(x[..., :1])  # (B, M, 1)
-        return self._pair_sums(x, phi, ones, scale)[..., 0] * (c / x.shape[1])  # (B, M)
+        sums = self._pair_sums(x, phi, ones, scale)[..., 0]  # (B, M)
+        if torch.is_tensor(c):
+            return sums * (at(c, x, "c", 2) / x.shape[1])  # (B, M)
+        return sums * (c / x.shape[1])  # (B, M)
 
     def mean_field_grad(self, x: torch.Tensor) -> torch.Tensor:
         _, phi, scale, _, c = self._kernels()
         x = x - x.mean(1, keepdim=True)  # (B, M, d) centred: x_i Σ g − Σ g x_j loses less to round-off
         values = torch.cat((torch.ones_like(x[..., :1]), x), -1)  # (B, M, 1 + d)
         sums = self._pair_sums(x, phi, values, scale)  # (B, M, 1 + d): Σ_j g_ij, Σ_j g_ij x_j
+        if torch.is_tensor(c):
+            return (x * sums[..., :1] - sums[..., 1:]) * (at(c, x, "c") / x.shape[1])  # (B, M, d)
         return (x * sums[..., :1] - sums[..., 1:]) * (c / x.shape[1])  # (B, M, d)
 
     def __repr__(self) -> str:
@@ -222,28 +316,51 @@ class GaussianInteraction(RadialInteraction):
     """``W(z) = c · exp(−|z|²/(2ℓ²))``: ``c > 0`` repels nearby particles, ``c < 0`` attracts them.
 
     With ``s = 1/(2ℓ²)``: ``ψ(r²) = c·e^{−s r²}`` and ``2ψ'(r²) = −2sc·e^{−s r²}``; the reduction is
-    ``Σ_j e^{−|√s x_i − √s x_j|²}(1, x_j)`` whatever ``c`` and ``ℓ`` (one compiled KeOps formula).
+    ``Σ_j e^{−|√s x_i − √s x_j|²}(1, x_j)`` whatever ``c`` and ``ℓ`` (one compiled KeOps formula). Per
+    replica, ``c`` multiplies the sums and ``√s`` scales the replica's particles before them.
 
     Args:
-        c: strength.
-        length: the width ``ℓ > 0``.
+        c: strength, a number or one per replica (shape ``(B,)``).
+        length: the width ``ℓ > 0``, a number or one per replica.
         max_elements: the largest block of the torch backend.
         backend: ``"auto"``, ``"torch"`` or ``"keops"``.
     """
 
     def __init__(
-        self, c: float = 1.0, length: float = 1.0, max_elements: int = 1 << 22, backend: str = "auto"
+        self,
+        c: float | torch.Tensor = 1.0,
+        length: float | torch.Tensor = 1.0,
+        max_elements: int = 1 << 22,
+        backend: str = "auto",
     ) -> None:
-        c, length = check_finite("c", c), check_finite("length", length)
-        s = 1.0 / (2.0 * length**2) if length > 0 else math.inf
-        if not math.isfinite(s):
-            raise ValueError(
-                f"GaussianInteraction needs length > 0 with 1/(2·length²) finite, got length={length}"
-            )
+        c, length = per_replica("c", c), per_replica("length", length)
+        if torch.is_tensor(length):
+            s = 1.0 / (2.0 * length.square())  # (B,)
+            bad = ~(torch.isfinite(s) & (length > 0))  # (B,)
+            if bool(bad.any()):
+                i = int(bad.nonzero()[0])
+                raise ValueError(
+                    f"GaussianInteraction needs length > 0 with 1/(2·length²) finite, got length[{i}]="
+                    f"{float(length[i])}"
+                )
+        else:
+            s = 1.0 / (2.0 * length**2) if length > 0 else math.inf
+            if not math.isfinite(s):
+                raise ValueError(
+                    f"GaussianInteraction needs length > 0 with 1/(2·length²) finite, got length={length}"
+                )
         self.c, self.length, self._s = c, length, s
-        super().__init__(
-            lambda r2: c * torch.exp(-s * r2), lambda r2: -s * c * torch.exp(-s * r2), max_elements, backend
-        )
+
+        def psi(r2: torch.Tensor) -> torch.Tensor:  # ψ(r²) = c·e^{−s r²} on blocks (B, rows, M)
+            return at(c, r2, "c") * torch.exp(-at(s, r2, "length") * r2)
+
+        def dpsi(r2: torch.Tensor) -> torch.Tensor:  # ψ'(r²) = −s·c·e^{−s r²}
+            return -at(s, r2, "length") * at(c, r2, "c") * torch.exp(-at(s, r2, "length") * r2)
+
+        super().__init__(psi, dpsi, max_elements, backend, self_pair=True)  # smooth at 0: keep j = i
+
+    def parameters(self) -> dict[str, Param]:
+        return {"c": self.c, "length": self.length}
 
     def _kernels(self):
         s = self._s
@@ -259,3 +376,95 @@ def _gaussian_kernel(u):
     if isinstance(u, torch.Tensor) and not (u.requires_grad and torch.is_grad_enabled()):
         return u.neg_().exp_()
     return (-u).exp()
+
+
+class LogInteraction(RadialInteraction):
+    """``W(z) = −c·log|z| = −c/2·log(|z|²)``: logarithmic repulsion (``c > 0``), singular at ``z = 0``.
+
+    ``ψ(r²) = −c/2·log r²`` and ``2ψ'(r²) = −c/r²``, so the drift's pair term is
+    ``−1/M Σ_{j≠i} ∇W(x_i − x_j) = c/M Σ_{j≠i} (x_i − x_j)/|x_i − x_j|²``. In d = 1 this is the interaction
+    of Dyson Brownian motion: with ``V = a x²/2`` the mean-field law at low temperature is the semicircle
+    of radius ``R = sqrt(2c/a)`` (variance ``R²/4 = c/(2a)``); in d = 2 it is the Coulomb (log-gas)
+    interaction. The self-pair ``j = i`` is always left out (see :class:`RadialInteraction`).
+
+    Args:
+        c: strength, a number or one per replica (shape ``(B,)``); ``c > 0`` repels.
+        max_elements: the largest block of the torch backend.
+        backend: ``"auto"``, ``"torch"`` or ``"keops"``.
+    """
+
+    def __init__(
+        self, c: float | torch.Tensor = 1.0, max_elements: int = 1 << 22, backend: str = "auto"
+    ) -> None:
+        self.c = per_replica("c", c)
+        super().__init__(
+            lambda r2: -0.5 * r2.log(), lambda r2: -0.5 / r2, max_elements, backend, self_pair=False
+        )
+
+    def parameters(self) -> dict[str, Param]:
+        return {"c": self.c}
+
+    def _kernels(self):
+        return _log_kernel, _inverse_kernel, 1.0, self.c, -self.c
+
+    def __repr__(self) -> str:
+        return f"LogInteraction(c={self.c})"
+
+
+class RieszInteraction(RadialInteraction):
+    """``W(z) = c·|z|^{−s}/s`` for ``s > 0``: Riesz repulsion (``c > 0``), singular at ``z = 0``; ``s = d − 2``
+    is Coulomb's in ``d ≥ 3`` (``s → 0`` gives :class:`LogInteraction`).
+
+    ``ψ(r²) = c/s·(r²)^{−s/2}`` and ``2ψ'(r²) = −c·(r²)^{−s/2−1}``, so ``∇W(z) = −c·z/|z|^{s+2}``. The
+    self-pair ``j = i`` is always left out (see :class:`RadialInteraction`).
+
+    Args:
+        s: the exponent ``s > 0`` (a number: it sets the kernel's formula).
+        c: strength, a number or one per replica (shape ``(B,)``).
+        max_elements: the largest block of the torch backend.
+        backend: ``"auto"``, ``"torch"`` or ``"keops"``.
+    """
+
+    def __init__(
+        self,
+        s: float = 1.0,
+        c: float | torch.Tensor = 1.0,
+        max_elements: int = 1 << 22,
+        backend: str = "auto",
+    ) -> None:
+        self.s = per_replica("s", s, minimum=0.0, strict=True)
+        if torch.is_tensor(self.s):
+            raise TypeError(
+                "RieszInteraction's exponent s must be a number (it sets the kernel), not per replica"
+            )
+        self.c = per_replica("c", c)
+        half = 0.5 * self.s
+        self._energy_kernel = lambda r2: r2 ** (-half)
+        self._grad_kernel = lambda r2: r2 ** (-half - 1.0)
+        super().__init__(
+            lambda r2: r2 ** (-half) / self.s,
+            lambda r2: -half * r2 ** (-half - 1.0) / self.s,
+            max_elements,
+            backend,
+            self_pair=False,
+        )
+
+    def parameters(self) -> dict[str, Param]:
+        return {"c": self.c}
+
+    def _kernels(self):
+        c = self.c
+        return self._energy_kernel, self._grad_kernel, 1.0, c / self.s, -c
+
+    def __repr__(self) -> str:
+        return f"RieszInteraction(s={self.s}, c={self.c})"
+
+
+def _log_kernel(r2):
+    """``−½ log r²`` (``ψ`` of :class:`LogInteraction` with ``c = 1``)."""
+    return -0.5 * r2.log()
+
+
+def _inverse_kernel(r2):
+    """``1/r²`` (``2ψ'`` of :class:`LogInteraction` is ``−c/r²``)."""
+    return 1.0 / r2

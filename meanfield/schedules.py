@@ -10,6 +10,12 @@ naming it in :data:`SCHEDULES`) and :func:`schedule_from_dict` rebuilds it, so a
 TOML config and in a checkpoint read by ``torch.load(weights_only=True)``. :func:`schedule_to_data` turns
 a number or a schedule into such data and refuses an arbitrary callable (a lambda has no data form).
 
+**Per-replica levels.** Every level (``value``, ``start``, ``end``, each of ``values``) is a number or one
+value per replica, a tensor of shape ``(B,)``; a schedule with per-replica levels returns a float64 ``(B,)``
+tensor (replica ``b`` follows the schedule of its own levels, on the shared clock), which
+:class:`meanfield.MeanFieldLangevin` takes as a per-replica temperature. Its ``to_dict()`` writes such a
+level as a list, which :func:`schedule_from_dict` reads back.
+
 Example:
     >>> from meanfield.schedules import Cosine
     >>> beta = Cosine(start=1.0, end=0.01, T=1000)
@@ -26,7 +32,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from ._checks import check_finite, check_positive
+from ._replicas import Param, per_replica
 
 __all__ = [
     "Schedule",
@@ -44,39 +53,69 @@ __all__ = [
 Schedule = Callable[[float], float]
 
 
+def _level(name: str, value: object, minimum: float | None = None, strict: bool = False) -> Param:
+    """A level: a number (``float``) or per-replica values (a float64 ``(B,)`` tensor)."""
+    return per_replica(name, value, minimum=minimum, strict=strict)
+
+
+def _data(value: Param) -> float | list[float]:
+    """A level as plain data: a number, or the list of its per-replica values."""
+    return value.tolist() if torch.is_tensor(value) else value
+
+
+def _same(a: object, b: object) -> bool:
+    """Equality of two schedules' data (per-replica levels compared as lists)."""
+    return type(a) is type(b) and a.to_dict() == b.to_dict()
+
+
 def _check_horizon(T: float) -> float:
     return check_positive("T (the length of the schedule)", T)
 
 
 @dataclass(frozen=True)
 class Constant:
-    """``λ_s = value`` for every ``s``."""
+    """``λ_s = value`` for every ``s`` (a number, or per-replica values ``(B,)``)."""
 
-    value: float
+    value: float | torch.Tensor
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "value", check_finite("value", self.value))
+        object.__setattr__(self, "value", _level("value", self.value))
 
-    def __call__(self, s: float) -> float:
+    def __call__(self, s: float) -> Param:
         return self.value
 
     def to_dict(self) -> dict[str, Any]:
         """``{"kind": "constant", "value": value}`` (see :func:`schedule_from_dict`)."""
-        return {"kind": "constant", "value": self.value}
+        return {"kind": "constant", "value": _data(self.value)}
+
+    def __eq__(self, other: object) -> bool:
+        return _same(self, other)
+
+    def __hash__(self) -> int:
+        return hash(repr(self.to_dict()))
 
 
 @dataclass(frozen=True)
 class _Anneal:
     """A schedule from ``start`` at ``s = 0`` to ``end`` at ``s = T``, constant outside ``[0, T]``."""
 
-    start: float
-    end: float
+    start: float | torch.Tensor
+    end: float | torch.Tensor
     T: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "start", check_finite("start", self.start))
-        object.__setattr__(self, "end", check_finite("end", self.end))
+        object.__setattr__(self, "start", _level("start", self.start))
+        object.__setattr__(self, "end", _level("end", self.end))
         object.__setattr__(self, "T", _check_horizon(self.T))
+        sizes = {v.shape[0] for v in (self.start, self.end) if torch.is_tensor(v)}
+        if len(sizes) > 1:
+            raise ValueError(f"start and end hold different numbers of per-replica values: {sorted(sizes)}")
+
+    def __eq__(self, other: object) -> bool:
+        return _same(self, other)
+
+    def __hash__(self) -> int:
+        return hash(repr(self.to_dict()))
 
     def _progress(self, s: float) -> float:
         """``u = clamp(s, 0, T)/T`` in ``[0, 1]``."""
@@ -84,7 +123,7 @@ class _Anneal:
 
     def to_dict(self) -> dict[str, Any]:
         """``{"kind": <name>, "start": …, "end": …, "T": …}`` (see :func:`schedule_from_dict`)."""
-        return {"kind": _kind_of(type(self)), "start": self.start, "end": self.end, "T": self.T}
+        return {"kind": _kind_of(type(self)), "start": _data(self.start), "end": _data(self.end), "T": self.T}
 
 
 class Cosine(_Anneal):
@@ -113,8 +152,14 @@ class Exponential(_Anneal):
     def __post_init__(self) -> None:
         super().__post_init__()
         for name in ("start", "end"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"Exponential schedule needs {name} > 0, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if torch.is_tensor(value) and bool((value <= 0).any()):
+                i = int((value <= 0).nonzero()[0])
+                raise ValueError(
+                    f"Exponential schedule needs {name} > 0, got {name}[{i}] = {float(value[i])}"
+                )
+            if not torch.is_tensor(value) and value <= 0:
+                raise ValueError(f"Exponential schedule needs {name} > 0, got {value}")
 
     def __call__(self, s: float) -> float:
         return self.start * (self.end / self.start) ** self._progress(s)
@@ -133,7 +178,10 @@ class Step:
     boundaries: Sequence[float]
 
     def __post_init__(self) -> None:
-        values = tuple(check_finite("values[i]", v) for v in self.values)
+        values = tuple(_level(f"values[{i}]", v) for i, v in enumerate(self.values))
+        sizes = {v.shape[0] for v in values if torch.is_tensor(v)}
+        if len(sizes) > 1:
+            raise ValueError(f"Step's values hold different numbers of per-replica values: {sorted(sizes)}")
         boundaries = tuple(check_finite("boundaries[i]", b) for b in self.boundaries)
         if len(values) != len(boundaries) + 1:
             raise ValueError(
@@ -145,12 +193,22 @@ class Step:
         object.__setattr__(self, "values", values)
         object.__setattr__(self, "boundaries", boundaries)
 
-    def __call__(self, s: float) -> float:
+    def __call__(self, s: float) -> Param:
         return self.values[bisect.bisect_right(self.boundaries, float(s))]
 
     def to_dict(self) -> dict[str, Any]:
         """``{"kind": "step", "values": [...], "boundaries": [...]}`` (see :func:`schedule_from_dict`)."""
-        return {"kind": "step", "values": list(self.values), "boundaries": list(self.boundaries)}
+        return {
+            "kind": "step",
+            "values": [_data(v) for v in self.values],
+            "boundaries": list(self.boundaries),
+        }
+
+    def __eq__(self, other: object) -> bool:
+        return _same(self, other)
+
+    def __hash__(self) -> int:
+        return hash(repr(self.to_dict()))
 
 
 SCHEDULES: dict[str, type] = {

@@ -6,7 +6,6 @@ import contextlib
 import heapq
 import itertools
 import math
-import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -15,6 +14,7 @@ from tqdm.auto import tqdm
 
 from ._checks import check_finite, check_finite_tensor, check_int, check_positive, check_rank
 from .brownian import BrownianIncrements, GaussianNoise, NoiseSource, RademacherNoise
+from .seeds import resolve_generator
 from .solvers import Solver, get_solver
 from .systems import ParticleSystem
 
@@ -56,9 +56,10 @@ class NonFiniteStateError(FloatingPointError):
     """The state became NaN or ±Inf during a run.
 
     Attributes:
-        step: the step at which it was found non-finite; ``time`` the time of that step.
-        last_finite_step: the last step at which the state was checked and finite.
-        trajectory: what was saved up to ``last_finite_step`` (nothing is lost).
+        step: the first step whose state is non-finite (when the noise could be replayed from the last check;
+            otherwise the stop at which it was found); ``time`` the time of that step.
+        last_finite_step: the step before it (or the last stop at which the state was checked and finite).
+        trajectory: the states saved before the failure (nothing saved is lost).
     """
 
     def __init__(self, message: str, step: int, time: float, last_finite_step: int, trajectory: Trajectory):
@@ -112,21 +113,12 @@ def _noise_source(
         return brownian, None
     if not isinstance(noise, str) or noise not in NOISES:
         raise ValueError(f"noise must be one of {sorted(NOISES)}, got {noise!r}")
-    seed = None
-    if generator is None or isinstance(generator, int) and not isinstance(generator, bool):
-        seed = secrets.randbits(63) if generator is None else generator
-        if not -(2**63) <= seed < 2**64:
-            raise ValueError(f"generator as an int seed must lie in [−2^63, 2^64), got {seed}")
-        generator = torch.Generator(device=x0.device).manual_seed(seed)
-    elif not isinstance(generator, torch.Generator):
-        raise TypeError(
-            f"generator must be a torch.Generator, an int seed or None, got {type(generator).__name__}"
-        )
-    elif torch.device(generator.device).type != x0.device.type:
+    if isinstance(generator, torch.Generator) and torch.device(generator.device).type != x0.device.type:
         raise ValueError(
             f"generator is on {generator.device}, x0 is on {x0.device}: the noise is drawn on x0's device, "
             f"so pass torch.Generator(device={str(x0.device)!r}) (or an int seed: simulate makes one there)"
         )
+    generator, seed = resolve_generator(generator, x0.device)  # an int, a numpy integer, a Generator or None
     return NOISES[noise](shape, dt, generator, x0.dtype, x0.device), seed
 
 
@@ -157,6 +149,117 @@ def _settled(source: NoiseSource) -> Iterator[None]:
         source.settle()
 
 
+class _Anchor:
+    """The last state confirmed finite at a check stop, and the noise from there, to trace a failure.
+
+    Kept every ``check_every`` steps: a copy of the state (one pass over it per ``check_every`` steps) and
+    the noise's position — the generator's state for drawn noise (none is in flight at a stop: prefetches
+    stay within a segment), nothing for pre-drawn increments (read by index). A source that draws in other
+    ways cannot be replayed, and the error then names the stops that bracket the failure. The replay uses a
+    fresh stepper: exact for steppers without state across steps (Euler–Maruyama, most torchsde methods); for
+    one that carries state (reversible Heun) it is a diagnosis that may name a neighbouring step.
+    """
+
+    def __init__(self, source: NoiseSource, x0: torch.Tensor) -> None:
+        self.source, self.step = source, 0
+        self.replayable = isinstance(source, BrownianIncrements) or (
+            type(source) in (GaussianNoise, RademacherNoise)
+        )
+        self.x0 = self.state = x0  # (B, M, d), the caller's x0 until the first check stop (not modified)
+        self.noise = self._noise_state()
+
+    def _noise_state(self) -> torch.Tensor | None:
+        if self.replayable and not isinstance(self.source, BrownianIncrements):
+            return self.source.generator.get_state()
+        return None
+
+    def set(self, step: int, x: torch.Tensor) -> None:
+        if not self.replayable:
+            return
+        if self.state is self.x0:
+            self.state = torch.empty_like(x)  # (B, M, d) a buffer of its own, reused at every check
+        self.state.copy_(x)
+        self.step, self.noise = step, self._noise_state()
+
+    def _replay_source(self) -> NoiseSource:
+        source = self.source
+        if isinstance(source, BrownianIncrements):
+            return source  # read by index
+        generator = torch.Generator(device=source.generator.device)
+        generator.set_state(self.noise)
+        buffer = source._buffer  # (*noise_shape): its dtype and device
+        replay = type(source)(source.shape, source.dt, generator, buffer.dtype, buffer.device)
+        replay._n = self.step - 1  # the next draw is the anchor's step
+        return replay
+
+    def first_bad_step(
+        self, solver: Solver, system: ParticleSystem, t0: float, dt: float, until: int
+    ) -> tuple[int, torch.Tensor] | None:
+        """``(k, x_{k−1})``: the first step ``k ≤ until`` whose state is non-finite, and the finite state
+        before it, by replaying the steps from the anchor one at a time; ``None`` when it cannot."""
+        if not self.replayable:
+            return None
+        try:
+            stepper = solver.stepper(system, self._replay_source(), t0, dt)
+            x = self.state.clone()  # (B, M, d)
+            for step in range(self.step, until):
+                before = x.clone()  # (B, M, d)
+                x = stepper.run(x, step, 1)
+                if not bool(torch.isfinite(x).all()):
+                    return step + 1, before
+        except Exception:  # noqa: BLE001 — a diagnosis must never hide the error it explains
+            return None
+        return None
+
+
+GROWTH = 1e8
+"""A state whose largest entry grew above ``GROWTH × max(1, max|x0|)`` before a non-finite step is read as a
+blow-up (reduce dt, check the drift's sign), a moderate one whose drift is non-finite as a singular drift."""
+
+
+def _advice(system: ParticleSystem, t: float, x: torch.Tensor, step: int, start_size: float) -> str:
+    """What the cause of the non-finite step ``step`` looks like from the finite state ``x`` before it.
+
+    Three causes: the state grew without bound (the step overflowed, or the drift did at a huge state); the
+    drift is non-finite at a moderate state (a singular potential); the diffusion is non-finite.
+    """
+    size = float(x.abs().max()) if x.numel() else 0.0
+    if size > GROWTH * max(1.0, start_size):
+        return (
+            f"The state grew to |x| = {size:.3g} by step {step - 1} (it started at {start_size:.3g}): the explicit "
+            "scheme is unstable at this dt for a stiff or superlinear drift (reduce dt, e.g. below 1/L for a "
+            "drift of Lipschitz constant L near the state), or the dynamics blow up (check the sign of the "
+            "drift: a confinement must pull inwards)."
+        )
+    try:
+        b = system.drift(t, x)  # (B, M, d)
+        drift_ok = bool(torch.isfinite(b).all())
+    except Exception:  # noqa: BLE001 — a diagnosis must never hide the error it explains
+        drift_ok = True
+    if not drift_ok:
+        return (
+            f"The drift b(t, x) is already non-finite at the finite, moderate state of step {step - 1} (largest "
+            f"|x| = {size:.3g}): a potential singular where the state is — a pair potential at z = 0 "
+            "(RadialInteraction leaves out the self-pair i = j when ψ(0) or ψ'(0) is infinite; pass "
+            "self_pair=False for a kernel it cannot probe), two particles at one point of a singular kernel, a "
+            "log or division at 0 in a custom drift. A smaller dt will not help: fix the drift or the state."
+        )
+    try:
+        sigma = system.diffusion(t, x)
+        sigma_ok = bool(torch.isfinite(torch.as_tensor(sigma)).all())
+    except Exception:  # noqa: BLE001
+        sigma_ok = True
+    if not sigma_ok:
+        return (
+            f"The diffusion σ(t, x) is non-finite at the finite state of step {step - 1}: check the temperature "
+            "β_t or the diffusion; a smaller dt will not help."
+        )
+    return (
+        f"The drift and diffusion are finite at step {step - 1} (largest |x| = {size:.3g}), so the step itself "
+        "overflowed: reduce dt (the explicit scheme is unstable for a stiff drift), or check the drift."
+    )
+
+
 def simulate(
     system: ParticleSystem,
     x0: torch.Tensor,
@@ -183,8 +286,9 @@ def simulate(
         solver: a name from :data:`meanfield.solvers.SOLVERS` or a solver object; ``"euler"`` is the native
             Euler–Maruyama.
         save_every: keep the state every this many steps (the initial and final states are always kept).
-        generator: the ``torch.Generator`` the noise is drawn from, an int seed, or ``None`` for a fresh
-            random seed (recorded in ``Trajectory.seed``).
+        generator: the ``torch.Generator`` the noise is drawn from, an int seed (a Python or numpy integer),
+            or ``None`` for a fresh random seed (recorded in ``Trajectory.seed``); read by
+            :func:`meanfield.seeds.resolve_generator`, as in every entry point.
         noise: ``"gaussian"`` or ``"rademacher"`` (±1 increments: weak order 1, Euler–Maruyama only).
         brownian: pre-drawn increments instead of a generator (e.g. a coarsened path for order tests), or
             another :class:`~meanfield.brownian.NoiseSource` of the system's noise shape (e.g.
@@ -197,7 +301,9 @@ def simulate(
 
     Raises:
         ValueError, TypeError: for bad arguments (the message says which and what is allowed).
-        NonFiniteStateError: when the state becomes NaN/Inf, with the step and time it was found at.
+        NonFiniteStateError: when the state becomes NaN/Inf: the first non-finite step (found by replaying
+            the steps since the last check, for meanfield's noise sources) and advice for the cause seen at the
+            step before (a blow-up, a singular drift, a non-finite diffusion).
     """
     if not isinstance(system, ParticleSystem):
         raise TypeError(
@@ -229,6 +335,7 @@ def simulate(
     solver = get_solver(solver)
     source, seed = _noise_source(system, x0, dt, n_steps, noise, generator, brownian)
     solver.check(system, source)
+    system.check_state(x0)  # e.g. per-replica parameters for another number of replicas
 
     save_steps = [*range(0, n_steps, save_every), n_steps]
     states = torch.empty((len(save_steps), *x0.shape), dtype=x0.dtype, device=x0.device)  # (S, B, M, d)
@@ -241,14 +348,29 @@ def simulate(
         steps = torch.tensor(save_steps[:n_saved])
         return Trajectory(t0 + steps.to(x0.dtype) * dt, states[:n_saved], steps, dt, solver.name, seed)
 
+    # Where the state was last confirmed finite at a check stop: the step, a copy of the state and how to
+    # replay the noise from there, so that a non-finite state can be traced to the first step that made it.
+    anchor = _Anchor(source, x0)
+    start_size = float(x0.abs().max())  # x0 is finite and not empty (checked above)
+
     def non_finite(n: int, n_next: int, n_saved: int, what: str) -> NonFiniteStateError:
+        first = anchor.first_bad_step(solver, system, t0, dt, n_next)
+        if first is None:  # the noise cannot be replayed: the stops that bracket it
+            step, last, where = n_next, n, f"by step {n_next} (t = {t0 + n_next * dt:g})"
+            advice = (
+                "Reduce dt if the state grew over many steps; check the drift and diffusion if they can be "
+                "infinite or NaN (a singular potential, a division by zero)."
+            )
+        else:
+            step, x_before = first
+            last, where = step - 1, f"at step {step} (t = {t0 + step * dt:g}), the first non-finite step"
+            advice = _advice(system, t0 + last * dt, x_before, step, start_size)
         return NonFiniteStateError(
-            f"the state became non-finite ({what}) by step {n_next} (t = {t0 + n_next * dt:g}); "
-            f"it was finite at step {n} (t = {t0 + n * dt:g}). Reduce dt or check the drift. "
-            f"error.trajectory holds the {n_saved} states saved so far.",
-            n_next,
-            t0 + n_next * dt,
-            n,
+            f"the state became non-finite ({what}) {where}; it was finite at step {last} "
+            f"(t = {t0 + last * dt:g}). {advice} error.trajectory holds the {n_saved} states saved so far.",
+            step,
+            t0 + step * dt,
+            last,
             trajectory(n_saved),
         )
 
@@ -278,8 +400,11 @@ def simulate(
                 flags.append((n, n_next, saved, finite))
                 if n_next % check_every == 0:
                     read_flags()
+                    anchor.set(n_next, x)
             elif not bool(finite):
                 raise non_finite(n, n_next, saved, f"{int((~torch.isfinite(x)).sum())} NaN/Inf entries")
+            elif n_next % check_every == 0:
+                anchor.set(n_next, x)
             if n_next == save_steps[saved]:
                 states[saved] = x
                 saved += 1

@@ -19,6 +19,7 @@ from collections.abc import Callable
 import torch
 
 from ._checks import check_int, check_nonnegative
+from ._replicas import Param, at, check_replicas, per_replica
 from .potentials import Confinement, Interaction, Quadratic, QuadraticInteraction
 from .projections import Projection
 from .schedules import Constant, Schedule, as_schedule
@@ -75,11 +76,32 @@ class ParticleSystem(ABC):
             )
         return torch.add(x, b, alpha=dt).add_(noise)  # (B, M, d)
 
+    def check_state(self, x: torch.Tensor) -> None:
+        """Raise ``ValueError`` if this system cannot move the state ``x`` (``(B, M, d)``), e.g. per-replica
+        parameters for another number of replicas. :func:`meanfield.simulate` calls it before the first step."""
+        return None
+
     def noise_shape(self, shape: torch.Size) -> tuple[int, ...]:
         """Shape of one Brownian increment for a state of shape ``shape = (B, M, d)``."""
         if self.noise == "general":
             return (*shape[:2], self.brownian_dim)
         return tuple(shape)
+
+
+def _is_values(value: object) -> bool:
+    """Whether ``value`` is per-replica data (a tensor, an array, a list or tuple), not a number or schedule."""
+    return torch.is_tensor(value) or hasattr(value, "__array__") or isinstance(value, (list, tuple))
+
+
+def _temperature(beta: object) -> Schedule:
+    """``beta`` as a schedule: a number or per-replica values checked to be ≥ 0 now (as numbers always were);
+    a schedule's values are checked at each step (:meth:`MeanFieldLangevin.temperature`), so one that goes
+    negative mid-run stops there, naming the time and the replica."""
+    if _is_values(beta) and not callable(beta):
+        return Constant(per_replica("beta", beta, minimum=0.0))
+    if not callable(beta) and not isinstance(beta, dict):
+        check_nonnegative("beta", beta)
+    return as_schedule(beta, "beta")
 
 
 class MeanFieldLangevin(ParticleSystem):
@@ -90,10 +112,18 @@ class MeanFieldLangevin(ParticleSystem):
     (interactions within a replica only). For constant β its mean-field limit has the stationary
     law ``ρ ∝ exp(−(V + W * ρ)/β)``; the Euler–Maruyama chain's differs by O(dt).
 
+    **Per replica.** β, and every parameter of ``V`` and ``W``, is a number or one value per replica (a
+    tensor of shape ``(B,)``): replica ``b`` then runs with ``β[b]`` (and ``a[b]``, ``κ[b]``, …), so a grid
+    of parameter values × seeds is one state ``(B, M, d)`` and one :func:`~meanfield.simulate` call. A
+    scheduled per-replica temperature is a schedule whose levels are ``(B,)`` tensors (``Cosine(start=…,
+    end=…, T)``) or any callable returning a ``(B,)`` tensor.
+
     Args:
         confinement: ``V`` (see :mod:`meanfield.potentials`).
         interaction: ``W``, or ``None`` for independent particles.
-        beta: the temperature β ≥ 0, a number or a schedule ``t -> β_t`` of the time ``t``.
+        beta: the temperature β ≥ 0: a number, one per replica (shape ``(B,)``), or a schedule ``t -> β_t``
+            returning a number or a ``(B,)`` tensor (checked at every step: a value < 0 or NaN stops the run
+            with the time and the replica).
         projection: ``Π`` applied after every step (``Sphere()`` for particles on ``S^{d−1}``), or ``None``.
     """
 
@@ -103,7 +133,7 @@ class MeanFieldLangevin(ParticleSystem):
         self,
         confinement: Confinement,
         interaction: Interaction | None = None,
-        beta: float | Schedule = 1.0,
+        beta: float | torch.Tensor | Schedule = 1.0,
         projection: Projection | None = None,
     ) -> None:
         if not isinstance(confinement, Confinement):
@@ -115,16 +145,30 @@ class MeanFieldLangevin(ParticleSystem):
             raise TypeError(
                 f"interaction must be a meanfield.potentials.Interaction or None, got {type(interaction).__name__}"
             )
-        if not callable(beta):
-            check_nonnegative("beta", beta)
         self.confinement, self.interaction = confinement, interaction
-        self.beta = as_schedule(beta, "beta")
-        self._sigma = math.sqrt(2.0 * self.beta.value) if isinstance(self.beta, Constant) else None
+        self.beta = _temperature(beta)
+        self._sigma: Param | None = None  # sqrt(2β) once, for a constant β: a number or (B,)
+        if isinstance(self.beta, Constant):
+            value = self.beta.value
+            self._sigma = (2.0 * value).sqrt() if torch.is_tensor(value) else math.sqrt(2.0 * value)
         self.projection = _check_projection(projection)
         # b(x) = −(a + k)·x + k·x̄ when V = a/2|x|² and W = k/2|z|² (or no W): one fused pass per step
         self._affine = type(confinement) is Quadratic and (
             interaction is None or type(interaction) is QuadraticInteraction
         )
+
+    def parameters(self) -> dict[str, Param]:
+        """Every numeric parameter of the system by name (numbers or per-replica ``(B,)`` tensors)."""
+        out = {f"confinement {k}": v for k, v in self.confinement.parameters().items()}
+        if self.interaction is not None:
+            out.update({f"interaction {k}": v for k, v in self.interaction.parameters().items()})
+        if isinstance(self.beta, Constant):
+            out["beta"] = self.beta.value
+        return out
+
+    def check_state(self, x: torch.Tensor) -> None:
+        for name, value in self.parameters().items():
+            check_replicas(name, value, x.shape[0])
 
     def drift(self, t: float, x: torch.Tensor) -> torch.Tensor:
         b = self.confinement.grad(x)  # (B, M, d)
@@ -136,27 +180,46 @@ class MeanFieldLangevin(ParticleSystem):
         if not self._affine:
             return super().euler_update_(t, x, dt, noise)
         a, k = self.confinement.a, (self.interaction.k if self.interaction is not None else 0.0)
+        if torch.is_tensor(a) or torch.is_tensor(k):  # per replica: (1 − (a+k)dt) and k·dt are (B, 1, 1)
+            a, k = at(a, x, "confinement a"), at(k, x, "interaction k")  # numbers or (B, 1, 1)
+            no_k = not torch.is_tensor(k) and k == 0
+            centre = None if no_k else x.mean(1, keepdim=True)  # (B, 1, d), before x is overwritten
+            x = torch.addcmul(noise, x, 1.0 - (a + k) * dt, out=x)  # x ← (1 − (a+k)dt)·x + noise
+            if no_k:
+                return x
+            return x.addcmul_(centre, k * dt) if torch.is_tensor(k) else x.add_(centre, alpha=k * dt)
         centre = x.mean(1, keepdim=True) if k else None  # (B, 1, d)
         x = torch.add(noise, x, alpha=1.0 - (a + k) * dt, out=x)  # x ← (1 − (a+k)dt)·x + noise
         return x.add_(centre, alpha=k * dt) if k else x
 
-    def temperature(self, t: float) -> float:
-        """``β_t``, checked to be a finite number ≥ 0."""
+    def temperature(self, t: float) -> Param:
+        """``β_t``: a finite number ≥ 0, or per-replica values (a float64 ``(B,)`` tensor), each checked."""
         value = self.beta(t)
+        if torch.is_tensor(value) and value.numel() > 1 or _is_values(value) and not torch.is_tensor(value):
+            try:
+                return per_replica(f"beta(t={t:g})", value, minimum=0.0)
+            except ValueError as error:
+                raise ValueError(
+                    f"{error}: the temperature must be a finite number ≥ 0 in every replica"
+                ) from None
         try:
             beta = float(value)
         except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of several numbers
             raise TypeError(
-                f"beta(t={t:g}) must return a number (the temperature), got {type(value).__name__}"
+                f"beta(t={t:g}) must return a number or one per replica (a tensor of shape (B,)) — "
+                f"the temperature — got {type(value).__name__}"
             ) from None
         if not (beta >= 0 and math.isfinite(beta)):
             raise ValueError(f"beta(t={t:g}) = {beta}: the temperature must be a finite number ≥ 0")
         return beta
 
-    def diffusion(self, t: float, x: torch.Tensor) -> float:
+    def diffusion(self, t: float, x: torch.Tensor) -> Param:
         if self._sigma is not None:  # constant β: computed once
-            return self._sigma
-        return math.sqrt(2.0 * self.temperature(t))
+            return at(self._sigma, x, "beta")  # a number, or (B, 1, 1) in x's dtype
+        beta = self.temperature(t)
+        if torch.is_tensor(beta):
+            return at((2.0 * beta).sqrt(), x, "beta")  # (B, 1, 1)
+        return math.sqrt(2.0 * beta)
 
     def energy(self, x: torch.Tensor) -> torch.Tensor:
         """Energy per replica ``1/M Σ_i [V(x_i) + ½ · 1/M Σ_j W(x_i − x_j)]``: ``(B, M, d) -> (B,)``."""

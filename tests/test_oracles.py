@@ -433,6 +433,15 @@ ORACLES: dict[str, list[str]] = {
     },
     "Confinement": ["test_oracles.py::test_drift_is_minus_the_gradient_of_M_times_the_energy"],
     "Interaction": ["test_oracles.py::test_drift_is_minus_the_gradient_of_M_times_the_energy"],
+    # singular kernels (self-pair left out): autograd of a dense pair energy; Dyson's Hermite-zero equilibrium
+    **{
+        n: [
+            "test_per_replica.py::test_per_replica_pair_drift_is_the_gradient_of_a_dense_pair_energy",
+            "test_per_replica.py::test_dyson_equilibrium_is_the_hermite_zeros_per_replica",
+        ]
+        for n in ("LogInteraction", "RieszInteraction")
+    },
+    "Discrete": ["test_laws1d.py::test_a_law_from_a_sample_gives_the_two_cloud_distance"],
     # noise sources: covariance across entries, particles, steps (and the Lévy areas)
     "NoiseSource": ["test_noise_covariance.py::test_noise_sources_are_white"],
     "GaussianNoise": [

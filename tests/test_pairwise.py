@@ -105,6 +105,45 @@ def test_radial_sum_equals_the_dense_formula_in_blocks():
     assert (wrong - expected).abs().max() > 1e-4
 
 
+def test_radial_sum_per_replica_scale_and_without_the_self_pairs_equals_the_dense_formula():
+    """Dense oracle: Σ_{j≠i} φ(s_b |x_i − x_j|²) v_j with the diagonal removed by a mask, s per replica; in
+    blocks of every size, and differentiable (the autograd path masks out of place). The negative control
+    keeps the self-pairs, which add φ(0)·v_i."""
+    x, _ = clouds(M=23)
+    values = torch.randn(2, 23, 3, generator=gen(3), dtype=DT)  # (B, M, k)
+    s = torch.tensor([0.4, 1.7], dtype=DT)
+    r2 = torch.cdist(x, x) ** 2 * s.view(2, 1, 1)  # (B, M, M)
+    off = ~torch.eye(23, dtype=torch.bool)
+    expected = (torch.exp(-r2) * off) @ values  # (B, M, k)
+    for max_elements in (1, 100, 10**6):
+        got, used = radial_sum(
+            x,
+            x,
+            lambda u: (-u).exp(),
+            values,
+            scale=s,
+            backend="torch",
+            max_elements=max_elements,
+            exclude_self=True,
+        )
+        torch.testing.assert_close(got, expected, rtol=1e-11, atol=1e-11)
+    grad_x = x.clone().requires_grad_(True)
+    got, _ = radial_sum(
+        grad_x, grad_x, lambda u: (-u).exp(), values, scale=s, max_elements=100, exclude_self=True
+    )
+    torch.testing.assert_close(got.detach(), expected, rtol=1e-11, atol=1e-11)
+    kept, _ = radial_sum(x, x, lambda u: (-u).exp(), values, scale=s, backend="torch")
+    torch.testing.assert_close(kept - expected, values, rtol=1e-10, atol=1e-10)  # φ(0) = 1 times v_i
+    # a singular φ: the diagonal's ∞ never reaches the sum
+    inv, _ = radial_sum(x, x, lambda u: 1 / u, values, exclude_self=True, max_elements=50)
+    r2_plain = torch.cdist(x, x) ** 2 + torch.eye(23, dtype=DT)  # (B, M, M), 1 on the diagonal (masked)
+    torch.testing.assert_close(inv, (off / r2_plain) @ values, rtol=1e-9, atol=1e-9)
+    with pytest.raises(ValueError, match="same cloud"):
+        radial_sum(x, x[:, :5], lambda u: u, values[:, :5], exclude_self=True)
+    with pytest.raises(ValueError, match="scale has 3 per-replica values, but x has B = 2"):
+        radial_sum(x, x, lambda u: u, values, scale=torch.ones(3))
+
+
 def test_auto_is_torch_on_the_cpu_and_bad_names_or_a_missing_keops_are_refused(monkeypatch):
     assert resolve_backend("auto", 2, "cpu") == "torch"
     assert resolve_backend("torch", 2, "cpu") == "torch"

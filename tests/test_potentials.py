@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from meanfield.potentials import (
+    Alignment,
     DoubleWell,
     GaussianInteraction,
     Quadratic,
@@ -16,11 +17,67 @@ def x(seed=0, B=2, M=37, d=3):
     return torch.randn(B, M, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
-@pytest.mark.parametrize("V", [Quadratic(2.5), DoubleWell()])
+PER_REPLICA = torch.tensor([0.7, 2.5], dtype=torch.float64)  # one value per replica of x() (B = 2)
+
+
+@pytest.mark.parametrize(
+    "V",
+    [
+        Quadratic(2.5),
+        DoubleWell(),
+        Quadratic(PER_REPLICA),
+        DoubleWell(quartic=PER_REPLICA, quadratic=-PER_REPLICA),
+        DoubleWell(quartic=0.5, quadratic=2.0),
+    ],
+    ids=[
+        "quadratic",
+        "double well",
+        "quadratic per replica",
+        "double well per replica",
+        "double well c4, c2",
+    ],
+)
 def test_confinement_gradient_is_the_gradient_of_the_energy(V):
     y = x().requires_grad_(True)
     (auto,) = torch.autograd.grad(V.energy(y).sum(), y)
     assert torch.allclose(V.grad(y.detach()), auto, atol=1e-12)
+
+
+def test_per_replica_values_act_replica_by_replica():
+    """Replica b of a per-replica potential is the scalar potential with value [b] (an independent path:
+    the scalar code), and not the other replica's (negative control)."""
+    y = x()
+    for batched, scalar in [
+        (Quadratic(PER_REPLICA), Quadratic),
+        (QuadraticInteraction(PER_REPLICA), QuadraticInteraction),
+        (Alignment(PER_REPLICA), Alignment),
+        (DoubleWell(quartic=PER_REPLICA), lambda v: DoubleWell(quartic=v)),
+    ]:
+        grad = batched.grad if hasattr(batched, "grad") else batched.mean_field_grad
+        for b in range(2):
+            one = scalar(float(PER_REPLICA[b]))
+            one_grad = one.grad if hasattr(one, "grad") else one.mean_field_grad
+            assert torch.allclose(grad(y)[b], one_grad(y[b : b + 1])[0], rtol=1e-14, atol=1e-15)
+            assert torch.allclose(batched.energy(y)[b], one.energy(y[b : b + 1])[0], rtol=1e-14, atol=1e-15)
+            other = scalar(float(PER_REPLICA[1 - b]))
+            other_grad = other.grad if hasattr(other, "grad") else other.mean_field_grad
+            assert not torch.allclose(grad(y)[b], other_grad(y[b : b + 1])[0], atol=1e-3)
+    with pytest.raises(ValueError, match="3 per-replica values, but the state has B = 2"):
+        Quadratic(torch.ones(3)).grad(y)
+
+
+def test_double_well_coefficients_move_the_wells_and_the_barrier():
+    """V = c4 x⁴/4 − c2 x²/2: ∇V = 0 at ±sqrt(c2/c4), V there = −c2²/(4 c4) per coordinate."""
+    V = DoubleWell(
+        quartic=torch.tensor([2.0, 0.5], dtype=torch.float64),
+        quadratic=torch.tensor([1.0, 3.0], dtype=torch.float64),
+    )
+    wells = torch.tensor([[[0.5**0.5]], [[6.0**0.5]]], dtype=torch.float64)  # (2, 1, 1) sqrt(c2/c4)
+    assert torch.allclose(V.grad(wells), torch.zeros_like(wells), atol=1e-14)
+    assert torch.allclose(
+        V.energy(wells)[:, 0], torch.tensor([-1 / 8, -9 / 2], dtype=torch.float64), atol=1e-14
+    )
+    assert not torch.allclose(V.grad(wells.flip(0)), torch.zeros_like(wells), atol=1e-3)  # negative control
 
 
 def test_double_well_values():
@@ -35,6 +92,17 @@ def test_double_well_values():
         QuadraticInteraction(1.7),
         GaussianInteraction(0.8, 0.7),
         GaussianInteraction(-1.0, 2.0, max_elements=50),
+        QuadraticInteraction(PER_REPLICA),
+        Alignment(PER_REPLICA),
+        GaussianInteraction(PER_REPLICA, PER_REPLICA.flip(0), max_elements=50),
+    ],
+    ids=[
+        "quadratic",
+        "gaussian",
+        "gaussian blocked",
+        "quadratic per replica",
+        "alignment per replica",
+        "gaussian per replica",
     ],
 )
 def test_mean_field_gradient_is_the_gradient_of_the_pair_energy(W):
@@ -68,3 +136,7 @@ def test_bad_potentials():
         GaussianInteraction(1.0, 0.0)
     with pytest.raises(TypeError, match="psi and dpsi"):
         RadialInteraction(1.0, 2.0)
+    with pytest.raises(TypeError, match="self_pair must be True, False or None"):
+        RadialInteraction(lambda r: r, lambda r: r, self_pair="no")
+    with pytest.raises(ValueError, match="quartic must be > 0"):
+        DoubleWell(quartic=0.0)

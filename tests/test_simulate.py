@@ -182,7 +182,8 @@ def test_a_diverging_run_stops_with_the_step_and_time(device, eager, monkeypatch
     explosive = SDE(lambda t, x: x.square() * 50, lambda t, x: 0 * x + 0.1)
     x = torch.ones(2, 3, 1, dtype=torch.float64, device=device)
     with pytest.raises(
-        NonFiniteStateError, match=r"non-finite .* by step \d+ \(t = [\d.]+\); it was finite"
+        NonFiniteStateError,
+        match=r"non-finite .* at step \d+ \(t = [\d.]+\), the first non-finite step; it was finite",
     ) as err:
         simulate(explosive, x, t1=10.0, dt=0.01, save_every=5, check_every=16, generator=0)
     e = err.value
@@ -394,3 +395,67 @@ def test_background_draws_work_under_inference_mode(monkeypatch):
                 opt.step()
         results.append((traj.final, p.detach().clone()))
     assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+
+
+@pytest.mark.parametrize(
+    "eager", [True, False], ids=["flag read at every stop", "flags read every check_every"]
+)
+@pytest.mark.parametrize("noise", ["generator", "pre-drawn"])
+def test_a_non_finite_error_names_the_first_non_finite_step_and_a_blow_up(eager, noise, monkeypatch):
+    """The step is the first whose state is non-finite, found independently by stepping
+    x' = x + b(x)·dt + σ·sqrt(dt)·ξ by hand with the same draws; the checks come only every 64 steps and the
+    state is not saved in between, so the step is found by replaying from the last check. The cause here is
+    a blow-up (|x| grew without bound), so the advice is about dt and the drift's sign."""
+    simulate_module = sys.modules["meanfield.simulate"]
+    monkeypatch.setattr(simulate_module, "_EAGER_CHECKS", frozenset({"cpu"} if eager else ()))
+    dt, sigma = 0.01, 0.1
+    explosive = SDE(lambda t, x: x.square() * 5, lambda t, x: sigma, noise="additive")
+    x0 = torch.full((2, 3, 1), 0.15, dtype=torch.float64)  # blows up near t = 1/(5·0.15) ≈ 1.3
+    g = torch.Generator().manual_seed(3)
+    path = BrownianIncrements.sample(1000, (2, 3, 1), dt, generator=torch.Generator().manual_seed(4))
+    x, first = x0.clone(), None
+    for n in range(1000):  # the independent answer
+        if noise == "generator":
+            xi = torch.empty_like(x).normal_(0.0, sigma * dt**0.5, generator=g)
+        else:
+            xi = path.increments[n] * (sigma * dt**0.5 / dt**0.5)
+        x = torch.add(x, x.square() * 5, alpha=dt).add_(xi)
+        if not torch.isfinite(x).all():
+            first = n + 1
+            break
+    assert first is not None and first % 64 and first > 64  # not at a check stop: only a replay finds it
+    kwargs = dict(generator=3) if noise == "generator" else dict(brownian=path)
+    with pytest.raises(
+        NonFiniteStateError,
+        match=rf"at step {first} \(t = {first * dt:g}\), the first non-finite"
+        rf" step; it was finite at step {first - 1}.*grew to \|x\|.*reduce dt",
+    ) as err:
+        simulate(explosive, x0, t1=10.0, dt=dt, check_every=64, **kwargs)
+    assert err.value.step == first and err.value.last_finite_step == first - 1
+    assert err.value.time == pytest.approx(first * dt)
+
+
+def test_a_source_that_cannot_be_replayed_names_the_checks_that_bracket_the_step():
+    """Negative control of the replay: noise drawn by a source other than meanfield's own (here one that
+    draws as it goes, like BlockNoise) is not replayed; the error gives the stops around the failure."""
+    from meanfield.brownian import NoiseSource
+
+    class Drawn(NoiseSource):
+        def __init__(self):
+            super().__init__((1, 1, 1), 0.01)
+            self.g = torch.Generator().manual_seed(0)
+
+        def increment(self, n, scale=1.0):
+            return torch.randn(self.shape, generator=self.g, dtype=torch.float64) * scale
+
+    explosive = SDE(lambda t, x: x.square() * 5, lambda t, x: 0.1, noise="additive")
+    with pytest.raises(NonFiniteStateError, match=r"by step (\d+) .*; it was finite at step \d+") as err:
+        simulate(
+            explosive,
+            torch.full((1, 1, 1), 0.5, dtype=torch.float64),
+            t1=10.0,
+            dt=0.01,
+            brownian=Drawn(),
+            check_every=64,
+        )
+    assert err.value.step % 64 == 0 and err.value.last_finite_step == err.value.step - 64
