@@ -30,8 +30,17 @@ STYLE = {
 }
 
 
-def figure(ncols: int = 1, nrows: int = 1, *, width: float = 4.2, height: float = 3.2, **kwargs):
-    """Return ``(fig, axes)`` in the package style; ``axes`` is a single Axes when ``ncols == nrows == 1``."""
+def figure(ncols: int = 1, nrows: int = 1, *, width: float = 4.2, height: float = 3.2, **kwargs: object):
+    """Return ``(fig, axes)`` in the package style; ``axes`` is a single Axes when ``ncols == nrows == 1``.
+
+    Args:
+        ncols: columns of axes.
+        nrows: rows of axes.
+        width: the width of **one column** in inches: the figure is ``width · ncols`` wide
+            (``figure(ncols=2, width=4.8)`` is 9.6 inches wide).
+        height: the height of **one row** in inches: the figure is ``height · nrows`` high.
+        **kwargs: passed to ``matplotlib.pyplot.subplots`` (e.g. ``sharex=True``).
+    """
     with plt.rc_context(STYLE):
         fig, axes = plt.subplots(
             nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **kwargs

@@ -1,11 +1,17 @@
 r"""Studies over many runs: convergence in the number of particles M, and sweeps over a parameter grid.
 
-* :func:`convergence_in_m` measures ``D_M = E D(μ_M, μ)`` for several M (replicas on the batch axis), with
-  standard errors, a *reference floor* and the log-log slope of ``D_M`` in M with a bootstrap confidence
-  interval: ``D_M ≈ C M^{slope}``.
-* :func:`sweep` runs a function over a parameter grid × seeds and collects its scalar outputs into a table
-  (a list of dict rows) with CSV/JSON export and a plot with confidence bands; a point that raises is
-  recorded with its error and the sweep goes on.
+* :func:`convergence_in_m` measures how a quantity of the M-particle system approaches its limit,
+  ``E Y_M ≈ Y_∞ + c·M^{slope}``: a distance ``Y_M = D(μ_M, μ)`` to a reference law (``Y_∞ = 0``), or a named
+  observable (a loss, a moment) with a limit ``Y_∞`` that is known, estimated by replicated reference runs, or
+  fitted. Replicas run on the batch axis; the slope comes with a bootstrap interval from a named
+  *estimator* (:data:`ESTIMATORS`), which says whether a finite reference was treated as exact
+  (``"exact"``), resampled with the replicates (``"reference"``), or not used at all (``"fit"``,
+  ``"differences"``).
+* :func:`sweep` runs a function over a parameter grid × seeds — one call per point, or batched over the
+  replica axis with per-replica parameters — and collects named observables, scalars or series at saved times.
+
+Both return tidy tables (:class:`Table`: one row per point × seed [× time]) with CSV/JSON export and plots of
+mean curves with labelled confidence bands (Student-t over seeds or replicates).
 """
 
 from __future__ import annotations
@@ -21,17 +27,31 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import matplotlib.axes
 import matplotlib.ticker
 import numpy as np
 import torch
+from scipy import stats as _st
 from tqdm.auto import tqdm
 
 from ._checks import check_finite, check_finite_tensor, check_int
 from .metrics.wasserstein import Law1d, resolve_method, wasserstein, wasserstein_to_law
 from .plotting import figure, save
+from .seeds import derive_seed, resolve_generator
+from .simulate import Trajectory
 from .stats import t_interval
 
-__all__ = ["METRICS", "StudyResult", "SweepResult", "convergence_in_m", "sweep"]
+__all__ = [
+    "ESTIMATORS",
+    "METRICS",
+    "RateEstimate",
+    "StudyResult",
+    "SweepResult",
+    "Table",
+    "batch_seed",
+    "convergence_in_m",
+    "sweep",
+]
 
 METRICS: dict[str, tuple[int, Callable[[torch.Tensor], torch.Tensor]]] = {
     "w2_squared": (2, lambda cost: cost),
@@ -40,8 +60,553 @@ METRICS: dict[str, tuple[int, Callable[[torch.Tensor], torch.Tensor]]] = {
 }
 """Metric name → (order p, map from the cost ``W_p^p`` to the reported distance)."""
 
-Sampler = Callable[[int, int], torch.Tensor]
+ESTIMATORS = ("exact", "reference", "fit", "differences")
+"""How :func:`convergence_in_m` estimates the rate of ``E Y_M → Y_∞`` (see :class:`RateEstimate`)."""
+
+Sampler = Callable[[int, int], object]
 Metric = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+Observable = Callable[[torch.Tensor], torch.Tensor]
+
+_ALPHA_GRID = torch.linspace(0.01, 4.0, 200, dtype=torch.float64)
+"""Exponents ``α`` scanned by the power-law fit ``Y_∞ + c·M^{−α}`` (then refined by a parabola)."""
+
+
+# --------------------------------------------------------------------------------------------------------
+# Tidy tables
+
+
+def _cell(value: object) -> object:
+    """A table cell: NumPy and one-element tensor values become Python numbers."""
+    if isinstance(value, (np.generic, np.ndarray, torch.Tensor)):
+        return value.item()
+    return value
+
+
+def _summary_rows(
+    rows: Sequence[Mapping],
+    fixed: Sequence[str],
+    columns: Sequence[str],
+    x: str,
+    y: str,
+    hue: str | None,
+    where: Mapping[str, object] | None,
+    level: float,
+) -> list[dict]:
+    """Mean of ``y`` for each (``hue``, ``x``) over the rows of a group, with a Student-t interval.
+
+    ``fixed``: the identifying columns other than the replicate one: each of them that is neither ``x``
+    nor ``hue`` must be fixed by ``where`` or take one value.
+    """
+    for name in (x, y, *(() if hue is None else (hue,))):
+        if name not in columns:
+            raise KeyError(f"no column {name!r}; the columns are {list(columns)}")
+    where = dict(where or {})
+    rows = [r for r in rows if r.get("error") is None and all(r.get(k) == v for k, v in where.items())]
+    for p in fixed:
+        if p not in (x, hue) and p not in where and len({repr(r.get(p)) for r in rows}) > 1:
+            raise ValueError(
+                f"parameter {p!r} takes several values {sorted({repr(r.get(p)) for r in rows})}; "
+                f"fix it with where={{{p!r}: ...}} or use it as x or hue"
+            )
+    groups: dict[tuple, list[float]] = {}
+    for r in rows:
+        value = r.get(y)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            groups.setdefault((r.get(hue) if hue else None, r[x]), []).append(float(value))
+    out = []
+    for (h, xv), ys in groups.items():
+        ci = t_interval(ys, level)
+        row = {"x": xv, "mean": ci.mean, "se": ci.se, "lo": ci.lo, "hi": ci.hi, "n": ci.n}
+        out.append(row if hue is None else {"hue": h, **row})
+
+    def order(v: object) -> tuple:  # numbers by value, anything else after them by its text
+        return (0, v, "") if _is_number(v) else (1, 0, repr(v))
+
+    return sorted(out, key=lambda r: (order(r.get("hue")), order(r["x"])))
+
+
+def _plot_summary(
+    table: list[dict],
+    x: str,
+    y: str,
+    hue: str | None,
+    *,
+    level: float,
+    replicate: str,
+    logx: bool,
+    logy: bool,
+    label: str | None,
+    ax,
+    path: str | os.PathLike | None,
+):
+    """Mean curves with their ``level`` bands; every line and band is labelled (the band says what it is)."""
+    fig, ax = figure() if ax is None else (ax.figure, ax)
+    hues = list(dict.fromkeys(r.get("hue") for r in table))
+    n = sorted({r["n"] for r in table})
+    over = f"{n[0]}" if len(n) == 1 else f"{n[0]}–{n[-1]}"
+    for k, h in enumerate(hues):
+        part = [r for r in table if r.get("hue") == h]
+        xs = [r["x"] for r in part]
+        name = ", ".join(s for s in (label, None if hue is None else f"{hue}={h}") if s) or y
+        (line,) = ax.plot(xs, [r["mean"] for r in part], "o-", ms=3, label=f"{name} (mean)")
+        ax.fill_between(
+            xs,
+            [r["lo"] for r in part],
+            [r["hi"] for r in part],
+            alpha=0.25,
+            color=line.get_color(),
+            label=f"bands: {level:.0%} t-interval of the mean over {over} {replicate}s" if k == 0 else None,
+        )
+    ax.set(xlabel=x, ylabel=y, xscale="log" if logx else "linear", yscale="log" if logy else "linear")
+    ax.legend(fontsize=8)
+    if path is not None:
+        save(fig, path)
+    return fig
+
+
+def _to_csv(rows: Sequence[Mapping], columns: Sequence[str], path: str | os.PathLike | None) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(columns), restval="", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: ("" if v is None else v) for k, v in row.items()} for row in rows)
+    text = buffer.getvalue()
+    if path is not None:
+        Path(path).write_text(text)
+    return text
+
+
+def _clean(v: object) -> object:
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+@dataclass(frozen=True)
+class Table:
+    """A tidy table: one dict row per observation (point × seed, or point × seed × time).
+
+    Attributes:
+        rows: the rows; each holds every column of ``keys`` and the ``values`` it has.
+        keys: the identifying columns, e.g. ``("kappa", "seed", "t")`` or ``("M", "replicate")``.
+        values: the measured columns.
+        replicate: the key whose values are independent replicates (the confidence bands are over it).
+    """
+
+    rows: list[dict]
+    keys: tuple[str, ...]
+    values: tuple[str, ...]
+    replicate: str = "seed"
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """``keys + values``."""
+        return (*self.keys, *self.values)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def column(self, name: str) -> list:
+        """The values of one column (``None`` where a row lacks it)."""
+        if name not in self.columns:
+            raise KeyError(f"no column {name!r}; the columns are {list(self.columns)}")
+        return [row.get(name) for row in self.rows]
+
+    def to_csv(self, path: str | os.PathLike | None = None) -> str:
+        """The table as CSV (missing cells empty); written to ``path`` when given. Returns the text."""
+        return _to_csv(self.rows, self.columns, path)
+
+    def to_json(self, path: str | os.PathLike | None = None) -> str:
+        """The table as JSON ``{"keys", "values", "replicate", "rows"}`` (non-finite floats become ``null``)."""
+        data = {
+            "keys": list(self.keys),
+            "values": list(self.values),
+            "replicate": self.replicate,
+            "rows": [{k: _clean(v) for k, v in row.items()} for row in self.rows],
+        }
+        text = json.dumps(data, indent=1, allow_nan=False)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_json(cls, source: str | os.PathLike) -> Table:
+        """Read a table written by :meth:`to_json` (a path or the JSON text)."""
+        text = str(source)
+        if not text.lstrip().startswith("{"):
+            text = Path(source).read_text()
+        data = json.loads(text)
+        return cls(data["rows"], tuple(data["keys"]), tuple(data["values"]), data["replicate"])
+
+    def summary(
+        self,
+        x: str,
+        y: str,
+        hue: str | None = None,
+        *,
+        where: Mapping[str, object] | None = None,
+        level: float = 0.95,
+    ) -> list[dict]:
+        r"""Mean of ``y`` over the replicates for each (``hue``, ``x``), with a Student-t interval.
+
+        ``mean ± t_{n−1, (1+level)/2} · s/\sqrt{n}`` over the ``n`` replicates with a finite ``y``. Keys
+        other than ``x``, ``hue`` and the replicate must be fixed by ``where`` (or take one value).
+
+        Returns:
+            One dict per group: ``hue`` (if given), ``x``, ``mean``, ``se``, ``lo``, ``hi``, ``n``.
+        """
+        fixed = [k for k in self.keys if k != self.replicate]
+        return _summary_rows(self.rows, fixed, self.columns, x, y, hue, where, level)
+
+    def plot(
+        self,
+        x: str,
+        y: str,
+        hue: str | None = None,
+        *,
+        where: Mapping[str, object] | None = None,
+        level: float = 0.95,
+        logx: bool = False,
+        logy: bool = False,
+        label: str | None = None,
+        ax=None,
+        path: str | os.PathLike | None = None,
+    ):
+        """Mean of ``y`` against ``x`` (e.g. ``"t"``), one line per ``hue``, with its labelled ``level`` band.
+
+        Args:
+            label: a prefix for the legend entries (to tell two tables apart on one axis).
+
+        Returns the figure; with ``path`` it is also written there (and closed).
+        """
+        table = self.summary(x, y, hue, where=where, level=level)
+        return _plot_summary(
+            table, x, y, hue, level=level, replicate=self.replicate, logx=logx, logy=logy, label=label,
+            ax=ax, path=path,
+        )  # fmt: skip
+
+
+def _as_tensor(name: str, value: object) -> torch.Tensor:
+    if isinstance(value, np.ndarray) or isinstance(value, (list, tuple)):
+        value = torch.as_tensor(np.asarray(value, dtype=np.float64))
+    if not torch.is_tensor(value):
+        raise TypeError(f"{name} must be a tensor, got {type(value).__name__}")
+    return value.detach().to("cpu", torch.float64)
+
+
+def _collect(
+    what: str, out: object, reps: int, observables: Mapping[str, Observable] | None
+) -> tuple[torch.Tensor | None, dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor | None]:
+    """Split a sampler's or batched run's output into (final states, scalars, series, times).
+
+    ``out`` is a state tensor ``(B, M, d)``, a :class:`~meanfield.simulate.Trajectory` (states ``(S, B, M, d)``
+    at ``times (S,)``) or a mapping: ``"final"`` → states ``(B, M, d)`` (optional), ``"t"`` → times ``(T,)``
+    (optional), any other name → a tensor ``(B,)`` (a scalar per replica) or ``(B, T)`` (a series at the
+    times). Each ``observables[name](x (B, M, d)) -> (B,)`` is applied to the final state (a scalar) or,
+    for a trajectory, to every saved state (a series, and its final value as the scalar of that name).
+
+    Returns:
+        ``states (B, M, d) | None``, ``scalars {name: (B,)}``, ``series {name: (B, T)}``, ``times (T,) | None``.
+    """
+    states = times = None
+    scalars: dict[str, torch.Tensor] = {}
+    series: dict[str, torch.Tensor] = {}
+    saved = None  # (S, B, M, d) for a trajectory
+    if isinstance(out, Trajectory):
+        saved, times, states = out.states, out.times.to(torch.float64), out.final
+    elif torch.is_tensor(out):
+        states = out
+    elif isinstance(out, Mapping):
+        for name, value in out.items():
+            if not isinstance(name, str):
+                raise TypeError(f"{what} returned a mapping with a key {name!r}: names must be str")
+            if name == "final":
+                states = value
+            elif name == "t":
+                times = _as_tensor(f"{what}['t']", value).reshape(-1)  # (T,)
+            else:
+                v = _as_tensor(f"{what}[{name!r}]", value)
+                check_finite_tensor(f"{what}[{name!r}]", v)
+                if v.dim() == 1 and v.shape[0] == reps:
+                    scalars[name] = v  # (B,)
+                elif v.dim() == 2 and v.shape[0] == reps:
+                    series[name] = v  # (B, T)
+                else:
+                    raise ValueError(
+                        f"{what}[{name!r}] must have shape (B,) = ({reps},) (a scalar per replica) or "
+                        f"(B, T) = ({reps}, T) (a series at the saved times), got {tuple(v.shape)}"
+                    )
+    else:
+        raise TypeError(
+            f"{what} must return a state tensor (B, M, d), a Trajectory or a mapping of observables, "
+            f"got {type(out).__name__}"
+        )
+    for name, fn in (observables or {}).items():
+        if name in scalars or name in series or name in ("final", "t"):
+            raise ValueError(f"observable {name!r} is also a name {what} returned")
+        if states is None:
+            raise ValueError(f"observable {name!r} needs states, but {what} returned none (no 'final')")
+        if saved is not None:  # a series at the saved times, and its final value as a scalar
+            v = torch.stack([torch.as_tensor(fn(s)).reshape(reps) for s in saved], 1)  # (B, S)
+            series[name] = v.detach().to("cpu", torch.float64)
+            scalars[name] = series[name][:, -1]
+        else:
+            scalars[name] = torch.as_tensor(fn(states)).detach().to("cpu", torch.float64).reshape(reps)
+        check_finite_tensor(f"observable {name!r}", scalars.get(name, series.get(name)))
+    lengths = {v.shape[1] for v in series.values()}
+    if len(lengths) > 1:
+        raise ValueError(f"the series of {what} must share one time axis, got lengths {sorted(lengths)}")
+    if series:
+        T = lengths.pop()
+        if times is None:
+            times = torch.arange(T, dtype=torch.float64)  # (T,) the save index
+        elif times.shape[0] != T:
+            raise ValueError(f"{what}: 't' has {times.shape[0]} times, the series have {T}")
+    return states, scalars, series, times
+
+
+# --------------------------------------------------------------------------------------------------------
+# Rates: the estimators
+
+
+@dataclass(frozen=True)
+class RateEstimate:
+    r"""The rate of ``E Y_M → Y_∞``, ``|E Y_M − Y_∞| ≈ |c|·M^{slope}``, from one estimator.
+
+    Every interval comes from one bootstrap: the replicates resampled within each M (``n_boot`` draws).
+
+    * ``"exact"``: the least-squares slope of ``log|mean_M − Y_∞|`` on ``log M`` with ``Y_∞`` treated as
+      exact: 0 for a distance, the given limit, or the mean of the reference values (then it ignores their
+      uncertainty: the *naive* interval). Percentile interval of the bootstrap slopes (NaN when a resampled
+      excess is ≤ 0: no logarithm).
+    * ``"reference"``: the weighted least-squares fit of ``mean_M = Y_∞ + c·M^{−α}`` (weights ``1/SE_M²``) in
+      which the mean of the ``R`` reference values is one more point, at ``M = ∞`` (weight ``1/SE_ref²``);
+      each bootstrap draw redraws that mean from its Student-t sampling law ``ȳ_ref + SE_ref·t_{R−1}``
+      together with the resampled replicates, so the reference's uncertainty is in the interval.
+    * ``"fit"``: the same fit with ``Y_∞`` free (reference-free; needs ≥ 4 sizes).
+    * ``"differences"``: the weighted fit of ``mean_{M_k} − mean_{M_{k+1}} = c(1 − r^{−α})M_k^{−α}``
+      (reference-free; needs ≥ 3 sizes with a constant ratio ``r = M_{k+1}/M_k``: then
+      ``E Y_M − E Y_{rM}`` is exactly that power law whatever ``Y_∞``).
+
+    The three fits scan α over [0.01, 4] and report ``−α ± t_{reps−1, (1+level)/2}·SE_boot`` (the bootstrap
+    standard error with a Student-t quantile), which covered a known exponent closer to ``level`` than the
+    percentile interval of the same draws (``theory/rate_coverage.py``).
+
+    Attributes:
+        estimator: one of :data:`ESTIMATORS`.
+        slope: ``−α``.
+        slope_ci: its ``level`` bootstrap percentile interval (NaN when a resample has no logarithm).
+        limit: ``Y_∞`` used or estimated.
+        coefficient: ``c`` (signed: ``E Y_M − Y_∞ ≈ c·M^{−α}``).
+        level: the confidence level.
+    """
+
+    estimator: str
+    slope: float
+    slope_ci: tuple[float, float]
+    limit: float
+    coefficient: float
+    level: float
+
+    @property
+    def intercept(self) -> float:
+        """``log|c|``: the excess is ``exp(intercept)·M^{slope}``."""
+        return math.log(abs(self.coefficient)) if self.coefficient != 0 else -math.inf
+
+
+def _fit_loglog(Ms: torch.Tensor, means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Least-squares ``log mean = intercept + slope · log M`` along the last axis of ``means (..., K)``."""
+    u = Ms.log() - Ms.log().mean()  # (K,)
+    logm = means.log()  # (..., K)
+    slope = (logm * u).sum(-1) / (u * u).sum()  # (...)
+    intercept = logm.mean(-1) - slope * Ms.log().mean()  # (...)
+    return slope, intercept
+
+
+def _profile(
+    alpha: torch.Tensor, Ms: torch.Tensor, means: torch.Tensor, w: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""For each α, the weighted least squares of ``means = L + c·M^{−α}`` in (L, c), in closed form.
+
+    With ``x = M^{−α}`` and normalised weights ``w``: ``c = Σw(x−x̄)(m−m̄)/Σw(x−x̄)²``, ``L = m̄ − c x̄``,
+    ``RSS = Σw(m−m̄)² − c²Σw(x−x̄)²``. ``M = ∞`` is allowed (``x = 0``: a point on the limit).
+
+    Args:
+        alpha: ``(..., G)`` exponents (broadcast against the leading axes of ``means``).
+        Ms: ``(K,)``; means: ``(..., K)``; w: ``(K,)`` weights summing to 1.
+
+    Returns:
+        ``rss, c, L``, each ``(..., G)``.
+    """
+    x = Ms ** (-alpha[..., None])  # (..., G, K)
+    xbar = (w * x).sum(-1)  # (..., G)
+    xc = x - xbar[..., None]  # (..., G, K)
+    sxx = (w * xc * xc).sum(-1)  # (..., G)
+    mbar = (w * means).sum(-1, keepdim=True)  # (..., 1)
+    mc = means - mbar  # (..., K)
+    sxm = (w * xc * mc[..., None, :]).sum(-1)  # (..., G)
+    c = sxm / sxx  # (..., G)
+    rss = (w * mc * mc).sum(-1, keepdim=True) - c * sxm  # (..., G)
+    return rss, c, mbar - c * xbar
+
+
+def _fit_power(
+    Ms: torch.Tensor, means: torch.Tensor, w: torch.Tensor, *, free_limit: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""Weighted least squares ``means (..., K) ≈ L + c·M^{−α}`` (``L = 0`` unless ``free_limit``).
+
+    α is scanned on :data:`_ALPHA_GRID` (the best (L, c) of each α in closed form, :func:`_profile`; with
+    ``L = 0``: ``c = Σw x m/Σw x²``, ``RSS = Σw m² − (Σw x m)²/Σw x²``) and refined by the parabola through
+    the three grid points around the minimum.
+
+    Returns:
+        ``α, c, L, at_edge``, each ``(...)``; ``at_edge`` where the minimum is an end of the grid (α is not
+        identified there).
+    """
+    grid = _ALPHA_GRID  # (G,)
+    x = Ms ** (-grid[:, None])  # (G, K)
+    if free_limit:
+        xc = x - (w * x).sum(-1, keepdim=True)  # (G, K)
+        mc = means - (w * means).sum(-1, keepdim=True)  # (..., K)
+    else:
+        xc, mc = x, means
+    sxx = (w * xc * xc).sum(-1)  # (G,)
+    sxm = mc @ (w * xc).T  # (..., G)
+    rss = (w * mc * mc).sum(-1, keepdim=True) - sxm**2 / sxx  # (..., G)
+    i = rss.argmin(-1)  # (...)
+    at_edge = (i == 0) | (i == grid.shape[0] - 1)
+    j = i.clamp(1, grid.shape[0] - 2)
+    f0, f1, f2 = (rss.gather(-1, (j + s)[..., None])[..., 0] for s in (-1, 0, 1))  # (...)
+    curvature = f0 - 2 * f1 + f2
+    shift = torch.where(curvature > 0, 0.5 * (f0 - f2) / curvature, torch.zeros_like(f1)).clamp(-1, 1)
+    step = grid[1] - grid[0]
+    alpha = torch.where(at_edge, grid[i], grid[j] + shift * step)  # (...)
+    if free_limit:
+        _, c, L = _profile(alpha[..., None], Ms, means, w)
+        return alpha, c[..., 0], L[..., 0], at_edge
+    xa = Ms ** (-alpha[..., None])  # (..., K)
+    c = (w * xa * means).sum(-1) / (w * xa * xa).sum(-1)  # (...)
+    return alpha, c, torch.zeros_like(c), at_edge
+
+
+def _student_t(n: int, df: int, generator: torch.Generator) -> torch.Tensor:
+    """``n`` draws of Student's t with ``df`` degrees of freedom, ``z/sqrt(χ²_df/df)``, shape ``(n,)``."""
+    z = torch.randn(n, generator=generator, dtype=torch.float64)  # (n,)
+    chi2 = torch.randn(n, df, generator=generator, dtype=torch.float64).square().sum(1)  # (n,)
+    return z / (chi2 / df).sqrt()
+
+
+def _quantiles(t: torch.Tensor, level: float) -> tuple[float, float]:
+    q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
+    lo, hi = torch.quantile(t, q)
+    return float(lo), float(hi)
+
+
+def _t_interval(estimate: float, boot: torch.Tensor, level: float, df: int) -> tuple[float, float]:
+    r"""``estimate ± t_{df,(1+level)/2} · sd(boot)``: the bootstrap-SE interval with a Student-t quantile.
+
+    Used by the fits: over repeated studies (``theory/rate_coverage.py``) it came closer to its level than the
+    percentile interval of the same bootstrap draws, which was 2–4 points short with 50 replicates per M.
+    """
+    half = float(_st.t.ppf((1 + level) / 2, df)) * float(boot.std())
+    return estimate - half, estimate + half
+
+
+def _edge_notes(edge: bool, boot_edge: float, level: float) -> list[str]:
+    """Warnings for a power-law fit whose α sits at an end of :data:`_ALPHA_GRID`."""
+    span = f"[{float(_ALPHA_GRID[0]):g}, {float(_ALPHA_GRID[-1]):g}]"
+    notes = []
+    if edge:
+        notes.append(
+            f"the power-law fit put α at the end of its range {span}: these sizes do not identify the rate"
+        )
+    if boot_edge > (1 - level) / 2:
+        notes.append(
+            f"{boot_edge:.0%} of the bootstrap fits put α at an end of {span}: the interval is cut there"
+        )
+    return notes
+
+
+def _estimate(
+    estimator: str,
+    Ms: torch.Tensor,
+    values: torch.Tensor,
+    boot: torch.Tensor,
+    *,
+    limit: float | None,
+    ref_boot: torch.Tensor | None,
+    ref_mean: float | None,
+    ref_se: float | None,
+    distance: bool,
+    level: float,
+) -> tuple[RateEstimate, list[str]]:
+    """One estimator on the replicate values ``(K, reps)`` and their bootstrap means ``(n_boot, K)``.
+
+    Returns the estimate and the warnings it raised (as text).
+    """
+    what = "distance" if distance else "excess"
+    means = values.mean(1)  # (K,)
+    notes: list[str] = []
+    nan = (math.nan, math.nan)
+    if estimator == "exact":
+        L = 0.0 if limit is None else limit
+        sign = 1.0 if distance else (1.0 if float((means - L).sum()) >= 0 else -1.0)
+        excess = sign * (means - L)  # (K,)
+        if bool((excess <= 0).any()):
+            notes.append(
+                f"a mean {what} is ≤ 0 ({excess.tolist()}): no log-log slope"
+                if distance
+                else f"the mean excess over the limit {L:.6g} changes sign over M ({(means - L).tolist()}): "
+                f"no log-log slope (the reference is not on one side of every mean; try estimator='fit')"
+            )
+            return RateEstimate(estimator, math.nan, nan, L, math.nan, level), notes
+        slope, intercept = (float(t) for t in _fit_loglog(Ms, excess))
+        eb = sign * (boot - L)  # (n_boot, K)
+        if bool((eb <= 0).any()):  # a resample with a mean ≤ 0 has no logarithm: no interval
+            notes.append(
+                f"a bootstrap resample has a mean {what} ≤ 0 (a metric that can be negative, or too few "
+                "replicates): the slope's interval is NaN"
+            )
+            ci = nan
+        else:
+            ci = _quantiles(_fit_loglog(Ms, eb)[0], level)
+        return RateEstimate(estimator, slope, ci, L, sign * math.exp(intercept), level), notes
+    se2 = values.var(1) / values.shape[1]  # (K,) squared standard errors of the means
+    se2 = torch.where(se2 > 0, se2, se2[se2 > 0].min() if bool((se2 > 0).any()) else torch.ones_like(se2))
+    if estimator == "differences":
+        ratios = Ms[1:] / Ms[:-1]  # (K − 1,)
+        if len(Ms) < 3 or not torch.allclose(ratios, ratios[0].expand_as(ratios), rtol=1e-9):
+            raise ValueError(
+                f"estimator='differences' needs ≥ 3 sizes with a constant ratio M_(k+1)/M_k, got Ms = "
+                f"{[int(M) for M in Ms]} (use estimator='fit')"
+            )
+        r = float(ratios[0])
+        diff = means[:-1] - means[1:]  # (K − 1,)  = c(1 − r^{−α}) M_k^{−α}
+        w = 1 / (se2[:-1] + se2[1:])  # (K − 1,)
+        w = w / w.sum()
+        alpha, c1, _, edge = _fit_power(Ms[:-1], diff, w, free_limit=False)
+        ab, _, _, edges = _fit_power(Ms[:-1], boot[:, :-1] - boot[:, 1:], w, free_limit=False)  # (n_boot,)
+        notes += _edge_notes(bool(edge), float(edges.double().mean()), level)
+        a = float(alpha)
+        c = float(c1) / (1 - r**-a)
+        L = float(means[-1]) - c * float(Ms[-1]) ** -a
+        ci = _t_interval(-a, -ab, level, values.shape[1] - 1)
+        return RateEstimate(estimator, -a, ci, L, c, level), notes
+    # the power-law fits
+    if estimator == "fit":
+        if len(Ms) < 4:
+            raise ValueError(f"estimator='fit' fits 3 numbers (Y_∞, c, α): it needs ≥ 4 sizes, got {len(Ms)}")
+        M_fit, m_fit, b_fit, w = Ms, means, boot, 1 / se2
+    else:  # "reference": the reference mean is the point M = ∞
+        inf = torch.tensor([math.inf], dtype=torch.float64)
+        M_fit = torch.cat([Ms, inf])  # (K + 1,)
+        m_fit = torch.cat([means, torch.tensor([ref_mean], dtype=torch.float64)])  # (K + 1,)
+        b_fit = torch.cat([boot, ref_boot[:, None]], 1)  # (n_boot, K + 1)
+        w_ref = 1 / ref_se**2 if ref_se > 0 else 1e12 * float((1 / se2).max())  # equal values: an exact limit
+        w = torch.cat([1 / se2, torch.tensor([w_ref], dtype=torch.float64)])
+    w = w / w.sum()
+    alpha, c, L, edge = _fit_power(M_fit, m_fit, w)
+    ab, _, _, edges = _fit_power(M_fit, b_fit, w)  # (n_boot,)
+    notes += _edge_notes(bool(edge), float(edges.double().mean()), level)
+    ci = _t_interval(-float(alpha), -ab, level, values.shape[1] - 1)
+    return RateEstimate(estimator, -float(alpha), ci, float(L), float(c), level), notes
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -50,21 +615,34 @@ Metric = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 @dataclass(frozen=True)
 class StudyResult:
-    r"""Distances ``D(μ_M, μ)`` per number of particles M, the reference floor and the fitted rate.
+    r"""A quantity ``Y_M`` per number of particles M (a distance to a reference, or an observable), its
+    rate of approach to the limit, and the observables collected per replicate.
 
     Attributes:
         Ms: the numbers of particles, increasing.
-        values: the distance of every replicate, shape ``(len(Ms), reps)``.
+        values: ``Y`` of every replicate, shape ``(len(Ms), reps)``: the distance ``D(μ_M, μ)``, or the
+            observable named by ``quantity``.
         floor: the distance between two independent reference clouds of the size used at each M,
             shape ``(len(Ms), n)`` (``n = floor_reps`` for a sampled reference, 1 for a fixed cloud, 0 for an
-            exact law, whose floor is 0). A distance near its floor measures the reference, not μ_M.
-        metric: what was measured (``"w2_squared"``, ``"w2"``, ``"w1"`` or the callable's name).
-        method: how (``"law"``, ``"1d"``, ``"exact"``, ``"sliced"``, ``"sinkhorn"``, ``"custom"``), the
-            same for every M.
-        slope: least-squares slope of ``log mean_M`` on ``log M``.
-        intercept: its intercept: ``mean_M ≈ exp(intercept) · M^slope``.
-        slope_ci: bootstrap percentile interval of the slope (replicates resampled within each M).
+            exact law, whose floor is 0, and for an observable). A distance near its floor measures the
+            reference, not μ_M.
+        metric: what was measured (``"w2_squared"``, ``"w2"``, ``"w1"``, the callable's name, or the
+            observable's name).
+        method: how (``"law"``, ``"1d"``, ``"exact"``, ``"sliced"``, ``"sinkhorn"``, ``"custom"``,
+            ``"observable"``), the same for every M.
+        slope: the slope ``−α`` of ``|E Y_M − Y_∞| ≈ |c| M^{slope}`` from :attr:`estimator`.
+        intercept: ``log|c|``: the excess ``≈ exp(intercept) · M^slope``.
+        slope_ci: the bootstrap interval of the slope from :attr:`estimator` (:class:`RateEstimate` says how).
         level: the confidence level of ``slope_ci``.
+        estimator: which estimator gave ``slope`` and ``slope_ci`` (:data:`ESTIMATORS`).
+        estimates: every estimator that was asked for, by name (:class:`RateEstimate`).
+        limit: ``Y_∞`` used or estimated by :attr:`estimator` (0 for a distance with ``"exact"``; with
+            ``"fit"``, a finite reference's floor).
+        reference_values: the reference's values of the observable, shape ``(R,)`` (empty for a distance,
+            an exact limit or a reference-free study).
+        observed: every scalar observable per replicate, ``{name: (len(Ms), reps)}`` (``values`` among them).
+        series: every series per replicate, ``{name: (len(Ms), reps, T)}``, at :attr:`times`.
+        times: ``(T,)`` the saved times of the series (``None`` without series).
     """
 
     Ms: tuple[int, ...]
@@ -76,16 +654,28 @@ class StudyResult:
     intercept: float
     slope_ci: tuple[float, float]
     level: float
+    estimator: str = "exact"
+    estimates: Mapping[str, RateEstimate] = field(default_factory=dict)
+    limit: float = 0.0
+    reference_values: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.float64))
+    observed: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    series: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    times: torch.Tensor | None = None
 
     @property
     def mean(self) -> torch.Tensor:
-        """Mean distance per M, shape ``(len(Ms),)``."""
+        """Mean of ``Y`` per M, shape ``(len(Ms),)``."""
         return self.values.mean(1)
 
     @property
     def se(self) -> torch.Tensor:
         """Standard error of :attr:`mean`, ``std / sqrt(reps)``, shape ``(len(Ms),)``."""
         return self.values.std(1) / math.sqrt(self.values.shape[1])
+
+    @property
+    def excess(self) -> torch.Tensor:
+        """``|mean_M − limit|`` per M, shape ``(len(Ms),)`` (the mean itself for a distance with ``"exact"``)."""
+        return (self.mean - self.limit).abs()
 
     @property
     def floor_mean(self) -> torch.Tensor:
@@ -95,7 +685,7 @@ class StudyResult:
         return self.floor.mean(1)
 
     def fit(self, M: float | torch.Tensor) -> torch.Tensor:
-        """The fitted power law ``exp(intercept) · M^slope``."""
+        """The fitted power law of the excess, ``exp(intercept) · M^slope``."""
         return math.exp(self.intercept) * torch.as_tensor(M, dtype=self.values.dtype) ** self.slope
 
     def rows(self) -> list[dict]:
@@ -105,39 +695,81 @@ class StudyResult:
             for M, m, s, f in zip(self.Ms, self.mean, self.se, self.floor_mean, strict=True)
         ]
 
-    def plot(self, ax=None, path: str | os.PathLike | None = None):
-        """Log-log plot of the mean distance (±1.96 SE), the fitted rate and the reference floor.
+    @property
+    def table(self) -> Table:
+        """The tidy table of scalars: one row per M × replicate, with ``Y`` and every scalar observable."""
+        names = tuple(self.observed)
+        rows = [
+            {"M": M, "replicate": b, **{n: float(self.observed[n][k, b]) for n in names}}
+            for k, M in enumerate(self.Ms)
+            for b in range(self.values.shape[1])
+        ]
+        return Table(rows, ("M", "replicate"), names, replicate="replicate")
 
-        Returns the figure; with ``path`` it is also written there (and closed).
+    @property
+    def curves(self) -> Table:
+        """The tidy table of series: one row per M × replicate × saved time ``t`` (empty without series)."""
+        names = tuple(self.series)
+        rows = []
+        if names:
+            ts = self.times.tolist()
+            stacked = torch.stack([self.series[n] for n in names], -1).tolist()  # (K, reps, T, n)
+            for k, M in enumerate(self.Ms):
+                for b, per_t in enumerate(stacked[k]):
+                    rows.extend(
+                        {"M": M, "replicate": b, "t": t, **dict(zip(names, v, strict=True))}
+                        for t, v in zip(ts, per_t, strict=True)
+                    )
+        return Table(rows, ("M", "replicate", "t"), names, replicate="replicate")
+
+    def to_csv(self, path: str | os.PathLike | None = None, *, curves: bool = False) -> str:
+        """:attr:`table` (or :attr:`curves`) as CSV; written to ``path`` when given. Returns the text."""
+        return (self.curves if curves else self.table).to_csv(path)
+
+    def plot(
+        self,
+        ax: matplotlib.axes.Axes | None = None,
+        path: str | os.PathLike | None = None,
+        *,
+        label: str | None = None,
+    ):
+        """Log-log plot of the mean excess ``|mean_M − limit|`` (±1.96 SE), the fitted rate and the floor.
+
+        Args:
+            ax: an Axes to draw on (default: a new figure).
+            path: also write the figure there (and close it).
+            label: the name of this study in the legend (default: :attr:`metric`), so that two studies on
+                one axis can be told apart.
+
+        Returns the figure. The error bars are the replicates' ±1.96 SE; the reference's own uncertainty is in
+        the slope's interval (estimator ``"reference"``), not in the bars.
         """
         fig, ax = figure() if ax is None else (ax.figure, ax)
+        name = self.metric if label is None else label
         Ms = np.asarray(self.Ms, dtype=float)
-        ax.errorbar(Ms, self.mean.numpy(), yerr=1.96 * self.se.numpy(), fmt="o", capsize=3, label=self.metric)
+        excess = self.excess.numpy()
+        points = ax.errorbar(
+            Ms, excess, yerr=1.96 * self.se.numpy(), fmt="o", capsize=3, label=f"{name} (±1.96 SE)"
+        )
         lo, hi = self.slope_ci
         ax.plot(
             Ms,
             self.fit(torch.as_tensor(Ms)).numpy(),
             "-",
-            label=f"slope {self.slope:.3f} [{lo:.3f}, {hi:.3f}]",
+            color=points[0].get_color(),
+            label=f"{name}: slope {self.slope:.3f}, {self.level:.0%} CI [{lo:.3f}, {hi:.3f}] ({self.estimator})",
         )
         if bool((self.floor_mean > 0).any()):
-            ax.plot(Ms, self.floor_mean.numpy(), "--", color="grey", label="reference floor")
-        ax.set(xscale="log", yscale="log", xlabel="M (particles)", ylabel=f"{self.metric} ({self.method})")
+            ax.plot(Ms, self.floor_mean.numpy(), "--", color="grey", label=f"{name}: reference floor")
+        is_distance = self.method != "observable"
+        ylabel = f"{self.metric} ({self.method})" if is_distance else f"|{self.metric} − limit|"
+        ax.set(xscale="log", yscale="log", xlabel="M (particles)", ylabel=ylabel)
         ax.set_xticks(Ms, labels=[str(M) for M in self.Ms])
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.legend()
+        ax.legend(fontsize=8)
         if path is not None:
             save(fig, path)
         return fig
-
-
-def _fit_loglog(Ms: torch.Tensor, means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Least-squares ``log mean = intercept + slope · log M`` along the last axis of ``means (..., K)``."""
-    u = Ms.log() - Ms.log().mean()  # (K,)
-    logm = means.log()  # (..., K)
-    slope = (logm * u).sum(-1) / (u * u).sum()  # (...)
-    intercept = logm.mean(-1) - slope * Ms.log().mean()  # (...)
-    return slope, intercept
 
 
 def _distance(metric: str | Metric, method: str, x: torch.Tensor, ref) -> torch.Tensor:
@@ -150,13 +782,61 @@ def _distance(metric: str | Metric, method: str, x: torch.Tensor, ref) -> torch.
     return finish(wasserstein(x, ref, p=p, method=method).cost)
 
 
+def _reference_values(
+    reference: object, quantity: str, observables: Mapping[str, Observable] | None
+) -> tuple[float | None, torch.Tensor]:
+    """A quantity study's reference: ``(exact limit, values (R,))``; both empty for a reference-free study."""
+    empty = torch.zeros(0, dtype=torch.float64)
+    if reference is None:
+        return None, empty
+    if isinstance(reference, (bool, str)):
+        raise TypeError(
+            f"reference must be a number, values (R,) or a reference run, got {type(reference).__name__}"
+        )
+    if isinstance(reference, (int, float, np.number)) or torch.is_tensor(reference) and reference.dim() == 0:
+        return check_finite("reference", float(reference)), empty
+    if (
+        isinstance(reference, (list, tuple, np.ndarray))
+        or torch.is_tensor(reference)
+        and reference.dim() == 1
+    ):
+        values = _as_tensor("reference", reference).reshape(-1)  # (R,)
+        check_finite_tensor("reference", values)
+        if values.numel() == 0:
+            raise ValueError("reference values must not be empty")
+        return None, values
+    R = None
+    if torch.is_tensor(reference):
+        R = reference.shape[0]
+    elif isinstance(reference, Trajectory):
+        R = reference.states.shape[1]
+    elif isinstance(reference, Mapping) and quantity in reference:
+        R = len(reference[quantity])
+    elif isinstance(reference, Mapping) and "final" in reference:
+        R = reference["final"].shape[0]
+    if R is None:
+        raise TypeError(
+            f"with quantity={quantity!r}, reference must be the exact limit (a number), the reference runs' "
+            f"values (R,), or a reference run's output (states, Trajectory or mapping), got "
+            f"{type(reference).__name__}"
+        )
+    _, scalars, series, _ = _collect("reference", reference, R, observables)
+    if quantity in scalars:
+        return None, scalars[quantity]
+    if quantity in series:
+        return None, series[quantity][:, -1]
+    raise ValueError(
+        f"the reference run has no observable {quantity!r}; it has {sorted({*scalars, *series})}"
+    )
+
+
 def convergence_in_m(
     sample: Sampler,
     Ms: Sequence[int],
     *,
     reps: int,
-    reference: torch.Tensor | Law1d | Callable[[int, torch.Generator], torch.Tensor],
-    generator: torch.Generator,
+    reference: object = None,
+    generator: torch.Generator | int,
     metric: str | Metric = "w2_squared",
     method: str = "auto",
     reference_size: int | None = None,
@@ -164,10 +844,20 @@ def convergence_in_m(
     n_boot: int = 2000,
     level: float = 0.95,
     progress: bool = True,
+    observables: Mapping[str, Observable] | None = None,
+    quantity: str | None = None,
+    estimator: str | Sequence[str] = "auto",
 ) -> StudyResult:
-    r"""How fast the law of M particles approaches a reference: ``D_M = E D(μ_M, μ) ≈ C M^{slope}``.
+    r"""How fast a quantity of M particles approaches its limit: ``|E Y_M − Y_∞| ≈ |c| M^{slope}``.
 
-    For each M, ``sample(M, reps)`` gives ``reps`` independent clouds, each compared with the reference:
+    For each M, ``sample(M, reps)`` gives ``reps`` independent replicates: states ``(reps, M, d)``, a
+    :class:`~meanfield.simulate.Trajectory`, or a mapping of observables (``{"final": states, "t": times,
+    "loss": (reps,) or (reps, T), ...}``). ``observables`` (``name → f(x (reps, M, d)) -> (reps,)``) are
+    evaluated on the final states, or on every saved state of a trajectory (a series); every scalar and
+    series is kept per replicate (:attr:`StudyResult.table`, :attr:`StudyResult.curves`).
+
+    **What is studied.** Without ``quantity``, ``Y_M = D(μ_M, μ)`` (``Y_∞ = 0``), the distance of the final
+    states to ``reference``:
 
     * an exact law (:class:`~meanfield.metrics.wasserstein.Law1d`, 1-D): ``D(μ_M, μ)`` in closed form,
       floor 0;
@@ -178,31 +868,49 @@ def convergence_in_m(
       over ``floor_reps`` pairs, which at ``N = M`` is the i.i.d. baseline of the particle system (a two-sample
       study: ``D(μ_M, ν_M)`` against ``D(ν_M, ν'_M)``).
 
+    With ``quantity="loss"``, ``Y_M`` is that scalar observable (a series: its value at the last saved time)
+    and ``reference`` its limit ``Y_∞``: a number (exact), the values of ``R`` independent reference runs
+    (a sequence ``(R,)``, or a reference run's output, to which ``observables`` apply), or ``None``
+    (reference-free). The R values must be independent: replicated reference runs, or a pooled reference —
+    one long or large run cut into R independent blocks, each block's value one entry. They should also be
+    unbiased for ``Y_∞`` to within the interval (a reference at ``M_ref`` carries ``c·M_ref^{−α}``).
+
+    **Estimators** (:class:`RateEstimate`; ``estimator`` names one, or several — the first gives ``slope`` and
+    ``slope_ci``, all are in ``estimates``): ``"exact"`` (the reference as exact: right for an exact law or
+    limit; for a finite reference the naive interval), ``"reference"`` (the reference values' uncertainty
+    propagated: their mean, redrawn from its t law in every bootstrap draw, is the point ``M = ∞`` of a
+    ``Y_∞ + c M^{−α}`` fit), ``"fit"`` (``Y_∞`` fitted, no reference) and ``"differences"``
+    (``mean_M − mean_{rM}``, no reference). ``"auto"``: ``"exact"`` for a distance or an exact limit,
+    ``"reference"`` with ≥ 2 reference values, ``"fit"`` (≥ 4 sizes) or ``"differences"`` without a reference.
+    A single reference value warns: its fluctuation is in no interval.
+
     A ``RuntimeWarning`` says when a mean distance is below 3× the floor of a reference meant to stand for
     the law (a fixed cloud, or a sampler with ``reference_size``): there the rate measures the reference.
-
-    The slope is the least-squares slope of ``log mean_M`` on ``log M``; its interval is the bootstrap
-    percentile interval over ``n_boot`` resamplings of the replicates within each M. ``method="auto"`` is
-    resolved once, at the largest sizes, so that every M is measured by the same distance.
+    ``method="auto"`` is resolved once, at the largest sizes, so that every M is measured by the same distance.
 
     Args:
-        sample: ``sample(M, reps) -> (reps, M, d)``, e.g. ``simulate(system, x0, ...).final`` with ``B = reps``;
-            it draws from its own generator (seeded apart from ``generator``: equal seeds give equal clouds).
+        sample: ``sample(M, reps)`` → states, a trajectory or a mapping (above); e.g.
+            ``simulate(system, x0, ...)`` with ``B = reps``. It draws from its own generator (seeded apart
+            from ``generator``: equal seeds give equal clouds).
         Ms: numbers of particles, at least 2 distinct, increasing.
         reps: replicates per M (≥ 2).
-        reference: an exact law, a fixed cloud ``(N, d)`` or an exact sampler (see above).
-        generator: drives the reference draws, the split of a fixed cloud and the bootstrap.
+        reference: see above.
+        generator: drives the reference draws, the split of a fixed cloud and the bootstrap: a
+            ``torch.Generator`` or an int seed (Python or NumPy integer), as for ``simulate``.
         metric: ``"w2_squared"`` (default), ``"w2"``, ``"w1"`` or a callable ``(x (B, M, d), y (B, N, d)) -> (B,)``
-            (not with an exact law).
+            (not with an exact law); without ``quantity`` only.
         method: Wasserstein method (``"auto"``, ``"1d"``, ``"exact"``, ``"sliced"``, ``"sinkhorn"``).
         reference_size: size N of each sampled reference cloud (sampler only); default M.
         floor_reps: pairs of reference clouds for the floor (sampler only); default ``reps``.
         n_boot: bootstrap resamplings.
         level: confidence level of the slope interval.
         progress: show a progress bar over M.
+        observables: named functions of the states ``(reps, M, d) -> (reps,)`` to collect per replicate.
+        quantity: the observable whose approach to its limit is studied (instead of a distance).
+        estimator: ``"auto"``, one of :data:`ESTIMATORS`, or a sequence of them.
 
     Returns:
-        :class:`StudyResult`.
+        :class:`StudyResult` (``estimator`` says where the interval comes from).
     """
     if not callable(sample):
         raise TypeError(f"sample must be a callable (M, reps) -> (reps, M, d), got {type(sample).__name__}")
@@ -215,20 +923,37 @@ def convergence_in_m(
     check_int("n_boot", n_boot)
     if not 0 < check_finite("level", level) < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
-    if isinstance(metric, str) and metric not in METRICS:
-        raise ValueError(f"metric must be one of {list(METRICS)} or a callable, got {metric!r}")
-    if not isinstance(metric, str) and not callable(metric):
-        raise TypeError(
-            f"metric must be a name in {list(METRICS)} or a callable, got {type(metric).__name__}"
-        )
+    generator, _ = resolve_generator(generator, name="generator", allow_none=False)
+    if observables is not None and (
+        not isinstance(observables, Mapping) or not all(callable(f) for f in observables.values())
+    ):
+        raise TypeError("observables must be a mapping name -> callable (states (B, M, d) -> (B,))")
+    if quantity is not None and not isinstance(quantity, str):
+        raise TypeError(f"quantity must be the name of an observable (str), got {type(quantity).__name__}")
+    names = (estimator,) if isinstance(estimator, str) else tuple(estimator)
+    if not names or any(not isinstance(e, str) or e not in ("auto", *ESTIMATORS) for e in names):
+        raise ValueError(f"estimator must be 'auto' or one or more of {list(ESTIMATORS)}, got {estimator!r}")
+    if quantity is None:
+        if isinstance(metric, str) and metric not in METRICS:
+            raise ValueError(f"metric must be one of {list(METRICS)} or a callable, got {metric!r}")
+        if not isinstance(metric, str) and not callable(metric):
+            raise TypeError(
+                f"metric must be a name in {list(METRICS)} or a callable, got {type(metric).__name__}"
+            )
+    elif metric != "w2_squared":
+        raise ValueError(f"metric applies to a distance study; with quantity={quantity!r} leave it out")
     if reference_size is not None:
         check_int("reference_size", reference_size)
     if floor_reps is not None:
         check_int("floor_reps", floor_reps)
 
-    if isinstance(reference, Law1d):
+    exact_limit, ref_values = None, torch.zeros(0, dtype=torch.float64)
+    if quantity is not None:
+        kind = "quantity"
+        exact_limit, ref_values = _reference_values(reference, quantity, observables)
+    elif reference is None:
+        raise TypeError("reference is required for a distance study (or name an observable with quantity=)")
+    elif isinstance(reference, Law1d):
         kind = "law"
         if callable(metric):
             raise TypeError(
@@ -252,6 +977,35 @@ def convergence_in_m(
         if given is not None and kind != "sampler":
             raise ValueError(f"{name} applies to a sampler reference only, got a {kind} reference")
     n_floor = floor_reps or reps
+    R = ref_values.numel()
+
+    # which estimators: "auto" first resolved, then checked against what the reference allows
+    def resolve(e: str) -> str:
+        if e != "auto":
+            return e
+        if kind != "quantity" or exact_limit is not None or R == 1:
+            return "exact"
+        if R >= 2:
+            return "reference"
+        ratios = {round(b / a, 9) for a, b in itertools.pairwise(Ms)}
+        return "fit" if len(Ms) >= 4 else "differences" if len(ratios) == 1 else "fit"
+
+    names = tuple(dict.fromkeys(resolve(e) for e in names))
+    for e in names:
+        if e == "reference" and R < 2:
+            raise ValueError(
+                "estimator='reference' needs ≥ 2 reference values (independent reference runs) of the "
+                f"observable named by quantity=, got {R if kind == 'quantity' else 'a distance study'}"
+            )
+        if e == "exact" and kind == "quantity" and exact_limit is None and R == 0:
+            raise ValueError("estimator='exact' needs a reference (the limit, or reference values)")
+    if kind == "quantity" and R == 1 and "exact" in names:
+        warnings.warn(
+            "one reference value: its fluctuation is in no interval (the reference is treated as exact); give "
+            "≥ 2 independent reference runs (estimator 'reference') or use estimator='fit'",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
     def ref_size(M: int) -> int:
         if kind == "cloud":
@@ -268,15 +1022,44 @@ def convergence_in_m(
         return ref.reshape(count, n, ref.shape[1])  # (count, n, d)
 
     values, floors, method_used, d = [], [], None, None
+    observed: dict[str, list[torch.Tensor]] = {}
+    series: dict[str, list[torch.Tensor]] = {}
+    times = None
     for M in tqdm(Ms, desc="convergence in M", disable=not progress):
-        x = sample(M, reps)  # (reps, M, d)
-        check_finite_tensor("sample(M, reps)", x)
-        if x.dim() != 3 or tuple(x.shape[:2]) != (reps, M) or (d is not None and x.shape[2] != d):
-            raise ValueError(
-                f"sample(M, reps) must return shape (reps, M, d) = ({reps}, {M}, {d or 'd'}), "
-                f"got {tuple(x.shape)}"
-            )
-        d = x.shape[2]
+        x, scalars, curves, t = _collect("sample(M, reps)", sample(M, reps), reps, observables)
+        if kind != "quantity" or x is not None:
+            if x is None:
+                raise ValueError("sample(M, reps) returned no states ('final'): a distance needs them")
+            check_finite_tensor("sample(M, reps)", x)
+            if x.dim() != 3 or tuple(x.shape[:2]) != (reps, M) or (d is not None and x.shape[2] != d):
+                raise ValueError(
+                    f"sample(M, reps) must return shape (reps, M, d) = ({reps}, {M}, {d or 'd'}), "
+                    f"got {tuple(x.shape)}"
+                )
+            d = x.shape[2]
+        if curves:
+            if times is not None and (times.shape != t.shape or not torch.allclose(times, t)):
+                raise ValueError(f"the series at M = {M} are saved at other times than at M = {Ms[0]}")
+            times = t
+        if set(curves) != set(series) and M != Ms[0] or set(scalars) != set(observed) and M != Ms[0]:
+            raise ValueError(f"sample(M, reps) returned other observables at M = {M} than at M = {Ms[0]}")
+        for n, v in scalars.items():
+            observed.setdefault(n, []).append(v)
+        for n, v in curves.items():
+            series.setdefault(n, []).append(v)
+        if kind == "quantity":
+            if quantity in scalars:
+                values.append(scalars[quantity])
+            elif quantity in curves:
+                values.append(curves[quantity][:, -1])
+            else:
+                raise ValueError(
+                    f"quantity {quantity!r} is not an observable of sample(M, reps); it returned "
+                    f"{sorted({*scalars, *curves})}"
+                )
+            floors.append(torch.zeros(0, dtype=torch.float64))
+            method_used = "observable"
+            continue
         if method_used is None:  # one method for every M: the one "auto" picks at the largest sizes
             if kind == "law":
                 method_used = "law"
@@ -307,31 +1090,38 @@ def convergence_in_m(
         floors = [_distance(metric, method_used, *halves)] * len(Ms)
     values = torch.stack(values).to(torch.float64)  # (K, reps)
     floor = torch.stack(floors).to(torch.float64)  # (K, n)
+    name = (
+        quantity
+        if kind == "quantity"
+        else metric
+        if isinstance(metric, str)
+        else getattr(metric, "__name__", "custom")
+    )
+    check_finite_tensor(name, values)
 
     Ms_t = torch.tensor(Ms, dtype=torch.float64)  # (K,)
     means = values.mean(1)  # (K,)
-    if bool((means <= 0).any()):
-        warnings.warn(
-            f"a mean distance is ≤ 0 ({means.tolist()}): no log-log slope", RuntimeWarning, stacklevel=2
-        )
-        slope = intercept = lo = hi = math.nan
-    else:
-        slope, intercept = (float(t) for t in _fit_loglog(Ms_t, means))
-        boot = torch.stack(  # resample the replicates within each M
-            [row[torch.randint(reps, (n_boot, reps), generator=generator)].mean(1) for row in values], dim=1
-        )  # (n_boot, K)
-        if bool((boot <= 0).any()):  # a resample with a mean ≤ 0 has no logarithm: no interval
-            warnings.warn(
-                "a bootstrap resample has a mean distance ≤ 0 (a metric that can be negative, or too few "
-                "replicates): the slope's interval is NaN",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            lo = hi = math.nan
-        else:
-            boot_slope, _ = _fit_loglog(Ms_t, boot)  # (n_boot,)
-            q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
-            lo, hi = (float(t) for t in torch.quantile(boot_slope, q))
+    boot = torch.stack(  # resample the replicates within each M
+        [row[torch.randint(reps, (n_boot, reps), generator=generator)].mean(1) for row in values], dim=1
+    )  # (n_boot, K)
+    ref_mean = ref_se = ref_boot = None
+    if R >= 1:
+        ref_mean = float(ref_values.mean())
+    if "reference" in names:  # the reference mean's sampling law: ȳ + SE·t_{R−1}
+        ref_se = float(ref_values.std() / math.sqrt(R))
+        ref_boot = ref_mean + ref_se * _student_t(n_boot, R - 1, generator)  # (n_boot,)
+    estimates: dict[str, RateEstimate] = {}
+    for e in names:
+        est, notes = _estimate(
+            e, Ms_t, values, boot,
+            limit=exact_limit if exact_limit is not None else ref_mean,
+            ref_boot=ref_boot, ref_mean=ref_mean, ref_se=ref_se,
+            distance=kind != "quantity", level=level,
+        )  # fmt: skip
+        for note in notes:
+            warnings.warn(note, RuntimeWarning, stacklevel=2)
+        estimates[e] = est
+    if kind != "quantity" and not bool((means <= 0).any()):
         floor_mean = floor.mean(1) if floor.shape[1] else torch.zeros(len(Ms), dtype=torch.float64)
         reference_approximates_law = kind == "cloud" or reference_size is not None  # not a two-sample study
         if reference_approximates_law and bool((means < 3 * floor_mean).any()):
@@ -342,17 +1132,25 @@ def convergence_in_m(
                 RuntimeWarning,
                 stacklevel=2,
             )
-    name = metric if isinstance(metric, str) else getattr(metric, "__name__", "custom")
+    head = estimates[names[0]]
+    observed_t = {name: values, **{n: torch.stack(v) for n, v in observed.items() if n != name}}
     return StudyResult(
         Ms=tuple(Ms),
         values=values,
         floor=floor,
         metric=name,
         method=method_used,
-        slope=slope,
-        intercept=intercept,
-        slope_ci=(lo, hi),
+        slope=head.slope,
+        intercept=head.intercept,
+        slope_ci=head.slope_ci,
         level=level,
+        estimator=head.estimator,
+        estimates=estimates,
+        limit=head.limit,
+        reference_values=ref_values,
+        observed=observed_t,
+        series={n: torch.stack(v) for n, v in series.items()},
+        times=times,
     )
 
 
@@ -374,28 +1172,68 @@ def _scalar(name: str, value: object) -> object:
     if isinstance(value, np.generic):
         return value.item()
     raise TypeError(
-        f"{name} must be a scalar (int, float, bool, str, one-element tensor), got {type(value).__name__}"
+        f"{name} must be a scalar (int, float, bool, str, one-element tensor) or a 1-D series, "
+        f"got {type(value).__name__}"
     )
+
+
+def _series(name: str, value: object) -> list[float] | None:
+    """A 1-D series (tensor, array, list of numbers) as a list of floats; ``None`` for anything else."""
+    if torch.is_tensor(value) and value.dim() == 1 and value.numel() > 1:
+        return value.detach().cpu().to(torch.float64).tolist()
+    if isinstance(value, np.ndarray) and value.ndim == 1 and value.size > 1:
+        return value.astype(np.float64).tolist()
+    if (
+        isinstance(value, (list, tuple))
+        and len(value) > 1
+        and all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool) for v in value)
+    ):
+        return [float(v) for v in value]
+    if (torch.is_tensor(value) and value.dim() > 1 and value.numel() != 1) or (
+        isinstance(value, np.ndarray) and value.ndim > 1 and value.size != 1
+    ):
+        raise TypeError(
+            f"{name} must be a scalar (int, float, bool, str, one-element tensor) or a 1-D series, "
+            f"got a {type(value).__name__} of shape {tuple(value.shape)}"
+        )
+    return None
 
 
 @dataclass(frozen=True)
 class SweepResult:
-    """A table of runs: one dict row per (grid point, seed), with the point, ``seed``, the outputs and ``error``.
+    """A table of runs: one dict row per (grid point, seed), with the point, ``seed``, the scalar outputs and
+    ``error``; series outputs in :attr:`curves` (one row per point × seed × saved time).
 
     Attributes:
         rows: the table; ``error`` is ``None`` or ``"ExceptionType: message"`` (then the outputs are absent).
         params: the grid's parameter names.
-        outputs: the output names, in order of first appearance.
+        outputs: the scalar output names, in order of first appearance.
+        series: the series output names.
+        curve_rows: the rows of :attr:`curves`.
+        batched: the parameters that ran on the replica axis (empty for one call per point and seed).
     """
 
     rows: list[dict]
     params: tuple[str, ...]
     outputs: tuple[str, ...] = field(default=())
+    series: tuple[str, ...] = field(default=())
+    curve_rows: list[dict] = field(default_factory=list)
+    batched: tuple[str, ...] = field(default=())
 
     @property
     def columns(self) -> tuple[str, ...]:
         """``params + ("seed",) + outputs + ("error",)``."""
         return (*self.params, "seed", *self.outputs, "error")
+
+    @property
+    def table(self) -> Table:
+        """:attr:`rows` as a :class:`Table` (failed rows included, with their ``error``)."""
+        return Table(self.rows, (*self.params, "seed"), (*self.outputs, "error"), replicate="seed")
+
+    @property
+    def curves(self) -> Table:
+        """The series: a tidy :class:`Table` with one row per point × seed × saved time ``t``."""
+        return Table(self.curve_rows, (*self.params, "seed", "t"), self.series, replicate="seed")
 
     @property
     def failures(self) -> list[dict]:
@@ -408,27 +1246,23 @@ class SweepResult:
             raise KeyError(f"no column {name!r}; the columns are {list(self.columns)}")
         return [row.get(name) for row in self.rows]
 
-    def to_csv(self, path: str | os.PathLike | None = None) -> str:
-        """The table as CSV (missing cells empty); written to ``path`` when given. Returns the text."""
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=self.columns, restval="", lineterminator="\n")
-        writer.writeheader()
-        writer.writerows({k: ("" if v is None else v) for k, v in row.items()} for row in self.rows)
-        text = buffer.getvalue()
-        if path is not None:
-            Path(path).write_text(text)
-        return text
+    def to_csv(self, path: str | os.PathLike | None = None, *, curves: bool = False) -> str:
+        """The table (or with ``curves=True`` the series table) as CSV, missing cells empty; written to
+        ``path`` when given. Returns the text."""
+        if curves:
+            return self.curves.to_csv(path)
+        return _to_csv(self.rows, self.columns, path)
 
     def to_json(self, path: str | os.PathLike | None = None) -> str:
-        """The table as JSON ``{"params", "outputs", "rows"}`` (non-finite floats become ``null``)."""
-
-        def clean(v):
-            return None if isinstance(v, float) and not math.isfinite(v) else v
-
+        """The tables as JSON ``{"params", "outputs", "rows", "series", "curve_rows", "batched"}`` (non-finite
+        floats become ``null``)."""
         data = {
             "params": list(self.params),
             "outputs": list(self.outputs),
-            "rows": [{k: clean(v) for k, v in row.items()} for row in self.rows],
+            "rows": [{k: _clean(v) for k, v in row.items()} for row in self.rows],
+            "series": list(self.series),
+            "curve_rows": [{k: _clean(v) for k, v in row.items()} for row in self.curve_rows],
+            "batched": list(self.batched),
         }
         text = json.dumps(data, indent=1, allow_nan=False)
         if path is not None:
@@ -442,7 +1276,14 @@ class SweepResult:
         if not text.lstrip().startswith("{"):
             text = Path(source).read_text()
         data = json.loads(text)
-        return cls(rows=data["rows"], params=tuple(data["params"]), outputs=tuple(data["outputs"]))
+        return cls(
+            rows=data["rows"],
+            params=tuple(data["params"]),
+            outputs=tuple(data["outputs"]),
+            series=tuple(data.get("series", ())),
+            curve_rows=data.get("curve_rows", []),
+            batched=tuple(data.get("batched", ())),
+        )
 
     def summary(
         self,
@@ -456,33 +1297,13 @@ class SweepResult:
         r"""Mean of ``y`` over seeds for each (``hue``, ``x``), with a Student-t confidence interval.
 
         ``mean ± t_{n−1, (1+level)/2} · s/\sqrt{n}`` over the ``n`` successful seeds with a finite ``y``.
-        Grid parameters other than ``x`` and ``hue`` must be fixed by ``where`` (or take one value).
+        Grid parameters other than ``x`` and ``hue`` must be fixed by ``where`` (or take one value). For a
+        series, use ``curves.summary("t", y, hue)``.
 
         Returns:
             One dict per group: ``hue`` (if given), ``x``, ``mean``, ``se``, ``lo``, ``hi``, ``n``.
         """
-        for name in (x, y, *(() if hue is None else (hue,))):
-            if name not in self.columns:
-                raise KeyError(f"no column {name!r}; the columns are {list(self.columns)}")
-        where = dict(where or {})
-        rows = [r for r in self.rows if r["error"] is None and all(r.get(k) == v for k, v in where.items())]
-        for p in self.params:
-            if p not in (x, hue) and p not in where and len({repr(r.get(p)) for r in rows}) > 1:
-                raise ValueError(
-                    f"parameter {p!r} takes several values {sorted({repr(r.get(p)) for r in rows})}; "
-                    f"fix it with where={{{p!r}: ...}} or use it as x or hue"
-                )
-        groups: dict[tuple, list[float]] = {}
-        for r in rows:
-            value = r.get(y)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                groups.setdefault((r.get(hue) if hue else None, r[x]), []).append(float(value))
-        out = []
-        for (h, xv), ys in groups.items():
-            ci = t_interval(ys, level)
-            row = {"x": xv, "mean": ci.mean, "se": ci.se, "lo": ci.lo, "hi": ci.hi, "n": ci.n}
-            out.append(row if hue is None else {"hue": h, **row})
-        return sorted(out, key=lambda r: (repr(r.get("hue")), r["x"]))
+        return _summary_rows(self.rows, self.params, self.columns, x, y, hue, where, level)
 
     def plot(
         self,
@@ -494,27 +1315,24 @@ class SweepResult:
         level: float = 0.95,
         logx: bool = False,
         logy: bool = False,
+        label: str | None = None,
         ax=None,
         path: str | os.PathLike | None = None,
     ):
-        """Mean of ``y`` against ``x`` over seeds, one line per ``hue``, with a ``level`` confidence band.
+        """Mean of ``y`` against ``x`` over seeds, one line per ``hue``, with a labelled ``level`` band; a
+        series ``y`` is drawn against ``x = "t"`` from :attr:`curves`.
 
         Returns the figure; with ``path`` it is also written there (and closed).
         """
+        if y in self.series and (y not in self.outputs or x == "t"):
+            return self.curves.plot(
+                x, y, hue, where=where, level=level, logx=logx, logy=logy, label=label, ax=ax, path=path
+            )
         table = self.summary(x, y, hue, where=where, level=level)
-        fig, ax = figure() if ax is None else (ax.figure, ax)
-        hues = list(dict.fromkeys(r.get("hue") for r in table))
-        for h in hues:
-            part = [r for r in table if r.get("hue") == h]
-            xs = [r["x"] for r in part]
-            ax.plot(xs, [r["mean"] for r in part], "o-", ms=3, label=None if hue is None else f"{hue}={h}")
-            ax.fill_between(xs, [r["lo"] for r in part], [r["hi"] for r in part], alpha=0.25)
-        ax.set(xlabel=x, ylabel=y, xscale="log" if logx else "linear", yscale="log" if logy else "linear")
-        if hue is not None:
-            ax.legend()
-        if path is not None:
-            save(fig, path)
-        return fig
+        return _plot_summary(
+            table, x, y, hue, level=level, replicate="seed", logx=logx, logy=logy, label=label, ax=ax,
+            path=path,
+        )  # fmt: skip
 
 
 def _grid_points(grid: Mapping[str, Sequence] | Sequence[Mapping]) -> tuple[list[dict], tuple[str, ...]]:
@@ -534,10 +1352,58 @@ def _grid_points(grid: Mapping[str, Sequence] | Sequence[Mapping]) -> tuple[list
         )
     if not points:
         raise ValueError("grid must contain at least one point, got an empty grid")
-    for reserved in ("seed", "error"):
+    for reserved in ("seed", "error", "t"):
         if reserved in names:
             raise ValueError(f"grid must not define {reserved!r} (a column of the table), got {list(names)}")
+    points = [{k: _cell(v) for k, v in p.items()} for p in points]
     return points, names
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _store(row: dict, result: object, rows: list, curve_rows: list, outputs: dict, series: dict) -> None:
+    """Add one run's outputs (a mapping name → scalar or 1-D series, ``"t"`` the series' times)."""
+    result = dict(result) if isinstance(result, Mapping) else {"value": result}
+    times = result.pop("t", None)
+    cells, curves = {}, {}
+    for key, value in result.items():
+        if key in row or key in ("error", "t"):
+            raise ValueError(f"run returned an output named {key!r}, which is a parameter or column name")
+        s = _series(f"output {key!r}", value)
+        if s is None:
+            cells[key] = _scalar(f"output {key!r}", value)
+        else:
+            curves[key] = s
+    if curves:
+        lengths = {len(v) for v in curves.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"the series outputs must share one time axis, got lengths {sorted(lengths)}")
+        T = lengths.pop()
+        ts = list(range(T)) if times is None else _as_tensor("output 't'", times).reshape(-1).tolist()
+        if len(ts) != T:
+            raise ValueError(f"output 't' has {len(ts)} times, the series have {T}")
+    outputs.update(dict.fromkeys(cells))
+    series.update(dict.fromkeys(curves))
+    rows.append({**row, **cells, "error": None})
+    for j, t in enumerate(ts if curves else ()):
+        curve_rows.append({**row, "t": t, **{k: v[j] for k, v in curves.items()}})
+
+
+def batch_seed(seeds: Sequence[int]) -> int:
+    """One seed for a batched call from the seeds of its replicas (``derive_seed`` of their list).
+
+    A batched ``run`` draws the noise of all its replicas from one generator, so its numbers depend on the
+    whole chunk (which seeds, in which order), not on each replica's seed alone: the same sweep (grid, seeds,
+    ``max_batch``) gives the same numbers, a different chunking other (equally distributed) ones. Draw what
+    must follow one replica's seed alone (e.g. its initial state) from ``torch.Generator().manual_seed(seed)``.
+    """
+    return derive_seed(0, "batch:" + ",".join(str(int(s)) for s in seeds))
+
+
+def _chunks(n: int, size: int) -> list[range]:
+    return [range(i, min(n, i + size)) for i in range(0, n, size)]
 
 
 def sweep(
@@ -545,23 +1411,47 @@ def sweep(
     grid: Mapping[str, Sequence] | Sequence[Mapping],
     *,
     seeds: int | Sequence[int],
+    batch: bool | Sequence[str] = False,
+    max_batch: int | None = None,
+    memory_budget: float | None = None,
+    replica_bytes: int | Callable[[Mapping[str, object]], int] | None = None,
+    observables: Mapping[str, Observable] | None = None,
     progress: bool = True,
 ) -> SweepResult:
-    """Run ``run(**point, seed=seed)`` for every grid point and seed and collect its scalar outputs.
+    """Run ``run`` for every grid point and seed and collect its outputs: scalars, or series at saved times.
+
+    **One call per run** (``batch=False``): ``run(**point, seed=seed)`` returns a mapping name → scalar or
+    1-D series (a tensor, array or list of numbers), with ``"t"`` the series' times (default ``0, 1, …``),
+    or one scalar (stored as ``"value"``).
+
+    **Batched** (``batch=True``, or the names of the parameters to batch): the runs whose other parameters
+    agree go on the replica axis of one call. ``run(**fixed, **{name: values (B,)}, seed=seeds)`` gets each
+    batched parameter as a float64 tensor of shape ``(B,)`` (replica ``b`` runs at ``values[b]``), the
+    others as plain values, and ``seed`` as a list of ``B`` ints (replica ``b``'s seed); it returns a
+    mapping name → ``(B,)`` (a scalar per replica) or ``(B, T)`` (a series at times ``"t"``, ``(T,)``), a
+    state tensor ``(B, M, d)`` or a :class:`~meanfield.simulate.Trajectory`, on which ``observables``
+    (``name → f(x (B, M, d)) -> (B,)``) are evaluated (at every saved time for a trajectory). ``batch=True``
+    batches every parameter whose grid values are all numbers (leave a size such as M out by naming the
+    others). A call holds at most ``max_batch`` replicas, or ``memory_budget // replica_bytes`` (bytes;
+    ``replica_bytes`` a number or a function of the fixed parameters, e.g. ``lambda p: 8 * p["M"] * 2 * 50``).
 
     Args:
-        run: returns a mapping name → scalar (or one scalar, stored as ``"value"``); it gets the point's
-            parameters as keyword arguments and ``seed`` (build its generator from it:
-            ``torch.Generator().manual_seed(seed)``).
+        run: the function (above); build the noise from the seed(s) given.
         grid: ``{"beta": [...], "M": [...]}`` (the Cartesian product, in that order) or a list of points
             ``[{"beta": 0.1, "M": 64}, ...]``.
         seeds: a number of seeds (``0, …, seeds − 1``) or the seeds themselves.
+        batch: ``False``, ``True`` or the names of the parameters that vary along the replica axis.
+        max_batch: the most replicas in one call (batched only).
+        memory_budget: bytes one call may use, with ``replica_bytes`` (batched only).
+        replica_bytes: bytes per replica (a number, or a function of the call's fixed parameters).
+        observables: functions of the states returned by a batched ``run``.
         progress: show a progress bar over grid × seeds.
 
     Returns:
-        :class:`SweepResult`. A point whose run raises (or returns a non-scalar) is recorded with
-        ``error = "Type: message"`` and the sweep goes on; a warning counts the failures, and if every run
-        fails a ``RuntimeError`` carries the first error.
+        :class:`SweepResult`: ``rows`` in grid × seed order, series in ``curves``. A run that raises (or
+        returns a non-scalar, non-series) is recorded with ``error = "Type: message"`` and the sweep goes on —
+        batched, every replica of the failed call; a warning counts the failures, and if every run fails a
+        ``RuntimeError`` carries the first error.
     """
     if not callable(run):
         raise TypeError(f"run must be callable, got {type(run).__name__}")
@@ -570,32 +1460,102 @@ def sweep(
         raise TypeError(
             f"seeds must be an int (a number of seeds) or a sequence of ints, got {type(seeds).__name__}"
         )
-    seeds = list(range(check_int("seeds", seeds))) if isinstance(seeds, int) else list(seeds)
+    seeds = list(range(check_int("seeds", seeds))) if isinstance(seeds, int) else [_cell(s) for s in seeds]
     if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
         raise ValueError(f"seeds must be a non-empty sequence of ints, got {seeds}")
+    if isinstance(batch, bool):
+        batched = tuple(n for n in names if all(_is_number(p.get(n)) for p in points)) if batch else ()
+    elif isinstance(batch, Sequence) and not isinstance(batch, (str, bytes)):
+        batched = tuple(batch)
+        unknown = [n for n in batched if n not in names]
+        if unknown:
+            raise ValueError(f"batch names parameters {unknown} that are not in the grid {list(names)}")
+        for n in batched:
+            if not all(_is_number(p.get(n)) for p in points):
+                raise TypeError(f"batched parameter {n!r} must take numbers only (a float per replica)")
+    else:
+        raise TypeError(f"batch must be a bool or a sequence of parameter names, got {type(batch).__name__}")
+    if not batch and (max_batch, memory_budget, replica_bytes, observables) != (None,) * 4:
+        raise ValueError("max_batch, memory_budget, replica_bytes and observables apply with batch= only")
+    if max_batch is not None:
+        check_int("max_batch", max_batch)
+    if (memory_budget is None) != (replica_bytes is None):
+        raise ValueError("memory_budget and replica_bytes go together (bytes per call, bytes per replica)")
 
     rows: list[dict] = []
+    curve_rows: list[dict] = []
     outputs: dict[str, None] = {}
-    for point, seed in tqdm(
-        itertools.product(points, seeds), total=len(points) * len(seeds), desc="sweep", disable=not progress
-    ):
-        row = {**point, "seed": seed}
-        try:
-            result = run(**point, seed=seed)
-            result = dict(result) if isinstance(result, Mapping) else {"value": result}
-            cells = {}
-            for key, value in result.items():
-                if key in row or key == "error":
-                    raise ValueError(
-                        f"run returned an output named {key!r}, which is a parameter or column name"
-                    )
-                cells[key] = _scalar(f"output {key!r}", value)
-        except Exception as exc:  # noqa: BLE001 — a failed point is recorded and the sweep goes on
-            rows.append({**row, "error": f"{type(exc).__name__}: {exc}"})
-            continue
-        outputs.update(dict.fromkeys(cells))
-        rows.append({**row, **cells, "error": None})
-    result = SweepResult(rows=rows, params=names, outputs=tuple(outputs))
+    series: dict[str, None] = {}
+    runs = list(itertools.product(points, seeds))
+    bar = tqdm(total=len(runs), desc="sweep", disable=not progress)
+    if not batch:
+        for point, seed in runs:
+            row = {**point, "seed": seed}
+            try:
+                _store(row, run(**point, seed=seed), rows, curve_rows, outputs, series)
+            except Exception as exc:  # noqa: BLE001 — a failed point is recorded and the sweep goes on
+                rows.append({**row, "error": f"{type(exc).__name__}: {exc}"})
+            bar.update(1)
+    else:
+        slots: list[dict | None] = [None] * len(runs)  # rows in grid × seed order
+        curve_slots: list[list[dict]] = [[] for _ in runs]
+        groups: dict[tuple, list[int]] = {}
+        for i, (point, _) in enumerate(runs):
+            fixed = tuple((n, repr(point.get(n))) for n in names if n not in batched)
+            groups.setdefault(fixed, []).append(i)
+        for members in groups.values():
+            point0 = runs[members[0]][0]
+            fixed = {n: point0[n] for n in names if n not in batched and n in point0}
+            size = len(members) if max_batch is None else max_batch
+            if memory_budget is not None:
+                per = replica_bytes(fixed) if callable(replica_bytes) else replica_bytes
+                size = min(size, max(1, int(memory_budget // max(int(per), 1))))
+            for chunk in _chunks(len(members), size):
+                idx = [members[j] for j in chunk]
+                B = len(idx)
+                args = {
+                    n: torch.tensor([float(runs[i][0][n]) for i in idx], dtype=torch.float64) for n in batched
+                }
+                chunk_seeds = [runs[i][1] for i in idx]
+                try:
+                    out = run(**fixed, **args, seed=chunk_seeds)
+                    _, scalars, curves, times = _collect("run(...)", out, B, observables)
+                    for key in (*scalars, *curves):
+                        if key in names or key in ("seed", "error"):
+                            raise ValueError(
+                                f"run returned an output named {key!r}, which is a parameter or column name"
+                            )
+                    if not scalars and not curves:
+                        raise ValueError("run returned no observables (give observables= for states)")
+                    ts = times.tolist() if curves else []
+                    lists = {k: v.tolist() for k, v in scalars.items()}  # {name: (B,)}
+                    clists = {k: v.tolist() for k, v in curves.items()}  # {name: (B, T)}
+                    for b, i in enumerate(idx):
+                        point, seed = runs[i]
+                        row = {**point, "seed": seed}
+                        slots[i] = {**row, **{k: v[b] for k, v in lists.items()}, "error": None}
+                        curve_slots[i] = [
+                            {**row, "t": t, **{k: v[b][j] for k, v in clists.items()}}
+                            for j, t in enumerate(ts)
+                        ]
+                    outputs.update(dict.fromkeys(scalars))
+                    series.update(dict.fromkeys(curves))
+                except Exception as exc:  # noqa: BLE001 — a failed call is recorded and the sweep goes on
+                    for i in idx:
+                        point, seed = runs[i]
+                        slots[i] = {**point, "seed": seed, "error": f"{type(exc).__name__}: {exc}"}
+                bar.update(B)
+        rows = slots
+        curve_rows = [r for rs in curve_slots for r in rs]
+    bar.close()
+    result = SweepResult(
+        rows=rows,
+        params=names,
+        outputs=tuple(outputs),
+        series=tuple(series),
+        curve_rows=curve_rows,
+        batched=batched,
+    )
     failed = result.failures
     if len(failed) == len(rows):
         raise RuntimeError(f"every run of the sweep failed; the first: {failed[0]['error']}")

@@ -291,7 +291,7 @@ def test_study_plot_writes_a_png(tmp_path):
         ({"Ms": [16, 8]}, ValueError, ["Ms", "increasing"]),
         ({"Ms": [8, 8.5]}, TypeError, ["Ms[i]", "float"]),
         ({"reps": 1}, ValueError, ["reps", "≥ 2", "1"]),
-        ({"generator": 0}, TypeError, ["generator", "int"]),
+        ({"generator": 0.5}, TypeError, ["generator", "int seed", "float"]),
         ({"metric": "w3"}, ValueError, ["metric", "'w3'", "w2_squared"]),
         ({"metric": lambda x, y: x}, TypeError, ["metric", "exact law", "callable"]),
         ({"reference": "uniform"}, TypeError, ["reference", "str"]),
@@ -384,8 +384,10 @@ def test_sweep_records_a_failed_point_and_goes_on():
 
 
 def test_sweep_rejects_non_scalar_and_clashing_outputs_per_point():
+    """A 2-D output is neither a scalar nor a series (a 1-D output is a series: tests/test_studies_tables.py)."""
+
     def run(kind, seed):
-        return {"vector": torch.ones(3)} if kind == "vector" else {"seed": 1} if kind == "clash" else 2.5
+        return {"vector": torch.ones(3, 2)} if kind == "vector" else {"seed": 1} if kind == "clash" else 2.5
 
     with pytest.warns(RuntimeWarning):
         result = sweep(run, {"kind": ["vector", "clash", "scalar"]}, seeds=1, progress=False)
