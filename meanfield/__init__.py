@@ -4,9 +4,10 @@ Mean-field here means *particles*: M particles ``θ_i`` (points, attention heads
 law ``ρ_M = 1/M Σ δ_{θ_i}`` and move by ``dθ = −∇(δL/δρ) dt + sqrt(2β) dW``.
 """
 
-from . import metrics, nn, optim, potentials, projections, schedules, studies, tokens
+from . import kinetic, metrics, nn, optim, potentials, projections, schedules, studies, tokens
 from .brownian import BrownianIncrements
-from .optim import Langevin
+from .kinetic import KineticMeanFieldLangevin
+from .optim import KineticLangevin, Langevin
 from .simulate import NonFiniteStateError, Trajectory, simulate
 from .solvers import SOLVERS, EulerMaruyama, Solver, TorchSDE, get_solver
 from .studies import StudyResult, SweepResult, convergence_in_m, sweep
@@ -17,6 +18,8 @@ __version__ = "0.1.0"
 __all__ = [
     "BrownianIncrements",
     "EulerMaruyama",
+    "KineticLangevin",
+    "KineticMeanFieldLangevin",
     "Langevin",
     "MeanFieldLangevin",
     "NonFiniteStateError",
@@ -30,6 +33,7 @@ __all__ = [
     "Trajectory",
     "convergence_in_m",
     "get_solver",
+    "kinetic",
     "metrics",
     "nn",
     "optim",

@@ -78,7 +78,8 @@ a step, checkpoints), :mod:`~meanfield.optim.drift` (SGD; Adam and its precondit
 (:class:`LangevinStats`), :mod:`~meanfield.optim.conventions` (drift rules, temperature conventions, defaults,
 :func:`momentum_variance_factor`), :mod:`~meanfield.optim.groups` (a group's options),
 :mod:`~meanfield.optim.buckets` (the flat layout), :mod:`~meanfield.optim.layers` (the groups of a model with
-particle layers).
+particle layers); :mod:`~meanfield.optim.kinetic` (:class:`KineticLangevin`: kinetic Langevin, BAOAB steps with
+a velocity per parameter; heavy-ball momentum SGD at β = 0).
 """
 
 from meanfield.optim.conventions import (
@@ -90,6 +91,7 @@ from meanfield.optim.conventions import (
     TEMPERATURE_CONVENTIONS,
     momentum_variance_factor,
 )
+from meanfield.optim.kinetic import KineticLangevin
 from meanfield.optim.langevin import Langevin
 from meanfield.optim.layers import LayerProjection
 from meanfield.optim.stats import LangevinStats
@@ -97,6 +99,7 @@ from meanfield.projections import Clip, Projection, Sphere
 
 __all__ = [
     "Langevin",
+    "KineticLangevin",
     "LangevinStats",
     "Projection",
     "Clip",

@@ -1,6 +1,8 @@
-"""Solvers: the native Euler–Maruyama (default) and every torchsde method, through one registry.
+"""Solvers: the native Euler–Maruyama (default), every torchsde method and the kinetic splittings (BAOAB,
+OBABO, ABOBA).
 
-``SOLVERS`` maps a name to a factory; :func:`get_solver` turns a name or a solver object into a solver.
+``SOLVERS`` maps a name to a factory (the solvers of any particle system), ``SPLITTINGS`` the kinetic
+splittings' names to their words; :func:`get_solver` turns a name or a solver object into a solver.
 """
 
 from __future__ import annotations
@@ -10,19 +12,24 @@ from functools import partial
 
 from .base import Solver, Stepper
 from .euler import EulerMaruyama
+from .kinetic import SPLITTINGS, Splitting
 from .torchsde import TORCHSDE_METHODS, TorchSDE
 
-__all__ = ["Solver", "Stepper", "EulerMaruyama", "TorchSDE", "SOLVERS", "get_solver"]
+__all__ = ["Solver", "Stepper", "EulerMaruyama", "TorchSDE", "Splitting", "SOLVERS", "get_solver"]
 
 SOLVERS: dict[str, Callable[[], Solver]] = {
     "euler": EulerMaruyama,
     "torchsde_euler": partial(TorchSDE, "euler"),
     **{name: partial(TorchSDE, name) for name in TORCHSDE_METHODS if name != "euler"},
 }
+"""Name → factory of the solvers that integrate any :class:`~meanfield.ParticleSystem`. The kinetic splittings
+(:data:`~meanfield.solvers.kinetic.SPLITTINGS`: ``"baoab"``, ``"obabo"``, ``"aboba"``) integrate only a
+:class:`~meanfield.kinetic.KineticMeanFieldLangevin` and are kept apart; :func:`get_solver` knows both."""
 
 
 def get_solver(solver: str | Solver) -> Solver:
-    """Return the solver named ``solver`` (a key of :data:`SOLVERS`), or ``solver`` itself if it is one.
+    """Return the solver named ``solver`` (a key of :data:`SOLVERS` or of
+    :data:`~meanfield.solvers.kinetic.SPLITTINGS`), or ``solver`` itself if it is one.
 
     Raises:
         ValueError: for an unknown name (the message lists the allowed ones).
@@ -31,8 +38,13 @@ def get_solver(solver: str | Solver) -> Solver:
     if isinstance(solver, Solver):
         return solver
     if isinstance(solver, str):
+        if solver in SPLITTINGS:  # kinetic Langevin splittings (meanfield.solvers.kinetic)
+            return Splitting(solver)
         if solver not in SOLVERS:
-            raise ValueError(f"unknown solver {solver!r}; allowed: {sorted(SOLVERS)} or a Solver object")
+            raise ValueError(
+                f"unknown solver {solver!r}; allowed: {sorted(SOLVERS)}, the kinetic splittings "
+                f"{sorted(SPLITTINGS)}, or a Solver object"
+            )
         return SOLVERS[solver]()
     raise TypeError(
         f"solver must be a name ({sorted(SOLVERS)}) or a Solver object, got {type(solver).__name__}"

@@ -1,0 +1,165 @@
+r"""Kinetic (underdamped) mean-field Langevin dynamics on a paired phase-space state.
+
+Each particle has a position ``x_i`` and a velocity ``v_i`` (unit mass):
+
+    dx_i = v_i dt,
+    dv_i = −∇(δF/δρ)(x_i) dt − γ v_i dt + sqrt(2γβ_t) dW_i,
+    ∇(δF/δρ)(x_i) = ∇V(x_i) + 1/M Σ_j ∇W(x_i − x_j),
+
+with friction ``γ ≥ 0`` and temperature ``β ≥ 0``. For constant β the M-particle system has the stationary law
+``∝ exp(−(M·F(ρ_M) + Σ_i |v_i|²/2)/β)``: positions as in the overdamped :class:`~meanfield.MeanFieldLangevin`,
+velocities Maxwellian ``N(0, β I)``.
+
+**The state is one tensor** ``z`` of shape ``(B, M, 2d)``: ``z[..., :d]`` the positions, ``z[..., d:]`` the
+velocities (:func:`pair`, :func:`positions`, :func:`velocities`). So :func:`meanfield.simulate`, its
+:class:`~meanfield.Trajectory` ``(S, B, M, 2d)``, its seeds, checkpoints and NaN checks work unchanged, and the
+system *is* the first-order SDE ``dz = b(z) dt + Σ dW`` with ``b = (v, −∇δF/δρ − γv)`` and the additive
+``Σ = diag(0, sqrt(2γβ))`` on ``W = (W_x, W_v) ∈ R^{2d}``: every solver of :data:`meanfield.solvers.SOLVERS`
+(native Euler–Maruyama, torchsde's ``srk``, ``heun``, …) integrates it, and the splitting schemes of
+:mod:`meanfield.solvers.kinetic` (BAOAB, OBABO, ABOBA) read the same noise: the ``W_v`` slot is the
+increment of the Brownian motion that drives the velocities, the ``W_x`` slot (which ``Σ`` ignores) gives
+the splitting schemes the Brownian-bridge midpoint of ``W_v`` over the step (see that module).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._checks import check_nonnegative
+from .potentials import Confinement, Interaction
+from .schedules import Constant, Schedule, as_schedule
+from .systems import MeanFieldLangevin, ParticleSystem
+
+__all__ = ["KineticMeanFieldLangevin", "pair", "positions", "velocities"]
+
+
+def _check_paired(z: torch.Tensor) -> int:
+    """``d`` of a paired state ``(B, M, 2d)``; raises on an odd or empty last axis."""
+    if not torch.is_tensor(z):
+        raise TypeError(f"a kinetic state must be a tensor (B, M, 2d), got {type(z).__name__}")
+    if z.dim() < 1 or z.shape[-1] == 0 or z.shape[-1] % 2:
+        raise ValueError(
+            f"a kinetic state has shape (B, M, 2d): positions then velocities on the last axis, "
+            f"got shape {tuple(z.shape)} (make one with meanfield.kinetic.pair(x, v))"
+        )
+    return z.shape[-1] // 2
+
+
+def pair(x: torch.Tensor, v: torch.Tensor | None = None) -> torch.Tensor:
+    """The paired state ``z = (x, v)``: ``(B, M, d), (B, M, d) -> (B, M, 2d)``; ``v = None``: zero velocities."""
+    if not torch.is_tensor(x):
+        raise TypeError(f"x must be a tensor (B, M, d), got {type(x).__name__}")
+    if v is None:
+        v = torch.zeros_like(x)  # (B, M, d)
+    if not torch.is_tensor(v) or v.shape != x.shape:
+        got = tuple(v.shape) if torch.is_tensor(v) else type(v).__name__
+        raise ValueError(f"velocities must have the positions' shape {tuple(x.shape)}, got {got}")
+    return torch.cat([x, v], dim=-1)  # (B, M, 2d)
+
+
+def positions(z: torch.Tensor) -> torch.Tensor:
+    """The positions ``x = z[..., :d]`` of a paired state ``(…, 2d)`` (a view)."""
+    return z[..., : _check_paired(z)]
+
+
+def velocities(z: torch.Tensor) -> torch.Tensor:
+    """The velocities ``v = z[..., d:]`` of a paired state ``(…, 2d)`` (a view)."""
+    return z[..., _check_paired(z) :]
+
+
+class KineticMeanFieldLangevin(ParticleSystem):
+    r"""Kinetic mean-field Langevin dynamics on the paired state ``z = (x, v)`` of shape ``(B, M, 2d)``:
+
+        dx_i = v_i dt,   dv_i = −[∇V(x_i) + 1/M Σ_j ∇W(x_i − x_j)] dt − γ v_i dt + sqrt(2γβ_t) dW_i.
+
+    Stationary law (constant β): ``∝ exp(−(Σ_i V(x_i) + 1/(2M) Σ_ij W(x_i − x_j) + Σ_i |v_i|²/2)/β)``. As an
+    SDE on ``z`` it has additive noise ``Σ = diag(0, sqrt(2γβ_t))`` on a Brownian motion of dimension 2d (the
+    first d components unused by ``Σ``), so every solver of :data:`meanfield.solvers.SOLVERS` integrates it;
+    the splitting schemes ``"baoab"``, ``"obabo"``, ``"aboba"`` (:mod:`meanfield.solvers.kinetic`) are the
+    ones made for it.
+
+    Args:
+        confinement: ``V`` (see :mod:`meanfield.potentials`).
+        interaction: ``W``, or ``None`` for independent particles.
+        friction: ``γ ≥ 0`` (``γ = 0``: Hamiltonian dynamics, no noise).
+        beta: the temperature ``β ≥ 0``, a number or a schedule ``t -> β_t``.
+
+    Raises:
+        TypeError, ValueError: a confinement/interaction of the wrong type, a negative or non-finite
+            friction or temperature.
+    """
+
+    noise = "additive"
+
+    def __init__(
+        self,
+        confinement: Confinement,
+        interaction: Interaction | None = None,
+        friction: float = 1.0,
+        beta: float | Schedule = 1.0,
+    ) -> None:
+        self.friction = check_nonnegative("friction (γ)", friction)
+        if torch.is_tensor(beta) or isinstance(beta, (list, tuple)):
+            raise TypeError(
+                "KineticMeanFieldLangevin takes one temperature for every replica: beta must be a number or a "
+                f"schedule, got {type(beta).__name__}"
+            )
+        self.force_field = MeanFieldLangevin(confinement, interaction, beta=beta)  # checks V, W and β
+        self.confinement, self.interaction = confinement, interaction
+        self.beta = as_schedule(beta, "beta")
+        self._constant_beta = self.beta.value if isinstance(self.beta, Constant) else None
+
+    def temperature(self, t: float) -> float:
+        """``β_t``, checked to be a finite number ≥ 0 (one for every replica)."""
+        if self._constant_beta is not None:
+            return self._constant_beta
+        value = self.force_field.temperature(t)
+        if torch.is_tensor(value):
+            raise TypeError(
+                f"beta(t={t:g}) returned a tensor: KineticMeanFieldLangevin takes one temperature"
+            )
+        return value
+
+    def check_state(self, z: torch.Tensor) -> None:
+        """Raise ``ValueError`` unless ``z`` is a paired state ``(B, M, 2d)`` the force can act on."""
+        d = _check_paired(z)
+        check = getattr(self.force_field, "check_state", None)
+        if check is not None:
+            check(z[..., :d])
+
+    def force(self, t: float, x: torch.Tensor) -> torch.Tensor:
+        """``−∇V(x_i) − 1/M Σ_j ∇W(x_i − x_j)``: positions ``(B, M, d) -> (B, M, d)``."""
+        return self.force_field.drift(t, x)  # (B, M, d)
+
+    def drift(self, t: float, z: torch.Tensor) -> torch.Tensor:
+        """``b(z) = (v, force(x) − γv)``: ``(B, M, 2d) -> (B, M, 2d)``."""
+        d = _check_paired(z)
+        x, v = z[..., :d], z[..., d:]  # (B, M, d) each
+        return torch.cat([v, torch.add(self.force(t, x), v, alpha=-self.friction)], dim=-1)  # (B, M, 2d)
+
+    def diffusion(self, t: float, z: torch.Tensor) -> torch.Tensor:
+        """``Σ = (0, …, 0, s, …, s)`` with ``s = sqrt(2γβ_t)``: shape ``(2d,)``, broadcast over ``(B, M)``."""
+        d = _check_paired(z)
+        s = math.sqrt(2.0 * self.friction * self.temperature(t))
+        sigma = torch.zeros(2 * d, dtype=z.dtype, device=z.device)  # (2d,)
+        sigma[d:] = s
+        return sigma
+
+    def noise_shape(self, shape: torch.Size) -> tuple[int, ...]:
+        _check_paired(torch.empty(tuple(shape), device="meta"))
+        return tuple(shape)
+
+    def energy(self, z: torch.Tensor) -> torch.Tensor:
+        """Energy per particle and replica ``1/M Σ_i [V(x_i) + ½·1/M Σ_j W(x_i − x_j) + |v_i|²/2]``:
+        ``(B, M, 2d) -> (B,)``."""
+        d = _check_paired(z)
+        x, v = z[..., :d], z[..., d:]
+        return self.force_field.energy(x) + 0.5 * v.square().sum(-1).mean(1)  # (B,)
+
+    def __repr__(self) -> str:
+        return (
+            f"KineticMeanFieldLangevin({self.confinement!r}, {self.interaction!r}, friction={self.friction}, "
+            f"beta={self.beta!r})"
+        )

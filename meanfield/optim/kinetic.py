@@ -1,0 +1,272 @@
+r"""The kinetic Langevin optimizer: SGHMC-type steps that are the BAOAB splitting of kinetic Langevin dynamics.
+
+For every parameter ``θ`` of a param group (step ``h = lr``, friction ``γ``, temperature ``β_t``, ``M``
+particles) with its velocity ``v`` (the optimizer's state, zero at the start), one :meth:`KineticLangevin.step`
+after the gradient ``g = M·∂L/∂θ + λθ`` was computed at ``θ`` is
+
+    v ← v − h·g                                     (B(h/2) of the last step and B(h/2) of this one)
+    θ ← θ + (h/2)·v                                 (A(h/2))
+    v ← c·v + sqrt(β_t·(1 − c²))·ξ,   c = e^{−γh}   (O(h), exact: the noise the friction requires)
+    θ ← Π(θ + (h/2)·v)                              (A(h/2), then the projection)
+
+so the parameters follow the positions of the BAOAB chain (:mod:`meanfield.solvers.kinetic`) for
+``dθ = v dt, dv = −∇F(θ) dt − γv dt + sqrt(2γβ) dW`` (unit mass, ``F = M·L + λ/2‖θ‖²``), started at
+``(θ_0, v_0 = −(h/2)∇F(θ_0))``; the stored ``v`` is BAOAB's velocity before its last half kick. The target law
+is ``∝ exp(−(F(θ) + ‖v‖²/2)/β)``, the θ-marginal the same Gibbs law ``∝ exp(−F/β)`` as
+:class:`~meanfield.optim.Langevin`'s, with a bias O(h²) instead of O(h); on ``F = a/2‖θ‖²`` the θ-law is
+exact at every stable step (``Var θ = β/a`` for ``h²a < 4``) and the stored velocity has ``Var v = β``
+exactly (``theory/kinetic_optimizer.py`` checks both through this optimizer).
+
+**Momentum SGD.** At ``β = 0`` the step is heavy-ball momentum SGD, exactly: with ``b = −v/h`` it is
+``b ← μ·b + g, θ ← θ − η·b`` with ``μ = e^{−γh}`` and ``η = h²(1 + μ)/2``, i.e. ``torch.optim.SGD(lr=η,
+momentum=μ)`` (tested). Conversely SGD with momentum μ and learning rate η is this optimizer with
+``h = sqrt(2η/(1 + μ))`` and ``γ = −ln(μ)/h``; ``β > 0`` adds the noise ``sqrt(β(1 − μ²))·ξ`` to the velocity
+that this friction requires (fluctuation–dissipation), where :class:`~meanfield.optim.Langevin` with Adam's
+``β1 > 0`` adds ``sqrt(2βη)ξ`` to θ while an exponential average of gradients drives it: that chain is not a
+discretised kinetic Langevin dynamics and its stationary variance is biased by the factor of
+:func:`~meanfield.optim.momentum_variance_factor` (×19 the Euler–Maruyama bias at β1 = 0.9).
+
+**Mean-field scaling, temperature conventions, projections** are those of :class:`~meanfield.optim.Langevin`:
+a group with ``n_particles = M`` multiplies its gradients by M (the Wasserstein gradient), ``"loss"``
+temperatures are multiplied by M, and ``Π`` is applied to θ after every step (the velocity is left as it
+is: on a sphere it is not projected onto the tangent space).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+
+from meanfield._checks import check_int, check_nonnegative, check_positive
+from meanfield.optim.conventions import TEMPERATURE_CONVENTIONS
+from meanfield.optim.groups import normalise
+from meanfield.projections import Projection
+from meanfield.schedules import Schedule, as_schedule, schedule_to_data
+
+__all__ = ["KineticLangevin"]
+
+
+def _check_group(group: dict[str, Any], where: str) -> None:
+    group["lr"] = check_positive(f"{where}: lr (the step h)", group["lr"])
+    group["friction"] = check_nonnegative(f"{where}: friction (γ)", group["friction"])
+    beta = group["beta"]
+    as_schedule(beta, f"{where}: beta")
+    if not callable(beta):
+        check_nonnegative(f"{where}: beta (the temperature)", beta)
+    group["weight_decay"] = check_nonnegative(f"{where}: weight_decay", group["weight_decay"])
+    check_int(f"{where}: n_particles", group["n_particles"])
+    if not isinstance(group["mean_field_scaling"], bool):
+        raise TypeError(
+            f"{where}: mean_field_scaling must be a bool, got {type(group['mean_field_scaling']).__name__}"
+        )
+    if group["temperature_convention"] not in TEMPERATURE_CONVENTIONS:
+        raise ValueError(
+            f"{where}: temperature_convention must be one of {TEMPERATURE_CONVENTIONS}, "
+            f"got {group['temperature_convention']!r}"
+        )
+    if group["projection"] is not None and not isinstance(group["projection"], Projection):
+        raise TypeError(
+            f"{where}: projection must be None or a Projection (Clip, Sphere), got {type(group['projection']).__name__}"
+        )
+
+
+def _beta_at(group: dict[str, Any], gi: int) -> float:
+    """``β_t`` of group ``gi`` at its step count, in the mean-field convention (×M for ``"loss"``)."""
+    beta, k = group["beta"], group["step"]
+    value = beta(k) if callable(beta) else beta
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"param group {gi}: the β schedule returned {value!r} at step {k}; it must return a number"
+        ) from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(
+            f"param group {gi}: the temperature must be a finite number ≥ 0, got {value} at step {k}"
+        )
+    if group["temperature_convention"] == "loss":
+        value *= group["n_particles"]
+    return value
+
+
+class KineticLangevin(torch.optim.Optimizer):
+    r"""Kinetic (underdamped) mean-field Langevin dynamics as a ``torch.optim.Optimizer`` (BAOAB steps).
+
+    One step per group (see the module docstring): ``v ← v − h·g``, ``θ ← θ + (h/2)v``,
+    ``v ← e^{−γh}v + sqrt(β_t(1 − e^{−2γh}))·ξ``, ``θ ← Π(θ + (h/2)v)``, with ``g = M·∂L/∂θ + λθ``.
+
+    Args:
+        params: parameters or param-group dicts.
+        lr: the time step ``h > 0``.
+        friction: ``γ ≥ 0`` (``μ = e^{−γh}`` is the momentum of the equivalent heavy-ball SGD).
+        beta: temperature ``β ≥ 0``, a number or a schedule ``step -> β`` (evaluated at the group's step count).
+        weight_decay: ``λ ≥ 0`` (an L2 term ``λ/2‖θ‖²`` in ``F``).
+        n_particles: ``M ≥ 1``: the gradients are multiplied by M (the mean-field scaling).
+        mean_field_scaling: whether to apply the factor M.
+        temperature_convention: ``"mean_field"`` (β of ``exp(−M·L/β)``) or ``"loss"`` (``β_s`` of
+            ``exp(−L/β_s)``: the noise uses ``M·β_s``).
+        projection: ``None`` or a :class:`~meanfield.projections.Projection` applied to θ after every step.
+        generator: the ``torch.Generator`` of the noise (on the parameters' device).
+        seed: seed of the optimizer's own generator when ``generator`` is not given.
+
+    Raises:
+        ValueError, TypeError: a bad option (negative friction or temperature, ``lr ≤ 0``, an unknown
+            convention), and in :meth:`step` a non-finite gradient (nothing is changed then).
+
+    Example:
+        >>> theta = torch.nn.Parameter(torch.zeros(1000, dtype=torch.float64))
+        >>> opt = KineticLangevin([theta], lr=0.5, friction=1.0, beta=0.1, seed=0)
+        >>> for _ in range(200):
+        ...     theta.grad = 2.0 * theta.detach()  # F = θ², a = 2
+        ...     opt.step()
+        >>> round(float(theta.detach().var()), 2)  # β/a = 0.05, exact for BAOAB
+        0.05
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict[str, Any]],
+        lr: float,
+        friction: float = 1.0,
+        beta: float | Schedule = 0.0,
+        *,
+        weight_decay: float = 0.0,
+        n_particles: int = 1,
+        mean_field_scaling: bool = True,
+        temperature_convention: str = "mean_field",
+        projection: Projection | Mapping[str, Any] | None = None,
+        generator: torch.Generator | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+        if generator is not None and seed is not None:
+            raise ValueError("pass either generator or seed, not both")
+        if seed is not None:
+            seed = check_int("seed", seed, minimum=0)
+        self._generator_given = generator
+        self._seed = int(torch.randint(0, 2**62, (1,))) if seed is None and generator is None else seed
+        self._generators: dict[torch.device, torch.Generator] = {}
+        if generator is not None:
+            self._generators[torch.device(generator.device)] = generator
+        defaults = dict(
+            lr=lr, friction=friction, beta=beta, weight_decay=weight_decay, n_particles=n_particles,
+            mean_field_scaling=mean_field_scaling, temperature_convention=temperature_convention,
+            projection=projection, step=0,
+        )  # fmt: skip
+        normalise(defaults, "KineticLangevin")
+        _check_group(defaults, "KineticLangevin")
+        super().__init__(params, defaults)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a param group, checking its options (``torch.optim.Optimizer.add_param_group``)."""
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        where = f"param group {len(self.param_groups) - 1}"
+        try:
+            normalise(group, where)
+            _check_group(group, where)
+            for p in group["params"]:
+                if not p.is_floating_point():
+                    raise TypeError(
+                        f"{where}: parameters must be floating-point tensors, got dtype {p.dtype}"
+                    )
+        except (TypeError, ValueError):
+            self.param_groups.pop()
+            raise
+
+    def _generator(self, device: torch.device) -> torch.Generator:
+        g = self._generators.get(device)
+        if g is None:
+            if self._seed is None:
+                raise ValueError(
+                    f"the generator passed to KineticLangevin is not on the parameters' device {device}; "
+                    "pass one there, or seed= for one generator per device"
+                )
+            g = self._generators[device] = torch.Generator(device=device).manual_seed(self._seed)
+        return g
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
+        """One BAOAB step of every param group (see the class docstring).
+
+        Raises:
+            ValueError: a gradient with a NaN/Inf entry, or a β schedule value that is not finite and ≥ 0
+                (checked for every group before any parameter changes).
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        plan = []
+        for gi, group in enumerate(self.param_groups):
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            for p in params:
+                if p.grad.is_sparse:
+                    raise ValueError(f"param group {gi}: KineticLangevin does not support sparse gradients")
+                if not bool(torch.isfinite(p.grad).all()):
+                    raise ValueError(
+                        f"param group {gi}: a gradient has NaN or Inf entries; nothing was changed"
+                    )
+            plan.append((gi, group, params, _beta_at(group, gi)))
+        for _, group, params, beta in plan:
+            h, gamma = group["lr"], group["friction"]
+            scale = float(group["n_particles"]) if group["mean_field_scaling"] else 1.0
+            c = math.exp(-gamma * h)
+            sigma = math.sqrt(beta * (1.0 - c * c))  # the noise the friction requires: Var v → β
+            for p in params:
+                state = self.state[p]
+                if "velocity" not in state:
+                    state["velocity"] = torch.zeros_like(p)  # v_0 = 0, shape of θ
+                v = state["velocity"]
+                v.add_(p.grad, alpha=-h * scale)  # B: v ← v − h·M·∂L/∂θ
+                if group["weight_decay"]:
+                    v.add_(p, alpha=-h * group["weight_decay"])  # … − h·λθ
+                p.add_(v, alpha=0.5 * h)  # A(h/2)
+                v.mul_(c)  # O(h): friction …
+                if sigma > 0:
+                    v.add_(
+                        torch.randn(
+                            p.shape, dtype=p.dtype, device=p.device, generator=self._generator(p.device)
+                        ),
+                        alpha=sigma,
+                    )
+                p.add_(v, alpha=0.5 * h)  # A(h/2)
+            if group["projection"] is not None:
+                group["projection"].project_all_(params)
+            group["step"] += 1
+        return loss
+
+    def state_dict(self) -> dict[str, Any]:
+        """``torch.optim`` state (the velocities) plus the generators' states, as plain data (``weights_only``)."""
+        state = super().state_dict()
+        for gi, group in enumerate(state["param_groups"]):
+            group["beta"] = schedule_to_data(group["beta"], f"the β schedule of param group {gi}")
+            if group.get("projection") is not None:
+                group["projection"] = group["projection"].to_dict()
+        state["generators"] = {str(d): g.get_state() for d, g in self._generators.items()}
+        state["seed"] = self._seed
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load a :meth:`state_dict`: velocities, step counts and generators (a bit-identical continuation);
+        this optimizer's β schedules and projections are kept."""
+        state_dict = dict(state_dict)
+        # copies: a live state dict (another optimizer's) must not share its velocity tensors with this one
+        state_dict["state"] = {
+            k: {key: v.clone() if torch.is_tensor(v) else v for key, v in entry.items()}
+            for k, entry in state_dict.get("state", {}).items()
+        }
+        generators = state_dict.pop("generators", {})
+        self._seed = state_dict.pop("seed", self._seed)
+        kept = [(g["beta"], g["projection"]) for g in self.param_groups]
+        super().load_state_dict(state_dict)
+        for group, (beta, projection) in zip(self.param_groups, kept):
+            group["beta"], group["projection"] = beta, projection
+        for name, rng_state in generators.items():
+            self._generator(torch.device(name)).set_state(rng_state)
