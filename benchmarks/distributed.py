@@ -7,7 +7,7 @@ over rounds of ``--steps`` Euler–Maruyama steps (``simulate`` through ``Sharde
 "comm" is the wall time inside the all-reduce or the ring's send/recv (it includes waiting for the slower rank).
 
 Usage:
-    python benchmarks/distributed.py                  # writes benchmarks/results/distributed.md
+    python benchmarks/distributed.py                  # writes benchmarks/results/<machine>/distributed.md
     python benchmarks/distributed.py --steps 5 --rounds 1 --out /tmp/distributed.md   # smoke
 """
 
@@ -18,7 +18,6 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
-import datetime  # noqa: E402
 import json  # noqa: E402
 import socket  # noqa: E402
 import statistics  # noqa: E402
@@ -30,7 +29,7 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
-from _common import machine, write_result  # noqa: E402
+from _common import Provenance, result_path, write_result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -86,22 +85,23 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "distributed.md"))
-    args = parser.parse_args()
+    parser.add_argument("--out", default=None, help="results file (default results/<machine>/distributed.md)")
+    args = parser.parse_args(argv)
+    provenance = Provenance.start(__file__, argv)
     with tempfile.TemporaryDirectory() as tmp:
         _worker(0, 1, 0, args.steps, args.rounds, tmp)
         mp.spawn(_worker, args=(2, _port(), args.steps, args.rounds, tmp), nprocs=2, join=True)
         one = json.loads(Path(tmp, "world1.json").read_text())
         two = json.loads(Path(tmp, "world2.json").read_text())
     lines = [
-        f"# Sharded particle systems: 1 → 2 gloo processes ({datetime.date.today()})",
+        "# Sharded particle systems: 1 → 2 gloo processes",
         "",
-        f"Machine: {machine()}; one thread per process; float64, B = 1; {args.steps} Euler–Maruyama steps, "
-        f"median of {args.rounds} rounds. `python benchmarks/distributed.py`.",
+        f"One thread per process; float64, B = 1; {args.steps} Euler–Maruyama steps, "
+        f"median of {args.rounds} rounds.",
         "",
         "| case | scaling | M | simulate (ms) | sharded, 1 rank (ms) | sharded, 2 ranks (ms) | speed-up | "
         "comm share (2 ranks) | sent per step per rank |",
@@ -126,8 +126,8 @@ def main() -> None:
         "rank: on a shared 2-core machine the two ranks also compete with everything else running.",
     ]
     text = "\n".join(lines) + "\n"
-    write_result(args.out, text)
     print(text)
+    print(f"written: {write_result(args.out or result_path('distributed'), text, provenance)}")
 
 
 if __name__ == "__main__":

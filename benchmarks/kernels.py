@@ -5,7 +5,9 @@ path vs KeOps), the two backends of the Sinkhorn soft-minimum (the crossover beh
 - ``interaction``: ``GaussianInteraction(c=1, length=1).mean_field_grad(x)``, ``x (1, M, d)`` float32 — the
   O(M²) part of a step of ``MeanFieldLangevin(..., GaussianInteraction)`` — against the dense kernel
   ``exp(−|x_i − x_j|²/2) @ (1, x)`` built as one ``M × M`` matrix (``torch.cdist``). Each case runs in a fresh
-  process (time, peak memory over the input, and ``value = Σ|drift|``, which must agree across rows).
+  process (time, peak memory over the input, and ``value = Σ|drift|``, which must agree across rows). The
+  floor is the pair work alone (:func:`pair_work`: per block of rows the distances' matrix product, one
+  ``exp`` a pair, the product with ``(1, x)``), so ``blocked/floor`` says what the rest of the path costs.
   Rows predicted to take more than ``--cap`` seconds (from the previous M, times M²) or whose ``M × M``
   matrix exceeds 8 GiB are skipped and say why.
 - ``softmin``: ``pairwise.softmin`` (``n × n``, float32, ε = 0.1) on each backend, interleaved in one process.
@@ -14,7 +16,8 @@ path vs KeOps), the two backends of the Sinkhorn soft-minimum (the crossover beh
   masks, a bool tensor, a multiply) and now (a 256 × 8 table of signs indexed by the bytes); the Gaussian
   draw alone.
 
-Run: ``python benchmarks/kernels.py`` (``--smoke`` for a seconds-long check).
+Run: ``python benchmarks/kernels.py`` (``--smoke`` for a seconds-long check); the results go to
+``benchmarks/results/<machine>/kernels.md``, with the command as given (``--cap`` included).
 """
 
 from __future__ import annotations
@@ -24,18 +27,17 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: spin-waiting threads ruin shared CPUs
 
 import argparse  # noqa: E402
-import datetime  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
-from _common import machine, write_result  # noqa: E402
+from _common import Provenance, result_path, write_result  # noqa: E402
 from _isolated import measure, run_isolated  # noqa: E402
 
 import meanfield as mf  # noqa: E402
-from meanfield.pairwise import keops_available, softmin  # noqa: E402
+from meanfield.pairwise import MAX_ELEMENTS, keops_available, softmin  # noqa: E402
 from meanfield.potentials import GaussianInteraction, Quadratic  # noqa: E402
 
 
@@ -54,8 +56,30 @@ def make_interaction(kind: str, M: int, d: int):
             return float(((x * sums[..., :1] - sums[..., 1:]) * (-1.0 / M)).abs().sum())
 
         return dense
+    if kind == "floor":
+        return pair_work(x)
     interaction = GaussianInteraction(1.0, 1.0, backend=kind)
     return lambda: float(interaction.mean_field_grad(x).abs().sum())
+
+
+def pair_work(x: torch.Tensor):
+    """The floor of the drift: the pair work alone, in blocks of ``pairwise.MAX_ELEMENTS`` pairs (one reused
+    buffer): the distances' matrix product, one ``exp`` per pair and the product with ``(1, x)`` — no
+    norms, no bookkeeping, no result. Returns NaN (no value)."""
+    M = x.shape[1]
+    rows = max(1, MAX_ELEMENTS // M)
+    flat = x[0]  # (M, d)
+    values = torch.cat([torch.ones_like(flat[:, :1]), flat], -1)  # (M, 1 + d)
+    work = torch.empty(rows, M)  # (rows, M)
+
+    def floor() -> float:
+        for start in range(0, M, rows):
+            block = flat[start : start + rows]  # (c, d)
+            g = torch.mm(block, flat.T, out=work[: block.shape[0]]).exp_()  # (c, M)
+            torch.mm(g, values)  # (c, 1 + d)
+        return float("nan")
+
+    return floor
 
 
 def interleaved(fns: dict, repeats: int) -> dict:
@@ -74,7 +98,11 @@ def fmt_time(t: float) -> str:
 
 
 def interaction_table(sizes, dims, cap: float, script: str) -> tuple[list[str], list[str]]:
-    kinds = {"dense torch (M × M)": "dense", "ours, blocked torch": "torch"}
+    kinds = {
+        "dense torch (M × M)": "dense",
+        "ours, blocked torch": "torch",
+        "floor: the pair work alone": "floor",
+    }
     if keops_available():
         kinds["ours, KeOps"] = "keops"
     lines = ["| d | M | method | time per step | peak memory | Σ abs(drift) |", "|---|---|---|---|---|---|"]
@@ -97,17 +125,28 @@ def interaction_table(sizes, dims, cap: float, script: str) -> tuple[list[str], 
                     line = f"| {d} | {M:.0e} | {name} | — | — | skipped: {result['skipped']} |"
                 else:
                     last[kind] = (M, result["seconds"])
+                    value = "—" if kind == "floor" else f"{result['value']:.6g}"
                     line = (
                         f"| {d} | {M:.0e} | {name} | {fmt_time(result['seconds'])} | "
-                        f"{result['peak_mib']:.0f} MiB | {result['value']:.6g} |"
+                        f"{result['peak_mib']:.0f} MiB | {value} |"
                     )
                 lines.append(line)
                 print(line, flush=True)
-            if "dense" in {k for k in last} and "torch" in last and last["torch"][0] == M == last["dense"][0]:
-                notes.append(
-                    f"d = {d}, M = {M:.0e}: blocked/dense time {last['torch'][1] / last['dense'][1]:.2f}"
-                )
+            notes += ratio_notes(last, d, M)
     return lines, notes
+
+
+def ratio_notes(last: dict[str, tuple[int, float]], d: int, M: int) -> list[str]:
+    """The blocked path against the dense kernel (the peer) and against the floor, where both ran at ``M``."""
+    here = {kind: seconds for kind, (m, seconds) in last.items() if m == M}
+    if "torch" not in here:
+        return []
+    parts = []
+    if "dense" in here:
+        parts.append(f"blocked/dense time {here['torch'] / here['dense']:.2f}")
+    if "floor" in here:
+        parts.append(f"blocked/floor {here['torch'] / here['floor']:.2f}")
+    return [f"d = {d}, M = {M:.0e}: " + ", ".join(parts)] if parts else []
 
 
 def softmin_table(sizes, dims, budget: float) -> list[str]:
@@ -189,13 +228,13 @@ def main(argv=None) -> str:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks that it runs")
     parser.add_argument("--cap", type=float, default=30.0, help="skip interaction rows predicted longer (s)")
     parser.add_argument("--case", help=argparse.SUPPRESS)
-    parser.add_argument("--out", default=str(Path(__file__).with_name("results") / "kernels.md"))
+    parser.add_argument("--out", default=None, help="results file (default results/<machine>/kernels.md)")
     args = parser.parse_args(argv)
     if args.case:
         print(json.dumps(run_case(json.loads(args.case))), flush=True)
         return ""
+    provenance = Provenance.start(__file__, argv)
     script = str(Path(__file__).resolve())
-    load = os.getloadavg()[0]
     if args.smoke:
         inter, notes = interaction_table((100, 200), (2,), args.cap, script)
         soft = softmin_table((100,), (2,), 0.05)
@@ -210,11 +249,14 @@ def main(argv=None) -> str:
         f"faster than before; an EM step with it is {ratio:.2f}× the Gaussian one "
         f"({fmt_time(times['EM step, Rademacher noise'])} against {fmt_time(times['EM step, Gaussian noise'])})"
     )
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    notes.append(
+        "target Rademacher EM step near 1 ms at M = 1e5, d = 10: "
+        + (f"{fmt_time(times['EM step, Rademacher noise'])}; floor (the Rademacher draw alone) "
+           f"{fmt_time(times['Rademacher draw alone, now'])}" if not args.smoke else "not run (--smoke)")
+    )  # fmt: skip
     text = "\n".join(
         [
-            f"Command: `python benchmarks/kernels.py{' --smoke' if args.smoke else ''}` — {stamp} — {machine()} — "
-            f"load average {load:.2f} at the start (a shared machine: compare ratios within a run).",
+            "# Large M: interactions, the soft-minimum's backends, the noise of a step",
             "",
             "**Interaction drift per step** (each case in a fresh process):",
             "",
@@ -232,7 +274,7 @@ def main(argv=None) -> str:
             "",
         ]
     )
-    out = write_result(args.out, text)
+    out = write_result(args.out or result_path("kernels"), text, provenance)
     print(f"written: {out}")
     return text
 

@@ -14,9 +14,9 @@ so a change of machine load hits all alike, and no candidate always follows the 
 rounds and, for the ratios, the median of the per-round ratios (paired in the same round).
 
 Usage:
-    python benchmarks/optim.py                 # prints the table, writes benchmarks/results/optim.md
+    python benchmarks/optim.py                 # prints the table, writes benchmarks/results/<machine>/optim.md
     python benchmarks/optim.py --rounds 5 --params 2 --no-write   # a quick smoke run
-    python benchmarks/optim.py --device cuda   # on a GPU: writes benchmarks/results/optim-<device>.md
+    python benchmarks/optim.py --device cuda   # on a GPU: writes benchmarks/results/<the GPU>/optim.md
 
 On a GPU every draw is asynchronous anyway (no background thread); each timed call synchronises the device
 before and after, so the times are those of the kernels a step launches.
@@ -29,7 +29,6 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
-import datetime  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -39,7 +38,7 @@ from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
-from _common import device_description, device_slug, machine, write_result  # noqa: E402
+from _common import Provenance, result_path, write_result  # noqa: E402
 from torch import nn  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -49,8 +48,6 @@ from meanfield.nn import ParticleAttention  # noqa: E402
 from meanfield.optim import Langevin  # noqa: E402
 
 LR, BETA = 1e-3, 1e-6
-LOAD_BEFORE = " / ".join(f"{x:.1f}" for x in os.getloadavg())
-RESULTS = Path(__file__).resolve().parent / "results" / "optim.md"
 
 
 class Model(nn.Module):
@@ -164,9 +161,7 @@ def measure(
     return times
 
 
-def report(
-    times: dict[str, list[float]], n: int, rounds: int, command: str, device: torch.device | str = "cpu"
-) -> tuple[str, float]:
+def report(times: dict[str, list[float]], n: int, rounds: int) -> tuple[str, float]:
     adam = times["torch.optim.Adam(fused=True)"]
     reference = times["reference: fused Adam + flat draw"]
     rows = [
@@ -184,18 +179,17 @@ def report(
     header = [
         "# Langevin optimizer step vs fused Adam",
         "",
-        f"- command: `{command}`",
-        f"- machine: {machine()}",
-        f"- device: {device_description(device)}",
-        f"- date: {datetime.date.today().isoformat()}; load average before the run: {LOAD_BEFORE} "
-        "(the machine is shared with other jobs: the times, and the ratios too, move with its load)",
         f"- {n / 1e6:.2f}M float32 parameters, fixed gradients, lr = {LR}, β = {BETA}; "
         f"median over {rounds} interleaved rounds, ratios are medians of per-round ratios",
-        f"- target: Langevin adam + preconditioned noise ≤ 1.3 × (fused Adam + flat draw): "
-        f"{target:.2f} ({verdict} it)",
+        "- floor: fused Adam + one flat draw of the same size (the least a noisy Adam step can cost)",
         "",
     ]
-    return "\n".join(header + rows) + "\n", target
+    footer = [
+        "",
+        f"- target Langevin adam + preconditioned noise ≤ 1.3 × (fused Adam + flat draw), the floor: "
+        f"{target:.2f} ({verdict} it)",
+    ]
+    return "\n".join(header + rows + footer) + "\n", target
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -203,30 +197,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--params", type=float, default=20.0, help="model size in millions (default 20)")
     parser.add_argument("--rounds", type=int, default=25, help="timed rounds (default 25)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed rounds first (default 3)")
-    parser.add_argument("--no-write", action="store_true", help=f"do not write {RESULTS.name}")
+    parser.add_argument("--no-write", action="store_true", help="print the table, write no results file")
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument(
-        "--out", type=Path, default=None, help=f"results file (default {RESULTS.name}, or optim-<device>.md)"
+        "--out", type=Path, default=None, help="results file (default results/<machine>/optim.md)"
     )
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: CUDA is not available here")
-    results = args.out or RESULTS
-    if args.out is None and device.type == "cuda":
-        results = RESULTS.with_name(f"optim-{device_slug(device)}.md")
+    provenance = Provenance.start(__file__, argv, device=device)
+    results = args.out or result_path("optim", device)
     torch.manual_seed(0)
     model, n = build(args.params, device)
     times = measure(candidates(model, n), args.rounds, args.warmup, device)
-    command = "OMP_WAIT_POLICY=PASSIVE python benchmarks/optim.py " + " ".join(
-        sys.argv[1:] if argv is None else argv
-    )
-    text, _ = report(times, n, args.rounds, command.strip(), device)
+    text, _ = report(times, n, args.rounds)
     print(text)
     if not args.no_write:
-        results.parent.mkdir(parents=True, exist_ok=True)
-        write_result(results, text)
-        print(f"written to {results}")
+        print(f"written to {write_result(results, text, provenance)}")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ loss (the three runs make the same steps up to round-off: ``tests/test_sharded_p
 ``tests/test_runs_distributed.py``).
 
 Usage:
-    python benchmarks/parallel_lm.py                   # writes benchmarks/results/parallel_lm.md
+    python benchmarks/parallel_lm.py                   # writes benchmarks/results/<machine>/parallel_lm.md
     python benchmarks/parallel_lm.py --smoke --out /tmp/parallel_lm.md
 """
 
@@ -29,7 +29,6 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
-import datetime  # noqa: E402
 import json  # noqa: E402
 import shutil  # noqa: E402
 import socket  # noqa: E402
@@ -38,7 +37,7 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from _common import machine, write_result  # noqa: E402
+from _common import Provenance, result_path, write_result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "experiments" / "char_lm" / "config.toml"
@@ -133,11 +132,11 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument(
         "--smoke", action="store_true", help="a few steps of the first size: checks that it runs"
     )
-    parser.add_argument("--out", default=str(Path(__file__).with_name("results") / "parallel_lm.md"))
+    parser.add_argument("--out", default=None, help="results file (default results/<machine>/parallel_lm.md)")
     args = parser.parse_args(argv)
+    provenance = Provenance.start(__file__, argv)
     steps = 4 if args.smoke else args.steps
     cases = dict(list(CASES.items())[:1]) if args.smoke else CASES
-    load = os.getloadavg()[0]
     lines = [
         "| model | launch | ms per step | speed-up | all-reduced per step and rank | final train loss |",
         "|---|---|---:|---:|---:|---:|",
@@ -165,16 +164,13 @@ def main(argv: list[str] | None = None) -> str:
                 print(line, flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     text = "\n".join(
         [
             "# Particle models on 1 and 2 processes: data parallel against sharded particles",
             "",
-            f"Machine: {machine()}; one torch thread per process; the LM in float32, the particle system in "
-            f"float64; {steps} steps per launch (the steps' "
-            f"wall time only). `python benchmarks/parallel_lm.py{' --smoke' if args.smoke else ''}` — {stamp} — "
-            f"load average {load:.2f} at the start (a shared machine: two processes also compete with "
-            "everything else running).",
+            f"One torch thread per process; the LM in float32, the particle system in float64; {steps} steps per "
+            "launch (the steps' wall time only; on a shared machine two processes also compete with everything "
+            "else running).",
             "",
             *lines,
             "",
@@ -183,7 +179,7 @@ def main(argv: list[str] | None = None) -> str:
             "",
         ]
     )
-    out = write_result(args.out, text)
+    out = write_result(args.out or result_path("parallel_lm"), text, provenance)
     print(f"written: {out}")
     return text
 

@@ -9,7 +9,7 @@ in either (their cost is the model's, not the machinery's). Timed as whole calls
 random order per round; the table gives medians over rounds and the median of the per-round ratios.
 
 Usage:
-    python benchmarks/runs.py                      # prints the table, writes benchmarks/results/runs.md
+    python benchmarks/runs.py                      # prints the table, writes benchmarks/results/<machine>/runs.md
     python benchmarks/runs.py --rounds 2 --steps 20 --out /tmp/runs.md   # smoke
 """
 
@@ -20,7 +20,6 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
-import datetime  # noqa: E402
 import random  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -29,7 +28,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
-from _common import machine, write_result  # noqa: E402
+from _common import Provenance, result_path, write_result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -38,7 +37,6 @@ from meanfield import config as _config  # noqa: E402
 from meanfield.runs import Checkpoints, build_optimizer, check_config, load_config, run  # noqa: E402
 from meanfield.tasks import get_task  # noqa: E402
 
-LOAD_BEFORE = " / ".join(f"{x:.1f}" for x in os.getloadavg())
 CONFIGS = {
     "char_lm": (ROOT / "experiments" / "char_lm" / "config.toml", "quick"),
     "teacher_student": (ROOT / "experiments" / "teacher_student" / "config.toml", "quick"),
@@ -81,13 +79,14 @@ def machinery(config: dict, tensorboard: bool) -> tuple[float, int]:
     return spent, size
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", choices=sorted(CONFIGS), default="char_lm")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "runs.md"))
-    args = parser.parse_args()
+    parser.add_argument("--out", default=None, help="results file (default results/<machine>/runs.md)")
+    args = parser.parse_args(argv)
+    provenance = Provenance.start(__file__, argv)
     path, preset = CONFIGS[args.config]
     overrides = [
         f"train.steps={args.steps}",
@@ -119,9 +118,7 @@ def main() -> None:
     lines = [
         f"# Run machinery overhead ({args.config}, {args.steps} steps)",
         "",
-        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC · {machine()} · "
-        f"load before {LOAD_BEFORE} · `python benchmarks/runs.py --config {args.config} --steps {args.steps} "
-        f"--rounds {args.rounds}`",
+        "The bare loop is the floor: the same steps of the same model, optimizer and batches, nothing else.",
         "",
         "| | median s | ms / step | vs bare loop (median of per-round ratios) |",
         "|---|---|---|---|",
@@ -133,7 +130,7 @@ def main() -> None:
     lines += ["", f"Checkpoint size: {size / 1e6:.2f} MB. Build time is included in every row."]
     text = "\n".join(lines) + "\n"
     print(text)
-    write_result(args.out, text)
+    print(f"written: {write_result(args.out or result_path('runs'), text, provenance)}")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ its cost: n³ for ``emd2``, n² for the others) or to need more than 8 GiB are s
 ours at n = 1e4, d = 10 (the issue's target). POT's Sinkhorn as ``wasserstein`` ran it before issue 16
 (plain iterations, ε = 0.01·spread, up to 10,000) runs at d = 10, n = 1e3 only (the issue measured 37 s there,
 143 s at n = 2e3).
-Run: ``python benchmarks/sinkhorn.py`` (``--smoke`` for a seconds-long check).
+Run: ``python benchmarks/sinkhorn.py`` (``--smoke`` for a seconds-long check); the results go to
+``benchmarks/results/<machine>/sinkhorn.md``.
 """
 
 from __future__ import annotations
@@ -24,13 +25,12 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: spin-waiting threads ruin shared CPUs
 
 import argparse  # noqa: E402
-import datetime  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
-from _common import machine, write_result  # noqa: E402
+from _common import Provenance, result_path, write_result  # noqa: E402
 from _isolated import measure, run_isolated  # noqa: E402
 
 EXACT = {(10_000, 10): 10.808636278264222}
@@ -117,18 +117,18 @@ def main(argv=None) -> str:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks that it runs")
     parser.add_argument("--cap", type=float, default=60.0, help="skip rows predicted to take longer (s)")
     parser.add_argument("--case", help=argparse.SUPPRESS)
-    parser.add_argument("--out", default=str(Path(__file__).with_name("results") / "sinkhorn.md"))
+    parser.add_argument("--out", default=None, help="results file (default results/<machine>/sinkhorn.md)")
     args = parser.parse_args(argv)
     if args.case:
         print(json.dumps(run_case(json.loads(args.case))), flush=True)
         return ""
+    provenance = Provenance.start(__file__, argv)
     sizes = (100, 200) if args.smoke else (1_000, 2_000, 10_000, 100_000)
     dims = (2,) if args.smoke else (2, 10, 100)
     script = str(Path(__file__).resolve())
     header = "| d | n | method | time | peak memory | value | rel. to exact |"
     lines, notes = [header, "|---|---|---|---|---|---|---|"], []
     print(header, flush=True)
-    load = os.getloadavg()[0]
     ours, before = {}, {}  # n → seconds at d = 10: wasserstein(method="sinkhorn"), POT's Sinkhorn before
     for d in dims:
         last: dict[str, tuple[int, float]] = {}
@@ -183,12 +183,11 @@ def main(argv=None) -> str:
             f"before (POT solve_sample) {fmt_time(before[n])} side by side: {before[n] / ours[n]:.0f}× faster "
             "(target at n = 2e3: ≥ 100×)"
         )
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     text = "\n".join(
         [
+            "# Optimal transport at large n: POT, GeomLoss and meanfield",
+            "",
             "W2² and debiased Sinkhorn divergences of two clouds of n points, each case in a fresh process.",
-            f"Command: `python benchmarks/sinkhorn.py{' --smoke' if args.smoke else ''}` — {stamp} — {machine()} — "
-            f"load average {load:.2f} at the start (a shared machine: compare ratios within a run).",
             "",
             *lines,
             "",
@@ -196,7 +195,7 @@ def main(argv=None) -> str:
             "",
         ]
     )
-    out = write_result(args.out, text)
+    out = write_result(args.out or result_path("sinkhorn"), text, provenance)
     print(f"written: {out}")
     return text
 
