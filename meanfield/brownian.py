@@ -207,7 +207,6 @@ class RademacherNoise(_SequentialNoise):
         super().__init__(shape, dt, generator, dtype, device)
         n = self._buffer.numel()
         self._bytes = torch.empty((n + 7) // 8, dtype=torch.uint8, device=device)
-        self._mask = 1 << torch.arange(8, dtype=torch.uint8, device=device)
         bits = (torch.arange(256, device=device)[:, None] >> torch.arange(8, device=device)) & 1  # (256, 8)
         self._signs = (2 * bits - 1).to(dtype)  # (256, 8) ±1
         self._table, self._table_scale = self._signs, 1.0  # (256, 8) ±scale

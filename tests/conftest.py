@@ -1,6 +1,7 @@
 """Shared test set-up. OMP_WAIT_POLICY must be set before torch is imported (2-core CI machines)."""
 
 import os
+import re
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -46,6 +47,15 @@ DEVICES = [
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: the CUDA item of a device-parametrised test (pytest -m cuda)")
+
+
+def pytest_make_parametrize_id(config, val, argname):
+    """Test ids a command line can name: a string parameter with characters pytest would escape (``≤``,
+    ``β``, a backslash) gets an id of plain ASCII instead (``≤`` → ``_``); pytest cannot select an escaped id
+    such as ``[\\u2264]`` again, and mutation testing (docs/testing.md) runs tests by their ids."""
+    if isinstance(val, str) and not (val.isascii() and "\\" not in val):
+        return re.sub(r"[^A-Za-z0-9 _.,:=()<>+-]+", "_", val)
+    return None
 
 
 @pytest.fixture(params=DEVICES)

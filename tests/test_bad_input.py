@@ -575,7 +575,7 @@ def test_feature_particles_dtype_is_named(what, make, name):
 
 
 TRANSFORMER_BAD_INPUTS = [
-    ("token id ≥ vocab_size", lambda nn: nn.TransformerLM(5, 4, 8, 1, 2)(torch.tensor([[7, 1]])), "idx"),
+    ("token id >= vocab_size", lambda nn: nn.TransformerLM(5, 4, 8, 1, 2)(torch.tensor([[7, 1]])), "idx"),
     ("negative token id", lambda nn: nn.TransformerLM(5, 4, 8, 1, 2)(torch.tensor([[-1, 1]])), "idx"),
     (
         "targets of another shape",

@@ -10,6 +10,15 @@ later call continues where the budget stopped it), then counts the results and r
     python tools/mutation.py meanfield.stats meanfield.runs.folder --minutes 20   # run, then the table
     python tools/mutation.py --table                                              # the table from mutants/
     python tools/mutation.py --survivors meanfield.stats                          # what survived, to read
+    python tools/mutation.py --sample 30 --minutes 60                              # every module, sampled
+
+The whole package has about 21,000 mutants (about one a second on two cores: six hours), so the survey of every
+module is a *sample*: in each module the ``--sample K`` mutants whose names have the smallest SHA-256 digest (a
+fixed pseudo-random choice that a rerun, or another machine, makes again, and that an edit elsewhere in the
+module does not reshuffle). A sampled row gives the kill rate of its sample with a 95 % Wilson interval; the
+total is the stratified estimate ``Σ_m N_m·p̂_m / Σ_m N_m`` over modules of ``N_m`` mutants, with its
+interval from ``Var = Σ_m (N_m/N)²·p̂_m(1 − p̂_m)/n_m·(1 − n_m/N_m)``. A module run in full (every mutant
+checked) has no interval.
 
 Mutants shown equivalent (behaviour provably unchanged) are listed with the reason in
 ``tests/mutation_equivalent.toml`` and left out of the rate. The rate is killed / (checked − equivalent);
@@ -20,7 +29,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
+import math
 import os
 import re
 import subprocess
@@ -80,8 +91,25 @@ def results() -> dict[str, dict[str, str]]:
     return out
 
 
-def run_module(module: str, minutes: float, children: int) -> float:
-    """``mutmut run "<module>.*"`` for at most ``minutes``; returns the seconds it ran."""
+def sample(names: list[str] | dict[str, str], k: int) -> list[str]:
+    """The ``k`` names with the smallest SHA-256 digest (all of them if there are fewer): a fixed random sample."""
+    return sorted(names, key=lambda name: hashlib.sha256(name.encode()).hexdigest())[:k]
+
+
+def wilson(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """The Wilson score interval of a binomial proportion,
+    ``(p̂ + z²/2n ± z·sqrt(p̂(1 − p̂)/n + z²/4n²)) / (1 + z²/n)``; ``(0, 1)`` for ``n = 0``."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = p + z * z / (2 * n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, (centre - half) / (1 + z * z / n)), min(1.0, (centre + half) / (1 + z * z / n))
+
+
+def run_mutmut(names: list[str], minutes: float, children: int) -> float:
+    """``mutmut run NAME…`` (mutant names or patterns such as ``meanfield.stats.*``) for at most ``minutes`` of
+    wall clock; returns the seconds it ran."""
     # one thread per test process: mutmut forks its workers from a process that has run torch, and a fork of a
     # live OpenMP pool hangs in the child (every such mutant would time out); --children gives the parallelism
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"}
@@ -91,8 +119,7 @@ def run_module(module: str, minutes: float, children: int) -> float:
     if "MEANFIELD_DATA" not in env and shared.is_dir():
         env["MEANFIELD_DATA"] = str(shared)
     start = time.monotonic()
-    pattern = f"{module}.*" if module.count(".") else f"{module}*"
-    command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children), pattern]
+    command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children), *names]
     log = ROOT / "mutmut-run.log"  # mutmut's own output (ignored by git), for when a run fails
     with log.open("wb") as out, subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=out) as p:
         try:
@@ -106,38 +133,59 @@ def run_module(module: str, minutes: float, children: int) -> float:
     return time.monotonic() - start
 
 
-def table(found: dict[str, dict[str, str]], seconds: dict[str, float]) -> str:
-    """The markdown table of kill rates (one row per module, then the total)."""
+def scope(statuses: dict[str, str], k: int) -> tuple[str, dict[str, str]]:
+    """What a module's row is computed from: every mutant once all are checked (``"all"``), else its sample."""
+    if all(status != "not checked" for status in statuses.values()):
+        return "all", statuses
+    chosen = {name: statuses[name] for name in sample(statuses, k)}
+    checked = {name: s for name, s in chosen.items() if s != "not checked"}
+    label = f"sample {len(checked)}" + ("" if len(checked) == len(chosen) else f" of {len(chosen)}")
+    return label, checked
+
+
+def table(found: dict[str, dict[str, str]], k: int = 30) -> str:
+    """The markdown table of kill rates (one row per module, then the stratified total)."""
     same = equivalent()
     rows = [
-        "| module | mutants | checked | killed | survived | no tests | timeout | equivalent | kill rate | minutes |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| module | mutants | from | killed | survived | no tests | timeout | equivalent | kill rate | 95 % interval |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---|",
     ]
-    total: Counter = Counter()
+    weight = estimate = variance = 0.0
+    below: list[str] = []
     for module, statuses in found.items():
-        c = Counter(statuses.values())
-        eq = sum(1 for name, s in statuses.items() if name in same and s == "survived")
-        checked = len(statuses) - c["not checked"]
-        if checked == 0:  # not measured yet: no row (the total counts measured modules only)
+        label, used = scope(statuses, k)
+        if not used:  # nothing of this module measured yet: no row
             continue
-        scored = checked - eq - c["skipped"]
-        rate = f"{100 * (c['killed'] + c['timeout']) / scored:.0f} %" if scored else "—"
-        minutes = f"{seconds[module] / 60:.1f}" if module in seconds else ""
+        c = Counter(used.values())
+        eq = sum(1 for name, s in used.items() if name in same and s == "survived")
+        scored = len(used) - eq - c["skipped"]
+        killed = c["killed"] + c["timeout"]
+        rate = killed / scored if scored else 1.0
+        if label == "all":
+            interval = ""
+        else:
+            low, high = wilson(killed, scored)
+            interval = f"{100 * low:.0f}–{100 * high:.0f} %"
         rows.append(
-            f"| `{module}` | {len(statuses)} | {checked} | {c['killed']} | {c['survived'] - eq} | {c['no tests']} | "
-            f"{c['timeout']} | {eq} | {rate} | {minutes} |"
+            f"| `{module}` | {len(statuses)} | {label} | {c['killed']} | {c['survived'] - eq} | {c['no tests']} | "
+            f"{c['timeout']} | {eq} | {100 * rate:.0f} % | {interval} |"
         )
-        total.update(c)
-        total["equivalent"] += eq
-        total["mutants"] += len(statuses)
-    checked = total["mutants"] - total["not checked"]
-    scored = checked - total["equivalent"] - total["skipped"]
-    rate = f"{100 * (total['killed'] + total['timeout']) / scored:.0f} %" if scored else "—"
-    rows.append(
-        f"| **all measured** | {total['mutants']} | {checked} | {total['killed']} | "
-        f"{total['survived'] - total['equivalent']} | {total['no tests']} | {total['timeout']} | "
-        f"{total['equivalent']} | {rate} | |"
-    )
+        n_m = len(statuses)
+        weight += n_m
+        estimate += n_m * rate
+        if scored and label != "all":
+            variance += n_m**2 * rate * (1 - rate) / scored * (1 - scored / n_m)
+        if rate < 0.8:
+            below.append(module)
+    if weight:
+        p, se = estimate / weight, math.sqrt(variance) / weight
+        rows.append(
+            f"| **all measured** (stratified) | {weight:.0f} | | | | | | | **{100 * p:.0f} %** | "
+            f"{100 * max(0.0, p - 1.96 * se):.0f}–{100 * min(1.0, p + 1.96 * se):.0f} % |"
+        )
+    if below:
+        rows.append("")
+        rows.append("Below 80 %: " + ", ".join(f"`{m}`" for m in below) + ".")
     return "\n".join(rows)
 
 
@@ -163,11 +211,22 @@ def main() -> int:
         "modules", nargs="*", help="dotted module names (meanfield.stats, meanfield.runs.folder)"
     )
     parser.add_argument(
-        "--minutes", type=float, default=15.0, help="wall-clock budget per module (default 15)"
+        "--minutes",
+        type=float,
+        default=15.0,
+        help="wall-clock budget per module, or for the whole sample (default 15)",
     )
     parser.add_argument("--children", type=int, default=2, help="mutants tested at once (default 2)")
     parser.add_argument("--table", action="store_true", help="only rewrite the table from mutants/")
     parser.add_argument("--survivors", action="store_true", help="list the surviving mutants of the modules")
+    parser.add_argument(
+        "--sample",
+        type=int,
+        default=None,
+        metavar="K",
+        help="run the K-mutant sample of every module (or of the modules named) instead of whole modules; the "
+        "table's rows for modules not run in full come from this sample (default K = 30)",
+    )
     args = parser.parse_args()
     if args.survivors:
         same = equivalent()
@@ -178,16 +237,27 @@ def main() -> int:
                 if status == "survived" and name not in same:
                     print(name)
         return 0
-    seconds: dict[str, float] = {}
-    if not args.table:
+    k = args.sample or 30
+    if not args.table and args.sample:
+        todo = [
+            name
+            for module, statuses in results().items()
+            if not args.modules or module in args.modules
+            for name in sample(statuses, k)
+            if statuses[name] == "not checked"
+        ]
+        print(f"{len(todo)} sampled mutants to check")
+        if todo:
+            print(f"{run_mutmut(todo, args.minutes, args.children) / 60:.1f} min")
+    elif not args.table:
         for module in args.modules:
-            seconds[module] = run_module(module, args.minutes, args.children)
-            print(f"{module}: {seconds[module] / 60:.1f} min")
-    found = results()
-    if args.modules:
-        found = {m: s for m, s in found.items() if m in args.modules or not seconds}
-    text = table(found, seconds)
-    write_table(text, "python tools/mutation.py " + " ".join(sys.argv[1:]))
+            pattern = f"{module}.*" if module.count(".") else f"{module}*"
+            print(f"{module}: {run_mutmut([pattern], args.minutes, args.children) / 60:.1f} min")
+    text = table(results(), k)
+    words = [w for w in sys.argv[1:] if not w.startswith("meanfield")]
+    modules = [w for w in sys.argv[1:] if w.startswith("meanfield")]
+    named = " ".join(modules) if len(modules) <= 3 else f"<{len(modules)} modules>"
+    write_table(text, " ".join(["python tools/mutation.py", *words, named]).strip())
     print(text)
     return 0
 

@@ -76,8 +76,7 @@ class FolderLock:
         return self._fd is not None
 
     def _read(self, fd: int) -> dict[str, Any] | None:
-        os.lseek(fd, 0, os.SEEK_SET)
-        text = os.read(fd, 65536).decode("utf-8", "replace").strip()
+        text = os.pread(fd, os.fstat(fd).st_size, 0).decode("utf-8", "replace").strip()
         if not text:
             return None
         try:

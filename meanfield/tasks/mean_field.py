@@ -108,6 +108,7 @@ class _MeanField:
         def loss(batch: None) -> torch.Tensor:
             return cloud.energy(cloud())  # every rank's averages, all-reduced when sharded
 
+        @torch.no_grad()
         def evaluate() -> dict[str, float]:
             means = cloud()  # (1, 2 + d) (V̄, mean |x|², x̄) over all M particles (all-reduced when sharded)
             centre = means[0, 2:]  # (d,)
