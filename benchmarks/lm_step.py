@@ -90,7 +90,11 @@ def arm_config(arm: str, *, threads: int, beta: float, tiny: bool, autocast: str
     if arm != "mha8":
         overrides.append(f"optim.beta={beta}")
     if autocast != "none" or compile:
-        overrides += ["task=fast_lm:TASK", f"model.autocast={autocast}", f"model.compile={str(compile).lower()}"]
+        overrides += [
+            "task=fast_lm:TASK",
+            f"model.autocast={autocast}",
+            f"model.compile={str(compile).lower()}",
+        ]
     return load_config(CONFIG, preset, overrides)
 
 
@@ -199,7 +203,9 @@ class PlainLoop:
         task_model = dict(cfg.model)
         task_model.pop("autocast", None), task_model.pop("compile", None)
         plain_cfg = check_config(_config.merge(config, {"task": "lm", "model": task_model}))
-        exp = build_experiment(plain_cfg, torch.device("cpu"))  # the model, built and initialised as the run's
+        exp = build_experiment(
+            plain_cfg, torch.device("cpu")
+        )  # the model, built and initialised as the run's
         self.model = exp.model
         self.train = exp.batches.tokens  # the train split's token ids (1-D int64)
         self.block, self.batch = cfg.data["block_size"], cfg.train.batch_size
@@ -243,7 +249,9 @@ def median_ci(ratios: list[float], level: float = 0.95, resamples: int = 2000) -
     r = torch.tensor(ratios, dtype=torch.float64)  # (n,)
     idx = torch.randint(len(ratios), (resamples, len(ratios)), generator=g)  # (resamples, n)
     medians = r[idx].median(dim=1).values.sort().values  # (resamples,)
-    return float(medians[int((1 - level) / 2 * resamples)]), float(medians[int((1 + level) / 2 * resamples) - 1])
+    return float(medians[int((1 - level) / 2 * resamples)]), float(
+        medians[int((1 + level) / 2 * resamples) - 1]
+    )
 
 
 def alternatives(args, threads: int) -> dict[tuple[str, str], object]:
@@ -262,7 +270,9 @@ def alternatives(args, threads: int) -> dict[tuple[str, str], object]:
             else:
                 made[arm, "run"] = RunLoop(cfg, tmp / f"t{threads}-{arm}-run")
         if args.bf16:
-            made[arm, "run-bf16"] = RunLoop(arm_config(arm, autocast="bf16", **kw), tmp / f"t{threads}-{arm}-bf16")
+            made[arm, "run-bf16"] = RunLoop(
+                arm_config(arm, autocast="bf16", **kw), tmp / f"t{threads}-{arm}-bf16"
+            )
             made[arm, "plain-bf16"] = PlainLoop(cfg, autocast="bf16")
         if args.compile:
             cc = arm_config(arm, compile=True, **kw)
@@ -333,40 +343,56 @@ def tables(args, blocks: list[dict], pair: dict | None) -> str:
     lines = []
     for block in blocks:
         t, n = block["times"], block["threads"]
-        loops = sorted({loop for _, loop in t}, key=lambda x: (x not in LOOPS, LOOPS.index(x) if x in LOOPS else 0, x))
+        loops = sorted(
+            {loop for _, loop in t}, key=lambda x: (x not in LOOPS, LOOPS.index(x) if x in LOOPS else 0, x)
+        )
         lines += [
             f"### {n} torch thread{'s' if n > 1 else ''} per loop ({len(next(iter(t.values())))} rounds; build "
             f"and warm-up {block['build_and_warmup_s']:.0f} s)",
             "",
-            "| arm | " + " | ".join(f"{loop} ms/step" for loop in loops)
+            "| arm | "
+            + " | ".join(f"{loop} ms/step" for loop in loops)
             + " | run / plain (95 % CI) | run / bare (95 % CI) | run vs MHA-8's run (95 % CI) |",
             "|---|" + "---|" * (len(loops) + 3),
         ]
         for arm in args.arms:
-            cells = [f"{1e3 * statistics.median(t[arm, loop]):.1f}" if (arm, loop) in t else "—" for loop in loops]
+            cells = [
+                f"{1e3 * statistics.median(t[arm, loop]):.1f}" if (arm, loop) in t else "—" for loop in loops
+            ]
             vs_mha = "baseline" if arm == "mha8" else fmt(ratio(t, (arm, "run"), ("mha8", "run")))
             lines.append(
-                f"| {arm} | " + " | ".join(cells)
+                f"| {arm} | "
+                + " | ".join(cells)
                 + f" | {fmt(ratio(t, (arm, 'run'), (arm, 'plain')))} | {fmt(ratio(t, (arm, 'run'), (arm, 'bare')))}"
                 f" | {vs_mha} |"
             )
-        extra = [(v, "run") for v in ("run-bf16", "run-compiled")] + [(v, "plain") for v in ("plain-bf16", "plain-compiled")]
+        extra = [(v, "run") for v in ("run-bf16", "run-compiled")] + [
+            (v, "plain") for v in ("plain-bf16", "plain-compiled")
+        ]
         present = [(v, b) for v, b in extra if any(loop == v for _, loop in t)]
         if present:
             lines += ["", "| arm | " + " | ".join(f"{v} / {b} fp32 (95 % CI)" for v, b in present) + " |",
                       "|---|" + "---|" * len(present)]  # fmt: skip
             for arm in args.arms:
-                lines.append(f"| {arm} | " + " | ".join(fmt(ratio(t, (arm, v), (arm, b))) for v, b in present) + " |")
+                lines.append(
+                    f"| {arm} | " + " | ".join(fmt(ratio(t, (arm, v), (arm, b))) for v, b in present) + " |"
+                )
         lines.append("")
+        tag = f"target ({n} thread{'s' if n > 1 else ''}" + (
+            ", --quick: a check, not a measurement)" if args.quick else ")"
+        )
         goals = []
         for arm in args.arms:
             r = ratio(t, (arm, "run"), (arm, "plain"))
             if r is not None:
                 goals.append(f"{arm} {r[0]:.3f}×")
-        lines.append(f"- goal: the run machinery costs ≤ 1.1× the plain loop: run / plain = {', '.join(goals)}")
+        if goals:
+            lines.append(
+                f"- {tag} the run machinery costs ≤ 1.1× the plain loop: run / plain = {', '.join(goals)}"
+            )
         r = ratio(t, ("p8", "run"), ("mha8", "run"))
         if r is not None:
-            lines.append(f"- goal: particle attention at M = 8, width d/M, costs ≤ 1.1× MHA-8 in the whole model "
+            lines.append(f"- {tag} particle attention at M = 8, width d/M, costs ≤ 1.1× MHA-8 in the whole model "
                          f"(both through the run loop): {fmt(r)}")  # fmt: skip
         lines.append("")
     if pair is not None and blocks:
@@ -382,7 +408,9 @@ def tables(args, blocks: list[dict], pair: dict | None) -> str:
                 lines.append(f"| {arm} | {1e3 * a:.1f}, {1e3 * b:.1f} | {both:.3f} | {1e3 * t2:.1f} | {1 / t2:.3f} "
                              f"| {both * t2:.2f}× |")  # fmt: skip
             else:
-                lines.append(f"| {arm} | {1e3 * a:.1f}, {1e3 * b:.1f} | {both:.3f} | — (run with --threads … 2) | — | — |")
+                lines.append(
+                    f"| {arm} | {1e3 * a:.1f}, {1e3 * b:.1f} | {both:.3f} | — (run with --threads … 2) | — | — |"
+                )
         lines += ["", "The two-thread numbers are from the interleaved block above, measured at another time than "
                   "the side-by-side pair: compare them only on an idle machine.", ""]  # fmt: skip
     return "\n".join(lines)
@@ -412,7 +440,9 @@ def main(argv: list[str] | None = None) -> None:
     flags = cpu_flags()
     has_bf16 = flags.get("AVX-512 BF16") or flags.get("AMX BF16")
     if args.bf16 and not has_bf16 and not args.force_bf16:
-        raise SystemExit("--bf16: lscpu shows neither AVX-512 BF16 nor AMX BF16 here (--force-bf16 to time it anyway)")
+        raise SystemExit(
+            "--bf16: lscpu shows neither AVX-512 BF16 nor AMX BF16 here (--force-bf16 to time it anyway)"
+        )
     with tempfile.TemporaryDirectory() as tmp:
         args.tmp = tmp
         if args.worker:
@@ -426,25 +456,27 @@ def main(argv: list[str] | None = None) -> None:
         pair = side_by_side(args) if args.side_by_side else None
     steps_model = "the config's smoke size (d 16, 2 layers, context 16, batch 4)" if args.tiny else (
         "6 layers × 256, context 128, batch 16 (2,048 tokens a step), tiny-shakespeare characters")  # fmt: skip
-    text = "\n".join([
-        "# One training step of the 6 × 256 LM: `meanfield run`'s loop against a plain PyTorch loop",
-        "",
-        f"- model: `experiments/particle_attention/scale.toml`, {steps_model}; arms {', '.join(args.arms)}; "
-        f"noise β = {args.beta:g} on the particle arms' `run` and `bare` loops (none in `plain`, none for MHA)",
-        "- loops: `plain` (torch.optim.Adam, torch.randint windows, no statistics), `bare` (the run's task, "
-        "batches, gradient statistics and Langevin optimizer, no machinery), `run` (`meanfield.runs.run` itself, "
-        "stepped from a thread; metrics every 50 steps, checkpoints every 250, no evaluation)",
-        f"- {args.repeats} interleaved rounds after {args.warmup} warm-up round(s) (and one untimed first step "
-        "each); ms/step: the median; ratios: the median over rounds of the paired time ratio, 95 % CI: "
-        "percentile bootstrap (2000 resamples)",
-        f"- bf16 instructions (lscpu): AVX-512 BF16 {'yes' if flags.get('AVX-512 BF16') else 'no'}, AMX BF16 "
-        f"{'yes' if flags.get('AMX BF16') else 'no'}; bf16 autocast timed: {'yes' if args.bf16 else 'no'}; "
-        f"torch.compile timed: {'yes' if args.compile else 'no'}",
-        f"- {'**--quick: a check that the benchmark works, not a measurement**' if args.quick else 'full measurement'}; "
-        f"total time {time.perf_counter() - started:.0f} s",
-        "",
-        tables(args, blocks, pair),
-    ])
+    text = "\n".join(
+        [
+            "# One training step of the 6 × 256 LM: `meanfield run`'s loop against a plain PyTorch loop",
+            "",
+            f"- model: `experiments/particle_attention/scale.toml`, {steps_model}; arms {', '.join(args.arms)}; "
+            f"noise β = {args.beta:g} on the particle arms' `run` and `bare` loops (none in `plain`, none for MHA)",
+            "- loops: `plain` (torch.optim.Adam, torch.randint windows, no statistics), `bare` (the run's task, "
+            "batches, gradient statistics and Langevin optimizer, no machinery), `run` (`meanfield.runs.run` itself, "
+            "stepped from a thread; metrics every 50 steps, checkpoints every 250, no evaluation)",
+            f"- {args.repeats} interleaved rounds after {args.warmup} warm-up round(s) (and one untimed first step "
+            "each); ms/step: the median; ratios: the median over rounds of the paired time ratio, 95 % CI: "
+            "percentile bootstrap (2000 resamples)",
+            f"- bf16 instructions (lscpu): AVX-512 BF16 {'yes' if flags.get('AVX-512 BF16') else 'no'}, AMX BF16 "
+            f"{'yes' if flags.get('AMX BF16') else 'no'}; bf16 autocast timed: {'yes' if args.bf16 else 'no'}; "
+            f"torch.compile timed: {'yes' if args.compile else 'no'}",
+            f"- {'**--quick: a check that the benchmark works, not a measurement**' if args.quick else 'full measurement'}; "
+            f"total time {time.perf_counter() - started:.0f} s",
+            "",
+            tables(args, blocks, pair),
+        ]
+    )
     print(text)
     print(f"written: {write_result(out, text, provenance)}")
 

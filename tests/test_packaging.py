@@ -26,6 +26,7 @@ NAMES = {  # the documented names (docs/running.md) and the files they are
     "feature_particles/teacher_student": "feature_particles/teacher_student.toml",
     "mean_field": "mean_field/config.toml",
     "particle_attention": "particle_attention/config.toml",
+    "particle_attention/scale": "particle_attention/scale.toml",
     "particle_attention/toy": "particle_attention/toy.toml",
     "teacher_student": "teacher_student/config.toml",
 }

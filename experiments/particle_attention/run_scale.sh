@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The 6 × 256 study of issue 27 (docs/experiments/particle_attention.md, "The 6 × 256 study: pre-registration").
+# Every stage is a series of resumable `meanfield sweep` commands: run the same command again after an
+# interruption (Ctrl-C, SIGTERM, a lost session) and finished runs are skipped, the others resume from their
+# last checkpoint (every 250 steps). Each finished run's small files land under
+# experiments/particle_attention/results/scale/<stage>/<point>/ (config.toml, point.json, run.json,
+# environment.json, metrics.jsonl, summary.json); checkpoints/ stays out of git (.gitignore).
+#
+#   bash experiments/particle_attention/run_scale.sh pilot          # seeds 0-2 of the primary arms (~12 CPU-h)
+#   bash experiments/particle_attention/run_scale.sh main N         # seeds 3..N-1 of the primary arms
+#   bash experiments/particle_attention/run_scale.sh secondary      # seeds 0-2 of the exploratory arms
+#   bash experiments/particle_attention/run_scale.sh wikitext2      # seeds 0-2 of the primary arms on words
+#   bash experiments/particle_attention/run_scale.sh smoke [OUT]    # the whole pipeline at the smoke size (CI)
+#
+# Seeds run seed-major (every primary arm of seed s before seed s + 1), so that an interrupted stage leaves
+# complete pairs. The table of each stage (summary.md, with --detect 0.01) is rewritten at its end.
+# JOBS (default 2): runs side by side, one torch thread each on a 2-core machine (`--jobs 2`).
+# PRECISION (default fp32): bf16 runs the training step under bf16 autocast (fast_lm.py); choose it before the
+# pilot and keep it for every stage (a changed configuration is refused by a resume), and only once
+# precision_check.py --size study has shown it leaves the science unchanged.
+set -u
+cd "$(dirname "$0")/../.."
+
+STAGE=${1:-}
+JOBS=${JOBS:-2}
+PRECISION=${PRECISION:-fp32}
+CONFIG=experiments/particle_attention/scale.toml
+R=experiments/particle_attention/results/scale
+PRIMARY=mha8,p8,p8-b1e-3,p8-cos1e-2,p16,p32
+SECONDARY=p8-b1e-5,p8-b1e-4,p8-b1e-2,p8-b3e-2,p8-cos1e-3,p16-w32,p32-w32
+
+EXTRA=()
+case "$PRECISION" in
+    fp32) ;;
+    bf16)
+        export PYTHONPATH="$PWD/experiments/particle_attention${PYTHONPATH:+:$PYTHONPATH}"
+        EXTRA=(--set task=fast_lm:TASK --set model.autocast=bf16) ;;
+    *) echo "PRECISION must be fp32 or bf16, got '$PRECISION'" >&2; exit 2 ;;
+esac
+
+# the sweep tables' metrics: the seed's (validation loss and perplexity, drop-half, corruption, head similarity,
+# smoothness, gradient variance). Their Holm columns are per metric over the table's rows, not the
+# pre-registered family: scale_report.py computes that (P1-P6).
+METRICS=(--metric val_loss --metric val_ppl --metric half_random_gap --metric half_importance_gap
+         --metric half_farthest_gap --metric corrupt_gap --metric corrupt_loss --metric head_sim
+         --metric erank_frac --metric loss_roughness --metric grad_var_attn --holm metric)
+
+seq_csv() { seq -s, "$1" "$2"; }
+
+# sweep OUT ARMS FIRST LAST [meanfield sweep options…]: seeds FIRST..LAST one at a time, then the table of 0..LAST
+sweep() {
+    local out=$1 arms=$2 first=$3 last=$4
+    shift 4
+    local s
+    for s in $(seq "$first" "$last"); do
+        meanfield sweep "$CONFIG" --grid preset="$arms" --seeds "$s" --jobs "$JOBS" --quiet \
+            "${EXTRA[@]}" "${METRICS[@]}" "$@" --out "$out" || true   # a failed point is in runs.csv; the others go on
+    done
+    meanfield sweep "$CONFIG" --grid preset="$arms" --seeds "$(seq_csv 0 "$last")" --jobs "$JOBS" --quiet \
+        "${EXTRA[@]}" "${METRICS[@]}" "$@" --out "$out" --detect 0.01
+}
+
+case "$STAGE" in
+    pilot)
+        sweep "$R/primary" "$PRIMARY" 0 2 --baseline preset=p8 ;;
+    main)
+        N=${2:?"main N: the number of seeds from the pilot (docs: the power plan), at least 8"}
+        if [ "$N" -lt 8 ]; then echo "main: at least 8 seeds (the pre-registration), got $N" >&2; exit 2; fi
+        sweep "$R/primary" "$PRIMARY" 3 $((N - 1)) --baseline preset=p8 ;;
+    secondary)
+        sweep "$R/secondary" "$SECONDARY" 0 2 ;;
+    wikitext2)
+        sweep "$R/wikitext2" "$PRIMARY" 0 2 --preset wikitext2 --baseline preset=p8 ;;
+    smoke)
+        OUT=${2:-runs/scale-smoke}
+        sweep "$OUT/primary" "$PRIMARY" 0 1 --preset smoke --baseline preset=p8 ;;
+    *)
+        echo "usage: $0 pilot | main N | secondary | wikitext2 | smoke [OUT]" >&2
+        exit 2 ;;
+esac

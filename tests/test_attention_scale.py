@@ -1,0 +1,195 @@
+"""The 6 × 256 study of issue 27: its configuration (``experiments/particle_attention/scale.toml``), the sweep
+script, the bf16/compile task variant, the primary-test report and the step benchmark. Nothing here trains
+the study's model: the smoke preset runs in seconds, the full-size models are only built."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from meanfield.runs import load_config, run
+from meanfield.runs.loop import build_experiment, check_config, preflight
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = ROOT / "experiments" / "particle_attention"
+CONFIG = HERE / "scale.toml"
+SCRIPT = HERE / "run_scale.sh"
+PRIMARY = ("mha8", "p8", "p8-b1e-3", "p8-cos1e-2", "p16", "p32")
+SECONDARY = ("p8-b1e-5", "p8-b1e-4", "p8-b1e-2", "p8-b3e-2", "p8-cos1e-3", "p16-w32", "p32-w32")
+
+# every metric the seed names, as the run logs it: validation loss and perplexity, training-loss smoothness,
+# head similarity (and output effective rank), gradient variance, drop-half, corruption robustness
+SEED_METRICS = (
+    "val_loss",
+    "val_ppl",
+    "val_bpc",
+    "loss_roughness",
+    "head_sim",
+    "head_sim_l0",
+    "head_sim_l1",
+    "erank_frac",
+    "grad_var_attn",
+    "grad_rel_var_attn",
+    "half_random_gap",
+    "half_importance_gap",
+    "half_farthest_gap",
+    "half_random_ppl",
+    "corrupt_gap",
+    "corrupt_loss",
+    "corrupt_ppl",
+)
+
+
+def _module(name: str, path: Path):
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(f"scale_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_study_configuration_is_the_seeds_model():
+    cfg = check_config(load_config(CONFIG))
+    assert (cfg.model["d_model"], cfg.model["n_layers"], cfg.model["n_heads"]) == (256, 6, 8)
+    assert (cfg.data["block_size"], cfg.train.batch_size) == (128, 16)
+    assert cfg.data["dataset"] == "tiny_shakespeare" and cfg.data["train_split"] == "train"
+    assert cfg.data["eval_blocks"] == 0 and cfg.data["grad_stats"] and cfg.data["probe_blocks"] > 0
+    assert cfg.train.steps >= 2000 and cfg.threads == 1
+
+
+def test_smoke_preset_runs_and_logs_every_metric_the_seed_names(tmp_path):
+    result = run(CONFIG, tmp_path / "run", preset="smoke+p8-b1e-3", quiet=True)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "finished" and result.step == summary["steps"]
+    final = summary["final"]
+    for key in SEED_METRICS:
+        assert key in final and math.isfinite(final[key]), key
+    evaluations = [r for r in result.metrics if "val_loss" in r]
+    assert len(evaluations) >= 2  # a curve, not only the end
+    groups = result.metrics[-1]["groups"]
+    assert groups[0]["noise_rms"] > 0 and groups[-1]["noise_rms"] == 0  # noise on the particles only
+
+
+@pytest.mark.parametrize("arm", PRIMARY + SECONDARY)
+def test_every_arm_builds_at_the_smoke_size(arm):
+    preflight(load_config(CONFIG, f"smoke+{arm}"))
+
+
+def test_the_width_d_over_m_arms_have_the_baselines_parameters_at_full_size():
+    """mha8, p8, p16, p32 (width d/M): the same parameter count at 6 × 256; the fixed-width family more."""
+
+    def count(arm: str) -> int:
+        cfg = check_config(load_config(CONFIG, arm, ["data.eval_blocks=1"]))
+        return sum(p.numel() for p in build_experiment(cfg, torch.device("cpu")).model.parameters())
+
+    equal = {arm: count(arm) for arm in ("mha8", "p8", "p16", "p32")}
+    assert len(set(equal.values())) == 1, equal
+    assert count("p16-w32") > equal["p8"] and count("p32-w32") > count("p16-w32")
+
+
+def test_cosine_arm_anneals_to_zero():
+    cfg = load_config(CONFIG, "p8-cos1e-2")
+    assert cfg["optim"]["beta"] == {"kind": "cosine", "start": 1e-2, "end": 0.0}
+
+
+@pytest.mark.parametrize(
+    "autocast, compile_", [("bf16", False), pytest.param("none", True, marks=pytest.mark.slow)]
+)
+def test_fast_lm_variant_runs_and_keeps_the_float32_state(tmp_path, monkeypatch, autocast, compile_):
+    monkeypatch.syspath_prepend(str(HERE))
+    overrides = ["task=fast_lm:TASK", f"model.autocast={autocast}", f"model.compile={str(compile_).lower()}"]
+    run(CONFIG, tmp_path / "run", preset="smoke", overrides=overrides, quiet=True)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "finished" and math.isfinite(summary["final"]["val_loss"])
+    state = torch.load(sorted((tmp_path / "run" / "checkpoints").glob("*.pt"))[-1], weights_only=True)[
+        "model"
+    ]
+    assert all(t.dtype == torch.float32 for t in state.values() if t.is_floating_point())
+    assert not any("_orig_mod" in k for k in state)  # compiled in place: the plain module's keys
+
+
+def test_run_scale_refuses_unknown_stages_and_too_few_seeds():
+    assert subprocess.run(["bash", str(SCRIPT)], capture_output=True).returncode == 2
+    too_few = subprocess.run(["bash", str(SCRIPT), "main", "5"], capture_output=True, text=True)
+    assert too_few.returncode == 2 and "at least 8" in too_few.stderr
+    bad = subprocess.run(
+        ["bash", str(SCRIPT), "pilot"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PRECISION": "fp16"},
+    )
+    assert bad.returncode == 2
+
+
+def test_run_scale_puts_the_primary_arms_first():
+    text = SCRIPT.read_text()
+    assert f"PRIMARY={','.join(PRIMARY)}" in text and f"SECONDARY={','.join(SECONDARY)}" in text
+    assert text.index('sweep "$R/primary"') < text.index('sweep "$R/secondary"')
+
+
+def test_checkpoints_stay_out_of_git():
+    out = subprocess.run(
+        [
+            "git",
+            "check-ignore",
+            "-q",
+            "experiments/particle_attention/results/scale/primary/x/checkpoints/a.pt",
+        ],
+        cwd=ROOT,
+    )
+    assert out.returncode == 0
+
+
+def test_primary_report_pairs_by_seed_and_applies_holm(tmp_path):
+    report = _module("report", HERE / "scale_report.py")
+    folder = tmp_path / "primary"
+    values = {"mha8": 2.00, "p8": 2.01, "p8-b1e-3": 1.99, "p8-cos1e-2": 2.02, "p16": 2.03, "p32": 2.05}
+    for arm, base in values.items():
+        for seed in range(4):
+            run_dir = folder / f"preset={arm}_seed={seed}"
+            run_dir.mkdir(parents=True)
+            (run_dir / "config.toml").write_text(f"seed = {seed}\n")
+            (run_dir / "point.json").write_text(json.dumps({"point": {"preset": arm, "seed": seed}}))
+            jitter = 0.004 * ((7 * seed + len(arm)) % 5 - 2)  # a paired sd of a few thousandths
+            final = {"val_loss": base + 0.001 * seed + jitter, "half_random_gap": 0.3 + 0.01 * seed + jitter}
+            (run_dir / "summary.json").write_text(json.dumps({"status": "finished", "final": final}))
+    rows = {r["id"]: r for r in report.tests(report.load(folder))}
+    jit = {a: [0.004 * ((7 * s + len(a)) % 5 - 2) for s in range(4)] for a in values}
+    mean_diff = lambda a, b: values[a] - values[b] + sum(x - y for x, y in zip(jit[a], jit[b])) / 4  # noqa: E731
+    assert rows["P1"]["n"] == 4 and rows["P1"]["d"].mean == pytest.approx(mean_diff("p8-b1e-3", "p8"))
+    assert rows["P5"]["d"].mean == pytest.approx(mean_diff("p32", "mha8"))
+    assert rows["P6"]["d"].mean == pytest.approx(
+        mean_diff("p8-b1e-3", "p8") - (values["p8-b1e-3"] - values["p8"])
+    )
+    finite = [r["holm"] for r in rows.values() if math.isfinite(r["holm"])]
+    assert all(0 <= q <= 1 for q in finite)
+    text = report.markdown(list(rows.values()), folder)
+    assert "Power rule" in text and "| P5 |" in text
+
+
+@pytest.mark.slow
+def test_lm_step_benchmark_quick_records_its_provenance(tmp_path):
+    out = tmp_path / "lm_step.md"
+    argv = ["--quick", "--tiny", "--arms", "mha8", "p8", "--out", str(out)]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "lm_step.py"), *argv],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = out.read_text()
+    common = _module("common", ROOT / "benchmarks" / "_common.py")
+    recorded = common.parse_provenance(text)
+    assert recorded["command"].startswith("python benchmarks/lm_step.py --quick")
+    assert recorded["load_start"] and recorded["load_end"] and "AVX-512 BF16" in recorded["cpu_flags"]
+    assert "not a measurement" in text and "| mha8 |" in text and "| p8 |" in text
