@@ -28,6 +28,16 @@ Model B — He₂ teacher–student (a quadratic network with feature particles 
 
 What is simulated: B replicas of M particles, projected EM at steps η, 2η, 4η on one Brownian path (coupled).
 Model A from the polarised state w_i = e₁, model B from uniform w_i. Model B also at M/4 (2B replicas).
+The λ of one d (and one M) run as batched simulations: L values stacked on the replica axis (L·B
+replicas, value l on replicas [l·B, (l+1)·B)), split back per value, each value's jackknife over its own B
+replicas exactly as for a run of its own. A batch holds the λ whose own steps lie within STEP_RATIO = 0.9
+and runs at the smallest (no λ coarser than alone, none at more than 1/0.9 of its own steps; fast: A in one
+batch, B's two λ apart; full: A {0.5}, {0.7 … 2} at d = 3 and one batch at d = 10, B {0.25, 0.5, (1 at
+d = 3)}, then each other λ apart). Model B: a per-replica β = 4λ/d, the same burn-in and measured time.
+Model A: in time s = β·t, where the step Π(w + η_s·(κ/β)·w̄ + sqrt(2η_s)·ξ) is the chain at β with
+η = η_s/β: a per-replica coupling κ/β at temperature 1, so every λ shares the clock τ_D = 1/(d − 1) (the
+same measured 25 or 150 τ_D), with the longest burn-in of the batch (6 or 8 τ_lin). Not faster than the
+loop at these sizes (the B·M·d draws and element-wise work of a step dominate; see the docs page).
 
 Tolerance: 5·SE (jackknife over replicas) of the Richardson value 2·v(η) − v(2η), plus the measured O(η²)
 residual (|R(2η, 4η) − R(η, 2η)| + 5·SE)/3. Model A is compared with its exact finite-M value (and with the
@@ -82,6 +92,7 @@ PRESETS = {
 LEVELS = (1, 2, 4)  # steps η, 2η, 4η on one Brownian path
 RECORD = 8  # fine steps between records (divisible by every level)
 SEGMENT = 16  # records per block of pre-drawn increments
+STEP_RATIO = 0.9  # parameter values whose own steps are within this ratio run as one batched simulation
 
 
 # --- the two models ------------------------------------------------------------------------------------------
@@ -219,18 +230,54 @@ def extrapolate(series: dict[int, np.ndarray], n_burn: int) -> dict[str, float]:
     )
 
 
-def _simulate_point(system, x0, *, eta, burn, measure, observable, generator):
+def _simulate_points(system, x0, n_values, *, eta, burn, measure, observable, generator):
+    """One coupled run of ``n_values`` parameter values stacked on the replica axis (value ``l`` on replicas
+    ``[l·B, (l+1)·B)`` of ``x0 (n_values·B, M, d)``), split back per value: a list of ``extrapolate`` results,
+    each over its own B replicas (its jackknife exactly as for a run of those B replicas alone)."""
     seg_time = SEGMENT * RECORD * eta
     n_burn, n_measure = max(1, round(burn / seg_time)), max(2, round(measure / seg_time))
     series = coupled_runs(
         system, x0, eta=eta, n_segments=n_burn + n_measure, observable=observable, generator=generator
     )
-    out = extrapolate(series, n_burn * SEGMENT)
-    stride = max(1, len(series[1]) // 150)
-    out["trace_t"] = (np.arange(1, len(series[1]) + 1) * RECORD * eta)[::stride].tolist()
-    out["trace"] = series[1].mean(1)[::stride].tolist()
-    out["eta"], out["burn"] = eta, n_burn * seg_time
-    return out
+    B = x0.shape[0] // n_values
+    outs = []
+    for i in range(n_values):
+        part = {k: s[:, i * B : (i + 1) * B] for k, s in series.items()}  # (S, B) of value i
+        out = extrapolate(part, n_burn * SEGMENT)
+        stride = max(1, len(part[1]) // 150)
+        out["trace_t"] = (np.arange(1, len(part[1]) + 1) * RECORD * eta)[::stride].tolist()
+        out["trace"] = part[1].mean(1)[::stride].tolist()
+        out["eta"], out["burn"] = eta, n_burn * seg_time
+        outs.append(out)
+    return outs
+
+
+def kuramoto_eta(beta: float, d: int, c: float) -> float:
+    """The step of a run at β alone: c·τ_D capped at 0.01, τ_D = 1/(β(d−1)), a whole number of steps per unit time."""
+    return 1 / math.ceil(1 / min(c / (beta * (d - 1)), 0.01))
+
+
+def he2_eta(beta: float, d: int, c: float) -> float:
+    """The step of a run at β alone: c/(β(d−1)) capped at 0.005, a whole number of steps per unit time."""
+    return 1 / math.ceil(1 / min(c / (beta * (d - 1)), 0.005))
+
+
+def step_groups(steps: dict, ratio: float = STEP_RATIO) -> list[list]:
+    """The values (keys of ``steps``, each with the step of a run of its own) in batches whose steps lie within
+    ``ratio`` of the batch's largest: a batch runs at its smallest step, so no value runs at more than
+    1/ratio of its own number of steps (values of very different steps run apart)."""
+    groups: list[list] = []
+    for value in sorted(steps, key=lambda v: -steps[v]):
+        if groups and steps[value] >= ratio * steps[groups[-1][0]]:
+            groups[-1].append(value)
+        else:
+            groups.append([value])
+    return groups
+
+
+def per_value(values, B: int) -> torch.Tensor:
+    """``(L·B,)`` float64: value ``l`` on replicas ``[l·B, (l+1)·B)``."""
+    return torch.tensor(values, dtype=torch.float64).repeat_interleave(B)
 
 
 def run(preset: str = "fast", *, interaction: bool = True) -> CheckResult:
@@ -259,24 +306,41 @@ def run(preset: str = "fast", *, interaction: bool = True) -> CheckResult:
             note="checks the Bessel-ratio reference (2e5 uniform points)",
         )
         ordered = [lam for lam in pk["lambdas"] if lam < 1]
-        for lam in pk["lambdas"]:
-            beta, M, B = lam * kappa / d, pk["M"], pk["B"]
-            tau_d = 1 / (beta * (d - 1))
-            eta = 1 / math.ceil(1 / min(pk["c"] * tau_d, 0.01))  # a whole number of steps per unit time
+        lams, M, B = pk["lambdas"], pk["M"], pk["B"]
+        betas = {lam: lam * kappa / d for lam in lams}
+        # the λ batched on the replica axis, in time s = β·t: the step w ← Π(w + η_s·(κ/β)·w̄ + sqrt(2η_s)·ξ) is
+        # the chain at β with η = η_s/β, so a per-replica coupling κ/β at temperature 1 runs every λ on one
+        # clock (τ_D = 1/(d−1) in s, the same measured time). A batch of λ whose own steps β·η(β) are within
+        # STEP_RATIO runs at the smallest (no λ coarser than in a run of its own) and the longest burn-in.
+        tau_s = 1 / (d - 1)
+        steps = {lam: betas[lam] * kuramoto_eta(betas[lam], d, pk["c"]) for lam in lams}
+        outs_a = {}
+        for group in step_groups(steps):
             system = MeanFieldLangevin(
-                Quadratic(0.0), Alignment(kappa) if interaction else None, beta=beta, projection=Sphere()
+                Quadratic(0.0),
+                Alignment(per_value([kappa / betas[lam] for lam in group], B)) if interaction else None,
+                beta=1.0,
+                projection=Sphere(),
             )
-            x0 = torch.zeros(B, M, d, dtype=torch.float64)
+            x0 = torch.zeros(len(group) * B, M, d, dtype=torch.float64)
             x0[..., 0] = 1.0  # polarised
-            out = _simulate_point(
+            outs = _simulate_points(
                 system,
                 x0,
-                eta=eta,
-                burn=pk["burn"] * tau_d / abs(1 - 1 / lam),
-                measure=pk["measure"] * tau_d,
-                observable=lambda s, M=M: M * s.mean(2).square().sum(-1),  # (S, B) M·|w̄|²
+                len(group),
+                eta=min(steps[lam] for lam in group),
+                burn=max(pk["burn"] * tau_s / abs(1 - 1 / lam) for lam in group),
+                measure=pk["measure"] * tau_s,
+                observable=lambda s, M=M: M * s.mean(2).square().sum(-1),  # (S, L·B) M·|w̄|²
                 generator=gen,
             )
+            for lam, out in zip(group, outs):
+                beta = betas[lam]
+                out["eta"], out["burn"] = out["eta"] / beta, out["burn"] / beta  # back to time t = s/β
+                out["trace_t"] = [t / beta for t in out["trace_t"]]
+                outs_a[lam] = out
+        for lam in lams:
+            out, eta = outs_a[lam], outs_a[lam]["eta"]
             exact = kuramoto_finite_m(lam, d, M)
             tag = f"d={d}, λ={lam:g}"
             tol = Z * out["se"] + out["resid"]
@@ -349,30 +413,37 @@ def run(preset: str = "fast", *, interaction: bool = True) -> CheckResult:
             detectable=Z * is_se,
             note="checks the quadrature and its (1 − t²)^{(d−3)/2} factor (2e5 uniform points)",
         )
-        for lam in ph["lambdas"]:
-            beta = 4 * lam / d
-            eta = min(ph["c"] / (beta * (d - 1)), 0.005)
-            eta = 1 / math.ceil(1 / eta)
-            q_ref = he2_q(lam, d)
-            system = MeanFieldLangevin(
-                TeacherOverlap(teacher),
-                StudentOverlap() if interaction else None,
-                beta=beta,
-                projection=Sphere(),
-            )
-            outs = {}
+        lams = ph["lambdas"]
+        betas = {lam: 4 * lam / d for lam in lams}
+        # the λ batched on the replica axis with a per-replica β, per size; a batch of λ whose own steps η(β)
+        # are within STEP_RATIO runs at the smallest (no λ coarser than in a run of its own), the burn-in and
+        # measured time as in a run of its own (in time units, the same for every λ)
+        steps = {lam: he2_eta(betas[lam], d, ph["c"]) for lam in lams}
+        runs = {lam: {} for lam in lams}
+        for group in step_groups(steps):
             for M, B in ((ph["M"], ph["B"]), (ph["M"] // 4, 2 * ph["B"])):  # the companion: half the cost
-                x0 = torch.randn(B, M, d, dtype=torch.float64, generator=gen)
+                system = MeanFieldLangevin(
+                    TeacherOverlap(teacher),
+                    StudentOverlap() if interaction else None,
+                    beta=per_value([betas[lam] for lam in group], B),
+                    projection=Sphere(),
+                )
+                x0 = torch.randn(len(group) * B, M, d, dtype=torch.float64, generator=gen)
                 x0 /= x0.norm(dim=-1, keepdim=True)  # uniform start
-                outs[M] = _simulate_point(
+                outs = _simulate_points(
                     system,
                     x0,
-                    eta=eta,
+                    len(group),
+                    eta=min(steps[lam] for lam in group),
                     burn=ph["burn"],
                     measure=ph["measure"],
-                    observable=lambda s, w=teacher: (s @ w).square().mean(2),  # (S, B) q_M
+                    observable=lambda s, w=teacher: (s @ w).square().mean(2),  # (S, L·B) q_M
                     generator=gen,
                 )
+                for lam, out in zip(group, outs):
+                    runs[lam][M] = out
+        for lam in lams:
+            beta, q_ref, outs = betas[lam], he2_q(lam, d), runs[lam]
             big, small = outs[ph["M"]], outs[ph["M"] // 4]
             value, se = big["value"], big["se"]
             # finite-M bias at M from the companion at M/4, if it were C/M: (q_{M/4} − q_M)/3; the observed
@@ -388,7 +459,7 @@ def run(preset: str = "fast", *, interaction: bool = True) -> CheckResult:
                 tol,
                 detectable=tol,
                 note=(
-                    f"self-consistent Watson q; η={eta:.3g}; 5·SE + O(η²) {big['resid']:.1e} + finite-M allowance "
+                    f"self-consistent Watson q; η={big['eta']:.3g}; 5·SE + O(η²) {big['resid']:.1e} + finite-M allowance "
                     f"|{finite_m:.1e}| + 5·{finite_m_se:.1e} (companion M={ph['M'] // 4})"
                 ),
             )
@@ -421,7 +492,7 @@ def run(preset: str = "fast", *, interaction: bool = True) -> CheckResult:
                     q_ref=q_ref,
                     M=ph["M"],
                     B=ph["B"],
-                    eta=eta,
+                    eta=big["eta"],
                     raw_big=big["raw"],
                     raw_small=small["raw"],
                     trace_t=big["trace_t"],
