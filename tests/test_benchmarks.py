@@ -89,8 +89,14 @@ def test_the_provenance_is_what_the_run_was(tmp_path):
     assert got["command"] == f"python benchmarks/wasserstein.py --smoke --budget 0.01 --out {out}"
     # negative control: the same run without a flag would be recorded differently
     assert got["command"] != common.command_line(BENCH / "wasserstein.py", ["--smoke", "--out", str(out)])
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
-    assert got["commit"] == head.stdout.strip() and isinstance(got["dirty"], bool)
+    # the commit of the meanfield the script imported (an editable install may be another tree than ROOT)
+    where = subprocess.run(
+        [sys.executable, "-c", "import meanfield, os; print(os.path.dirname(meanfield.__file__))"],
+        capture_output=True, text=True, cwd=BENCH,
+    ).stdout.strip()  # fmt: skip
+    head = subprocess.run(["git", "-C", where, "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:  # a checkout (not an unpacked sdist)
+        assert got["commit"] == head.stdout.strip() and isinstance(got["dirty"], bool)
     assert got["cpu"] == f"{common.cpu_model()}, {os.cpu_count()} cores"
     assert got["cpu_flags"] == common.cpu_flags() and set(got["cpu_flags"]) == set(common.CPU_FLAGS)
     assert got["versions"]["torch"] == torch.__version__

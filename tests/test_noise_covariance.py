@@ -44,7 +44,8 @@ class SharedBits(RademacherNoise):
     def _draw(self, out, scale):
         self._bytes.random_(0, 256, generator=self.generator)
         half = self._bytes[: (self._bytes.numel() + 1) // 2].repeat_interleave(2)[: self._bytes.numel()]
-        bits = half.unsqueeze(-1).bitwise_and(self._mask).view(-1)[: out.numel()]
+        mask = 1 << torch.arange(8, dtype=torch.uint8)  # (8,) bit j of a byte
+        bits = half.unsqueeze(-1).bitwise_and(mask).view(-1)[: out.numel()]
         out.copy_(bits.view(out.shape).bool().to(out.dtype) * (2 * scale) - scale)
 
 

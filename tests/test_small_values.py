@@ -183,3 +183,95 @@ def test_increments_of_the_wrong_kind_are_named_by_their_type():
         BrownianIncrements([[0.0, 1.0]], 0.1)
     with pytest.raises(ValueError, match=r"got torch.Size\(\[3\]\)$"):
         BrownianIncrements(torch.zeros(3), 0.1)
+
+
+# -- the background thread ----------------------------------------------------------------------------------------
+
+
+def test_a_background_task_returns_its_value_or_reraises_its_error_in_a_named_daemon_thread():
+    import threading
+
+    from meanfield import _background
+
+    assert _background.submit(lambda a, b: a + b, 2, 3).result() == 5
+
+    def fails():
+        raise KeyError("inside the draw")
+
+    pending = _background.submit(fails)
+    with pytest.raises(KeyError, match="inside the draw"):
+        pending.result()
+    with pytest.raises(KeyError):  # asked again: the same outcome
+        pending.result()
+    workers = [t for t in threading.enumerate() if t.name == "meanfield-draw"]
+    assert len(workers) == 1 and workers[0].daemon  # a daemon: it never keeps the interpreter alive
+
+
+# -- the optimizer's messages ---------------------------------------------------------------------------------------
+
+
+def test_a_nan_after_an_overflowing_finite_gradient_is_still_found():
+    """The norm of a huge finite gradient overflows float32 and is recomputed in float64; the check must go on
+    to the next parameter, whose NaN it names."""
+    from meanfield.optim import Langevin
+
+    a, b = torch.nn.Parameter(torch.zeros(4)), torch.nn.Parameter(torch.zeros(3))
+    opt = Langevin([a, b], lr=1e-3, beta=0.0)
+    a.grad = torch.full((4,), 3e38)  # finite; ‖a.grad‖ overflows in float32
+    b.grad = torch.tensor([0.0, float("nan"), 0.0])
+    with pytest.raises(ValueError) as caught:
+        opt.step()
+    assert str(caught.value) == (
+        "the gradient of parameter 1 (shape (3,)) of param group 0 has 1 non-finite entries (NaN or Inf); "
+        "Langevin needs finite gradients (check the loss, lower lr, or clip the gradients). No parameter was "
+        "changed."
+    )
+    assert torch.equal(a.detach(), torch.zeros(4)) and torch.equal(b.detach(), torch.zeros(3))
+
+
+def test_an_overflowing_step_says_what_to_do():
+    from meanfield.optim import Langevin
+
+    p = torch.nn.Parameter(torch.zeros(2))
+    opt = Langevin([p], lr=1e30, beta=0.0)
+    p.grad = torch.full((2,), 1e20)
+    with pytest.raises(ValueError, match=r"lower lr \(the parameters have diverged, or lr is far too large\)\. "
+                       r"No parameter was changed\.$"):  # fmt: skip
+        opt.step()
+
+
+def test_the_momentum_warning_says_why_and_what_to_do():
+    from meanfield.optim import Langevin
+
+    p = torch.nn.Parameter(torch.zeros(2))
+    with pytest.warns(UserWarning, match=r"^Langevin: a group with noise has an Adam drift with momentum β1 > 0: "
+                      r"the chain's stationary law is biased .* for the Gibbs law\.$"):  # fmt: skip
+        Langevin([p], lr=1e-2, beta=0.1, drift="adam", betas=(0.9, 0.999))
+
+
+# -- configuration type names -------------------------------------------------------------------------------------
+
+
+def test_configuration_type_names_are_plain_words():
+    import typing
+
+    from meanfield.config import _type_name
+
+    assert _type_name(typing.Literal["sgd", "adam"]) == "one of 'sgd', 'adam'"
+    assert _type_name(dict) == "a table" and _type_name(dict[str, int]) == "a table"
+    assert _type_name(int | None) == "an integer or nothing (omit the key)"
+    assert _type_name(list[float]) == "a list of a number"
+
+
+# -- feature particles ------------------------------------------------------------------------------------------------
+
+
+def test_vector_feature_particles_of_one_input_keep_the_particle_axis_first():
+    from meanfield.nn import FeatureParticles
+
+    layer = FeatureParticles(3, 4, "tanh", out_features=2)
+    x = torch.randn(3)
+    out = layer.particle_outputs(x)  # (M, k) for a single input (d_in,)
+    assert out.shape == (4, 2)
+    expected = torch.tanh(layer.w @ x + (layer.b if layer.b is not None else 0))[:, None] * layer.a  # (M, k)
+    assert torch.allclose(out, expected, atol=1e-6)

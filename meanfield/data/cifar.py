@@ -173,9 +173,8 @@ def _check_labels(loaded: dict, where: str) -> None:
     for split in ("train", "test"):
         y = loaded[f"{split}_y"]
         if len(y) and (y.min() < 0 or y.max() >= len(loaded["classes"])):
-            raise CorruptDataError(
-                f"{where}: {split} label {int(y.max())} outside 0…{len(loaded['classes']) - 1}"
-            )
+            bad = int(y.min()) if y.min() < 0 else int(y.max())  # the offending label, also when negative
+            raise CorruptDataError(f"{where}: {split} label {bad} outside 0…{len(loaded['classes']) - 1}")
 
 
 def cifar10(root: str | os.PathLike | None = None, *, cache: bool = True) -> ImageDataset:

@@ -89,6 +89,8 @@ class TokenCorpus:
         ids = ids.tolist() if torch.is_tensor(ids) else list(ids)
         sep = " " if self.level == "word" else ""
         try:
+            if any(i < 0 for i in ids):  # a negative id is no token id (it would index from the end)
+                raise IndexError
             return sep.join(self.vocab[i] for i in ids)
         except (IndexError, TypeError):
             bad = next(i for i in ids if not isinstance(i, int) or not 0 <= i < self.vocab_size)
