@@ -173,15 +173,22 @@ class ShardedSystem(ParticleSystem):
 
     def _ring_pair_sums(self, x: torch.Tensor) -> torch.Tensor:
         """``Σ_j g_ij (1, x_j)`` over all M particles, ``g_ij = 2ψ'(|x_i − x_j|²)``: ``(B, m, 1 + d)``."""
+        from ._replicas import at
         from .pairwise import radial_sum
 
         interaction: RadialInteraction = self.system.interaction
+        # 2ψ'(r²) = c·φ(s·r²), as RadialInteraction.mean_field_grad reads it (Log and Riesz keep c outside ψ')
+        _, phi, scale, _, c = interaction._kernels()
 
-        def pair_sums(y: torch.Tensor) -> torch.Tensor:  # (B, n, d) -> (B, m, 1 + d)
+        def pair_sums(
+            y: torch.Tensor, exclude_self: bool = False
+        ) -> torch.Tensor:  # (B, n, d) -> (B, m, 1+d)
             values = torch.cat((torch.ones_like(y[..., :1]), y), -1)  # (B, n, 1 + d)
-            return radial_sum(x, y, lambda r2: 2.0 * interaction.dpsi(r2), values, backend="torch")[0]
+            return radial_sum(x, y, phi, values, scale=scale, backend="torch", exclude_self=exclude_self)[0]
 
-        total = pair_sums(x)  # (B, m, 1 + d)
+        # the pairs j = i lie in the own shard only: left out when the system leaves them out (a kernel
+        # singular at 0, −log|z| or Riesz, has self_pair False)
+        total = pair_sums(x, exclude_self=not interaction.self_pair)  # (B, m, 1 + d)
         held = x.contiguous()
         for _ in range(self.world - 1):
             incoming = torch.empty_like(held)  # (B, m, d)
@@ -193,7 +200,7 @@ class ShardedSystem(ParticleSystem):
             self.exchanged += held.numel()
             held = incoming
             total += pair_sums(held)
-        return total
+        return total * at(c, x, "c")  # (B, m, 1 + d)
 
     def drift(self, t: float, x: torch.Tensor) -> torch.Tensor:
         system = self.system
