@@ -60,6 +60,11 @@ STATUS = {
 not checked."""
 
 
+RECHECK = ("not checked", "survived", "no tests", "suspicious")
+"""The statuses a sampled run (re)checks: a new test can kill a survivor, while a killed mutant stays killed
+(mutmut itself resets the results of a function whose source changed)."""
+
+
 def _status(code: int | None) -> str:
     if code is None:
         return "not checked"
@@ -69,14 +74,29 @@ def _status(code: int | None) -> str:
 
 
 def equivalent() -> dict[str, str]:
-    """``{mutant name: reason}`` from ``tests/mutation_equivalent.toml``."""
+    """``{mutant name: reason}`` from ``tests/mutation_equivalent.toml``.
+
+    An entry with ``cpu_only = true`` (a dropped ``device=`` argument: the same tensor on a machine without
+    CUDA, a device error on one with it, where the CUDA items of the device tests catch it) counts as
+    equivalent only where CUDA is not available.
+    """
     if not EQUIVALENT.exists():
         return {}
     try:
         import tomllib
     except ModuleNotFoundError:  # Python < 3.11
         import tomli as tomllib
-    return {name: entry["reason"] for name, entry in tomllib.loads(EQUIVALENT.read_text()).items()}
+    entries = tomllib.loads(EQUIVALENT.read_text())
+    cuda = _cuda_available()
+    return {name: e["reason"] for name, e in entries.items() if not (e.get("cpu_only") and cuda)}
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
 
 
 def results() -> dict[str, dict[str, str]]:
@@ -134,13 +154,20 @@ def run_mutmut(names: list[str], minutes: float, children: int) -> float:
 
 
 def scope(statuses: dict[str, str], k: int) -> tuple[str, dict[str, str]]:
-    """What a module's row is computed from: every mutant once all are checked (``"all"``), else its sample."""
+    """What a module's row is computed from: every mutant once all are checked (``"all"``), else the largest
+    fully checked sample among ``k, k/2, k/4, …`` (each a prefix of the next: the same smallest digests), else
+    the checked part of the ``k``-sample (marked ``of k``: not a random sample, mutmut checks fast ones first)."""
     if all(status != "not checked" for status in statuses.values()):
         return "all", statuses
+    size = k
+    while size >= 8:
+        chosen = {name: statuses[name] for name in sample(statuses, size)}
+        if all(s != "not checked" for s in chosen.values()):
+            return f"sample {len(chosen)}", chosen
+        size //= 2
     chosen = {name: statuses[name] for name in sample(statuses, k)}
     checked = {name: s for name, s in chosen.items() if s != "not checked"}
-    label = f"sample {len(checked)}" + ("" if len(checked) == len(chosen) else f" of {len(chosen)}")
-    return label, checked
+    return f"sample {len(checked)} of {len(chosen)}", checked
 
 
 def table(found: dict[str, dict[str, str]], k: int = 30) -> str:
@@ -244,9 +271,9 @@ def main() -> int:
             for module, statuses in results().items()
             if not args.modules or module in args.modules
             for name in sample(statuses, k)
-            if statuses[name] == "not checked"
+            if statuses[name] in RECHECK
         ]
-        print(f"{len(todo)} sampled mutants to check")
+        print(f"{len(todo)} sampled mutants to check (not yet checked, or not killed last time)")
         if todo:
             print(f"{run_mutmut(todo, args.minutes, args.children) / 60:.1f} min")
     elif not args.table:
