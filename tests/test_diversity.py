@@ -25,6 +25,7 @@ from meanfield.metrics.diversity import (
     pairwise_cosine,
     teacher_alignment,
     teacher_coverage,
+    teacher_overlap,
 )
 from meanfield.nn import FeatureParticles, ParticleAttention
 
@@ -156,6 +157,53 @@ def test_aligned_fraction_blind_spot_and_coverage():
     assert close(aligned_fraction(torch.stack([teacher[0], unit(60)]), teacher), 0.5)
     # replicas
     assert teacher_coverage(torch.stack([on_one, split]), teacher).tolist() == [0.5, 1.0]
+
+
+def test_teacher_overlap_known_values_span_nearest_and_weights():
+    """q = Σ_i ω_i ‖P ŵ_i‖²/Σ ω_i on constructed particles; the span does not depend on the teacher's basis."""
+    e = torch.eye(4, dtype=DT)
+    w = torch.stack(
+        [e[0], 3 * e[1], (e[0] + e[2]) / math.sqrt(2), e[3], (e[0] + e[1]) / math.sqrt(2)]
+    )  # (5, 4)
+    orthonormal = e[:2]
+    skew = torch.stack([2 * e[0], e[0] + e[1]])  # the same span, not orthonormal
+    span = [1.0, 1.0, 0.5, 0.0, 1.0]
+    assert close(teacher_overlap(w, orthonormal), np.mean(span))
+    assert close(teacher_overlap(w, skew), np.mean(span))
+    # nearest direction: the particle between e1 and e2 counts 1/2, not 1 (negative control of the span)
+    assert close(teacher_overlap(w, orthonormal, nearest=True), np.mean([1.0, 1.0, 0.5, 0.0, 0.5]))
+    assert not close(teacher_overlap(w, orthonormal, nearest=True), np.mean(span), 1e-3)
+    weights = torch.tensor([1.0, 0.0, 2.0, 3.0, 0.0], dtype=DT)
+    assert close(teacher_overlap(w, orthonormal, weights=weights), (1.0 + 2 * 0.5) / 6)
+    assert close(teacher_overlap(w, orthonormal, weights=torch.zeros(5, dtype=DT)), 0.0)
+    assert close(teacher_overlap(-w, orthonormal), np.mean(span))  # sign-symmetric
+    assert teacher_overlap(torch.stack([w, w, w]), orthonormal).shape == (3,)
+    with pytest.raises(ValueError, match="non-negative"):
+        teacher_overlap(w, orthonormal, weights=-weights)
+
+
+def test_teacher_overlap_matches_numpy_and_is_intensive_while_coverage_is_not():
+    """Uniform directions: E q = K/d whatever M (an average over particles; numpy least-squares projection as
+    the reference), while the coverage of the same particles grows with M (an extreme over particles)."""
+    rng = np.random.default_rng(3)
+    d, K = 10, 3
+    teacher = torch.tensor(rng.standard_normal((K, d)), dtype=DT)  # not orthonormal
+    w = torch.tensor(rng.standard_normal((7, d)), dtype=DT)
+    coef, *_ = np.linalg.lstsq(teacher.numpy().T, (w / w.norm(dim=1, keepdim=True)).numpy().T, rcond=None)
+    proj = teacher.numpy().T @ coef  # (d, 7) the projections on the span
+    assert close(teacher_overlap(w, teacher), (proj**2).sum(0).mean(), 1e-12)
+    for M in (4, 400):
+        R = 40_000 // M
+        clouds = torch.randn(R, M, d, generator=gen(M), dtype=DT)  # (R, M, d) i.i.d. uniform directions
+        q = teacher_overlap(clouds, teacher)  # (R,)
+        se = float(q.std()) / math.sqrt(R)
+        assert abs(float(q.mean()) - K / d) <= 5 * se, (M, float(q.mean()))
+        assert abs(float(q.mean()) - K / (d - 1)) > 5 * se  # negative control: the wrong uniform value
+    cov = [
+        float(teacher_coverage(torch.randn(50, M, d, generator=gen(M), dtype=DT), teacher, 0.8).mean())
+        for M in (4, 400)
+    ]
+    assert cov[1] > cov[0] + 0.05
 
 
 def test_live_particles():

@@ -29,7 +29,7 @@ from meanfield.tasks import TASKS
 from meanfield.tasks.regression import WideMLP, particle_metrics
 
 EXP = Path(__file__).resolve().parents[1] / "experiments" / "feature_particles"
-FINAL = ("test_mse", "alignment_max", "aligned", "coverage", "modes", "collapse", "live")
+FINAL = ("test_mse", "alignment_max", "aligned", "coverage", "modes", "collapse", "live", "q", "q_abs_a")
 
 
 @pytest.mark.parametrize("kind", ["particles", "mlp"])
@@ -154,6 +154,14 @@ def test_particle_metrics_of_constructed_networks():
         net.a[:4] = 0.0
     m = particle_metrics(net, teacher, "relu")
     assert (m["coverage"], m["live"], m["modes"]) == (0.5, 0.5, 1.0)
+    assert m["q"] == 1.0 and m["q_abs_a"] == 1.0  # every unit in the teacher span
+    # half the units orthogonal to the teacher: q = 1/2; |a|-weighted: the weights decide
+    with torch.no_grad():
+        net.w.copy_(torch.cat([teacher[0].repeat(4, 1), torch.eye(6)[5].repeat(4, 1)]))
+        net.a.copy_(torch.tensor([3.0, 3.0, 3.0, 3.0, -1.0, -1.0, -1.0, -1.0]))
+    m = particle_metrics(net, teacher, "relu")
+    assert math.isclose(m["q"], 0.5, abs_tol=1e-7) and math.isclose(m["q_abs_a"], 0.75, abs_tol=1e-7)
+    assert m["aligned"] == 0.5  # the threshold statistic agrees here; q needs no threshold
 
 
 def test_convergence_initialisations_are_nested():

@@ -370,6 +370,496 @@ def lambda_table() -> tuple[str, dict]:
     return "\n".join(lines) + "\n", {"curves": curves, "crossings": crossings}
 
 
+# ----------------------------------------------------------------------------------------------------------
+# issue 28: intensive order parameters of the λ transition, the M scan, the mean-field prediction
+# ----------------------------------------------------------------------------------------------------------
+INTENSIVE = ("aligned", "q", "q_abs_a")  # per-particle averages: their mean-field values do not depend on M
+STATS = (*INTENSIVE, "coverage")  # coverage: an extreme over particles (does some particle sit on w*_k?)
+N_BOOT = 2000
+
+
+def theory_module():
+    """``theory/feature_transition.py`` (the mean-field law of the single-index teacher), imported by path."""
+    from meanfield.validation import load_check
+
+    return load_check(HERE.parents[1] / "theory" / "feature_transition.py")
+
+
+def cells(folder: Path, key: str) -> dict[tuple[int, float], dict[int, dict]]:
+    """(value of ``key``, β) -> seed -> final metrics, from the finished runs' config.toml and summary.json."""
+    out: dict[tuple[int, float], dict[int, dict]] = {}
+    for p in points(folder):
+        summary = json.loads((p / "summary.json").read_text())
+        out.setdefault((int(config_value(p, key)), float(config_value(p, "optim.beta"))), {})[
+            int(config_value(p, "seed"))
+        ] = summary["final"] | {"_wall": summary["wall_time_s"]}
+    return out
+
+
+def uniform_level(stat: str, d: int, k: int, M: int) -> float:
+    """The statistic's value for i.i.d. uniform directions on S^{d−1} (the disordered reference)."""
+    if stat in ("q", "q_abs_a"):
+        return k / d
+    tail = theory_module().uniform_values(d, 1)["aligned"]  # P(|t| ≥ 0.9) for one direction
+    if stat == "aligned":
+        return k * tail
+    return 1 - (1 - tail) ** M  # coverage: P(some of M uniform particles within |cos| ≥ 0.9 of w*_k)
+
+
+def crossing(betas, values, stat: str, uniform: float) -> float:
+    """β where a mean curve crosses its transition level (log-linear interpolation; NaN if it does not).
+
+    Intensive statistics: half way from the uniform-law value to the value at the coldest β of the grid.
+    Coverage: 1/2 (the page's earlier definition)."""
+    b = np.asarray(betas, dtype=float)
+    v = np.asarray(values, dtype=float)
+    order = np.argsort(b)
+    b, v = b[order], v[order]
+    level = 0.5 if stat == "coverage" else uniform + (v[0] - uniform) / 2
+    for i in range(len(b) - 1):
+        if v[i] >= level > v[i + 1]:
+            f = (v[i] - level) / (v[i] - v[i + 1])
+            return float(math.exp(math.log(b[i]) + f * (math.log(b[i + 1]) - math.log(b[i]))))
+    return math.nan
+
+
+def crossing_boot(group: dict[float, dict[int, dict]], stat: str, uniform: float, rng) -> np.ndarray:
+    """Bootstrap over seeds of the crossing: the seeds (paired across β: same data and initialisation) are
+    resampled with replacement, the same resample for every β of the curve."""
+    betas = sorted(group)
+    seeds = sorted(set.intersection(*(set(group[b]) for b in betas)))
+    vals = np.array([[group[b][s][stat] for s in seeds] for b in betas])  # (β, seeds)
+    out = np.empty(N_BOOT)
+    for i in range(N_BOOT):
+        pick = rng.integers(0, len(seeds), len(seeds))
+        out[i] = crossing(betas, vals[:, pick].mean(1), stat, uniform)
+    return out
+
+
+def fit_exponent(ds, logs_beta) -> float:
+    return float(np.polyfit(np.log(ds), logs_beta, 1)[0])
+
+
+def transition_table(name: str, key: str, k: int, theory: dict | None = None) -> tuple[str, dict]:
+    """Means per (d or M, β) of every statistic; the crossing of each with its bootstrap interval; and, over d,
+    the exponent of β_half ∝ d^p (least squares on log–log, bootstrap percentile interval)."""
+    root = RESULTS / name
+    if not root.exists():
+        return "*(not run)*\n", {}
+    return _transition(cells(root, key), key, k, theory, [root])
+
+
+def cold_sensitivity(name: str, k: int, colds=(1e-4, 3e-4)) -> str:
+    """The exponent of β_half ∝ d^p when the "cold value" is read at β_cold instead of the coldest grid point
+    (the curve restricted to β ≥ β_cold): how much the non-stationary coldest runs decide the exponent."""
+    root = RESULTS / name
+    if not root.exists():
+        return ""
+    groups: dict[int, dict[float, dict[int, dict]]] = {}
+    for (d, beta), seeds in cells(root, "data.d").items():
+        groups.setdefault(d, {})[beta] = seeds
+    ds = sorted(groups)
+    rng = np.random.default_rng(2)
+    lines = [
+        "| statistic | " + " | ".join(f"exponent, cold value at β = {c:g} (95 % CI)" for c in colds) + " |",
+        "|---|" + "---|" * len(colds),
+    ]
+    for stat in INTENSIVE:
+        row = []
+        for cold in colds:
+            cs, boots = [], []
+            for d in ds:
+                grp = {b: v for b, v in groups[d].items() if b >= cold * (1 - 1e-9)}
+                betas = sorted(grp)
+                uni = uniform_level(stat, d, k, 128)
+                cs.append(
+                    crossing(betas, [np.mean([f[stat] for f in grp[b].values()]) for b in betas], stat, uni)
+                )
+                boots.append(crossing_boot(grp, stat, uni, rng))
+            if not all(math.isfinite(c) for c in cs):
+                row.append("— (no crossing at some d)")
+                continue
+            b = np.stack(boots, 1)
+            ok = np.isfinite(b).all(1)
+            lo, hi = np.percentile([fit_exponent(ds, np.log(x)) for x in b[ok]], [2.5, 97.5])
+            row.append(f"{fit_exponent(ds, np.log(cs)):.2f} ({lo:.2f} – {hi:.2f})")
+        lines.append(f"| {stat} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def transition_table_M() -> tuple[str, dict]:
+    """d = 16, k = 2 at M = 32 and 512 (``lambda_M``) and M = 128 (``lambda_q``, the same seeds 0–2)."""
+    root, base = RESULTS / "lambda_M", RESULTS / "lambda_q"
+    if not root.exists():
+        return "*(not run)*\n", {}
+    data = cells(root, "model.n_particles")
+    if base.exists():
+        seeds_m = {s for v in data.values() for s in v}
+        for (d, beta), seeds in cells(base, "data.d").items():
+            if d == 16:
+                data[(128, beta)] = {s: f for s, f in seeds.items() if s in seeds_m}
+    return _transition(data, "model.n_particles", 2, None, [root])
+
+
+def _transition(data, key, k, theory, roots) -> tuple[str, dict]:
+    groups: dict[int, dict[float, dict[int, dict]]] = {}
+    for (g, beta), seeds in data.items():
+        groups.setdefault(g, {})[beta] = seeds
+    label = "d" if key == "data.d" else "M"
+    d_fixed = {g: (g if key == "data.d" else 16) for g in groups}
+    M_fixed = {g: (128 if key == "data.d" else g) for g in groups}
+    lines = [
+        f"| {label} | β | β·d/4 | n | test MSE (geometric mean) | aligned | q | q_abs_a | coverage |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for g in sorted(groups):
+        for beta in sorted(groups[g]):
+            finals = list(groups[g][beta].values())
+            get = lambda s, finals=finals: [f[s] for f in finals]  # noqa: E731
+            lines.append(
+                f"| {g} | {beta:g} | {beta * d_fixed[g] / 4:.3g} | {len(finals)} | {gci(get('test_mse'))} | "
+                + " | ".join(ci(get(s)) for s in STATS)
+                + " |"
+            )
+    rng = np.random.default_rng(0)
+    result: dict = {"crossings": {}, "boot": {}, "curves": {}}
+    lines += [
+        "",
+        f"Transition temperatures β_half (95 % bootstrap interval over seeds, {N_BOOT} resamples of the seeds, the "
+        "same resample at every β of a curve). Intensive statistics: where the mean crosses half way from the "
+        "uniform-law value (q: k/d; aligned: k·P(|cos| ≥ 0.9)) to the value at the coldest β of the grid; "
+        "coverage: where it crosses 1/2.",
+        "",
+        f"| statistic | {label} | uniform-law value | cold value (β = {min(min(g) for g in groups.values()):g}) "
+        "| β_half (95 % CI) | β_half·d/4 |" + (" mean-field prediction (k = 1) |" if theory else ""),
+        "|---|---|---|---|---|---|" + ("---|" if theory else ""),
+    ]
+    for stat in STATS:
+        for g in sorted(groups):
+            grp = groups[g]
+            betas = sorted(grp)
+            means = [float(np.mean([f[stat] for f in grp[b].values()])) for b in betas]
+            uni = uniform_level(stat, d_fixed[g], k, M_fixed[g])
+            c = crossing(betas, means, stat, uni)
+            boot = crossing_boot(grp, stat, uni, rng)
+            ok = boot[np.isfinite(boot)]
+            lo, hi = np.percentile(ok, [2.5, 97.5]) if len(ok) else (math.nan, math.nan)
+            missing = "" if len(ok) == N_BOOT else f" ({N_BOOT - len(ok)} resamples without a crossing)"
+            result["crossings"][(stat, g)] = c
+            result["boot"][(stat, g)] = boot
+            result["curves"][(stat, g)] = (betas, means)
+            pred = ""
+            if theory:
+                tv = theory.get(str(d_fixed[g]), {}).get(stat)
+                pred = f" {fmt(tv)} |" if tv is not None and stat != "coverage" else " — |"
+            lines.append(
+                f"| {stat} | {g} | {fmt(uni)} | {fmt(means[0])} | {fmt(c)} ({fmt(lo)} – {fmt(hi)}){missing} "
+                f"| {fmt(c * d_fixed[g] / 4)} |{pred}"
+            )
+    if key == "data.d" and len(groups) >= 2:
+        ds = sorted(groups)
+        lines += [
+            "",
+            "| statistic | exponent p of β_half ∝ d^p (95 % bootstrap CI) | resamples used |",
+            "|---|---|---|",
+        ]
+        result["exponent"] = {}
+        for stat in STATS:
+            cs = [result["crossings"][(stat, d)] for d in ds]
+            if not all(math.isfinite(x) for x in cs):
+                lines.append(f"| {stat} | — (no crossing at some d) | — |")
+                continue
+            boots = np.stack([result["boot"][(stat, d)] for d in ds], 1)  # (N_BOOT, n_d), independent over d
+            ok = np.isfinite(boots).all(1)
+            slopes = [fit_exponent(ds, np.log(b)) for b in boots[ok]]
+            lo, hi = np.percentile(slopes, [2.5, 97.5])
+            p = fit_exponent(ds, np.log(cs))
+            result["exponent"][stat] = (p, lo, hi)
+            lines.append(f"| {stat} | {p:.2f} ({lo:.2f} – {hi:.2f}) | {int(ok.sum())} of {N_BOOT} |")
+        if theory:
+            lines += ["", "| statistic | mean-field exponent (k = 1, d = 8, 16, 32) |", "|---|---|"]
+            for stat in INTENSIVE:
+                lines.append(
+                    f"| {stat} | {fit_exponent(ds, np.log([theory[str(d)][stat] for d in ds])):.2f} |"
+                )
+    own = [json.loads((p / "summary.json").read_text())["wall_time_s"] for r in roots for p in points(r)]
+    lines += [
+        "",
+        f"Cost: {sum(own) / 3600:.3f} CPU hours (Σ `wall_time_s` of the {len(own)} runs of "
+        + ", ".join(f"`{r.name}`" for r in roots)
+        + f", one thread each; rows taken from another folder not counted), {wall_clock(roots)}.",
+        "",
+        LEGEND_MEANS,
+    ]
+    return "\n".join(lines) + "\n", result
+
+
+def crossing_at(betas, values, level: float) -> float:
+    """β where a decreasing-in-β curve first falls below ``level`` going hot (log-linear; NaN if it does not)."""
+    b = np.asarray(betas, dtype=float)
+    v = np.asarray(values, dtype=float)
+    order = np.argsort(b)
+    b, v = b[order], v[order]
+    for i in range(len(b) - 1):
+        if v[i] >= level > v[i + 1]:
+            f = (v[i] - level) / (v[i] - v[i + 1])
+            return float(math.exp(math.log(b[i]) + f * (math.log(b[i + 1]) - math.log(b[i]))))
+    return math.nan
+
+
+def k1_comparison_table() -> tuple[str, dict]:
+    """The single-index runs (``lambda_k1``) against the mean-field law at the same (d, β): every intensive
+    statistic, and the β where runs and law cross the same level, half way from the uniform-law value to the
+    law's value at β = 1e-5 (a level that does not depend on how far the coldest runs are from equilibrium)."""
+    ft = theory_module()
+    fine = np.geomspace(1.0, ft.BETA_COLD, 61)
+
+    def law(d, betas):
+        return ft.curve(d, np.array(betas)), fine, ft.curve(d, fine)
+
+    return law_comparison_table("lambda_k1", law, k=1)
+
+
+def k2_comparison_table() -> tuple[str, dict]:
+    """The two-index runs (``lambda_q``) against the 2-D mean-field law solved by ``mean_field_k2.py``
+    (``results/mean_field_k2/d=D.json``), as :func:`k1_comparison_table`."""
+    folder = RESULTS / "mean_field_k2"
+    if not folder.exists():
+        return "*(not run)*\n", {}
+    curves = {
+        json.loads(f.read_text())["d"]: json.loads(f.read_text()) for f in sorted(folder.glob("d=*.json"))
+    }
+
+    def law(d, betas):
+        cur = curves[d]
+        index = {round(math.log(b), 9): i for i, b in enumerate(cur["beta"])}
+        pick = [index[round(math.log(b), 9)] for b in betas]
+        at = {key: [cur[key][i] for i in pick] for key in INTENSIVE}
+        order = np.argsort(cur["beta"])[::-1]
+        full = {key: [cur[key][i] for i in order] for key in INTENSIVE}
+        return at, np.array(cur["beta"])[order], full
+
+    text, out = law_comparison_table("lambda_q", law, k=2, only=set(curves))
+    cpu = sum(c["cpu_s"] for c in curves.values())
+    grid = next(iter(curves.values()))["grid"]
+    worst = max(max(c["residual"]) for c in curves.values())
+    text = text.rstrip("\n") + (
+        f"\n\nMean-field law: {cpu / 60:.1f} CPU minutes for d = {sorted(curves)} "
+        f"(grid {grid}; largest fixed-point residual {worst:.1e}).\n"
+    )
+    return text, out
+
+
+def law_comparison_table(name: str, law, k: int, only=None) -> tuple[str, dict]:
+    """Runs of ``name`` against a mean-field law: ``law(d, betas) -> (values at betas, fine βs, values there)``."""
+    root = RESULTS / name
+    if not root.exists():
+        return "*(not run)*\n", {}
+    data = {key: v for key, v in cells(root, "data.d").items() if only is None or key[0] in only}
+    groups: dict[int, dict[float, dict[int, dict]]] = {}
+    for (d, beta), seeds in data.items():
+        groups.setdefault(d, {})[beta] = seeds
+    lines = [
+        "| d | β | β·d/4 | n | aligned: runs | aligned: mean field | q: runs | q: mean field | q_abs_a: runs "
+        "| q_abs_a: mean field |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    rng = np.random.default_rng(1)
+    out: dict = {"runs": {}, "law": {}, "cross": {}}
+    cross_lines = [
+        "",
+        "Crossings of the level half way from the uniform-law value to the mean-field value at β = 1e-5, by the "
+        f"runs (95 % bootstrap interval over seeds, {N_BOOT} resamples) and by the mean-field law:",
+        "",
+        "| statistic | d | level | β_cross: runs (95 % CI) | β_cross: mean field | runs / mean field |",
+        "|---|---|---|---|---|---|",
+    ]
+    for d in sorted(groups):
+        betas = sorted(groups[d])
+        law_at, fine, law_fine = law(d, betas)
+        uni = {key: uniform_level(key, d, k, 128) for key in INTENSIVE}
+        out["law"][d] = law_at
+        for i, beta in enumerate(betas):
+            finals = list(groups[d][beta].values())
+            cells_ = []
+            for stat in INTENSIVE:
+                cells_ += [ci([f[stat] for f in finals]), fmt(law_at[stat][i])]
+            lines.append(
+                f"| {d} | {beta:g} | {beta * d / 4:.3g} | {len(finals)} | " + " | ".join(cells_) + " |"
+            )
+        seeds = sorted(set.intersection(*(set(groups[d][b]) for b in betas)))
+        for stat in INTENSIVE:
+            level = uni[stat] + (law_fine[stat][-1] - uni[stat]) / 2
+            vals = np.array([[groups[d][b][s][stat] for s in seeds] for b in betas])  # (β, seeds)
+            c_runs = crossing_at(betas, vals.mean(1), level)
+            boot = np.array(
+                [
+                    crossing_at(betas, vals[:, rng.integers(0, len(seeds), len(seeds))].mean(1), level)
+                    for _ in range(N_BOOT)
+                ]
+            )
+            c_law = crossing_at(fine, law_fine[stat], level)
+            ok = boot[np.isfinite(boot)]
+            lo, hi = np.percentile(ok, [2.5, 97.5]) if len(ok) else (math.nan, math.nan)
+            out["cross"][(stat, d)] = (c_runs, boot, c_law)
+            out["runs"][(stat, d)] = (betas, vals.mean(1).tolist())
+            cross_lines.append(
+                f"| {stat} | {d} | {fmt(level)} | {fmt(c_runs)} ({fmt(lo)} – {fmt(hi)}) | {fmt(c_law)} "
+                f"| {fmt(c_runs / c_law)} |"
+            )
+    ds = sorted(groups)
+    if len(ds) >= 3:
+        cross_lines += [
+            "",
+            "| statistic | exponent p (β_cross ∝ d^p): runs (95 % bootstrap CI) | mean field |",
+            "|---|---|---|",
+        ]
+    for stat in INTENSIVE if len(ds) >= 3 else ():
+        cs = [out["cross"][(stat, d)][0] for d in ds]
+        law_cs = [out["cross"][(stat, d)][2] for d in ds]
+        if not all(math.isfinite(x) for x in cs + law_cs):
+            cross_lines.append(f"| {stat} | — (no crossing at some d) | — |")
+            continue
+        boots = np.stack([out["cross"][(stat, d)][1] for d in ds], 1)
+        ok = np.isfinite(boots).all(1)
+        slopes = [fit_exponent(ds, np.log(b)) for b in boots[ok]]
+        lo, hi = np.percentile(slopes, [2.5, 97.5])
+        cross_lines.append(
+            f"| {stat} | {fit_exponent(ds, np.log(cs)):.2f} ({lo:.2f} – {hi:.2f}; {int(ok.sum())} of {N_BOOT} "
+            f"resamples) | {fit_exponent(ds, np.log(law_cs)):.2f} |"
+        )
+    wall = sum(f["_wall"] for seeds in data.values() for f in seeds.values())
+    n_runs = sum(len(seeds) for seeds in data.values())
+    cross_lines += [
+        "",
+        f"Cost: {wall / 3600:.3f} CPU hours (Σ `wall_time_s` of {n_runs} runs at one thread), {wall_clock([root])}.",
+        "",
+        LEGEND_MEANS,
+    ]
+    return "\n".join(lines + cross_lines) + "\n", out
+
+
+def rerun_agreement() -> str:
+    """How the ``lambda_q`` runs compare with the committed ``lambda_constant`` runs of the same (d, β, seed)."""
+    old, new = RESULTS / "lambda_constant", RESULTS / "lambda_q"
+    if not (old.exists() and new.exists()):
+        return ""
+    a = {(int(d), b): seeds for (d, b), seeds in cells(old, "data.d").items()}
+    b = cells(new, "data.d")
+    pairs = [(a[c][s], b[c][s]) for c in a if c in b for s in a[c] if s in b[c]]
+    worst = {
+        m: max(abs(x[m] - y[m]) / max(abs(x[m]), 1e-30) for x, y in pairs)
+        for m in ("test_mse", "aligned", "coverage", "alignment_max")
+    }
+    return (
+        f"Rerun check: {len(pairs)} runs of this table have the (d, β, seed) of a committed `lambda_constant` run; "
+        "largest relative difference of their final values: "
+        + ", ".join(f"{m} {fmt(v)}" for m, v in worst.items())
+        + "."
+    )
+
+
+def k1_long_table() -> str:
+    """Single-index runs at β = 1e-4 after 4,000 (``lambda_k1``) and 16,000 steps (``lambda_k1_long``), same
+    seeds, against the mean-field law: do the coldest runs still move towards it?"""
+    root, short = RESULTS / "lambda_k1_long", RESULTS / "lambda_k1"
+    if not (root.exists() and short.exists()):
+        return "*(not run)*\n"
+    ft = theory_module()
+    runs = {
+        (int(config_value(p, "data.d")), int(config_value(p, "train.steps")), int(config_value(p, "seed"))): p
+        for folder in (short, root)
+        for p in points(folder)
+        if math.isclose(config_value(p, "optim.beta"), 1e-4)
+    }
+    lines = [
+        "| d | steps | n | aligned | q | q_abs_a | mean field: aligned, q, q_abs_a |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    wall = 0.0
+    for d in sorted({k[0] for k in runs if k[1] == 16000}):
+        law = ft.curve(d, np.array([1e-4]))
+        for steps in (4000, 16000):
+            finals = []
+            for seed in (0, 1, 2):
+                p = runs.get((d, steps, seed))
+                if p is not None:
+                    summary = json.loads((p / "summary.json").read_text())
+                    finals.append(summary["final"])
+                    wall += summary["wall_time_s"] if steps == 16000 else 0.0
+            if finals:
+                lines.append(
+                    f"| {d} | {steps} | {len(finals)} | "
+                    + " | ".join(ci([f[s] for f in finals]) for s in INTENSIVE)
+                    + f" | {fmt(law['aligned'][0])}, {fmt(law['q'][0])}, {fmt(law['q_abs_a'][0])} |"
+                )
+    lines += [
+        "",
+        f"Cost of the 16,000-step runs: {wall / 3600:.3f} CPU hours (Σ `wall_time_s`), {wall_clock([root])}.",
+        "",
+        LEGEND_MEANS,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def theory_table() -> tuple[str, dict]:
+    """The mean-field prediction (single-index teacher, A = 4, c = 1): the order parameters against β, and the
+    half-way temperatures, from theory/feature_transition.py (solved here: a few seconds)."""
+    ft = theory_module()
+    betas = np.geomspace(1.0, ft.BETA_COLD, 61)
+    crossings, curves = {}, {}
+    lines = [
+        "| d | statistic | uniform-law value | value at β = 1e-5 | β_half | β_half·d/4 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for d in (8, 16, 32):
+        cur = ft.curve(d, betas)
+        uni = ft.uniform_values(d)
+        curves[d] = cur
+        crossings[str(d)] = {}
+        for stat in INTENSIVE:
+            b = ft.half_crossing(betas, cur[stat], uni[stat], cur[stat][-1])
+            crossings[str(d)][stat] = b
+            lines.append(
+                f"| {d} | {stat} | {fmt(uni[stat])} | {fmt(cur[stat][-1])} | {fmt(b)} | {fmt(b * d / 4)} |"
+            )
+    ds = [8, 16, 32]
+    lines += ["", "| statistic | exponent of β_half ∝ d^p (mean field, d = 8, 16, 32) |", "|---|---|"]
+    for stat in INTENSIVE:
+        lines.append(f"| {stat} | {fit_exponent(ds, np.log([crossings[str(d)][stat] for d in ds])):.2f} |")
+    lines += [
+        "",
+        "Screening at the aligned crossing: the self-consistent field h(t) (a particle of amplitude a feels a·h) "
+        "near the teacher direction against the bare teacher field −c·κ(t) (c = 1: h(1) = −0.5, slope 0.5); "
+        "the slope is the least-squares slope of h on 1 − t over the nodes with t > 0.95, and the spike width "
+        "is the mean of 1 − t of a particle at a = A in the linearised field, (d − 1)·β/(2·A·slope):",
+        "",
+        "| d | β (aligned crossing) | h(1) | slope ∂h/∂(1 − t) near t = 1 | bare slope / slope | spike width E(1 − t) "
+        "| β_half(q) / β_half(aligned) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for d in (8, 16, 32):
+        b_c = crossings[str(d)]["aligned"]
+        z = ft.Zonal(d)
+        path = np.geomspace(1.0, b_c, 40)
+        h, _ = ft.solve(z, 1.0)
+        for b0, b1 in zip(path, path[1:]):
+            h, _ = ft.solve_path(z, float(b0), float(b1), h)
+        near = z.t > 0.95
+        slope = float(np.polyfit(1 - z.t[near], h[near], 1)[0])
+        width = (d - 1) * b_c / (2 * ft.A_CLIP * slope)
+        lines.append(
+            f"| {d} | {fmt(b_c)} | {fmt(float(h[np.argmax(z.t)]))} | {fmt(slope)} | {fmt(0.5 * ft.C_TEACHER / slope)} "
+            f"| {fmt(width)} | {fmt(crossings[str(d)]['q'] / b_c)} |"
+        )
+    lines += [
+        "",
+        f"Largest fixed-point residual over the {len(betas)}·3 solutions: "
+        f"{max(max(c['residual']) for c in curves.values()):.1e}.",
+    ]
+    return "\n".join(lines) + "\n", {"crossings": crossings, "curves": curves}
+
+
 def lambda_long_table() -> str:
     """The d = 32 constant-λ points at 16,000 steps next to the same points at 4,000 (same seeds)."""
     root, short = RESULTS / "lambda_long_d32", RESULTS / "lambda_constant"
@@ -591,9 +1081,72 @@ def figures(lam: dict, conv: dict) -> None:
         plt.close(fig)
 
 
+def transition_figure(q_res: dict, k1_res: dict, m_res: dict, theory: dict) -> None:
+    """docs/assets/feature_particles_intensive.png: q and aligned against β·d/4 (k = 2 and k = 1 with the
+    mean-field curves), and every statistic against β at d = 16 for M = 32, 128, 512."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not q_res.get("curves"):
+        return
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for i, d in enumerate((8, 16, 32)):
+        for stat, ls in (("q", "-"), ("aligned", "--")):
+            if (stat, d) in q_res["curves"]:
+                b, v = q_res["curves"][(stat, d)]
+                axes[0].semilogx(
+                    np.array(b) * d / 4, v, ls, marker="o", ms=3, color=f"C{i}", label=f"{stat}, d = {d}"
+                )
+            if k1_res.get("curves") and (stat, d) in k1_res["curves"]:
+                b, v = k1_res["curves"][(stat, d)]
+                axes[1].semilogx(
+                    np.array(b) * d / 4, v, ls, marker="o", ms=3, color=f"C{i}", label=f"{stat}, d = {d}"
+                )
+            cur = theory["curves"][d]
+            axes[1].semilogx(np.array(cur["beta"]) * d / 4, cur[stat], ls, color=f"C{i}", alpha=0.4, lw=3)
+    for f in sorted((RESULTS / "mean_field_k2").glob("d=*.json")):
+        cur = json.loads(f.read_text())
+        i = (8, 16, 32).index(cur["d"])
+        for stat, ls in (("q", "-"), ("aligned", "--")):
+            axes[0].semilogx(
+                np.array(cur["beta"]) * cur["d"] / 4, cur[stat], ls, color=f"C{i}", alpha=0.4, lw=3
+            )
+    axes[0].set_title("two-index teacher (k = 2), M = 128: runs (dots), mean field (thick)")
+    axes[1].set_title("single-index teacher (k = 1): runs (dots), mean field (thick)")
+    for ax in axes[:2]:
+        ax.set_xlabel("β·d/4")
+        ax.set_ylabel("q (solid), aligned (dashed)")
+        ax.legend(fontsize=7)
+    if m_res.get("curves"):
+        for j, stat in enumerate(STATS):
+            for i, M in enumerate(sorted({g for (_, g) in m_res["curves"]})):
+                b, v = m_res["curves"][(stat, M)]
+                axes[2].semilogx(
+                    b, v, ["-", "--", ":", "-."][j], marker="o", ms=3, color=f"C{i}", label=f"{stat}, M = {M}"
+                )
+        axes[2].set_title("d = 16, k = 2: which statistic moves with M")
+        axes[2].set_xlabel("β")
+        axes[2].legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(ASSETS / "feature_particles_intensive.png", dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     lam_text, lam = lambda_table()
     conv_text, conv = convergence_table()
+    theory_text, theory = theory_table()
+    q_text, q_res = transition_table("lambda_q", "data.d", k=2)
+    q_text = q_text.rstrip("\n") + "\n\n" + rerun_agreement() + "\n"
+    q_text += (
+        "\nThe exponent when the cold value is read at a warmer β (the curve restricted to β ≥ that β; read at "
+        "the coldest point, β = 1e-5, it is the exponent table above):\n\n" + cold_sensitivity("lambda_q", 2)
+    )
+    k1_text, k1_res = transition_table("lambda_k1", "data.d", k=1)
+    cmp_text, cmp_res = k1_comparison_table()
+    m_text, m_res = transition_table_M()
     parts = {
         "ts_k2": ("Teacher–student, two-index ReLU teacher (d = 16, k = 2, M = 128)", teacher_table("ts_k2")),
         "ts_k2_steps500": (
@@ -617,6 +1170,16 @@ def main() -> None:
         "lambda_long_d32": ("d = 32 at 4× the steps", lambda_long_table()),
         "pairs": ("Extra paired comparisons", pairs_table()),
         "lambda_constant": ("Constant λ", lam_text),
+        "lambda_q": ("Constant λ, intensive order parameters (k = 2)", q_text),
+        "lambda_k1": ("Constant λ, single-index teacher, against the mean-field law", k1_text),
+        "lambda_M": ("Which statistic moves with M (d = 16, k = 2)", m_text),
+        "lambda_k1_theory": ("Single-index runs against the mean-field law", cmp_text),
+        "lambda_k1_long": ("Single-index runs at β = 1e-4, 4× the steps", k1_long_table()),
+        "lambda_q_theory": ("Two-index runs against the 2-D mean-field law", k2_comparison_table()[0]),
+        "feature_transition": (
+            "Mean-field law of the single-index teacher (theory/feature_transition.py)",
+            theory_text,
+        ),
         "lambda_annealed": ("Annealed λ (the seed's schedule shape)", anneal_table()),
         "fmnist": ("Fashion-MNIST", image_table("fmnist")),
         "cifar10": ("CIFAR-10 (lossy JPEG-75 copy)", image_table("cifar10")),
@@ -634,6 +1197,7 @@ def main() -> None:
     combined = stamp + "\n".join(f"### {title}\n\n{text}" for title, text in parts.values())
     (RESULTS / "tables.md").write_text(combined)
     figures(lam, conv)
+    transition_figure(q_res, k1_res, m_res, theory)
     print(combined)
 
 

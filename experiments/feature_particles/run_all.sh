@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates every run folder quoted in docs/experiments/feature_particles.md (resumable: rerunning skips
 # finished points). One core: threads = 1 in the configs, --jobs 1. Usage:
-#   bash experiments/feature_particles/run_all.sh [table|single|steps|small|noisy|multi|lambda|lambda_long|anneal|images|convergence|convergence_wide]...
+#   bash experiments/feature_particles/run_all.sh [table|single|steps|small|noisy|multi|lambda|lambda_long|lambda_q|lambda_M|lambda_k1|lambda_k1_long|mean_field_k2|anneal|images|convergence|convergence_wide]...
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export OMP_WAIT_POLICY=PASSIVE
@@ -114,6 +114,22 @@ for what in "${@:-table}"; do
     lambda_long)  # is the crossover at d = 32 static or a finite-time effect? the same λ, 4× the steps
       sweep "$CFG" --set data.d=32 --grid train.steps=16000 --grid optim.beta=3e-4,1e-3,3e-3 \
         --seeds 0,1,2 --out "$R/lambda_long_d32" ;;
+    lambda_q)  # issue 28: the constant-λ sweep again (same seeds, same configs) with the intensive order
+      # parameters q and q_abs_a logged, and two colder points (1e-5, 3e-5) to read off the cold value
+      sweep "$CFG" --grid data.d=8,16,32 --grid optim.beta=1e-5,3e-5,1e-4,3e-4,1e-3,3e-3,1e-2,3e-2,1e-1,3e-1 \
+        --seeds 0,1,2,3,4 --out "$R/lambda_q" ;;
+    lambda_M)  # issue 28: which statistic moves with M? d = 16, M = 32 and 512 (M = 128 is lambda_q)
+      sweep "$CFG" --set data.d=16 --grid model.n_particles=32,512 \
+        --grid optim.beta=1e-5,3e-5,1e-4,3e-4,1e-3,3e-3,1e-2,3e-2,1e-1,3e-1 --seeds 0,1,2 --out "$R/lambda_M" ;;
+    lambda_k1)  # issue 28: the single-index teacher, whose mean-field law reduces to the 1-D law of t = w·w*
+      # (theory/feature_transition.py predicts its q and aligned fraction)
+      sweep "$CFG" --set data.k=1 --grid data.d=8,16,32 \
+        --grid optim.beta=1e-5,1e-4,3e-4,1e-3,3e-3,1e-2,3e-2,1e-1 --seeds 0,1,2 --out "$R/lambda_k1" ;;
+    lambda_k1_long)  # issue 28: are the coldest single-index runs stationary? β = 1e-4 at 4× the steps
+      sweep "$CFG" --set data.k=1 --set optim.beta=1e-4 --grid data.d=8,16 --grid train.steps=16000 \
+        --seeds 0,1,2 --out "$R/lambda_k1_long" ;;
+    mean_field_k2)  # issue 28: the 2-D mean-field law of the two-index teacher (minutes per d; D=… for one)
+      for d in ${D:-8 16 32}; do python experiments/feature_particles/mean_field_k2.py "$d" "$R/mean_field_k2/d=$d.json"; done ;;
     anneal)  # the seed's schedule shape (cosine, λ_min = λ_max/1000) at several λ_max, d = 16
       sweep "$CFG" --grid 'optim.beta={kind="cosine",start=1e-3,end=1e-6},{kind="cosine",start=1e-2,end=1e-5},{kind="cosine",start=3e-2,end=3e-5},{kind="cosine",start=1e-1,end=1e-4},{kind="cosine",start=3e-1,end=3e-4},{kind="cosine",start=1.0,end=1e-3},{kind="cosine",start=2.0,end=2e-3}' \
         --seeds 0,1,2,3,4 --out "$R/lambda_annealed" ;;

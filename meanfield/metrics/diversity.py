@@ -10,6 +10,8 @@ attention maps, and how noisy training is:
   (per particle: how many particles sit on *some* teacher direction).
 - :func:`teacher_coverage`: recovery per teacher direction (how many of the K directions have a particle on
   them): the complement of :func:`aligned_fraction`, which is 1.0 when every particle sits on one direction.
+- :func:`teacher_overlap`: the intensive order parameter ``q = 1/M Σ_i ‖P ŵ_i‖²`` (plain or weighted, e.g.
+  by ``|a_i|``), ``P`` the projector on the teacher span; no threshold, no extreme over particles.
 - :func:`live_particles`: the mask of particles whose output weight is not ≈ 0.
 - :func:`distinct_modes`, :func:`mode_labels`: clusters of particle directions (single linkage at a cosine
   radius), counted among the live particles.
@@ -38,6 +40,7 @@ __all__ = [
     "teacher_alignment",
     "aligned_fraction",
     "teacher_coverage",
+    "teacher_overlap",
     "live_particles",
     "mode_labels",
     "distinct_modes",
@@ -285,6 +288,53 @@ def teacher_coverage(
     mask = _live_mask(live, A.shape[:-1], A.device)  # (…, M)
     A = torch.where(mask.unsqueeze(-1), A, torch.full_like(A, -2.0))  # dead particles never count
     return (A.max(-2).values >= tau).to(A.dtype).mean(-1)  # (…)
+
+
+def teacher_overlap(
+    w: torch.Tensor,
+    teacher: torch.Tensor,
+    *,
+    weights: torch.Tensor | None = None,
+    nearest: bool = False,
+) -> torch.Tensor:
+    """The overlap order parameter ``q``: the mean squared projection of the particle directions on the teacher.
+
+        q = Σ_i ω_i ‖P ŵ_i‖² / Σ_i ω_i,   ŵ_i = w_i/‖w_i‖,   ω_i = 1 (default) or ``weights`` (e.g. ``|a_i|``)
+
+    with ``P`` the orthogonal projector on ``span(u_1, …, u_K)``. For orthonormal teacher directions
+    ``‖P ŵ‖² = Σ_k (ŵ·u_k)²``, so for K = 1 this is ``1/M Σ_i (w_i·w*)²``. Unlike :func:`aligned_fraction`
+    and :func:`teacher_coverage` it has no threshold, and unlike :func:`teacher_coverage` it is an average over
+    particles, not an extreme: its value for i.i.d. particles does not depend on M (an *intensive* order
+    parameter; the mean-field law's ``E_ρ‖P w‖²``). Uniform directions on ``S^{d−1}`` give ``K/d``; every
+    particle in the teacher span gives 1. Sign-symmetric (``w`` and ``−w`` give the same value).
+
+    ``nearest=True`` replaces ``‖P ŵ_i‖²`` by ``max_k cos²(w_i, u_k)`` (the nearest teacher direction; equal to
+    the span version for K = 1).
+
+    Args:
+        w: ``(…, M, d)``.
+        teacher: ``(K, d)``, linearly independent directions (any lengths).
+        weights: optional non-negative ``(…, M)``; a replica whose weights sum to 0 gives 0.
+        nearest: use the nearest teacher direction instead of the span.
+
+    Returns:
+        ``(…)`` in ``[0, 1]``.
+    """
+    w = _tensor("w", w, 2, "(…, M, d)")
+    teacher = _tensor("teacher", teacher, 2, "(K, d)")
+    if nearest:
+        proj = teacher_alignment(w, teacher).square().max(-1).values  # (…, M)
+    else:
+        teacher_alignment(w, teacher[:1])  # checks the shapes
+        basis, _ = torch.linalg.qr(teacher.to(w.dtype).T)  # (d, K) orthonormal basis of the span
+        proj = (_unit(w) @ basis).square().sum(-1)  # (…, M)
+    if weights is None:
+        return proj.mean(-1)  # (…)
+    if not torch.is_tensor(weights) or (weights < 0).any():
+        raise ValueError("weights must be a non-negative tensor of shape (…, M)")
+    weights = weights.to(proj.dtype).expand_as(proj)  # (…, M)
+    total = weights.sum(-1)  # (…)
+    return (weights * proj).sum(-1) / total.clamp_min(torch.finfo(proj.dtype).tiny)  # (…)
 
 
 def live_particles(a: torch.Tensor, tol: float = 0.05, *, vector: bool = False) -> torch.Tensor:

@@ -34,6 +34,7 @@ from meanfield.metrics.diversity import (
     live_particles,
     teacher_alignment,
     teacher_coverage,
+    teacher_overlap,
 )
 from meanfield.nn import FeatureParticles
 from meanfield.nn.features import ACTIVATIONS
@@ -131,7 +132,12 @@ def particle_metrics(
       for odd activations), each holding ≥ 5 % of the live units;
     - ``collapse``: fraction of live units within cosine distance 0.01 of another (sign-aware: ``w`` and
       ``−w`` are distinct for a ReLU);
-    - ``live``: fraction of live units.
+    - ``live``: fraction of live units;
+    - ``q``: the intensive overlap ``1/M Σ_i ‖P ŵ_i‖²`` over all M units, ``P`` the projector on the span of
+      the K teacher directions (``1/M Σ_i Σ_k (ŵ_i·w*_k)²`` for orthonormal ones; ``K/d`` for uniform
+      directions, 1 when every unit lies in the span): no threshold and no extreme over units, so its
+      mean-field value does not depend on M (:func:`~meanfield.metrics.diversity.teacher_overlap`);
+    - ``q_abs_a``: the same average weighted by ``‖a_i‖`` (units that carry output count more).
     """
     w = particle_parameter(net, "w")  # (M, d) all M units, also when the layer is sharded over ranks
     a = particle_parameter(net, "a")  # (M,) or (M, k)
@@ -145,6 +151,9 @@ def particle_metrics(
     if directions is not None:
         out["aligned"] = float(aligned_fraction(w, directions, threshold, symmetric=True, live=live))
         out["coverage"] = float(teacher_coverage(w, directions, threshold, symmetric=True, live=live))
+        norm_a = a.detach().norm(dim=-1) if a.dim() == 2 else a.detach().abs()  # (M,)
+        out["q"] = float(teacher_overlap(w.detach(), directions))
+        out["q_abs_a"] = float(teacher_overlap(w.detach(), directions, weights=norm_a))
     return out
 
 

@@ -1,0 +1,30 @@
+"""The mean-field law of the two-index teacher (k = 2, c = 1/√2, A = 4) against β for one d, into a JSON file.
+
+    python experiments/feature_particles/mean_field_k2.py D OUT.json
+
+Solves the 2-D law of (w·w*_1, w·w*_2) of theory/feature_transition.py (:func:`curve_disc`) on the β grid of
+the ``lambda_q`` sweep and a geometric grid from 1 to 1e-5 (minutes per d: the kernel matrix has ~7,000² entries).
+report.py reads ``results/mean_field_k2/d=D.json``.
+"""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from meanfield.validation import load_check
+
+ft = load_check(Path(__file__).resolve().parents[2] / "theory" / "feature_transition.py")
+GRID = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1)
+
+if __name__ == "__main__":
+    d, out = int(sys.argv[1]), Path(sys.argv[2])
+    t0 = time.process_time()
+    betas = np.unique(np.concatenate([np.geomspace(1.0, 1e-5, 31), GRID]))[::-1]
+    grid = dict(n_theta=3, n_phi=3, n_u=12)  # nodes per panel (see Disc); 3×3: ~7,000 nodes
+    cur = ft.curve_disc(d, betas, **grid)
+    cur.update(d=d, k=2, cpu_s=time.process_time() - t0, grid=grid)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(cur, indent=1))
