@@ -37,6 +37,8 @@ __all__ = [
     "check_group",
     "position",
     "beta_at",
+    "beta_value",
+    "check_floating",
 ]
 
 CONFIG_KEYS = ("beta", "projection", "particle_rows")
@@ -132,12 +134,19 @@ def check_group(group: dict[str, Any], where: str) -> None:
         raise ValueError(f"{where}: step (the group's step count) must be an int ≥ 0, got {step!r}")
 
 
-def beta_at(group: dict[str, Any], gi: int) -> float:
-    """The temperature ``β_t`` of group ``gi`` at its step ``t`` (its schedule's value, or the constant).
+def check_floating(group: dict[str, Any], where: str) -> None:
+    """Raise a ``TypeError`` unless every parameter of ``group`` is a floating-point tensor."""
+    for p in group["params"]:
+        if not p.is_floating_point():
+            raise TypeError(f"{where}: parameters must be floating-point tensors, got dtype {p.dtype}")
+
+
+def beta_value(group: dict[str, Any], gi: int) -> float:
+    """The temperature ``β_t`` of group ``gi`` at its step ``t``: its schedule's value, or the constant.
 
     Raises:
         TypeError: the schedule returned something that is not a number.
-        ValueError: ``β_t`` is negative or not finite, or the noise variance ``2·β_t·lr`` overflows.
+        ValueError: ``β_t`` is negative or not finite.
     """
     k = group["step"]
     beta = group["beta"]
@@ -153,9 +162,19 @@ def beta_at(group: dict[str, Any], gi: int) -> float:
             f"param group {gi}: the temperature β_t must be a finite number ≥ 0, but the β schedule "
             f"returned {value} at step {k}"
         )
+    return value
+
+
+def beta_at(group: dict[str, Any], gi: int) -> float:
+    """:func:`beta_value`, for a Langevin step whose noise variance is ``2·β_t·lr``.
+
+    Raises:
+        TypeError, ValueError: as :func:`beta_value`; also ValueError when ``2·β_t·lr`` overflows.
+    """
+    value = beta_value(group, gi)
     if not math.isfinite(2.0 * value * group["lr"]):
         raise ValueError(
             f"param group {gi}: the noise variance 2·beta·lr = 2·{value:g}·{group['lr']:g} overflows at step "
-            f"{k}; lower beta or lr"
+            f"{group['step']}; lower beta or lr"
         )
     return value

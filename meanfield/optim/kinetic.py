@@ -42,7 +42,7 @@ import torch
 
 from meanfield._checks import check_int, check_nonnegative, check_positive
 from meanfield.optim.conventions import TEMPERATURE_CONVENTIONS
-from meanfield.optim.groups import normalise
+from meanfield.optim.groups import beta_value, check_floating, normalise
 from meanfield.projections import Projection
 from meanfield.schedules import Schedule, as_schedule, schedule_to_data
 
@@ -75,18 +75,7 @@ def _check_group(group: dict[str, Any], where: str) -> None:
 
 def _beta_at(group: dict[str, Any], gi: int) -> float:
     """``β_t`` of group ``gi`` at its step count, in the mean-field convention (×M for ``"loss"``)."""
-    beta, k = group["beta"], group["step"]
-    value = beta(k) if callable(beta) else beta
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"param group {gi}: the β schedule returned {value!r} at step {k}; it must return a number"
-        ) from None
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(
-            f"param group {gi}: the temperature must be a finite number ≥ 0, got {value} at step {k}"
-        )
+    value = beta_value(group, gi)
     if group["temperature_convention"] == "loss":
         value *= group["n_particles"]
     return value
@@ -169,11 +158,7 @@ class KineticLangevin(torch.optim.Optimizer):
         try:
             normalise(group, where)
             _check_group(group, where)
-            for p in group["params"]:
-                if not p.is_floating_point():
-                    raise TypeError(
-                        f"{where}: parameters must be floating-point tensors, got dtype {p.dtype}"
-                    )
+            check_floating(group, where)
         except (TypeError, ValueError):
             self.param_groups.pop()
             raise

@@ -25,6 +25,7 @@ from meanfield.optim.gradients import gradient_norms
 from meanfield.optim.groups import (
     CONFIG_KEYS,
     beta_at,
+    check_floating,
     check_group,
     momentum_with_noise,
     normalise,
@@ -212,11 +213,7 @@ class Langevin(torch.optim.Optimizer):
             normalise(group, where)
             check_group(group, where)
             resolve_defaults(group)
-            for p in group["params"]:
-                if not p.is_floating_point():
-                    raise TypeError(
-                        f"{where}: parameters must be floating-point tensors, got dtype {p.dtype}"
-                    )
+            check_floating(group, where)
             if group["projection"] is not None:
                 for p in group["params"]:
                     group["projection"].check(p)
