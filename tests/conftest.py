@@ -91,3 +91,15 @@ def _free_port() -> int:
 def free_port():
     """``free_port()`` -> a free TCP port on loopback, for a process group's rendezvous (tests that spawn ranks)."""
     return _free_port
+
+
+@pytest.fixture
+def gloo_one(tmp_path):
+    """A real gloo process group of one rank in this process (file rendezvous), destroyed afterwards."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()

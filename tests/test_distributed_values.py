@@ -112,16 +112,6 @@ def log_drift_numpy(x: torch.Tensor, a: float, c: np.ndarray) -> np.ndarray:
     return -a * x.numpy() + c[:, None, None] * (z / r2).sum(2) / x.shape[1]
 
 
-@pytest.fixture
-def gloo_one(tmp_path):
-    """A real gloo process group of one rank (file rendezvous), destroyed afterwards."""
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 # ---------------------------------------------------------------- pure functions
 
 

@@ -20,15 +20,6 @@ from meanfield.runs.parallel import all_reduce_scalar, average_gradients, batch_
 VALUES = [1.5, -2.0, 4.25]
 
 
-@pytest.fixture
-def gloo_one(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 def test_all_reduce_scalar_sums_and_takes_extremes_over_the_ranks(monkeypatch):
     fake = FakeWorld(3).install(monkeypatch)
     cpu = torch.device("cpu")
