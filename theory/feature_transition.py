@@ -151,6 +151,17 @@ def _state(z: Zonal, h: np.ndarray, beta: float, A: float):
     return p, norm, mean, second
 
 
+def _backtrack(residual, h: np.ndarray, step: np.ndarray, F: np.ndarray):
+    """Newton's step halved until the residual's max-norm drops below ``|F|_∞`` (or the step is below
+    1e-6 of a full one): ``(h + size·step, F(h + size·step), aux)``."""
+    size, f0 = 1.0, np.abs(F).max()
+    while True:
+        Fn, auxn = residual(h + size * step)
+        if np.abs(Fn).max() < f0 or size < 1e-6:
+            return h + size * step, Fn, auxn
+        size /= 2
+
+
 def solve(z: Zonal, beta: float, *, A: float = A_CLIP, c: float = C_TEACHER, h0=None, tol=1e-12, maxit=300):
     """The self-consistent field h(t_i) at temperature β (Newton with backtracking), and the final residual."""
     target = c * kappa(z.t)  # (n,)
@@ -170,13 +181,7 @@ def solve(z: Zonal, beta: float, *, A: float = A_CLIP, c: float = C_TEACHER, h0=
         J += (z.K @ (z.q * g))[:, None] * (p * mean * z.q / beta / norm)[None, :]
         J -= np.eye(len(h))
         step = np.linalg.solve(J, -F)
-        size, f0 = 1.0, np.abs(F).max()
-        while True:
-            Fn, auxn = residual(h + size * step)
-            if np.abs(Fn).max() < f0 or size < 1e-6:
-                break
-            size /= 2
-        h, F, aux = h + size * step, Fn, auxn
+        h, F, aux = _backtrack(residual, h, step, F)
     return h, float(np.abs(F).max())
 
 
@@ -339,13 +344,7 @@ def solve_disc(z: Disc, beta: float, h0=None, *, A: float = A_CLIP, c: float = 1
             (n, n), matvec=lambda v, dg=diag, kg=Kg, r1=rank1: z.K @ (dg * v) + kg * (r1 @ v) - v
         )
         step, _ = gmres(J, -F, rtol=1e-11, atol=0, restart=200, maxiter=20)
-        size, f0 = 1.0, np.abs(F).max()
-        while True:
-            Fn, auxn = residual(h + size * step)
-            if np.abs(Fn).max() < f0 or size < 1e-6:
-                break
-            size /= 2
-        h, F, aux = h + size * step, Fn, auxn
+        h, F, aux = _backtrack(residual, h, step, F)
     return h, float(np.abs(F).max())
 
 
