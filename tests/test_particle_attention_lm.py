@@ -90,6 +90,47 @@ def test_matched_init_matches_the_baseline_block_output_scale(M, h):
         assert abs(float(layer.W_O.detach().std()) / (M * 0.02 / 2) - 1) < 0.05
 
 
+def test_coupled_init_is_the_baseline_rewritten_as_particles():
+    """init="coupled" at M = H, h = d/M: every parameter equals as_particle_model(the H-head LM of the same
+    generator), an independent rearrangement (head j -> particle j, W_O^j = H·W_out[:, jh:(j+1)h]ᵀ), so the
+    logits agree to 1e-12; the matched init of the same seed (same law, other draws) does not."""
+    mha = _model("mha", 4, 16, 2, seed=7)
+    coupled = _model("particle", 4, 16, 2, init="coupled", seed=7)
+    reference = dict(as_particle_model(mha).named_parameters())
+    for name, p in coupled.named_parameters():
+        assert torch.equal(p, reference[name]), name
+    idx = torch.randint(0, 11, (3, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.allclose(coupled(idx), mha(idx), rtol=0, atol=1e-12)
+        matched = _model("particle", 4, 16, 2, init="matched", seed=7)
+        assert not torch.allclose(matched(idx), mha(idx), atol=1e-3)
+
+
+def test_coupled_init_shares_the_baseline_draws_at_every_width_d_over_m():
+    """At M = 16 (h = d/16) against the 8-head baseline: embeddings, LayerNorms and MLPs are the baseline's,
+    and W_QKV / W_O hold the baseline's qkv / out draws (rows q, k, v cut into 16 heads; W_O = M·W_outᵀ). In the
+    fixed-width family (M·h ≠ d) the heads are drawn in the baseline's place with the matched law: W_QKV std
+    0.02, W_O std 0.02/√(2L)·√(M d/h) (within 5 % over 6,144 / 2,048 entries; SE ≈ 1 %, 1.5 %)."""
+    d, L = 32, 2
+    mha = _model("mha", 8, d, L, seed=3)
+    wide = _model("particle", 16, d, L, init="coupled", seed=3)
+    base = dict(mha.named_parameters())
+    for name, p in wide.named_parameters():
+        if name.endswith("W_QKV"):
+            qkv = base[name.replace("W_QKV", "qkv.weight")]  # (3d, d)
+            assert torch.equal(p.transpose(0, 1).reshape(3 * d, d), qkv), name
+        elif name.endswith("W_O"):
+            out = base[name.replace("W_O", "out.weight")]  # (d, d)
+            assert torch.equal(p.reshape(d, d), 16 * out.T), name
+        else:
+            assert torch.equal(p, base[name]), name
+    fixed = _model("particle", 16, d, L, h=8, init="coupled", seed=3)
+    layer = particle_layers(fixed)[0]
+    assert abs(float(layer.W_QKV.detach().std()) / 0.02 - 1) < 0.05
+    assert abs(float(layer.W_O.detach().std()) / (0.02 / 2 * math.sqrt(16 * d / 8)) - 1) < 0.05
+    assert torch.equal(fixed.token_embedding.weight, mha.token_embedding.weight)
+
+
 def test_bad_init_name():
     with pytest.raises(ValueError, match="init"):
         _model(init="xavier")

@@ -36,7 +36,7 @@ __all__ = [
 ATTENTIONS: tuple[str, ...] = ("mha", "particle")
 """The attention kinds of :class:`TransformerLM`."""
 
-INITS: tuple[str, ...] = ("native", "matched")
+INITS: tuple[str, ...] = ("native", "matched", "coupled")
 """Initialisations of the particle heads of :class:`TransformerLM` (see its docstring)."""
 
 
@@ -113,6 +113,13 @@ class TransformerLM(nn.Module):
             ``σ_o = 0.02/√(2L)``, so that ``Var(1/M Σ_i o_i W_O^i) = h·Var(o)·Var(W_O)/M = d·Var(o)·σ_o²``,
             the variance of ``Concat(o) W_out`` in the baseline. For ``h = d/M`` the particle block is then
             *equal in law* to the baseline block (the particle layer is MHA with ``W_out = W_O/M``).
+            ``"coupled"`` is the matched law drawn from the *same random numbers* as the MHA model with the
+            same ``generator``: every weight is drawn in the MHA model's order, and where ``M·h = d`` a
+            layer's heads are the baseline's draws rearranged, ``W_QKV[i, j] = W_qkv[j·d + i·h : j·d +
+            (i+1)·h]`` and ``W_O[i] = M · W_outᵀ[i·h : (i+1)·h]``, so that at ``M = H`` the particle LM
+            computes the very function of the ``H``-head LM at init (a coupling of the two initial laws:
+            the embeddings and MLPs of every arm of width ``d/M`` are equal, whatever ``M``). Where
+            ``M·h ≠ d`` the heads are drawn in the baseline's place, so the later weights differ.
         generator: random generator of the initialisation (``None``: torch's global one).
 
     Linear and embedding weights start ``N(0, 0.02²)`` (the output projections of each block
@@ -160,8 +167,9 @@ class TransformerLM(nn.Module):
         for _ in range(n_layers):
             if attention == "mha":
                 layer: nn.Module = CausalSelfAttention(d_model, n_heads, **kw)
-            else:
-                layer = CausalParticleAttention(d_model, n_heads, d_head=d_head, generator=generator, **kw)
+            else:  # the coupled init draws the heads in _init, in the baseline's order
+                g_layer = torch.Generator() if init == "coupled" else generator
+                layer = CausalParticleAttention(d_model, n_heads, d_head=d_head, generator=g_layer, **kw)
             blocks.append(_Block(layer, d_model, check_int("mlp_ratio", mlp_ratio), self.dt, **kw))
         self.blocks = nn.ModuleList(blocks)
         self.ln_f = nn.LayerNorm(d_model, bias=False, **kw)
@@ -170,7 +178,11 @@ class TransformerLM(nn.Module):
     @torch.no_grad()
     def _init(self, generator: torch.Generator | None, n_layers: int) -> None:
         out_std = 0.02 / math.sqrt(2 * n_layers)
+        coupled = self.init == "coupled"
         for name, p in self.named_parameters():
+            if coupled and name.endswith(("W_QKV", "W_O")):
+                self._init_coupled(name, p, out_std, generator)
+                continue
             if name.endswith(("W_QKV", "W_O")) or p.dim() < 2:  # particle heads; LayerNorm weights stay 1
                 continue
             std = out_std if name.endswith(("out.weight", "mlp.2.weight")) else 0.02
@@ -180,6 +192,21 @@ class TransformerLM(nn.Module):
                 M, h, d = layer.n_particles, layer.d_head, layer.d_model
                 layer.W_QKV.normal_(0.0, 0.02, generator=generator)  # (M, 3, h, d)
                 layer.W_O.normal_(0.0, out_std * math.sqrt(M * d / h), generator=generator)  # (M, h, d)
+
+    @torch.no_grad()
+    def _init_coupled(
+        self, name: str, p: torch.Tensor, out_std: float, generator: torch.Generator | None
+    ) -> None:
+        """Draw one particle head parameter where the MHA model draws its ``qkv`` or ``out`` weight."""
+        M, h, d = p.shape[0], p.shape[-2], p.shape[-1]
+        if M * h != d:  # the fixed-width family: the matched law, drawn in the baseline's place
+            p.normal_(0.0, 0.02 if name.endswith("W_QKV") else out_std * math.sqrt(M * d / h), generator=generator)
+        elif name.endswith("W_QKV"):
+            W_qkv = torch.empty(3 * d, d, dtype=p.dtype, device=p.device).normal_(0.0, 0.02, generator=generator)
+            p.copy_(W_qkv.view(3, M, h, d).transpose(0, 1))  # (3d, d) -> (M, 3, h, d)
+        else:
+            W_out = torch.empty(d, d, dtype=p.dtype, device=p.device).normal_(0.0, out_std, generator=generator)
+            p.copy_(M * W_out.T.reshape(M, h, d))  # (d_out, M·h) -> (M, h, d)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         self._check_tokens("idx", idx)

@@ -64,7 +64,7 @@ class LMModel:
     d_head: int | None = None
     mlp_ratio: int = 4
     dt: float = 1.0
-    init: Literal["native", "matched"] = "matched"
+    init: Literal["native", "matched", "coupled"] = "matched"
 
 
 def _corpus(data: LMData) -> _data.TokenCorpus:
