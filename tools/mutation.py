@@ -111,9 +111,25 @@ def results() -> dict[str, dict[str, str]]:
     return out
 
 
-def sample(names: list[str] | dict[str, str], k: int) -> list[str]:
-    """The ``k`` names with the smallest SHA-256 digest (all of them if there are fewer): a fixed random sample."""
-    return sorted(names, key=lambda name: hashlib.sha256(name.encode()).hexdigest())[:k]
+def sample(names: list[str] | dict[str, str], k: int, offset: int = 0) -> list[str]:
+    """The names ranked ``offset + 1 … offset + k`` by SHA-256 digest (fewer where there are fewer): a fixed random
+    sample; ``offset = 0`` the ``k`` smallest digests, ``offset = K`` the held-out sample beyond the ``K``-sample."""
+    ranked = sorted(names, key=lambda name: hashlib.sha256(name.encode()).hexdigest())
+    return ranked[offset : offset + k]
+
+
+def stratified(rows: list[tuple[int, float, int]]) -> tuple[float, float, float]:
+    """The stratified kill rate ``p = Σ_m N_m p̂_m / Σ_m N_m`` over modules ``(N_m, killed_m, scored_m)`` with
+    its 95 % interval from ``Var = Σ_m (N_m/N)² p̂_m(1 − p̂_m)/n_m · (1 − n_m/N_m)`` (finite-population
+    correction: a module checked in full adds no variance). Returns ``(p, low, high)``."""
+    rows = [(n, k, s) for n, k, s in rows if s]
+    weight = sum(n for n, _, _ in rows)
+    if not weight:
+        return float("nan"), float("nan"), float("nan")
+    p = sum(n * k / s for n, k, s in rows) / weight
+    variance = sum(n**2 * (k / s) * (1 - k / s) / s * (1 - s / n) for n, k, s in rows) / weight**2
+    se = math.sqrt(variance)
+    return p, max(0.0, p - 1.959963984540054 * se), min(1.0, p + 1.959963984540054 * se)
 
 
 def wilson(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
@@ -177,7 +193,7 @@ def table(found: dict[str, dict[str, str]], k: int = 30) -> str:
         "| module | mutants | from | killed | survived | no tests | timeout | equivalent | kill rate | 95 % interval |",
         "|---|---:|---|---:|---:|---:|---:|---:|---:|---|",
     ]
-    weight = estimate = variance = 0.0
+    strata: list[tuple[int, float, int]] = []
     below: list[str] = []
     for module, statuses in found.items():
         label, used = scope(statuses, k)
@@ -198,22 +214,51 @@ def table(found: dict[str, dict[str, str]], k: int = 30) -> str:
             f"{c['timeout']} | {eq} | {100 * rate:.0f} % | {interval} |"
         )
         n_m = len(statuses)
-        weight += n_m
-        estimate += n_m * rate
-        if scored and label != "all":
-            variance += n_m**2 * rate * (1 - rate) / scored * (1 - scored / n_m)
+        # a module checked in full (or with nothing left to score) has no sampling variance: n_m = N_m
+        strata.append((n_m, killed, scored) if scored and label != "all" else (n_m, rate * n_m, n_m))
         if rate < 0.8:
             below.append(module)
-    if weight:
-        p, se = estimate / weight, math.sqrt(variance) / weight
+    if strata:
+        p, low, high = stratified(strata)
+        total = sum(n for n, _, _ in strata)
         rows.append(
-            f"| **all measured** (stratified) | {weight:.0f} | | | | | | | **{100 * p:.0f} %** | "
-            f"{100 * max(0.0, p - 1.96 * se):.0f}–{100 * min(1.0, p + 1.96 * se):.0f} % |"
+            f"| **all measured** (stratified) | {total} | | | | | | | **{100 * p:.0f} %** | "
+            f"{100 * low:.0f}–{100 * high:.0f} % |"
         )
     if below:
         rows.append("")
         rows.append("Below 80 %: " + ", ".join(f"`{m}`" for m in below) + ".")
     return "\n".join(rows)
+
+
+def holdout_table(found: dict[str, dict[str, str]], k: int = 30, h: int = 10) -> str:
+    """The kill rate on the *held-out* sample: per module the mutants ranked ``k + 1 … k + h`` by digest, which
+    no one reads when writing tests against the ``k``-sample's survivors (so the ``k``-sample's rate cannot be
+    fitted to its own mutants unseen). Its checked mutants only; the stratified total over the modules with any.
+    """
+    same = equivalent()
+    strata: list[tuple[int, float, int]] = []
+    cells: list[str] = []
+    for module, statuses in found.items():
+        held = {name: statuses[name] for name in sample(statuses, h, offset=k)}
+        checked = {name: st for name, st in held.items() if st != "not checked"}
+        scored = sum(
+            1 for name, st in checked.items() if st != "skipped" and not (name in same and st == "survived")
+        )
+        if not scored:
+            continue
+        killed = sum(1 for st in checked.values() if st in ("killed", "timeout"))
+        strata.append((len(statuses), killed, scored))
+        cells.append(f"`{module}` {killed}/{scored}")
+    if not strata:
+        return ""
+    p, low, high = stratified(strata)
+    return (
+        f"Held-out sample (ranks {k + 1}–{k + h} by digest in each module, never read when tests were written): "
+        f"**{100 * p:.0f} %** ({100 * low:.0f}–{100 * high:.0f} %, stratified over {len(strata)} modules): "
+        + ", ".join(cells)
+        + "."
+    )
 
 
 def write_table(text: str, command: str) -> None:
@@ -254,6 +299,14 @@ def main() -> int:
         help="run the K-mutant sample of every module (or of the modules named) instead of whole modules; the "
         "table's rows for modules not run in full come from this sample (default K = 30)",
     )
+    parser.add_argument(
+        "--holdout",
+        type=int,
+        default=None,
+        metavar="H",
+        help="run the held-out sample instead: the mutants ranked K+1..K+H by digest in every module (or the "
+        "modules named), which tests were not written against; the table adds its stratified rate",
+    )
     args = parser.parse_args()
     if args.survivors:
         same = equivalent()
@@ -265,12 +318,13 @@ def main() -> int:
                     print(name)
         return 0
     k = args.sample or 30
-    if not args.table and args.sample:
+    if not args.table and (args.sample or args.holdout):
+        size, offset = (args.holdout, k) if args.holdout else (k, 0)
         todo = [
             name
             for module, statuses in results().items()
             if not args.modules or module in args.modules
-            for name in sample(statuses, k)
+            for name in sample(statuses, size, offset)
             if statuses[name] in RECHECK
         ]
         print(f"{len(todo)} sampled mutants to check (not yet checked, or not killed last time)")
@@ -280,7 +334,11 @@ def main() -> int:
         for module in args.modules:
             pattern = f"{module}.*" if module.count(".") else f"{module}*"
             print(f"{module}: {run_mutmut([pattern], args.minutes, args.children) / 60:.1f} min")
-    text = table(results(), k)
+    found = results()
+    text = table(found, k)
+    held = holdout_table(found, k, args.holdout or 10)
+    if held:
+        text += "\n\n" + held
     words = [w for w in sys.argv[1:] if not w.startswith("meanfield")]
     modules = [w for w in sys.argv[1:] if w.startswith("meanfield")]
     named = " ".join(modules) if len(modules) <= 3 else f"<{len(modules)} modules>"
