@@ -253,5 +253,7 @@ class KineticLangevin(torch.optim.Optimizer):
         super().load_state_dict(state_dict)
         for group, (beta, projection) in zip(self.param_groups, kept):
             group["beta"], group["projection"] = beta, projection
+        if self._seed is not None:  # the saver's generators; those it had not made start from the seed again
+            self._generators = {}
         for name, rng_state in generators.items():
             self._generator(torch.device(name)).set_state(rng_state)

@@ -221,9 +221,9 @@ class Langevin(torch.optim.Optimizer):
             self.param_groups.pop()
             raise
         if self._constructed and not_gibbs(group):
-            self._warn_not_gibbs(stacklevel=3)
+            self._warn_not_gibbs(stacklevel=2)
         if self._constructed and momentum_with_noise(group):
-            self._warn_momentum(stacklevel=3)
+            self._warn_momentum(stacklevel=2)
         self._layout = None
 
     def _warn_not_gibbs(self, stacklevel: int) -> None:
@@ -468,6 +468,8 @@ class Langevin(torch.optim.Optimizer):
             resolve_defaults(group)
         self._seed = seed
         self._n_steps = n_steps
+        if seed is not None:  # the saver's generators: those it had not made yet start from the seed again
+            self._generators = {}
         for name, rng_state in generators.items():
             self._generator(torch.device(name)).set_state(rng_state)
         self._layout = None
