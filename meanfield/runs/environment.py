@@ -33,6 +33,7 @@ def _git_commit() -> dict[str, Any]:
             ["git", "-C", str(here), "rev-parse", "HEAD"],
             capture_output=True,
             text=True,
+            errors="replace",  # a path git prints undecoded (core.quotePath=false) must not stop a run
             timeout=5,
             check=True,
         ).stdout.strip()
@@ -40,6 +41,7 @@ def _git_commit() -> dict[str, Any]:
             ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
             capture_output=True,
             text=True,
+            errors="replace",  # a path git prints undecoded (core.quotePath=false) must not stop a run
             timeout=5,
             check=True,
         ).stdout.strip()
