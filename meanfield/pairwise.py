@@ -145,9 +145,12 @@ def _radial_sum_torch(x, y, phi, values, max_elements, exclude_self=False):
     if torch.is_grad_enabled() and any(t.requires_grad for t in (x, y, values)):
         blocks = []  # a list, not writes into a buffer: the result stays differentiable
         for start in range(0, M, rows):
-            g = phi(_squared_distances(x[:, start : start + rows], y, y2))  # (B, c, N)
-            if exclude_self:
-                g = g.masked_fill(_diagonal_mask(g.shape[1], N, start, g.device), 0.0)  # (B, c, N)
+            r2 = _squared_distances(x[:, start : start + rows], y, y2)  # (B, c, N)
+            if exclude_self:  # φ of a stand-in 1 at the self-pairs, then 0: no 0·φ'(0) = NaN in the backward
+                mask = _diagonal_mask(r2.shape[1], N, start, r2.device)  # (c, N)
+                g = phi(r2.masked_fill(mask, 1.0)).masked_fill(mask, 0.0)  # (B, c, N)
+            else:
+                g = phi(r2)  # (B, c, N)
             blocks.append(torch.bmm(g, values))  # (B, c, k)
         return blocks[0] if len(blocks) == 1 else torch.cat(blocks, 1)  # (B, M, k)
     out = torch.empty(B, M, values.shape[-1], dtype=values.dtype, device=values.device)  # (B, M, k)
