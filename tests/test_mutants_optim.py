@@ -721,4 +721,4 @@ def test_a_warning_from_add_param_group_points_at_its_caller():
     opt = Langevin([_param((4,), 0)], lr=0.1, beta=0.1)
     with pytest.warns(UserWarning, match="noise_preconditioned=False") as record:
         opt.add_param_group({"params": [_param((4,), 1)], "drift": "adam", "noise_preconditioned": False})
-    assert record[0].filename == __file__
+    assert record[0].filename == _warning_site()
