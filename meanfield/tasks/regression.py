@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from meanfield import data as _data
+from meanfield.config import ConfigError
 from meanfield.metrics.diversity import (
     aligned_fraction,
     collapse_rate,
@@ -51,6 +52,8 @@ __all__ = [
     "ImageModel",
     "WideMLP",
     "particle_metrics",
+    "validation_split",
+    "VAL_SPLIT_SEED",
 ]
 
 ODD_ACTIVATIONS = ("tanh", "erf", "identity")
@@ -286,12 +289,30 @@ class ImageData:
     description says so). ``root``: the data folder (``""``: the loaders' default). ``n_train``/``n_test``:
     the first that many images of each split (0: all). Pixels are scaled to [0, 1], standardised with the
     training split's per-channel mean and standard deviation, and flattened.
+
+    ``n_val``: a validation split held out of the training set, for choosing hyperparameters without the
+    test set (0: none, the default). ``n_val`` of the (first ``n_train``) training images, drawn uniformly
+    without replacement by a fixed permutation (:data:`VAL_SPLIT_SEED`, the same for every run seed and
+    every arm), are removed from training; the others are trained on in their original order. Not "the
+    last ``n_val``": the CIFAR-10 JPEG copy is ordered by class, so those would all be trucks.
+    ``evaluate()`` then also reports ``val_loss`` (mean cross-entropy) and ``val_error`` on them, defined as
+    ``test_loss`` and ``test_error``. The standardisation statistics stay those of the whole training split
+    (pixel means and deviations only, no labels), so the pixels are the same numbers with and without the
+    split. An integer with ``0 ≤ n_val <`` the number of training images.
     """
 
     dataset: Literal["fashion_mnist", "cifar10"] = "fashion_mnist"
     root: str = ""
     n_train: int = 0
     n_test: int = 0
+    n_val: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n_val, bool) or not isinstance(self.n_val, int) or self.n_val < 0:
+            raise ValueError(
+                f"n_val must be an integer ≥ 0 (the training images held out for validation; "
+                f"0: none), got {self.n_val!r}"
+            )
 
 
 @dataclass
@@ -306,6 +327,31 @@ class ImageModel:
     activation: str = "relu"
     kind: Literal["particles", "mlp"] = "particles"
     A: float | None = None
+
+
+VAL_SPLIT_SEED = 20_281
+"""Seed of the permutation that picks the validation images (:func:`validation_split`): a constant, so that
+every run seed and every arm holds out the same images."""
+
+
+def validation_split(n: int, n_val: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices of ``n_val`` validation examples among ``n``, and of the ``n − n_val`` others, each sorted.
+
+    The validation indices are the first ``n_val`` of ``torch.randperm(n)`` drawn from a generator seeded with
+    :data:`VAL_SPLIT_SEED` (uniform without replacement, independent of the run's seed).
+
+    Raises:
+        ConfigError: unless ``0 < n_val < n`` (naming ``data.n_val`` and the number of training examples).
+    """
+    if not 0 < n_val < n:
+        raise ConfigError(
+            f"data.n_val must be ≥ 1 and < the number of training images ({n}, after data.n_train), "
+            f"got {n_val}: at least one image must be left to train on"
+        )
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(VAL_SPLIT_SEED))  # (n,)
+    held = torch.zeros(n, dtype=torch.bool)
+    held[perm[:n_val]] = True
+    return held.nonzero()[:, 0], (~held).nonzero()[:, 0]  # (n_val,), (n − n_val,)
 
 
 class _ImageClassification:
@@ -334,6 +380,11 @@ class _ImageClassification:
         x_train, x_test = prepare(ds.train_x, data.n_train), prepare(ds.test_x, data.n_test)
         y_train = (ds.train_y[: data.n_train] if data.n_train else ds.train_y).to(device)  # (N,)
         y_test = (ds.test_y[: data.n_test] if data.n_test else ds.test_y).to(device)
+        x_val = y_val = None
+        if data.n_val:
+            val, kept = validation_split(len(y_train), data.n_val)  # (n_val,), (N − n_val,) sorted indices
+            x_val, y_val = x_train[val.to(device)], y_train[val.to(device)]
+            x_train, y_train = x_train[kept.to(device)], y_train[kept.to(device)]
         d, k = x_train.shape[1], ds.num_classes
         g = torch.Generator().manual_seed(derive_seed(seed, "init"))
         if model.kind == "mlp":
@@ -355,15 +406,22 @@ class _ImageClassification:
             index = index.to(device)
             return F.cross_entropy(net(x_train[index]), y_train[index])
 
+        def logits_of(x: torch.Tensor) -> torch.Tensor:
+            return torch.cat([net(x[i : i + 4096]) for i in range(0, len(x), 4096)])  # (N, k)
+
         def evaluate() -> dict[str, float]:
-            logits = torch.cat([net(x_test[i : i + 4096]) for i in range(0, len(y_test), 4096)])  # (N, k)
+            logits = logits_of(x_test)  # (N_test, k)
             error = float((logits.argmax(1) != y_test).double().mean())
-            return {
+            out = {
                 "test_loss": float(F.cross_entropy(logits, y_test)),
                 "test_error": error,
                 "accuracy": 1.0 - error,
-                **particle_metrics(net, None, model.activation),
             }
+            if x_val is not None:
+                val_logits = logits_of(x_val)  # (n_val, k)
+                out["val_loss"] = float(F.cross_entropy(val_logits, y_val))
+                out["val_error"] = float((val_logits.argmax(1) != y_val).double().mean())
+            return {**out, **particle_metrics(net, None, model.activation)}
 
         return Experiment(
             model=net,
@@ -374,7 +432,9 @@ class _ImageClassification:
             unit="samples",
             units_per_step=batch_size,
             higher_is_better=("accuracy",),
-            description=f"{ds.description}; {len(y_train)} train / {len(y_test)} test; "
+            description=f"{ds.description}; {len(y_train)} train"
+            + (f" / {data.n_val} validation (held out of train)" if data.n_val else "")
+            + f" / {len(y_test)} test; "
             + (
                 f"WideMLP(M={model.n_particles}, σ={model.activation})"
                 if model.kind == "mlp"
