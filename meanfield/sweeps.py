@@ -59,6 +59,7 @@ from tqdm.auto import tqdm
 from meanfield import config as _config
 from meanfield._io import json_clean, write_json_atomic, write_text_atomic
 from meanfield.config import ConfigError
+from meanfield.runs.folder import _differences as _config_differences
 from meanfield.runs.lock import FolderLock
 from meanfield.runs.loop import StopFlag
 from meanfield.stats import PairedDifference, log_interval, paired_difference, t_interval
@@ -447,6 +448,28 @@ def _adopt_old_folders(
     for i, folder in sorted(found.items()):
         folder.rename(out / names[i])
         print(f"{out}: renamed the run folder {folder.name!r} to {names[i]!r} (its point {dict(points[i])})")
+
+
+def _check_finished(out: Path, names: Sequence[str], configs: Sequence[dict]) -> None:
+    """Refuse to count a finished run whose configuration is not its point's: a rerun of a sweep with another
+    preset or other overrides into the same folder would otherwise skip the finished points and mix their
+    results with the new ones. Every point is checked before anything runs or ``sweep.json`` is rewritten.
+
+    Raises:
+        ConfigError: naming the first such point, the keys that differ and what to do.
+    """
+    for name, resolved in zip(names, configs):
+        folder = out / name
+        if _finished(folder) is None:
+            continue  # an unfinished run is checked by its resume (runs.folder.check_folder)
+        stored = _stored_config(folder)
+        want = _config.load_toml_text(_config.to_toml(resolved))
+        if stored is not None and stored != want:
+            changed = ", ".join(sorted(_config_differences(stored, want)))
+            raise ConfigError(
+                f"sweep point {name}: {folder} holds a finished run of another configuration (it differs in "
+                f"{changed}); a rerun must use the same config, preset and overrides, or another --out"
+            )
 
 
 def _write_point(folder: Path, point: Mapping[str, Any], overrides: list[str], preset: str | None) -> None:
@@ -867,8 +890,9 @@ def sweep_runs(
     _preflight(names, configs)
     out.mkdir(parents=True, exist_ok=True)
     with FolderLock(out, "sweep"), _Stop() as stop:  # one sweep per folder; signals reach the workers
-        write_json_atomic(out / "sweep.json", spec)
         _adopt_old_folders(out, points, names, configs)
+        _check_finished(out, names, configs)
+        write_json_atomic(out / "sweep.json", spec)
 
         summaries: dict[int, dict[str, Any]] = {}
         todo = []

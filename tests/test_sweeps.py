@@ -369,6 +369,44 @@ def test_bad_table_options_are_refused_before_anything_runs(tmp_path, capsys):
     assert code == 2 and "log-scale metrics ['loss'] are not among" in capsys.readouterr().err
 
 
+def test_a_rerun_with_other_overrides_refuses_the_finished_points(small_sweep, monkeypatch, tmp_path):
+    """The small sweep rerun into a copy of its folder with one more override (train.steps=11): its finished
+    points hold runs of another configuration, so the sweep stops before running anything or rewriting
+    sweep.json, naming the point and the key; without the check it skipped them and mixed their results
+    with the new configuration's. Negative control: the same overrides rerun nothing and pass."""
+    import meanfield.sweeps as sweeps
+
+    out = tmp_path / "mixed"
+    shutil.copytree(small_sweep[0], out)
+    spec = (out / "sweep.json").read_text()
+    ran = []
+    monkeypatch.setattr(sweeps, "_run_point", lambda *a: ran.append(a) or {})
+    with pytest.raises(
+        ConfigError,
+        match=r"sweep point optim.lr=0.02_seed=0: .* another configuration \(it differs in train.steps\)",
+    ):
+        sweep_runs(
+            TEACHER,
+            {"optim.lr": [0.02, 0.05]},
+            [0, 1, 2],
+            out,
+            preset="smoke",
+            overrides=["train.steps=10", "train.figures=false", "train.steps=11"],
+            quiet=True,
+        )
+    assert ran == [] and (out / "sweep.json").read_text() == spec
+    table = sweep_runs(
+        TEACHER,
+        {"optim.lr": [0.02, 0.05]},
+        [0, 1, 2],
+        out,
+        preset="smoke",
+        overrides=["train.steps=10", "train.figures=false"],
+        quiet=True,
+    )
+    assert ran == [] and not table.failed
+
+
 def test_sweep_skips_finished_points_and_resumes_the_rest(small_sweep, monkeypatch):
     out, _ = small_sweep
     (out / "optim.lr=0.05_seed=1" / "summary.json").unlink()  # as if that point was interrupted
