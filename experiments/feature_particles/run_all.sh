@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates every run folder quoted in docs/experiments/feature_particles.md (resumable: rerunning skips
 # finished points). One core: threads = 1 in the configs, --jobs 1. Usage:
-#   bash experiments/feature_particles/run_all.sh [table|single|steps|small|noisy|multi|lambda|lambda_long|lambda_q|lambda_M|lambda_k1|lambda_k1_long|mean_field_k2|anneal|lambda_arms|images|images_lr|cifar50|convergence|convergence_wide]...
+#   bash experiments/feature_particles/run_all.sh [table|single|steps|small|noisy|multi|lambda|lambda_long|lambda_q|lambda_M|lambda_k1|lambda_k1_long|mean_field_k2|anneal|lambda_arms|images|images_lr|cifar50|convergence|convergence_wide|convergence_scan]...
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export OMP_WAIT_POLICY=PASSIVE
@@ -183,6 +183,9 @@ for what in "${@:-table}"; do
       python experiments/feature_particles/convergence.py --out "$R/convergence" ;;
     convergence_wide)  # M up to 4096 against a 65,536-particle reference, β = 1e-3 only
       python experiments/feature_particles/convergence.py --preset wide --out "$R/convergence_wide" ;;
+    convergence_scan)  # issue 28: d = 8, 16, 32; M = 16…4096 × 32 replicates; 3 references of 65,536 per d; β = 1e-3
+      # (resumable: every network's record is written as it finishes; ≈ 1.4 CPU-hours from the committed timings)
+      python experiments/feature_particles/convergence.py --preset scan --out "$R/convergence_scan" ;;
     *) echo "unknown part $what" >&2; exit 2 ;;
   esac
 done
