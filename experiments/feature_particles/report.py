@@ -40,6 +40,8 @@ ARMS = [  # (folder, what it is); every arm: 4000 steps of batch 256 (1,024,000 
     ("times_M_loss_units", "+ ×M drift (λ still in loss units: mean-field temperature M·λ)"),
     ("mean_field", "+ λ in mean-field units (the mean-field Langevin arm)"),
     ("mf_lambda_min_1e-5", "mean-field, cos 1→1e-5"),
+    ("mf_lambda_max_0.5", "mean-field, cos 0.5→5e-4 (added in issue 28, after the other arms)"),
+    ("mf_lambda_min_1e-2", "mean-field, cos 1→1e-2 (added in issue 28, after the other arms)"),
     ("mf_constant_1e-3", "mean-field, constant λ = 1e-3 (no annealing)"),
     ("mf_constant_1e-2", "mean-field, constant λ = 1e-2 (no annealing)"),
     ("mf_beta0", "mean-field, λ = 0 (deterministic SGD ×M)"),
@@ -929,14 +931,24 @@ def anneal_table() -> str:
 
 
 @holm_table
-def image_table(name: str, baselines: tuple[str, ...] = ("adam_mlp", "mf_beta0")) -> str:
+def image_table(
+    name: str, baselines: tuple[str, ...] = ("adam_mlp", "mf_beta0"), seeds: tuple[int, ...] | None = None
+) -> str:
+    """The image table of ``results/<name>`` (every arm's seeds, or only ``seeds``)."""
     root = RESULTS / name
     if not root.exists():
         return "*(not run)*\n"
     arms = {p.name: load(p) for p in sorted(root.iterdir()) if p.is_dir()}
+    if seeds is not None:
+        arms = {a: {s: r for s, r in runs.items() if s in seeds} for a, runs in arms.items()}
+    first_run = next((r for runs in arms.values() for r in runs.values()), None)
+    if first_run is None:
+        return f"*(no finished runs in results/{name})*\n"
+    first_step = min(r["step"] for r in first_run["metrics"] if "accuracy" in r)
     head = " | ".join(f"accuracy − `{b}` (95 % CI), p, Holm, δ80" for b in baselines)
     lines = [
-        f"| arm | n | test accuracy | {head} | accuracy after 1 epoch | test loss | CPU s/run |",
+        f"| arm | n | test accuracy | {head} | accuracy at step {first_step} (the first evaluation) | test loss "
+        "| CPU s/run |",
         "|---|---|---|" + "---|" * len(baselines) + "---|---|---|",
     ]
     for arm, runs in arms.items():
@@ -1134,6 +1146,43 @@ def transition_figure(q_res: dict, k1_res: dict, m_res: dict, theory: dict) -> N
     plt.close(fig)
 
 
+def images_lr_table() -> str:
+    """The learning rates of the image tasks chosen on the validation split (``run_all.sh images_lr``): one
+    epoch of the training images left after holding out ``data.n_val``, seed 100 (in no table); per arm and
+    lr the validation error and loss (the test set is not looked at), the lowest validation error marked."""
+    root = RESULTS / "images_lr"
+    if not root.exists():
+        return "*(no runs in results/images_lr)*\n"
+    lines = [
+        "| dataset | arm | lr | validation error | validation loss | CPU s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for ds, label in (("fmnist", "Fashion-MNIST"), ("cifar10", "CIFAR-10")):
+        for arm, key in (("mean_field", "optim.lr"), ("adam_mlp", "optim.others.lr")):
+            folder = root / ds / arm
+            if not folder.exists():
+                continue
+            rows = []
+            for p in sorted(q for q in folder.iterdir() if (q / "summary.json").exists()):
+                summary = json.loads((p / "summary.json").read_text())
+                lr = json.loads((p / "point.json").read_text())["point"][key]
+                if summary["status"] != "finished":
+                    rows.append(
+                        (lr, math.inf, math.inf, summary.get("wall_time_s", math.nan), summary["status"])
+                    )
+                    continue
+                final = summary["final"]
+                rows.append((lr, final["val_error"], final["val_loss"], summary["wall_time_s"], ""))
+            best = min(rows, key=lambda r: (r[1], r[2]))[0] if rows else None
+            for lr, err, loss, wall, status in sorted(rows):
+                if status:
+                    lines.append(f"| {label} | `{arm}` | {lr:g} | {status} | — | {wall:.0f} |")
+                    continue
+                mark = " **(chosen)**" if lr == best else ""
+                lines.append(f"| {label} | `{arm}` | {lr:g}{mark} | {err:.4f} | {loss:.4f} | {wall:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     lam_text, lam = lambda_table()
     conv_text, conv = convergence_table()
@@ -1183,6 +1232,15 @@ def main() -> None:
         "lambda_annealed": ("Annealed λ (the seed's schedule shape)", anneal_table()),
         "fmnist": ("Fashion-MNIST", image_table("fmnist")),
         "cifar10": ("CIFAR-10 (lossy JPEG-75 copy)", image_table("cifar10")),
+        "cifar10_3seeds": (
+            "CIFAR-10, seeds 0–2 only (the first three: seeds 3–4 were added after them)",
+            image_table("cifar10", seeds=(0, 1, 2)),
+        ),
+        "cifar10_50ep": (
+            "CIFAR-10, 50 epochs (M = 256; lrs from the validation split)",
+            image_table("cifar10_50ep"),
+        ),
+        "images_lr": ("Learning rates of the image tasks, chosen on a validation split", images_lr_table()),
         "convergence": ("Convergence in M", conv_text),
         "convergence_wide": (
             "Convergence in M up to 4096 (β = 1e-3)",
