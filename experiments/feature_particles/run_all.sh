@@ -146,6 +146,7 @@ for what in "${@:-table}"; do
         isweep $ds particles $s $out/mf_beta0 --set optim.beta=0
         isweep $ds particles $s $out/seed_schedule --set 'optim.beta={kind="cosine",start=1.0,end=1e-3}'
         isweep $ds mlp $s $out/adam_mlp --set optim.others.lr=3e-3
+        isweep $ds mlp $s $out/adam_mlp_lr1e-3 --set optim.others.lr=1e-3  # issue 28: the lr of the validation split
       done ;;
     images_lr)  # issue 28: the image lrs chosen on a validation split, never on test: data.n_val = 5000
       # training images held out (a fixed random subset, the same for every seed), one epoch of the others
