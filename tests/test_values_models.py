@@ -276,7 +276,7 @@ _LM_ARGS = dict(vocab_size=7, block_size=5, d_model=8, n_layers=2, n_heads=2)
         ({"mlp_ratio": 0}, ValueError, "mlp_ratio must be ≥ 1, got 0"),
         ({"dt": 0.0}, ValueError, "dt must be > 0, got 0.0"),
         ({"attention": "rnn"}, ValueError, "attention must be one of ('mha', 'particle'), got 'rnn'"),
-        ({"init": "xavier"}, ValueError, "init must be one of ('native', 'matched'), got 'xavier'"),
+        ({"init": "xavier"}, ValueError, "init must be one of ('native', 'matched', 'coupled'), got 'xavier'"),
         (
             {"dtype": torch.long},
             TypeError,
