@@ -50,6 +50,10 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 PACKAGES = ("meanfield-sde", "torch", "numpy", "scipy", "pot", "torchsde", "geomloss", "pykeops")
 """Library versions recorded with every run (those installed)."""
 
+OUTPUTS = ("benchmarks/results", "docs/benchmarks.md")
+"""What the benchmarks write: changes there do not make a run's checkout dirty (else every run after the first
+of a series would say so)."""
+
 PROVENANCE_TAG = "benchmark-provenance"
 """The HTML comment ``<!-- benchmark-provenance {json} -->`` that carries a results file's provenance."""
 
@@ -183,7 +187,8 @@ class Provenance:
         device: where the timed work ran (``cpu``, or the GPU's description).
         threads: torch's intra- and inter-op threads and :data:`THREAD_VARIABLES` (``None``: unset).
         versions: Python and :data:`PACKAGES`.
-        commit: the git commit of the checkout, ``dirty`` whether tracked files differ from it, and
+        commit: the git commit of the checkout, ``dirty`` whether tracked files other than the benchmarks'
+            own outputs (:data:`OUTPUTS`) differ from it, and
             ``source_sha256`` a hash of meanfield's own source (pins the code of a dirty tree).
         started, finished: UTC times; ``load_start``, ``load_end``: the 1/5/15-minute load averages then.
     """
@@ -209,7 +214,7 @@ class Provenance:
     ) -> Provenance:
         """Record the run of ``script`` with arguments ``argv`` (default ``sys.argv[1:]``) on ``device`` now."""
         argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
-        git = _git_commit()
+        git = _git_commit(exclude=OUTPUTS)
         return cls(
             command=command_line(script, argv),
             machine=machine_slug(device),
@@ -247,7 +252,11 @@ class Provenance:
         flags = ", ".join(f"{name} {'yes' if on else 'no'}" for name, on in self.cpu_flags.items())
         threads = ", ".join(f"{k} {'unset' if v is None else v}" for k, v in self.threads.items())
         versions = ", ".join(f"{k} {v}" for k, v in self.versions.items())
-        dirty = {None: "unknown", True: "yes (uncommitted changes to tracked files)", False: "no"}[self.dirty]
+        dirty = {
+            None: "unknown",
+            True: "yes (uncommitted changes to tracked files other than the results)",
+            False: "no",
+        }[self.dirty]
         load = lambda xs: " / ".join(f"{x:.2f}" for x in xs)  # noqa: E731
         end = f"{load(self.load_end)} at the end ({self.finished})" if self.load_end else "end not recorded"
         lines = [

@@ -91,7 +91,9 @@ Issue 16: POT (exact `emd2`; the plain Sinkhorn `wasserstein(method="sinkhorn")`
 memory over the inputs, value). Targets: at n = 2000, d = 10 at least 100× faster than the Sinkhorn before
 (143 s in the issue); at n = 1e4, d = 10 within 1 % of the ε → 0 value (exact W2²) in ≤ 1 minute; no
 slower than GeomLoss at equal accuracy; memory O(n). Which method to use when:
-[Wasserstein](wasserstein.md#large-clouds-which-method-when).""",
+[Wasserstein](wasserstein.md#large-clouds-which-method-when). GeomLoss and KeOps are optional
+(`pip install -e ".[keops]"`): a run without them says so in their rows (`skipped: failed:
+ModuleNotFoundError`), and the "no slower than GeomLoss" target is then not measured.""",
     ),
     Section(
         "Large M: interactions and noise",
@@ -100,7 +102,8 @@ slower than GeomLoss at equal accuracy; memory O(n). Which method to use when:
 The drift of a pairwise interaction per step against the dense M × M kernel; the two backends of the
 soft-minimum (the crossover behind `meanfield.pairwise.resolve_backend`); the Rademacher noise per
 Euler–Maruyama step (target: near the ~1 ms a bit-per-entry draw plus one pass over the state costs at
-M = 1e5, d = 10), whose floor is the draw alone.""",
+M = 1e5, d = 10), whose floor is the draw alone. The KeOps rows need the optional `pykeops`
+(`pip install -e ".[keops]"`); without it they are skipped and the table says so.""",
     ),
     Section(
         "Particle attention vs multi-head attention",
@@ -198,8 +201,22 @@ def machines(results: Path = RESULTS) -> list[str]:
     return sorted(p.name for p in results.iterdir() if p.is_dir()) if results.is_dir() else []
 
 
-def recorded(text: str) -> str:
-    """When and how a results file was recorded, in a few words."""
+def clean_sources(results: Path = RESULTS) -> set[tuple[str, str]]:
+    """``(commit, meanfield source sha256)`` of every results file recorded from a clean tree: a dirty run
+    with the same pair ran meanfield exactly as committed (its tree differed elsewhere, e.g. in the results
+    files an earlier benchmark of the same series had written)."""
+    pairs = set()
+    for path in sorted(results.glob("*/*.md")) if results.is_dir() else []:
+        found = PROVENANCE.search(path.read_text())
+        if found is not None:
+            info = json.loads(found.group(1))
+            if info.get("dirty") is False:
+                pairs.add((info.get("commit"), info.get("source_sha256")))
+    return pairs
+
+
+def recorded(text: str, clean: set[tuple[str, str]] = frozenset()) -> str:
+    """When and how a results file was recorded, in a few words; ``clean`` from :func:`clean_sources`."""
     found = PROVENANCE.search(text)
     if found is None:
         return "recorded before issue 31 (provenance incomplete: see its header)"
@@ -207,7 +224,10 @@ def recorded(text: str) -> str:
     load = f"1-minute load {info['load_start'][0]:.2f}"
     if info.get("load_end"):
         load += f" → {info['load_end'][0]:.2f}"
-    dirty = ", dirty tree" if info.get("dirty") else ""
+    dirty = ""
+    if info.get("dirty"):
+        same = (info.get("commit"), info.get("source_sha256")) in clean
+        dirty = ", dirty tree (meanfield source as committed)" if same else ", dirty tree"
     return f"{info['started']}, commit {str(info.get('commit'))[:10]}{dirty}, {load}"
 
 
@@ -222,6 +242,7 @@ def summary(results: Path = RESULTS) -> list[str]:
         "| benchmark | machine | run | target and measured (from the results file) |",
         "|---|---|---|---|",
     ]
+    clean = clean_sources(results)
     for section in sections(results):
         for machine in machines(results):
             for name in section.names:
@@ -233,7 +254,7 @@ def summary(results: Path = RESULTS) -> list[str]:
                 for target in targets:
                     cell = target.replace("|", "\\|")
                     lines.append(
-                        f"| [{name}](#{anchor(section.title)}) | {machine} | {recorded(text)} | {cell} |"
+                        f"| [{name}](#{anchor(section.title)}) | {machine} | {recorded(text, clean)} | {cell} |"
                     )
     return lines
 
@@ -248,6 +269,7 @@ def section_text(section: Section, results: Path = RESULTS) -> list[str]:
     """One section: heading, prose, then each machine's results files included."""
     lines = [f"## {section.title}", "", section.intro, ""]
     found = False
+    clean = clean_sources(results)
     for machine in machines(results):
         for name in section.names:
             path = results / machine / f"{name}.md"
@@ -255,7 +277,7 @@ def section_text(section: Section, results: Path = RESULTS) -> list[str]:
                 continue
             found = True
             rel = f"benchmarks/results/{machine}/{name}.md"  # where the snippet finds it
-            lines += [f"### {name} on {machine}", "", f"`{rel}`: {recorded(path.read_text())}.", ""]
+            lines += [f"### {name} on {machine}", "", f"`{rel}`: {recorded(path.read_text(), clean)}.", ""]
             lines += [f'--8<-- "{rel}"', ""]
     if not found:
         lines += ["No results file yet: no run of this benchmark has been recorded on any machine.", ""]

@@ -344,7 +344,7 @@ class GaussianInteraction(RadialInteraction):
                     f"{float(length[i])}"
                 )
         else:
-            s = 1.0 / (2.0 * length**2) if length > 0 else math.inf
+            s = 1.0 / (2.0 * length**2) if length > 0 and length**2 > 0 else math.inf  # 1e-200² is 0.0
             if not math.isfinite(s):
                 raise ValueError(
                     f"GaussianInteraction needs length > 0 with 1/(2·length²) finite, got length={length}"
@@ -396,9 +396,13 @@ class LogInteraction(RadialInteraction):
     def __init__(
         self, c: float | torch.Tensor = 1.0, max_elements: int = 1 << 22, backend: str = "auto"
     ) -> None:
-        self.c = per_replica("c", c)
-        super().__init__(
-            lambda r2: -0.5 * r2.log(), lambda r2: -0.5 / r2, max_elements, backend, self_pair=False
+        self.c = c = per_replica("c", c)
+        super().__init__(  # ψ(r²) = −c/2·log r², ψ'(r²) = −c/(2r²); the sums use _kernels
+            lambda r2: -0.5 * at(c, r2, "c") * r2.log(),
+            lambda r2: -0.5 * at(c, r2, "c") / r2,
+            max_elements,
+            backend,
+            self_pair=False,
         )
 
     def parameters(self) -> dict[str, Param]:
@@ -437,13 +441,13 @@ class RieszInteraction(RadialInteraction):
             raise TypeError(
                 "RieszInteraction's exponent s must be a number (it sets the kernel), not per replica"
             )
-        self.c = per_replica("c", c)
+        self.c = c = per_replica("c", c)
         half = 0.5 * self.s
         self._energy_kernel = lambda r2: r2 ** (-half)
         self._grad_kernel = lambda r2: r2 ** (-half - 1.0)
-        super().__init__(
-            lambda r2: r2 ** (-half) / self.s,
-            lambda r2: -half * r2 ** (-half - 1.0) / self.s,
+        super().__init__(  # ψ(r²) = c/s·(r²)^{−s/2}, ψ'(r²) = −c/2·(r²)^{−s/2−1}; the sums use _kernels
+            lambda r2: at(c, r2, "c") * r2 ** (-half) / self.s,
+            lambda r2: -half * at(c, r2, "c") * r2 ** (-half - 1.0) / self.s,
             max_elements,
             backend,
             self_pair=False,

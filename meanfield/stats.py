@@ -11,6 +11,7 @@ Holm-adjusted p-value, and the smallest difference its seeds could have detected
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +40,7 @@ __all__ = [
     "detectable_difference",
     "pairs_needed",
     "holm",
+    "HolmFamily",
 ]
 
 Z = 5.0
@@ -497,3 +499,43 @@ def holm(p_values) -> np.ndarray:
     result[order] = adjusted
     out[ok] = result
     return out
+
+
+class HolmFamily:
+    r"""The paired comparisons of one table, adjusted together by Holm's method (:func:`holm`).
+
+    A table is written cell by cell before its family is complete, so each paired cell is first a
+    placeholder; :meth:`fill` replaces every placeholder once all ``m`` p-values are known, with the
+    adjusted ``p̃`` of that comparison among the ``m``::
+
+        family = HolmFamily()
+        text = f"| A − B | {family.cell(d_ab, 3)} |\n| A − C | {family.cell(d_ac, 3)} |\n"
+        text = family.fill(text, lambda d, q, digits: f"{d.mean:+.{digits}f} (Holm {q:.2g})")
+    """
+
+    def __init__(self) -> None:
+        self._members: list[tuple[PairedDifference, int]] = []
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def cell(self, d: PairedDifference, digits: int) -> str:
+        """A placeholder for ``d``'s cell (printed with ``digits`` decimals) until :meth:`fill`."""
+        self._members.append((d, digits))
+        return f"\x00{len(self._members) - 1}\x00"
+
+    def fill(self, text: str, render: Callable[[PairedDifference, float, int], str]) -> str:
+        """``text`` with each placeholder replaced by ``render(d, p̃, digits)``, ``p̃`` Holm-adjusted over
+        the family.
+
+        Raises:
+            ValueError: if ``text`` lacks one of the family's placeholders (a cell made but not printed
+                would still count in the adjustment, silently).
+        """
+        adjusted = holm([d.p_value for d, _ in self._members])
+        for i, ((d, digits), q) in enumerate(zip(self._members, adjusted)):
+            mark = f"\x00{i}\x00"
+            if mark not in text:
+                raise ValueError(f"cell {i} of the Holm family ({len(self)} cells) is not in the table")
+            text = text.replace(mark, render(d, float(q), digits))
+        return text

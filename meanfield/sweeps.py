@@ -59,7 +59,7 @@ from tqdm.auto import tqdm
 from meanfield import config as _config
 from meanfield._io import json_clean, write_json_atomic, write_text_atomic
 from meanfield.config import ConfigError
-from meanfield.runs.folder import _differences as _config_differences
+from meanfield.runs.folder import config_differences
 from meanfield.runs.lock import FolderLock
 from meanfield.runs.loop import StopFlag
 from meanfield.stats import PairedDifference, log_interval, paired_difference, t_interval
@@ -465,7 +465,7 @@ def _check_finished(out: Path, names: Sequence[str], configs: Sequence[dict]) ->
         stored = _stored_config(folder)
         want = _config.load_toml_text(_config.to_toml(resolved))
         if stored is not None and stored != want:
-            changed = ", ".join(sorted(_config_differences(stored, want)))
+            changed = ", ".join(sorted(config_differences(stored, want)))
             raise ConfigError(
                 f"sweep point {name}: {folder} holds a finished run of another configuration (it differs in "
                 f"{changed}); a rerun must use the same config, preset and overrides, or another --out"

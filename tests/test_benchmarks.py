@@ -121,6 +121,25 @@ def test_a_file_without_provenance_is_told_apart():
     assert not _tables_are_labelled(legacy)
 
 
+def test_a_dirty_run_with_the_committed_source_says_so():
+    """A dirty run whose (commit, meanfield source sha256) is that of a clean run ran meanfield as committed
+    (its tree differed elsewhere, e.g. in results files); another source hash, or no clean run of that
+    commit, stays a plain "dirty tree" (the negative controls)."""
+
+    def text(dirty: bool, sha: str, commit: str = "c" * 40) -> str:
+        info = {"command": "x", "commit": commit, "dirty": dirty, "source_sha256": sha, "started": "t0",
+                "load_start": [1.0, 1.0, 1.0], "load_end": [2.0, 2.0, 2.0]}  # fmt: skip
+        return f"<!-- {common.PROVENANCE_TAG} {json.dumps(info)} -->"
+
+    clean = {("c" * 40, "s1")}
+    assert report.recorded(text(True, "s1"), clean).endswith(
+        ", dirty tree (meanfield source as committed), 1-minute load 1.00 → 2.00"
+    )
+    assert ", dirty tree, " in report.recorded(text(True, "s2"), clean)
+    assert ", dirty tree, " in report.recorded(text(True, "s1", commit="d" * 40), clean)
+    assert "dirty" not in report.recorded(text(False, "s1"), clean)
+
+
 @pytest.mark.parametrize(
     "name, expected",
     [

@@ -5,6 +5,7 @@
   negative control: data from ``c/M`` give an M0 interval holding 0 and do not prefer the nested law;
 - the reference-aware paths use the R reference values: shifting the references' set (by changing one value)
   moves the limits exactly as the linear algebra predicts, and the reference-free fits not at all;
+- the report's tables show the numbers of ``result.json`` (smoke sizes);
 - a scan interrupted after some networks and rerun writes the same ``result.json`` as an uninterrupted one,
   and the rerun trains only the missing networks (smoke sizes).
 """
@@ -164,3 +165,29 @@ def test_an_interrupted_scan_resumes_to_the_same_result(conv, tmp_path, monkeypa
     # a folder resumes only its own configuration
     with pytest.raises(SystemExit, match="another configuration"):
         conv.run_scan(tmp_path / "parts", {**config, "steps": config["steps"] + 1}, progress=False)
+
+
+def test_report_tables_show_the_scan_result_numbers(conv, tmp_path, monkeypatch):
+    """``report.convergence_scan_tables`` on a smoke scan: each cell is the number of ``result.json`` it names
+    (the excess ± 1.96 SE, the exponent of every estimator, M0 and c of both nested fits, the i.i.d.
+    constant), rows for every d; a folder without a scan says so instead of failing."""
+    monkeypatch.syspath_prepend(str(EXP))  # report.py imports convergence.py by name, as when run as a script
+    spec = importlib.util.spec_from_file_location("fp_report_scan", EXP / "report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    assert "not run" in report.convergence_scan_tables()
+    config = conv.scan_config("scan_smoke")
+    r = conv.run_scan(tmp_path / "convergence_scan", config, progress=False)
+    text = report.convergence_scan_tables()
+    for d in config["ds"]:
+        a = r["scan"][str(d)]["betas"]["0.001"]
+        mean, se = a["excess"]["mean"][0], a["excess"]["se"][0]
+        assert f"| {d} | 0.001 | {report.fmt(mean)} ± {report.fmt(1.96 * se)} |" in text
+        slope = a["estimators"]["reference"]["slope"]
+        assert f"| {d} | 0.001 | {slope:.3f} (" in text
+        for label, key in (("free L_∞", "free"), ("with refs", "with_reference")):
+            off = a["law"][key]["c_over_M_plus_M0"]
+            assert f"| {d} | 0.001 | {label} | {off['M0']:.1f} (" in text
+        assert report.gci(a["iid_constant"]["trained"]) in text
+    assert "M = 8 | M = 16 | M = 32 | M = 64" in text

@@ -21,7 +21,7 @@ from meanfield.runs.folder import (
     DiskFullError,
     MetricsLog,
     RunResult,
-    _differences,
+    config_differences,
     disk_full,
 )
 
@@ -197,5 +197,5 @@ def test_run_result_without_final_metrics_has_an_empty_dict(tmp_path):
 def test_differences_name_every_changed_added_and_removed_key():
     a = {"x": 1, "only_a": 2, "nest": {"k": 1, "same": 0}, "shape": {"k": 1}}
     b = {"x": 2, "only_b": 3, "nest": {"k": 2, "same": 0}, "shape": 5}
-    assert sorted(_differences(a, b)) == ["nest.k", "only_a", "only_b", "shape", "x"]
-    assert list(_differences(a, a)) == []  # negative control
+    assert sorted(config_differences(a, b)) == ["nest.k", "only_a", "only_b", "shape", "x"]
+    assert list(config_differences(a, a)) == []  # negative control

@@ -45,8 +45,8 @@ from meanfield.runs.folder import (
     CorruptCheckpointError,
     MetricsLog,
     RunFolderError,
-    _differences,
     check_folder,
+    config_differences,
     config_hash,
     write_marker,
 )
@@ -660,6 +660,28 @@ def test_git_commit_is_head_of_the_packages_repository_and_dirty_means_a_changed
     assert env_mod._git_commit() == {"commit": None, "dirty": None}
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_git_commit_exclude_ignores_changes_under_the_outputs_only(tmp_path, monkeypatch):
+    """``_git_commit(exclude=...)``: a changed tracked file under an excluded folder (the benchmarks' results,
+    relative to the checkout's top even when meanfield lives in a subfolder) leaves it clean; the same change
+    elsewhere, or with no exclusion, makes it dirty (the negative controls)."""
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "results").mkdir()
+    _git(repo, "init", "-q")
+    (repo / "results" / "r.md").write_text("old\n")
+    (repo / "code.py").write_text("x = 1\n")
+    _git(repo, "add", "results/r.md", "code.py")
+    _git(repo, "commit", "-q", "-m", "init")
+    monkeypatch.setattr(env_mod, "_PACKAGE", repo / "pkg")  # git -C runs in a subfolder of the checkout
+    (repo / "results" / "r.md").write_text("new\n")
+    assert env_mod._git_commit(exclude=("results",))["dirty"] is False
+    assert env_mod._git_commit()["dirty"] is True
+    assert env_mod._git_commit(exclude=("other",))["dirty"] is True
+    (repo / "code.py").write_text("x = 2\n")
+    assert env_mod._git_commit(exclude=("results",))["dirty"] is True
+
+
 def test_git_commit_without_git_is_none(monkeypatch):
     """No git executable (the OSError of subprocess.run): commit and dirty are None, no error."""
 
@@ -852,7 +874,11 @@ def test_check_folder_reads_the_marker_of_a_resumed_folder(tmp_path):
 
 def test_differences_include_keys_on_one_side_only():
     """Keys present in one table only are differences too (the union of the keys, not the intersection)."""
-    assert sorted(_differences({"a": 1, "t": {"x": 1}}, {"b": 2, "t": {"x": 1, "y": 0}})) == ["a", "b", "t.y"]
+    assert sorted(config_differences({"a": 1, "t": {"x": 1}}, {"b": 2, "t": {"x": 1, "y": 0}})) == [
+        "a",
+        "b",
+        "t.y",
+    ]
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")

@@ -15,6 +15,7 @@ import pytest
 from scipy import stats as st
 
 from meanfield.stats import (
+    HolmFamily,
     Z,
     detectable_difference,
     holm,
@@ -157,6 +158,34 @@ def test_holm_leaves_untested_comparisons_out_of_the_family():
         holm([0.1, 1.2])
     with pytest.raises(ValueError, match=r"p-values must be in \[0, 1\]"):
         holm([-0.1])
+
+
+def test_holm_family_fills_each_cell_with_its_own_adjusted_p_in_table_order():
+    """``HolmFamily``: cells made in table order get Holm's p over the whole family (by hand: sorted raw p
+    0.005, 0.01, 0.04 → ×3, ×2, ×1 with the running maximum = 0.015, 0.02, 0.04), each cell its own (not the
+    next one's: the placeholders carry their index), with the digits it was made with; a cell made but not
+    printed is refused (it would count in m silently)."""
+    g = np.random.default_rng(0)
+    base = g.normal(size=8)
+    d = [paired_difference(base + shift + 0.1 * g.normal(size=8), base) for shift in (0.3, 0.02, 0.1)]
+    raw = [x.p_value for x in d]
+    family = HolmFamily()
+    text = f"| a | {family.cell(d[0], 2)} |\n| b | {family.cell(d[1], 4)} |\n| c | {family.cell(d[2], 3)} |\n"
+    assert len(family) == 3 and "\x00" in text
+    out = family.fill(text, lambda x, q, digits: f"{x.mean:.{digits}f}/{q!r}")
+    expected = holm(raw)
+    rows = out.splitlines()
+    for row, x, q, digits in zip(rows, d, expected, (2, 4, 3)):
+        assert row.split(" | ")[1].rstrip(" |") == f"{x.mean:.{digits}f}/{float(q)!r}"
+    order = np.argsort(raw)
+    by_hand = np.maximum.accumulate(np.minimum(1, (3 - np.arange(3)) * np.asarray(raw)[order]))
+    assert sorted(float(r.split("/")[1].rstrip(" |")) for r in rows) == pytest.approx(sorted(by_hand))
+    assert float(rows[0].split("/")[1].rstrip(" |")) != pytest.approx(raw[0])  # control: unadjusted p
+    dropped = HolmFamily()
+    kept = dropped.cell(d[0], 2)
+    dropped.cell(d[1], 2)
+    with pytest.raises(ValueError, match="cell 1 of the Holm family \\(2 cells\\) is not in the table"):
+        dropped.fill(f"| {kept} |", lambda x, q, digits: "")
 
 
 def test_log_interval_is_the_t_interval_of_the_logs():

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from meanfield.config import load_toml
-from meanfield.stats import PairedDifference, holm, log_interval, paired_difference, t_interval
+from meanfield.stats import HolmFamily, PairedDifference, log_interval, paired_difference, t_interval
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -113,15 +113,14 @@ def gci(values) -> str:
     return f"{fmt(i.center)} ({fmt(i.lo)} – {fmt(i.hi)})"
 
 
-_family: list[tuple[PairedDifference, str]] | None = None  # the paired cells of the table being built
+_family: HolmFamily | None = None  # the paired cells of the table being built
 
 
 def paired_cell(d: PairedDifference, digits: int) -> str:
     """``mean (lo – hi), p = …``, or inside a :func:`holm_table` a placeholder that becomes
     ``mean (lo – hi), p = …, Holm …, δ80 …`` once the table's p-values are known."""
     if _family is not None:
-        _family.append((d, digits))
-        return f"\x00{len(_family) - 1}\x00"
+        return _family.cell(d, digits)
     return f"{d.mean:+.{digits}f} ({d.lo:+.{digits}f} – {d.hi:+.{digits}f}), p = {d.p_value:.1e}"
 
 
@@ -140,25 +139,25 @@ LEGEND_MEANS = (
 )
 
 
+def _holm_cell(d: PairedDifference, q: float, digits: int) -> str:
+    return (
+        f"{d.mean:+.{digits}f} ({d.lo:+.{digits}f} – {d.hi:+.{digits}f}), p = {d.p_value:.1e}, "
+        f"Holm {q:.1e}, δ80 {d.detectable():.{digits}f}"
+    )
+
+
 def holm_table(build):
     """Build a table whose paired cells get Holm's adjustment over all of them, and its legend."""
 
     def wrapped(*args, **kwargs):
         global _family
-        _family = []
+        _family = family = HolmFamily()
         try:
             result = build(*args, **kwargs)
-            family = _family
         finally:
             _family = None
         text, rest = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
-        adjusted = holm([d.p_value for d, _ in family])
-        for i, ((d, digits), q) in enumerate(zip(family, adjusted)):
-            cell = (
-                f"{d.mean:+.{digits}f} ({d.lo:+.{digits}f} – {d.hi:+.{digits}f}), p = {d.p_value:.1e}, "
-                f"Holm {q:.1e}, δ80 {d.detectable():.{digits}f}"
-            )
-            text = text.replace(f"\x00{i}\x00", cell)
+        text = family.fill(text, _holm_cell)
         text = text.rstrip("\n") + "\n\n" + LEGEND.format(k=len(family)) + "\n"
         return (text, *rest) if rest else text
 
@@ -1098,6 +1097,51 @@ def figures(lam: dict, conv: dict) -> None:
         plt.close(fig)
 
 
+def scan_figure() -> None:
+    """The scan in d: ``M·(E L_M − L_ref)`` against M per d (flat for an exact ``c/M``, rising to ``c`` for
+    ``c/(M + M0)``), with the fitted offset law (with the references) as a line; and the excess itself."""
+    path = RESULTS / "convergence_scan" / "result.json"
+    if not path.exists():
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    r = json.loads(path.read_text())
+    Ms = np.asarray(r["config"]["Ms"], dtype=float)
+    grid = np.geomspace(Ms[0], Ms[-1], 100)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for d, entry in r["scan"].items():
+        for beta, a in entry["betas"].items():
+            ex, se = np.asarray(a["excess"]["mean"]), np.asarray(a["excess"]["se"])
+            off = a["law"]["with_reference"]["c_over_M_plus_M0"]
+            label = f"d = {d}" + (f", β = {float(beta):g}" if len(entry["betas"]) > 1 else "")
+            line = axes[0].errorbar(Ms, ex, yerr=1.96 * se, fmt="o", label=label)
+            axes[0].plot(grid, off["c"] / (grid + off["M0"]), "-", color=line[0].get_color(), alpha=0.6)
+            axes[1].errorbar(
+                Ms, Ms * ex, yerr=1.96 * Ms * se, fmt="o", color=line[0].get_color(), label=label
+            )
+            axes[1].plot(
+                grid,
+                off["c"] * grid / (grid + off["M0"]),
+                "-",
+                color=line[0].get_color(),
+                alpha=0.6,
+                label=f"d = {d}: c·M/(M + M0), M0 = {off['M0']:.0f}",
+            )
+    axes[0].set_yscale("log")
+    axes[0].set_ylabel("E L_M − L_ref (± 1.96 SE)")
+    axes[1].set_ylabel("M·(E L_M − L_ref): flat for c/M")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("M")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(ASSETS / "feature_particles_scan.png", dpi=110)
+    plt.close(fig)
+
+
 def transition_figure(q_res: dict, k1_res: dict, m_res: dict, theory: dict) -> None:
     """docs/assets/feature_particles_intensive.png: q and aligned against β·d/4 (k = 2 and k = 1 with the
     mean-field curves), and every statistic against β at d = 16 for M = 32, 128, 512."""
@@ -1171,8 +1215,7 @@ def convergence_offset_table() -> str:
         for beta, b in r["betas"].items():
             fit = convergence.offset_law_fit(r["Ms"], np.array(b["loss_excess"]["values"]))
             off, plain = fit["c_over_M_plus_M0"], fit["c_over_M"]
-            Ms = np.asarray(r["Ms"], dtype=float)
-            implied = float(np.polyfit(np.log(Ms), np.log(off["c"] / (Ms + off["M0"])), 1)[0])
+            implied = _implied_slope(r["Ms"], off)
             lines.append(
                 f"| {name} | {beta} | {', '.join(str(m) for m in r['Ms'])} | {off['M0']:.1f} "
                 f"({off['M0_ci'][0]:.1f} – {off['M0_ci'][1]:.1f}) | {off['c']:.3g} ({off['c_ci'][0]:.3g} – "
@@ -1180,6 +1223,114 @@ def convergence_offset_table() -> str:
                 f"{fit['p_value']:.2g} | {fit['preferred']} | {implied:.2f} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _implied_slope(Ms, law: dict) -> float:
+    """The log-log slope of the fitted ``c/(M + M0)`` itself over ``Ms`` (least squares of its log on log M):
+    what a power law fitted to exact offset-law data over these M reports."""
+    M = np.asarray(Ms, dtype=float)
+    return float(np.polyfit(np.log(M), np.log(law["c"] / (M + law["M0"])), 1)[0])
+
+
+def _slope_cell(slope: float | None, ci: list | None) -> str:
+    """``slope (lo – hi)``, with ``—`` for a value the estimator could not give (NaN, stored as null)."""
+
+    def f(x) -> str:
+        return "—" if x is None or not math.isfinite(x) else f"{x:.3f}"
+
+    return f"{f(slope)} ({f(ci[0])} – {f(ci[1])})" if ci else f(slope)
+
+
+def convergence_scan_tables() -> str:
+    """The scan in d (``convergence.py --preset scan``, ``run_all.sh convergence_scan``): per d and β the loss
+    excess at each M against the R references, the exponent by every estimator of
+    :func:`meanfield.studies.convergence_in_m`, the nested laws ``L_∞ + c/(M + M0)`` vs ``L_∞ + c/M``
+    (reference-free, and with the references as a point at M_ref), and the 1/M constant against what i.i.d.
+    sampling of the references' laws gives and against the networks' spread."""
+    import convergence  # experiments/feature_particles/convergence.py (HERE is on sys.path when run as a script)
+
+    path = RESULTS / "convergence_scan" / "result.json"
+    if not path.exists():
+        return "*(not run: `bash experiments/feature_particles/run_all.sh convergence_scan`)*\n"
+    r = json.loads(path.read_text())
+    cfg = r["config"]
+    Ms = [int(M) for M in cfg["Ms"]]
+    timing_path = RESULTS / "convergence_scan" / "timing.json"
+    cost = json.loads(timing_path.read_text()) if timing_path.exists() else None
+    excess = [
+        "| d | β | "
+        + " | ".join(f"M = {M}" for M in Ms)
+        + f" | L_ref (R = {cfg['n_refs']}, M_ref = {cfg['M_ref']:,}) |",
+        "|---|---|" + "---|" * len(Ms) + "---|",
+    ]
+    slopes = [
+        "| d | β | " + " | ".join(f"`{e}`" for e in convergence.SCAN_ESTIMATORS) + " |",
+        "|---|---|" + "---|" * len(convergence.SCAN_ESTIMATORS),
+    ]
+    laws = [
+        "| d | β | fit | M0 (95 % CI) | c (95 % CI) | χ² c/(M+M0) (dof) | χ² c/M (dof) | p (Δχ², 1 dof) | preferred "
+        "| log-log slope of the fitted c/(M+M0) over the Ms |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    constant = [
+        "| d | β | c of c/M (with refs) | c of c/(M+M0) (with refs) | i.i.d. constant of the trained refs "
+        "| i.i.d. constant at init | M·E_x Var_r f_M, " + ", ".join(f"M = {M}" for M in Ms) + " |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for d, entry in r["scan"].items():
+        for beta, a in entry["betas"].items():
+            ex, se = a["excess"]["mean"], a["excess"]["se"]
+            ref = a["reference"]
+            excess.append(
+                f"| {d} | {float(beta):g} | "
+                + " | ".join(f"{fmt(m)} ± {fmt(1.96 * s)}" for m, s in zip(ex, se))
+                + f" | {fmt(ref['mean'])} ± {fmt(1.96 * ref['se'])} |"
+            )
+            est = a["estimators"]
+            slopes.append(
+                f"| {d} | {float(beta):g} | "
+                + " | ".join(
+                    _slope_cell(est[e]["slope"], est[e]["slope_ci"]) for e in convergence.SCAN_ESTIMATORS
+                )
+                + " |"
+            )
+            for label, fit in (("free L_∞", a["law"]["free"]), ("with refs", a["law"]["with_reference"])):
+                off, plain = fit["c_over_M_plus_M0"], fit["c_over_M"]
+                laws.append(
+                    f"| {d} | {float(beta):g} | {label} | {off['M0']:.1f} ({off['M0_ci'][0]:.1f} – "
+                    f"{off['M0_ci'][1]:.1f}) | {off['c']:.3g} ({off['c_ci'][0]:.3g} – {off['c_ci'][1]:.3g}) | "
+                    f"{off['chi2']:.2f} ({off['dof']}) | {plain['chi2']:.2f} ({plain['dof']}) | "
+                    f"{fit['p_value']:.2g} | {fit['preferred']} | {_implied_slope(Ms, off):.2f} |"
+                )
+            with_ref = a["law"]["with_reference"]
+            iid = a["iid_constant"]
+            spread = a["fluctuation"]["M_times_variance"]
+            constant.append(
+                f"| {d} | {float(beta):g} | {with_ref['c_over_M']['c']:.3g} | {with_ref['c_over_M_plus_M0']['c']:.3g} | "
+                f"{gci(iid['trained'])} | {gci(iid['init'])} | "
+                + ", ".join(f"{v:.3g}" for v in spread)
+                + " |"
+            )
+    parts = [
+        f"Loss excess `E L_M − L_ref` (mean over {cfg['reps']} replicates ± 1.96 SE, replicates and reference "
+        "mean independent) and the references' test MSE:",
+        "\n".join(excess),
+        "Exponent of the excess by each estimator of `convergence_in_m` (95 % bootstrap interval):",
+        "\n".join(slopes),
+        "The nested laws (weighted least squares, bootstrap over replicates; *with refs*: the references' mean "
+        "as a point at M_ref with its SE):",
+        "\n".join(laws),
+        "The 1/M constant: fitted, against `E_x Var_i φ_i(x)` of the reference networks' particles (the constant "
+        "if the M particles were i.i.d. draws of the trained law; geometric mean over the R references, "
+        "t interval of the logs) and of the initial law, and the replicates' spread `M·E_x Var_r f_M(x)`:",
+        "\n".join(constant),
+    ]
+    if cost:
+        parts.append(
+            f"Cost: {cost['cpu_time_s'] / 3600:.2f} CPU hours ({cost['wall_time_s'] / 3600:.2f} h of the networks' "
+            "wall time), from the networks' own files (`timing.json`)."
+        )
+    return "\n\n".join(parts) + "\n"
 
 
 def images_lr_table() -> str:
@@ -1283,6 +1434,10 @@ def main() -> None:
             convergence_table("convergence_wide")[0],
         ),
         "convergence_offset": ("The loss excess refitted with c/(M + M0)", convergence_offset_table()),
+        "convergence_scan": (
+            "The scan in d: the loss excess against three references",
+            convergence_scan_tables(),
+        ),
     }
     tables = RESULTS / "tables"
     tables.mkdir(parents=True, exist_ok=True)
@@ -1293,6 +1448,7 @@ def main() -> None:
     (RESULTS / "tables.md").write_text(combined)
     figures(lam, conv)
     transition_figure(q_res, k1_res, m_res, theory)
+    scan_figure()
     print(combined)
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from meanfield import config as _config
-from meanfield.stats import PairedDifference, holm, paired_difference, pairs_needed, t_interval
+from meanfield.stats import HolmFamily, PairedDifference, holm, paired_difference, pairs_needed, t_interval
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -114,7 +114,7 @@ def ci(runs: dict[int, dict], key: str, digits: int = 3, scale: float = 1.0) -> 
     return f"{iv.mean:.{digits}f} ± {(iv.hi - iv.lo) / 2:.{digits}f}"
 
 
-_family: list[tuple[PairedDifference, int]] | None = None  # the paired cells of the table being built
+_family: HolmFamily | None = None  # the paired cells of the table being built
 
 
 def paired(
@@ -129,8 +129,7 @@ def paired(
     y = [b[s]["final"][key_b or key] for s in seeds]
     d = paired_difference(x, y)
     if _family is not None:
-        _family.append((d, digits))
-        return f"\x00{len(_family) - 1}\x00"
+        return _family.cell(d, digits)
     return f"{d.mean:+.{digits}f} [{d.lo:+.{digits}f}, {d.hi:+.{digits}f}], p={d.p_value:.2g}"
 
 
@@ -147,26 +146,26 @@ def legend(comparisons: int | None) -> str:
     return f"\n\n*{text}*"
 
 
+def _holm_cell(d: PairedDifference, q: float, digits: int) -> str:
+    return (
+        f"{d.mean:+.{digits}f} [{d.lo:+.{digits}f}, {d.hi:+.{digits}f}], p={d.p_value:.2g} "
+        f"(Holm {q:.2g}), δ80={d.detectable():.{digits}f}"
+    )
+
+
 def holm_table(build):
     """Build a table whose paired cells get Holm's adjustment over all of them, and its legend."""
 
     def wrapped(*args, **kwargs):
         global _family
-        _family = []
+        _family = family = HolmFamily()
         try:
             result = build(*args, **kwargs)
-            family = _family
         finally:
             _family = None
         text, rest = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
-        adjusted = holm([d.p_value for d, _ in family])
-        for i, ((d, digits), q) in enumerate(zip(family, adjusted)):
-            cell = (
-                f"{d.mean:+.{digits}f} [{d.lo:+.{digits}f}, {d.hi:+.{digits}f}], p={d.p_value:.2g} "
-                f"(Holm {q:.2g}), δ80={d.detectable():.{digits}f}"
-            )
-            text = text.replace(f"\x00{i}\x00", cell)
-        text += legend(len(family))
+        text = family.fill(text, _holm_cell)
+        text = text + legend(len(family))
         return (text, *rest) if rest else text
 
     wrapped.__name__, wrapped.__doc__ = build.__name__, build.__doc__

@@ -26,8 +26,16 @@ __all__ = ["environment", "provenance", "provenance_changes", "record_environmen
 _PACKAGE = Path(__file__).resolve().parents[1]  # meanfield/
 
 
-def _git_commit() -> dict[str, Any]:
+def _git_commit(exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``{"commit": HEAD, "dirty": whether a tracked file differs from it}`` for the checkout holding
+    meanfield, ``None`` for both outside a git checkout (or without git).
+
+    Args:
+        exclude: paths relative to the checkout's top (``"benchmarks/results"``) whose changes do not make it
+            dirty: the outputs of the run that asks, which would otherwise mark every run after the first.
+    """
     here = _PACKAGE
+    pathspec = [":(top)", *(f":(top,exclude){path}" for path in exclude)] if exclude else []
     try:
         commit = subprocess.run(
             ["git", "-C", str(here), "rev-parse", "HEAD"],
@@ -38,7 +46,7 @@ def _git_commit() -> dict[str, Any]:
             check=True,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no", "--", *pathspec],
             capture_output=True,
             text=True,
             errors="replace",  # a path git prints undecoded (core.quotePath=false) must not stop a run

@@ -36,6 +36,7 @@ __all__ = [
     "DiskFullError",
     "check_folder",
     "config_hash",
+    "config_differences",
     "write_marker",
     "remove_temporaries",
     "MARKER",
@@ -389,7 +390,7 @@ def check_folder(folder: Path, config_text: str, resolved: Mapping[str, Any], re
         raise ConfigError(f"{folder} already holds a run: pass --resume to continue it, or another --out")
     stored = _config.load_toml(config_path)
     if stored != _config.load_toml_text(config_text):
-        changed = sorted(_differences(stored, resolved))
+        changed = sorted(config_differences(stored, resolved))
         raise ConfigError(
             f"cannot resume {folder}: its configuration differs in {', '.join(changed)} "
             "(resume with the same config, preset and overrides, or start a new --out)"
@@ -409,11 +410,18 @@ def check_folder(folder: Path, config_text: str, resolved: Mapping[str, Any], re
             )
 
 
-def _differences(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
+def config_differences(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
+    """The dotted names of the keys whose values differ between two nested configurations, including keys
+    present on one side only (``{"t": {"x": 1}}`` vs ``{"t": {"x": 2}, "y": 0}`` → ``t.x``, ``y``).
+
+    Args:
+        a, b: nested mappings (a resolved ``config.toml`` and another).
+        prefix: prepended to every name (the dotted path of ``a`` and ``b`` in a larger configuration).
+    """
     for key in set(a) | set(b):
         va, vb = a.get(key), b.get(key)
         name = f"{prefix}{key}"
         if isinstance(va, Mapping) and isinstance(vb, Mapping):
-            yield from _differences(va, vb, name + ".")
+            yield from config_differences(va, vb, name + ".")
         elif va != vb:
             yield name
