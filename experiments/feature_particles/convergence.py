@@ -669,35 +669,23 @@ def main() -> None:
             return w2_squared(x, y, method="sliced", n_projections=256, seed=0)
 
         sliced.__name__ = "sliced_w2_squared"
-        g = torch.Generator().manual_seed(0)
+        g = torch.Generator().manual_seed(0)  # shared by the three studies, drawn from in this order
+        cases = {  # name: (clouds by M, reference cloud, metric)
+            "loss_excess": (trained, ref, excess),
+            "w2_trained": (trained, ref, sliced),
+            "w2_init": (init, ref0, sliced),
+        }
         studies = {
-            "loss_excess": convergence_in_m(
-                lambda M, n, trained=trained: trained[M],
+            name: convergence_in_m(
+                lambda M, n, clouds=clouds: clouds[M],
                 Ms,
                 reps=reps,
-                reference=ref,
+                reference=reference,
                 generator=g,
-                metric=excess,
+                metric=metric,
                 progress=False,
-            ),
-            "w2_trained": convergence_in_m(
-                lambda M, n, trained=trained: trained[M],
-                Ms,
-                reps=reps,
-                reference=ref,
-                generator=g,
-                metric=sliced,
-                progress=False,
-            ),
-            "w2_init": convergence_in_m(
-                lambda M, n, init=init: init[M],
-                Ms,
-                reps=reps,
-                reference=ref0,
-                generator=g,
-                metric=sliced,
-                progress=False,
-            ),
+            )
+            for name, (clouds, reference, metric) in cases.items()
         }
         result["betas"][str(beta)] = {
             "L_ref": L_ref,
