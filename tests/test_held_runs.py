@@ -63,21 +63,8 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
-TEACHER = ROOT / "experiments" / "teacher_student" / "config.toml"
-TINY = [
-    "data.n_train=64",
-    "data.n_test=32",
-    "model.n_particles=8",
-    "train.batch_size=16",
-    "train.steps=4",
-    "train.log_every=2",
-    "train.eval_every=0",
-    "train.checkpoint_every=2",
-    "train.keep_checkpoints=5",
-    "train.figures=false",
-    "train.tensorboard=false",
-]
+from _tiny_run import ROOT, TEACHER, TINY  # noqa: E402  (tests/_tiny_run.py)
+
 STAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}[+-]\d{4}$")
 CPU = torch.device("cpu")
 DEAD_PID = 2**31 - 2  # above any pid_max: os.kill(pid, 0) says no such process

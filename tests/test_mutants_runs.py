@@ -54,22 +54,8 @@ from meanfield.tasks.regression import FeatureModel, TeacherStudentData
 
 env_mod = importlib.import_module("meanfield.runs.environment")  # meanfield.runs.environment is the function
 
-ROOT = Path(__file__).resolve().parents[1]
-TEACHER = ROOT / "experiments" / "teacher_student" / "config.toml"
-# the smoke preset cut down: 4 steps of 16 samples, 8 particles, a line every 2 steps, checkpoints at 2 and 4
-TINY = [
-    "data.n_train=64",
-    "data.n_test=32",
-    "model.n_particles=8",
-    "train.batch_size=16",
-    "train.steps=4",
-    "train.log_every=2",
-    "train.eval_every=0",
-    "train.checkpoint_every=2",
-    "train.keep_checkpoints=5",
-    "train.figures=false",
-    "train.tensorboard=false",
-]
+from _tiny_run import TEACHER, TINY  # noqa: E402  (tests/_tiny_run.py)
+
 STAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}[+-]\d{4}$")  # time.strftime("%Y-%m-%dT%H:%M:%S%z")
 CPU = torch.device("cpu")
 
