@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -99,9 +100,21 @@ def test_a_record_of_this_very_process_is_stale_not_a_refusal(tmp_path):
         assert lock.stale == own
 
 
+def _started_python(seconds: float = 10.0) -> subprocess.Popen:
+    """A sleeping Python child whose ``/proc/<pid>/cmdline`` already names Python (a holder the lock must
+    respect), so that a loaded machine cannot make the test read it before the child is there."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    cmdline = Path(f"/proc/{child.pid}/cmdline")
+    deadline = time.monotonic() + seconds
+    while cmdline.exists() and b"python" not in cmdline.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert child.poll() is None, f"the sleeping child exited with {child.returncode}"
+    return child
+
+
 def test_a_live_python_holder_is_refused_by_name_and_the_flock_given_back(tmp_path):
     folder = tmp_path / "run"
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    child = _started_python()
     try:
         _write_record(
             folder, {"pid": child.pid, "host": socket.gethostname(), "since": "t0", "command": ["a", "b"]}
@@ -153,7 +166,9 @@ def test_an_unreadable_lock_file_is_no_holder(tmp_path, content):
 
 def test_a_long_record_is_read_whole(tmp_path):
     """A holder with a very long command line (over 64 KiB of record) is still read, and still refused."""
-    if "MUTANT_UNDER_TEST" in os.environ:  # passes alone under mutmut, not in its in-process clean run: unexplained
+    if (
+        "MUTANT_UNDER_TEST" in os.environ
+    ):  # passes alone under mutmut, not in its in-process clean run: unexplained
         pytest.skip("not run inside mutmut's clean run (docs/testing.md)")
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
