@@ -49,3 +49,21 @@ def test_wilson_interval_matches_scipy():
         ref = binomtest(k, n).proportion_ci(method="wilson")
         assert mutation.wilson(k, n) == pytest.approx((ref.low, ref.high), abs=1e-9)
     assert mutation.wilson(0, 0) == (0.0, 1.0)
+
+
+def test_holdout_table_counts_only_the_ranks_after_the_given_one(monkeypatch):
+    """holdout_table(found, 40, 10) scores ranks 41-50 by digest only: one module of 60 mutants where exactly
+    those ten are 7 killed, 2 survived and 1 not checked gives 7/9 (a module checked in full: no variance), and
+    rank 31-40's statuses (all survived here) do not count; with the default start (after rank 30) they do."""
+    monkeypatch.setattr(mutation, "equivalent", lambda: {})
+    names = [f"meanfield.m.x_f__mutmut_{i}" for i in range(1, 61)]
+    ranked = sorted(names, key=lambda n: hashlib.sha256(n.encode()).hexdigest())
+    statuses = {n: "killed" for n in ranked}
+    statuses.update({n: "survived" for n in ranked[30:40]})
+    for n, s in zip(ranked[40:50], ["killed"] * 7 + ["survived"] * 2 + ["not checked"]):
+        statuses[n] = s
+    text = mutation.holdout_table({"meanfield.m": statuses}, 40, 10)
+    assert "ranks 41–50" in text and "`meanfield.m` 7/9" in text
+    assert "`meanfield.m` 0/10" in mutation.holdout_table(
+        {"meanfield.m": statuses}, 30, 10
+    )  # the older ranks

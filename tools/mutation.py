@@ -11,6 +11,7 @@ later call continues where the budget stopped it), then counts the results and r
     python tools/mutation.py --table                                              # the table from mutants/
     python tools/mutation.py --survivors meanfield.stats                          # what survived, to read
     python tools/mutation.py --sample 30 --minutes 60                              # every module, sampled
+    python tools/mutation.py --holdout 10 --after 40 --minutes 45                  # a fresh held-out sample
 
 The whole package has about 21,000 mutants (about one a second on two cores: six hours), so the survey of every
 module is a *sample*: in each module the ``--sample K`` mutants whose names have the smallest SHA-256 digest (a
@@ -233,8 +234,9 @@ def table(found: dict[str, dict[str, str]], k: int = 30) -> str:
 
 def holdout_table(found: dict[str, dict[str, str]], k: int = 30, h: int = 10) -> str:
     """The kill rate on the *held-out* sample: per module the mutants ranked ``k + 1 … k + h`` by digest, which
-    no one reads when writing tests against the ``k``-sample's survivors (so the ``k``-sample's rate cannot be
-    fitted to its own mutants unseen). Its checked mutants only; the stratified total over the modules with any.
+    no one reads when writing tests against the survivors of the ranks up to ``k`` (so the sample's rate cannot
+    be fitted to its own mutants unseen). Its checked mutants only; the stratified total over the modules with
+    any. After a round of tests written against one held-out sample, the next is drawn beyond it (``k`` + ``h``).
     """
     same = equivalent()
     strata: list[tuple[int, float, int]] = []
@@ -300,6 +302,14 @@ def main() -> int:
         "table's rows for modules not run in full come from this sample (default K = 30)",
     )
     parser.add_argument(
+        "--after",
+        type=int,
+        default=None,
+        metavar="A",
+        help="with --holdout: the held-out sample starts after rank A (default K): a fresh one once tests have "
+        "been written against the last (ranks 31-40 read, then --after 40 measures ranks 41-50)",
+    )
+    parser.add_argument(
         "--holdout",
         type=int,
         default=None,
@@ -319,7 +329,8 @@ def main() -> int:
         return 0
     k = args.sample or 30
     if not args.table and (args.sample or args.holdout):
-        size, offset = (args.holdout, k) if args.holdout else (k, 0)
+        after = k if args.after is None else args.after
+        size, offset = (args.holdout, after) if args.holdout else (k, 0)
         todo = [
             name
             for module, statuses in results().items()
@@ -336,7 +347,7 @@ def main() -> int:
             print(f"{module}: {run_mutmut([pattern], args.minutes, args.children) / 60:.1f} min")
     found = results()
     text = table(found, k)
-    held = holdout_table(found, k, args.holdout or 10)
+    held = holdout_table(found, k if args.after is None else args.after, args.holdout or 10)
     if held:
         text += "\n\n" + held
     words = [w for w in sys.argv[1:] if not w.startswith("meanfield")]
