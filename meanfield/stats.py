@@ -346,7 +346,11 @@ def log_interval(values, level: float = 0.95) -> LogInterval:
     if iv.n < 2:
         return LogInterval(math.exp(iv.mean), math.nan, math.nan, math.nan, 1, math.nan)
     half = (iv.hi - iv.lo) / 2
-    return LogInterval(math.exp(iv.mean), math.exp(iv.lo), math.exp(iv.hi), math.exp(half), iv.n, iv.se)
+
+    def exp(x: float) -> float:  # e^x, inf beyond float64 (a huge spread of the logs), never OverflowError
+        return math.exp(x) if x < 709.78 else math.inf
+
+    return LogInterval(exp(iv.mean), exp(iv.lo), exp(iv.hi), exp(half), iv.n, iv.se)
 
 
 _POWER_METHODS = ("t", "normal")
