@@ -54,8 +54,10 @@ machine. The machines are shared: absolute numbers move with the load (recorded)
 much less.
 
 This page is generated from those files by `python benchmarks/report.py` (never edit it by hand; rerun the
-command after a benchmark). Files marked *recorded before issue 31* were written before the scripts
-recorded their provenance: what they say of their command, machine and load is all there is.
+command after a benchmark). `bash benchmarks/run_all.sh` reruns every CPU benchmark one at a time with the
+commands of the files here, then this page (about 20 minutes on the 2-core machines; run it on a quiet
+machine). Files marked *recorded before issue 31* were written before the scripts recorded their provenance:
+what they say of their command, machine and load is all there is.
 """
 
 SECTIONS = (

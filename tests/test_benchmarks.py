@@ -210,3 +210,20 @@ def test_the_stale_text_is_gone():
     steps = re.search(r"(\d+) Euler–Maruyama steps", distributed).group(1)
     command = re.search(r"`(python benchmarks/distributed\.py[^`]*)`", distributed).group(1)
     assert command.endswith(f"--steps {steps}")  # the command states the steps the text gives
+
+
+def test_run_all_reruns_each_results_file_with_its_recorded_command():
+    """``benchmarks/run_all.sh`` holds, for every results file with provenance on this repo's CPU machine kinds,
+    the exact command the file records (so a rerun rewrites each with the same flags); a command it does not
+    hold (a deliberately wrong one) is told apart."""
+    script = (BENCH / "run_all.sh").read_text()
+    commands = {
+        "python " + line.strip()[len("run ") :]
+        for line in script.splitlines()
+        if line.strip().startswith("run benchmarks/")
+    }
+    assert "python benchmarks/wasserstein.py --bogus" not in commands
+    for path in RESULTS.glob("*/*.md"):
+        recorded = common.parse_provenance(path.read_text())
+        if recorded is not None and recorded["device"] == "cpu":
+            assert recorded["command"] in commands, f"{path}: {recorded['command']} is not in run_all.sh"
