@@ -238,13 +238,13 @@ def target_lines(text: str) -> list[str]:
     return [line[2:].strip() for line in text.splitlines() if line.startswith("- ") and "target" in line]
 
 
-def summary(results: Path = RESULTS) -> list[str]:
+def summary(results: Path = RESULTS, clean: set[tuple[str, str]] | None = None) -> list[str]:
     """The summary table: every target line of every results file, with its machine and run."""
     lines = [
         "| benchmark | machine | run | target and measured (from the results file) |",
         "|---|---|---|---|",
     ]
-    clean = clean_sources(results)
+    clean = clean_sources(results) if clean is None else clean
     for section in sections(results):
         for machine in machines(results):
             for name in section.names:
@@ -267,11 +267,13 @@ def anchor(title: str) -> str:
     return "-".join(kept.split())
 
 
-def section_text(section: Section, results: Path = RESULTS) -> list[str]:
+def section_text(
+    section: Section, results: Path = RESULTS, clean: set[tuple[str, str]] | None = None
+) -> list[str]:
     """One section: heading, prose, then each machine's results files included."""
     lines = [f"## {section.title}", "", section.intro, ""]
     found = False
-    clean = clean_sources(results)
+    clean = clean_sources(results) if clean is None else clean
     for machine in machines(results):
         for name in section.names:
             path = results / machine / f"{name}.md"
@@ -314,16 +316,17 @@ def sections(results: Path = RESULTS) -> tuple[Section, ...]:
 
 def render(results: Path = RESULTS) -> str:
     """The whole page."""
+    clean = clean_sources(results)  # read once: the summary and every section label their runs with it
     lines = [INTRO, "## Summary: every target, by machine", ""]
     lines += [
         "Each row is a target line of a results file, as the benchmark wrote it (met or **missed**, with the",
         "floor where the benchmark measures one); rows of different machines are different runs.",
         "",
-        *summary(results),
+        *summary(results, clean),
         "",
     ]
     for section in sections(results):
-        lines += section_text(section, results)
+        lines += section_text(section, results, clean)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
