@@ -10,8 +10,10 @@ Holm-adjusted p-value, and the smallest difference its seeds could have detected
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -520,6 +522,43 @@ class HolmFamily:
     def __init__(self) -> None:
         self._members: list[tuple[PairedDifference, int]] = []
 
+    @staticmethod
+    def active() -> HolmFamily | None:
+        """The family of the :meth:`table` being built (the innermost one), or ``None`` outside any."""
+        return _ACTIVE_FAMILY.get()
+
+    @classmethod
+    def table(
+        cls,
+        render: Callable[[PairedDifference, float, int], str],
+        finish: Callable[[str, int], str] = lambda text, m: text,
+    ) -> Callable[[Callable[..., object]], Callable[..., object]]:
+        """Decorator: a function that builds one table gets Holm's adjustment over all its paired cells.
+
+        While the decorated function runs, :meth:`active` is a fresh family, so a cell helper can write
+        ``family.cell(d, digits)`` when ``HolmFamily.active()`` is not ``None`` (and a plain cell otherwise).
+        The function returns the table's text, or a tuple whose first item is the text; that text comes back
+        as ``finish(fill(text, render), m)`` with ``m`` the family's size (``finish`` adds a legend, say).
+        Tables built inside the function (nested :meth:`table` calls) have families of their own.
+        """
+
+        def decorate(build: Callable[..., object]) -> Callable[..., object]:
+            @functools.wraps(build)
+            def wrapped(*args, **kwargs):
+                family = cls()
+                token = _ACTIVE_FAMILY.set(family)
+                try:
+                    result = build(*args, **kwargs)
+                finally:
+                    _ACTIVE_FAMILY.reset(token)
+                text, rest = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
+                text = finish(family.fill(text, render), len(family))
+                return (text, *rest) if rest else text
+
+            return wrapped
+
+        return decorate
+
     def __len__(self) -> int:
         return len(self._members)
 
@@ -543,3 +582,6 @@ class HolmFamily:
                 raise ValueError(f"cell {i} of the Holm family ({len(self)} cells) is not in the table")
             text = text.replace(mark, render(d, float(q), digits))
         return text
+
+
+_ACTIVE_FAMILY: ContextVar[HolmFamily | None] = ContextVar("meanfield_holm_family", default=None)

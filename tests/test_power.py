@@ -188,6 +188,57 @@ def test_holm_family_fills_each_cell_with_its_own_adjusted_p_in_table_order():
         dropped.fill(f"| {kept} |", lambda x, q, digits: "")
 
 
+def test_holm_family_table_adjusts_each_built_table_over_its_own_cells_only():
+    """``HolmFamily.table``: inside the decorated builder ``active()`` is a fresh family, outside it ``None``;
+    the text comes back as ``finish(filled, m)`` with m the cells of *that* table (by hand: raw p 0.01, 0.04
+    → Holm 0.02, 0.04), a tuple's extra items pass through, a nested table keeps its own family (its cell
+    is not counted in the outer m: control, Holm over 3 would give 0.03 for the smallest), and an error in
+    the builder leaves no active family behind."""
+
+    zeros = [0.0, 0.0, 0.0]
+    diffs = {  # keyed by their rough p: paired differences 1.0, 1.1, 0.9 (p ≈ 0.006) and 1, 2, 0.5 (≈ 0.07)
+        0.01: paired_difference([1.0, 1.1, 0.9], zeros),
+        0.04: paired_difference([1.0, 2.0, 0.5], zeros),
+    }
+    raw = {k: d.p_value for k, d in diffs.items()}
+    assert raw[0.01] < raw[0.04] / 2 < raw[0.04] < 0.5  # the step-down's two regimes apart
+    render = lambda d, q, digits: f"{q:.{digits}f}"  # noqa: E731
+    table = HolmFamily.table(render, lambda text, m: f"{text}[m={m}]")
+
+    @table
+    def inner() -> str:
+        """the inner table"""
+        return f"<{HolmFamily.active().cell(diffs[0.01], 4)}>"
+
+    @table
+    def outer(extra: int) -> tuple[str, int]:
+        """the outer table"""
+        family = HolmFamily.active()
+        assert family is not None and len(family) == 0
+        first = family.cell(diffs[0.04], 4)
+        nested = inner()
+        assert HolmFamily.active() is family  # the inner table's family is gone again
+        return f"{first} {family.cell(diffs[0.01], 4)} {nested}", extra
+
+    assert HolmFamily.active() is None
+    text, extra = outer(7)
+    lo, hi = sorted(raw.values())
+    adjusted = {raw[0.01]: min(1, 2 * lo), raw[0.04]: max(min(1, 2 * lo), hi)}  # Holm's step-down by hand
+    assert extra == 7 and HolmFamily.active() is None
+    assert text == (f"{adjusted[raw[0.04]]:.4f} {adjusted[raw[0.01]]:.4f} <{raw[0.01]:.4f}>[m=1][m=2]")
+    assert f"{min(1, 3 * lo):.4f}" not in text.split(" <")[0]  # control: one family of 3 over both tables
+    assert outer.__name__ == "outer" and outer.__doc__ == "the outer table"
+
+    @table
+    def broken() -> str:
+        HolmFamily.active().cell(diffs[0.01], 2)
+        raise RuntimeError("mid-table")
+
+    with pytest.raises(RuntimeError, match="mid-table"):
+        broken()
+    assert HolmFamily.active() is None
+
+
 def test_log_interval_is_the_t_interval_of_the_logs():
     values = np.array([2.1e-5, 3.4e-6, 8.0e-5, 1.2e-5, 4.4e-6])
     lo, hi = st.t.interval(0.95, 4, loc=np.log(values).mean(), scale=st.sem(np.log(values)))

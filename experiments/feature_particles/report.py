@@ -113,14 +113,11 @@ def gci(values) -> str:
     return f"{fmt(i.center)} ({fmt(i.lo)} – {fmt(i.hi)})"
 
 
-_family: HolmFamily | None = None  # the paired cells of the table being built
-
-
 def paired_cell(d: PairedDifference, digits: int) -> str:
     """``mean (lo – hi), p = …``, or inside a :func:`holm_table` a placeholder that becomes
     ``mean (lo – hi), p = …, Holm …, δ80 …`` once the table's p-values are known."""
-    if _family is not None:
-        return _family.cell(d, digits)
+    if (family := HolmFamily.active()) is not None:
+        return family.cell(d, digits)
     return f"{d.mean:+.{digits}f} ({d.lo:+.{digits}f} – {d.hi:+.{digits}f}), p = {d.p_value:.1e}"
 
 
@@ -146,23 +143,10 @@ def _holm_cell(d: PairedDifference, q: float, digits: int) -> str:
     )
 
 
-def holm_table(build):
-    """Build a table whose paired cells get Holm's adjustment over all of them, and its legend."""
-
-    def wrapped(*args, **kwargs):
-        global _family
-        _family = family = HolmFamily()
-        try:
-            result = build(*args, **kwargs)
-        finally:
-            _family = None
-        text, rest = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
-        text = family.fill(text, _holm_cell)
-        text = text.rstrip("\n") + "\n\n" + LEGEND.format(k=len(family)) + "\n"
-        return (text, *rest) if rest else text
-
-    wrapped.__name__, wrapped.__doc__ = build.__name__, build.__doc__
-    return wrapped
+# a table whose paired cells get Holm's adjustment over all of them, and its legend
+holm_table = HolmFamily.table(
+    _holm_cell, lambda text, k: text.rstrip("\n") + "\n\n" + LEGEND.format(k=k) + "\n"
+)
 
 
 def at_step(run: dict, key: str, step: int) -> float:

@@ -114,9 +114,6 @@ def ci(runs: dict[int, dict], key: str, digits: int = 3, scale: float = 1.0) -> 
     return f"{iv.mean:.{digits}f} ± {(iv.hi - iv.lo) / 2:.{digits}f}"
 
 
-_family: HolmFamily | None = None  # the paired cells of the table being built
-
-
 def paired(
     a: dict[int, dict], b: dict[int, dict], key: str, digits: int = 3, key_b: str | None = None
 ) -> str:
@@ -128,8 +125,8 @@ def paired(
     x = [a[s]["final"][key] for s in seeds]
     y = [b[s]["final"][key_b or key] for s in seeds]
     d = paired_difference(x, y)
-    if _family is not None:
-        return _family.cell(d, digits)
+    if (family := HolmFamily.active()) is not None:
+        return family.cell(d, digits)
     return f"{d.mean:+.{digits}f} [{d.lo:+.{digits}f}, {d.hi:+.{digits}f}], p={d.p_value:.2g}"
 
 
@@ -153,23 +150,8 @@ def _holm_cell(d: PairedDifference, q: float, digits: int) -> str:
     )
 
 
-def holm_table(build):
-    """Build a table whose paired cells get Holm's adjustment over all of them, and its legend."""
-
-    def wrapped(*args, **kwargs):
-        global _family
-        _family = family = HolmFamily()
-        try:
-            result = build(*args, **kwargs)
-        finally:
-            _family = None
-        text, rest = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
-        text = family.fill(text, _holm_cell)
-        text = text + legend(len(family))
-        return (text, *rest) if rest else text
-
-    wrapped.__name__, wrapped.__doc__ = build.__name__, build.__doc__
-    return wrapped
+# a table whose paired cells get Holm's adjustment over all of them, and its legend
+holm_table = HolmFamily.table(_holm_cell, lambda text, k: text + legend(k))
 
 
 def cpu_hours(*groups: dict[int, dict]) -> float:
