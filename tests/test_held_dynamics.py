@@ -21,6 +21,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from _kinetic_steps import splitting_step  # tests/_kinetic_steps.py
 from torchsde._core import methods
 
 import meanfield._replicas as rep
@@ -667,33 +668,13 @@ class _Driven(KineticMeanFieldLangevin):
 
 
 def _hand_run(word, x, v, xi, steps, h, t0, gamma, beta, force, cached=None):
-    """Steps ``steps`` of ``word`` in numpy, keeping the last kick's force for the next kick until a drift
-    A moves the positions (``cached``: a force carried in); an O over ``τ`` is the exact OU map
-    ``v ← e^{−γτ}v + sqrt(β_t(1 − e^{−2γτ}))·ξ``, a whole-step O two half steps with ``ξ₊`` then ``ξ₋``,
-    ``ξ± = (ξ_v ± ξ_x)/√2``. Returns ``x, v`` and the force carried out."""
-    d = x.shape[-1]
+    """Steps ``steps`` of ``word`` by the numpy oracle (``tests/_kinetic_steps.py``), the force ``F(t_n, ·)``
+    and temperature ``β(t_n)`` read at each step's start ``t_n = t0 + n h``, the last kick's force carried
+    from step to step (and in and out: ``cached``). Returns ``x, v`` and the force carried out."""
     f = cached
     for n in steps:
         t = t0 + n * h
-        b = beta(t)
-        xi_x, xi_v = xi[n][..., :d], xi[n][..., d:]
-        halves = [(xi_v + xi_x) / math.sqrt(2), (xi_v - xi_x) / math.sqrt(2)]
-        n_o = 0
-        for letter in word:
-            tau = h / word.count(letter)
-            if letter == "A":
-                x = x + tau * v
-                f = None
-            elif letter == "B":
-                if f is None:
-                    f = force(t, x)
-                v = v + tau * f
-            else:
-                c = math.exp(-gamma * h / 2)
-                s = math.sqrt(b * (1 - c * c))
-                for j in (0, 1) if tau == h else (n_o,):
-                    v = c * v + s * halves[j]
-                n_o += 1
+        x, v, f = splitting_step(word, x, v, xi[n], h, gamma, beta(t), lambda y, t=t: force(t, y), f)
     return x, v, f
 
 

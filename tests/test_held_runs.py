@@ -1277,8 +1277,9 @@ def test_convergence_in_m_refuses_each_bad_argument_with_its_exact_message(kwarg
 def test_a_single_reference_value_warns_that_it_is_treated_as_exact():
     """One reference value (``[-1.0]``): the exact warning; the study runs with the ``exact`` estimator and
     that value as its limit. Negative control: two values warn nothing of the kind."""
-    with pytest.warns(RuntimeWarning) as caught:
-        result = studies.convergence_in_m(
+
+    def study(reference: list[float]) -> studies.StudyResult:
+        return studies.convergence_in_m(
             lambda M, reps: {"final": _states(M, reps)},
             [4, 8],
             reps=3,
@@ -1286,8 +1287,11 @@ def test_a_single_reference_value_warns_that_it_is_treated_as_exact():
             progress=False,
             quantity="m",
             observables={"m": _mean},
-            reference=[-1.0],
+            reference=reference,
         )
+
+    with pytest.warns(RuntimeWarning) as caught:
+        result = study([-1.0])
     assert (
         "one reference value: its fluctuation is in no interval (the reference is treated as exact); give ≥ 2 "
         "independent reference runs (estimator 'reference') or use estimator='fit'"
@@ -1295,16 +1299,7 @@ def test_a_single_reference_value_warns_that_it_is_treated_as_exact():
     assert result.estimator == "exact" and result.limit == -1.0
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        studies.convergence_in_m(
-            lambda M, reps: {"final": _states(M, reps)},
-            [4, 8],
-            reps=3,
-            generator=0,
-            progress=False,
-            quantity="m",
-            observables={"m": _mean},
-            reference=[-1.0, -1.2],
-        )
+        study([-1.0, -1.2])
     assert not [w for w in seen if "one reference value" in str(w.message)]
 
 

@@ -36,6 +36,7 @@ import numpy as np
 import ot
 import pytest
 import torch
+from _check_files import write_check  # tests/_check_files.py
 from scipy.special import logsumexp, ndtr
 
 import meanfield.metrics.wasserstein as W
@@ -66,29 +67,7 @@ def gen(seed: int) -> torch.Generator:
 # meanfield.validation
 # ----------------------------------------------------------------------------------------------------------
 
-CHECK = """
-from meanfield.validation import CheckResult
-CLAIM = "{claim}"
-def run(preset="fast"):
-    r = CheckResult("{name}", CLAIM, data={{"preset_seen": preset}})
-    r.add("one", 1.0, {reference}, 1e-12)
-    {extra}
-    return r
-def plot(result):
-    from meanfield.plotting import figure
-    fig, ax = figure(width=1, height=1)
-    ax.plot([0, 1], [0, 1])
-    return fig
-"""
-
-
-def _check(
-    folder: Path, name: str, *, reference: float = 1.0, extra: str = "pass", claim: str = "one is one"
-):
-    """Write the check ``folder/name.py`` (measured 1.0 against ``reference``) and return its path."""
-    path = folder / f"{name}.py"
-    path.write_text(CHECK.format(name=name, reference=reference, extra=extra, claim=claim))
-    return path
+_check = write_check  # tests/_check_files.py
 
 
 class _Clock:

@@ -2,9 +2,10 @@
 implementation, the closed-form stationary laws against scipy's discrete Lyapunov solver, the seed and noise
 rules of ``simulate``, the first-order form under torchsde, and bad input.
 
-Oracles: ``_numpy_step`` re-implements the schemes letter by letter in numpy (an O over a whole step as two
-half steps composed, not the fused formula of the solver); ``scipy.linalg.solve_discrete_lyapunov`` of the
-composed step matrices (built here, not by the check) gives the stationary covariances.
+Oracles: ``splitting_step`` (``tests/_kinetic_steps.py``) re-implements the schemes letter by letter in
+numpy (an O over a whole step as two half steps composed, not the fused formula of the solver);
+``scipy.linalg.solve_discrete_lyapunov`` of the composed step matrices (built here, not by the check) gives
+the stationary covariances.
 """
 
 import math
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _kinetic_steps import splitting_step  # tests/_kinetic_steps.py
 from scipy.linalg import solve_discrete_lyapunov
 
 from meanfield import BrownianIncrements, MeanFieldLangevin, simulate
@@ -37,27 +39,6 @@ def _numpy_force(x, a, k, double_well):
     return f - k * (x - x.mean(1, keepdims=True))
 
 
-def _numpy_step(word, x, v, xi, h, gamma, beta, force):
-    """One step of ``word`` in numpy: each letter applied in turn; O(h) = O(h/2) with ξ+ then O(h/2) with ξ−."""
-    d = x.shape[-1]
-    xi_x, xi_v = xi[..., :d], xi[..., d:]
-    halves = [(xi_v + xi_x) / math.sqrt(2), (xi_v - xi_x) / math.sqrt(2)]
-    n_o = 0
-    for letter in word:
-        tau = h / word.count(letter)
-        if letter == "A":
-            x = x + tau * v
-        elif letter == "B":
-            v = v + tau * force(x)
-        else:
-            c = math.exp(-gamma * h / 2)
-            s = math.sqrt(beta * (1 - c * c))
-            for j in (0, 1) if tau == h else (n_o,):
-                v = c * v + s * halves[j]
-            n_o += 1
-    return x, v
-
-
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("double_well", [False, True])
 def test_splitting_equals_numpy_oracle(scheme, double_well):
@@ -72,7 +53,7 @@ def test_splitting_equals_numpy_oracle(scheme, double_well):
     x, v = z0[..., :d].numpy(), z0[..., d:].numpy()
     xi = (noise.increments / math.sqrt(h)).numpy()  # (20, B, M, 2d)
     for n in range(20):
-        x, v = _numpy_step(
+        x, v, _ = splitting_step(
             SPLITTINGS[scheme], x, v, xi[n], h, gamma, beta, lambda y: _numpy_force(y, a, k, double_well)
         )
     np.testing.assert_allclose(positions(zT).numpy(), x, rtol=0, atol=1e-12)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import pytest
+from _check_files import PLOT_OK, write_check  # tests/_check_files.py
 
 import meanfield.runs
 import meanfield.sweeps
@@ -397,25 +398,11 @@ def test_check_result_round_trips_through_its_dict():
     assert (bare.data, bare.preset, bare.seconds, bare.error) == ({}, "fast", 0.0, None)
 
 
-CHECK = """
-from meanfield.validation import CheckResult
-CLAIM = "the preset is passed on"
-def run(preset="fast"):
-    r = CheckResult("{name}", CLAIM, data={{"preset_seen": preset}})
-    r.add("one", 1.0, {reference}, 1e-12)
-    {extra}
-    return r
-def plot(result):
-    {plot}
-"""
-
-PLOT_OK = "from meanfield.plotting import figure\n    fig, ax = figure(width=1, height=1)\n    return fig"
-
-
 def _check(folder, name, reference=1.0, extra="pass", plot=PLOT_OK):
-    path = folder / f"{name}.py"
-    path.write_text(CHECK.format(name=name, reference=reference, extra=extra, plot=plot))
-    return path
+    """A check that measures 1.0 against ``reference`` and keeps its preset (``tests/_check_files.py``)."""
+    return write_check(
+        folder, name, reference=reference, extra=extra, claim="the preset is passed on", plot=plot
+    )
 
 
 def test_run_check_passes_the_preset_and_keeps_the_claim_of_a_failing_check(tmp_path):
