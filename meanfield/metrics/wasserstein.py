@@ -187,9 +187,9 @@ def _wp_1d(
     """Exact ``W_p^p`` between rows of ``u (K, M)`` and ``v (K, N)`` (1-D samples), weights or ``None``.
 
     Equal sizes and uniform weights: ``W_p^p = 1/M Σ_i |u_(i) − v_(i)|^p`` (sort each row; in place when
-    ``inplace``, for arrays the caller owns). Otherwise the two quantile functions are step functions on
-    the merged cumulative weights ``0 = q_0 < q_1 < … = 1``:
-    ``W_p^p = Σ_k (q_k − q_{k−1}) |F_u^{-1}(q_k) − F_v^{-1}(q_k)|^p``.
+    ``inplace``, for arrays the caller owns and does not read again: ``u`` is overwritten by the gaps).
+    Otherwise the two quantile functions are step functions on the merged cumulative weights
+    ``0 = q_0 < q_1 < … = 1``: ``W_p^p = Σ_k (q_k − q_{k−1}) |F_u^{-1}(q_k) − F_v^{-1}(q_k)|^p``.
     """
     if a is None and b is None and u.shape[-1] == v.shape[-1]:
         if inplace:
@@ -197,8 +197,12 @@ def _wp_1d(
             v.sort(axis=-1)
         else:
             u, v = np.sort(u, axis=-1), np.sort(v, axis=-1)
-        diff = u - v  # (K, M)
-        return np.mean(np.abs(diff) ** p if p != 2 else diff * diff, axis=-1)  # (K,)
+        gap = np.subtract(u, v, out=u)  # (K, M), in the sorted copy: no n-sized temporaries
+        if p == 2:
+            np.multiply(gap, gap, out=gap)
+        else:
+            np.power(np.abs(gap, out=gap), p, out=gap)
+        return np.mean(gap, axis=-1)  # (K,)
     K, M = u.shape
     N = v.shape[-1]
     a = np.full((K, M), 1.0 / M) if a is None else a  # (K, M)
