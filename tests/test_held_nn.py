@@ -351,11 +351,12 @@ def test_add_noise_without_preconditioner_adds_root_2_beta_lr_times_xi():
     torch.testing.assert_close(b.params[1], p1 + amp * xi[24:], rtol=1e-15, atol=1e-15)
 
 
-@pytest.mark.parametrize("index", [[0, 1], [0], [1]])
+@pytest.mark.parametrize("index", [[0, 1], [0], [1], [1, 0]])
 def test_add_noise_with_preconditioner_adds_the_amplitude_times_t_times_xi(index):
     """With ``rsqrt_ready``: ``θ ← θ + sqrt(2β lr √bias2/M)·t ⊙ ξ`` (hand formula), ``t`` the bucket's
     preconditioner read at each parameter's memory layout (channels_last here: (n, h, w, c) memory order),
-    for all parameters or some; the others do not move. Negative control: the unpreconditioned amplitude."""
+    for all parameters or some, in any order (``[1, 0]``: every parameter, not in the bucket's order); the
+    others do not move. Negative control: the unpreconditioned amplitude."""
     lr, beta, scale, bias2 = 0.05, 0.4, 4.0, 0.19
     b, p0, p1, t = _noise_bucket()
     xi = torch.randn(29, generator=_gen(5), dtype=F64)
@@ -372,6 +373,21 @@ def test_add_noise_with_preconditioner_adds_the_amplitude_times_t_times_xi(index
         assert (b.params[1] - (p1 + plain * xi[24:])).abs().max() > 1e-3  # negative control
     else:
         assert (b.params[0] - (p0 + plain * xi[:24].reshape(2, 3, 2, 2))).abs().max() > 1e-3
+
+
+def test_a_bucket_covers_an_index_only_when_it_is_every_parameter_in_order():
+    """``Bucket.covers``: ``[0, 1, 2]`` and ``range(3)`` are the whole bucket; a subset, a permutation of all
+    (``[1, 0, 2]``: its flat buffer is not the index's concatenation) and a longer index are not; ``gather`` of
+    the permutation is the hand concatenation in the index's order, of the whole index the buffer itself."""
+    params = [torch.zeros(2, dtype=F64), torch.zeros(3, dtype=F64), torch.zeros(1, dtype=F64)]
+    b = Bucket(params, [0, 2, 5], 6)
+    assert b.covers([0, 1, 2]) and b.covers(range(3))
+    assert (
+        not b.covers([0, 1]) and not b.covers([1, 0, 2]) and not b.covers([0, 1, 2, 3]) and not b.covers([])
+    )
+    flat = torch.arange(6, dtype=F64)
+    assert b.gather(flat, [0, 1, 2]) is flat
+    assert b.gather(flat, [1, 0, 2]).tolist() == [2.0, 3.0, 4.0, 0.0, 1.0, 5.0]  # control: not the buffer
 
 
 def _bucket(shape, dtype=F64, rows=None, block=0):

@@ -54,10 +54,15 @@ class Bucket:
             )
         return out
 
+    def covers(self, index: Sequence[int]) -> bool:
+        """Whether ``index`` is every parameter of the bucket in its own order (``0, 1, …, n − 1``): then
+        a flat buffer of the bucket *is* the buffer of ``index``, and per-parameter lists line up with it."""
+        return len(index) == len(self.params) and all(i == k for k, i in enumerate(index))
+
     def gather(self, flat: torch.Tensor, index: Sequence[int], strided: bool = False) -> torch.Tensor:
         """The entries of ``flat`` (n,) that belong to the parameters ``index``, flat, in logical order
         (``strided`` as in :meth:`views`: how ``flat`` is laid out)."""
-        if len(index) == len(self.params) and (not strided or all(p.is_contiguous() for p in self.params)):
+        if self.covers(index) and (not strided or all(p.is_contiguous() for p in self.params)):
             return flat
         return torch.cat([v.reshape(-1) for v in self.views(flat, index, strided)])  # (n_index,)
 

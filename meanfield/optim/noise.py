@@ -159,7 +159,7 @@ def add_noise(record: Record, xi: torch.Tensor) -> None:
     if record.rsqrt_ready:
         # η_eff = lr/(M·sqrt(v/bias2) + ε) = (lr·√bias2/M)·t², t = 1/sqrt(sqrt(v) + ε·√bias2/M)
         amplitude = math.sqrt(2 * beta_t * lr * math.sqrt(record.bias2) / scale)
-        t_views = b.rsqrt_views if len(index) == len(b.params) else [b.rsqrt_views[i] for i in index]
+        t_views = b.rsqrt_views if b.covers(index) else [b.rsqrt_views[i] for i in index]
         torch._foreach_addcmul_(params, t_views, b.views(xi, index), value=amplitude)
     else:
         torch._foreach_add_(params, b.views(xi, index), alpha=math.sqrt(2 * beta_t * lr))
