@@ -135,11 +135,22 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _seeds(text: str) -> list[int]:
+    """``--seeds 0,1,2`` → ``[0, 1, 2]`` (empty items skipped; nothing at all is seed 0)."""
+    from .validation import InputError
+
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise InputError(f"--seeds must be comma-separated integers (0,1,2), got {text!r}") from None
+    return seeds or [0]
+
+
 def _sweep(args: argparse.Namespace) -> int:
     from .runs import RunInterrupted
     from .sweeps import TableOptions, parse_grid, sweep_runs
 
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds else [0]
+    seeds = _seeds(args.seeds)
     config, stem = _config_arg(args)
     out = args.out or f"runs/sweep-{stem}" + (f"-{args.preset}" if args.preset else "")
     try:
