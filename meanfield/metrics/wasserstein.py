@@ -595,7 +595,7 @@ def _method_sinkhorn(
             f"Sinkhorn did not converge to tol={SINKHORN_TOL} in {iterations} updates at ε = "
             f"{eps.min().item():.3g}: the value is approximate (a larger epsilon converges faster)",
             RuntimeWarning,
-            stacklevel=4,
+            stacklevel=4,  # _method_sinkhorn ← _wasserstein ← the public function ← its caller
         )
     return value.double().cpu().numpy()  # (B,)
 
@@ -653,6 +653,26 @@ def wasserstein(
         :class:`WassersteinResult` with ``cost = W_p^p`` of shape ``()`` (two 2-D clouds) or ``(B,)``,
         and the method used.
     """
+    return _wasserstein(
+        x, y, p=p, x_weights=x_weights, y_weights=y_weights, method=method, n_projections=n_projections,
+        seed=seed, epsilon=epsilon,
+    )  # fmt: skip
+
+
+def _wasserstein(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    p: int = 2,
+    x_weights: torch.Tensor | None = None,
+    y_weights: torch.Tensor | None = None,
+    method: str = "auto",
+    n_projections: int = 128,
+    seed: int = 0,
+    epsilon: float | None = None,
+) -> WassersteinResult:
+    """:func:`wasserstein` itself, called by every public function directly (so that a warning two frames
+    below, ``stacklevel=4``, names the caller of whichever was called)."""
     p = _check_p(p)
     check_int("n_projections", n_projections)
     if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
@@ -675,17 +695,17 @@ def wasserstein(
 
 def w2_squared(x: torch.Tensor, y: torch.Tensor, **kwargs) -> torch.Tensor:
     """``W2²(μ, ν)``, the optimal squared-Euclidean transport cost; arguments as :func:`wasserstein`."""
-    return wasserstein(x, y, p=2, **kwargs).cost
+    return _wasserstein(x, y, p=2, **kwargs).cost
 
 
 def w2(x: torch.Tensor, y: torch.Tensor, **kwargs) -> torch.Tensor:
     """``W2(μ, ν) = sqrt(W2²)``; arguments as :func:`wasserstein`."""
-    return wasserstein(x, y, p=2, **kwargs).value
+    return _wasserstein(x, y, p=2, **kwargs).value
 
 
 def w1(x: torch.Tensor, y: torch.Tensor, **kwargs) -> torch.Tensor:
     """``W1(μ, ν) = min_γ Σ γ_ij |x_i − y_j|``; arguments as :func:`wasserstein`."""
-    return wasserstein(x, y, p=1, **kwargs).value
+    return _wasserstein(x, y, p=1, **kwargs).value
 
 
 # --------------------------------------------------------------------------------------------------------
