@@ -147,6 +147,7 @@ class SelfAttentionDynamics(ParticleSystem):
         self._identity = False
         self.method = method
         self._modes: np.ndarray | None = None
+        self._modes_beta: float | None = None  # the β the table was computed at
 
     @classmethod
     def identity(
@@ -230,9 +231,10 @@ class SelfAttentionDynamics(ParticleSystem):
         return out.mean(1)  # (B, n, d)
 
     def _fourier_weights(self, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        """``I_k(β)/I_0(β)`` for ``k = 0 … K`` (exponentially scaled Bessel functions: no overflow)."""
-        if self._modes is None:
-            beta = self.beta
+        """``I_k(β)/I_0(β)`` for ``k = 0 … K`` (exponentially scaled Bessel functions: no overflow), computed
+        once per β (a β changed after a step gets its own table)."""
+        if self._modes is None or self._modes_beta != self.beta:
+            beta = self._modes_beta = self.beta
             K = 1
             while K < 10_000 and (
                 K * special.ive(K, beta) / special.ive(0, beta) > 1e-15 if beta > 0 else K < 1
