@@ -339,7 +339,7 @@ def simulate(
 
     save_steps = [*range(0, n_steps, save_every), n_steps]
     states = torch.empty((len(save_steps), *x0.shape), dtype=x0.dtype, device=x0.device)  # (S, B, M, d)
-    states[0] = x0
+    states[0] = x0.detach()  # the run is not recorded by autograd
     # where the loop stops to save or check, merged lazily (a long run does not build a list of its checks)
     stops = (n for n, _ in itertools.groupby(heapq.merge(save_steps, range(0, n_steps, check_every))))
     stepper = solver.stepper(system, source, t0, dt)
@@ -351,7 +351,7 @@ def simulate(
     # Where the state was last confirmed finite at a check stop: the step, a copy of the state and how to
     # replay the noise from there, so that a non-finite state can be traced to the first step that made it.
     anchor = _Anchor(source, x0)
-    start_size = float(x0.abs().max())  # x0 is finite and not empty (checked above)
+    start_size = float(x0.detach().abs().max())  # x0 is finite and not empty (checked above)
 
     def non_finite(n: int, n_next: int, n_saved: int, what: str) -> NonFiniteStateError:
         first = anchor.first_bad_step(solver, system, t0, dt, n_next)

@@ -98,7 +98,8 @@ class _SystemAsSDE:
             with torch.enable_grad():
                 xg = x.detach().requires_grad_(True)
                 sigma = self.system.diffusion(t, xg)  # (B, M, d)
-                (dsigma,) = torch.autograd.grad(sigma.sum(), xg, allow_unused=True)
+                depends = torch.is_tensor(sigma) and sigma.requires_grad  # σ(x) with no link to x: ∂σ/∂x = 0
+                (dsigma,) = torch.autograd.grad(sigma.sum(), xg, allow_unused=True) if depends else (None,)
             if dsigma is not None:
                 b = b - 0.5 * sigma.detach() * dsigma
         return b.reshape(y.shape)
