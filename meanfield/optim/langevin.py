@@ -96,7 +96,8 @@ class Langevin(torch.optim.Optimizer):
             neither, one seed is drawn from torch's global generator at construction.
         temperature_convention: what ``beta`` means (:data:`TEMPERATURE_CONVENTIONS`): ``"mean_field"``
             (default: the temperature of ``exp(−M·L/β)``) or ``"loss"`` (the seeds' ``β_s`` of
-            ``exp(−L/β_s)``; the noise uses ``M·β_s``). ``β_s = β/M`` gives the same chain.
+            ``exp(−L/β_s)``; the noise uses ``M·β_s``, ``M`` the factor applied to the gradients: 1 with
+            ``mean_field_scaling=False``). ``β_s = β/M`` gives the same chain.
         noise_block: ``0`` (default): the group's noise comes from the optimizer's generator, one draw per step
             for all groups. ``k > 0``: the noise of particles ``[j·k, (j+1)·k)`` (rows of every parameter's
             leading particle axis) at the group's step ``t`` is drawn from a generator seeded by
