@@ -1091,11 +1091,8 @@ def test_a_cloud_study_measures_each_sample_against_the_whole_cloud():
         r = convergence_in_m(uniform_sample, [4, 8], reps=3, reference=cloud, metric="w1", generator=1, n_boot=8,
                              progress=False)  # fmt: skip
     want = [[w_1d(x, cloud.numpy(), 1) for x in uniform_sample(M, 3).numpy()] for M in (4, 8)]
-    assert (
-        np.allclose(r.values.numpy(), want, rtol=0, atol=1e-14)
-        and r.method == "1d"
-        and r.floor.shape == (2, 1)
-    )
+    np.testing.assert_allclose(r.values.numpy(), want, rtol=0, atol=1e-14)
+    assert r.method == "1d" and r.floor.shape == (2, 1)
 
 
 def test_a_2d_cloud_study_with_the_exact_method_is_pots_emd():
