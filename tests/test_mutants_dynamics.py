@@ -23,6 +23,7 @@ import types
 import numpy as np
 import pytest
 import torch
+from _pair_loops import loop_pairs as np_pairs  # tests/_pair_loops.py
 
 import meanfield.pairwise as pw
 import meanfield.potentials as pot
@@ -58,24 +59,6 @@ def cloud(B=2, M=5, d=2, seed=0, dtype=F64, scale=1.0):
 def per(value, b):
     """Replica ``b``'s value of a number or a ``(B,)`` tensor, as a float."""
     return float(value[b]) if torch.is_tensor(value) else float(value)
-
-
-def np_pairs(x, W, gradW, self_pair=True):
-    """``1/M Σ_j W_b(x_i − x_j)`` and ``1/M Σ_j ∇W_b(x_i − x_j)`` by an explicit double loop (float64).
-
-    ``W(b, z)`` and ``gradW(b, z)`` take the replica index and one difference vector ``z`` (numpy)."""
-    x = np.asarray(x, dtype=np.float64)
-    B, M, d = x.shape
-    energy, grad = np.zeros((B, M)), np.zeros((B, M, d))
-    for b in range(B):
-        for i in range(M):
-            for j in range(M):
-                if i == j and not self_pair:
-                    continue
-                z = x[b, i] - x[b, j]
-                energy[b, i] += W(b, z) / M
-                grad[b, i] += gradW(b, z) / M
-    return energy, grad
 
 
 def close(actual, expected, rtol=1e-10, atol=1e-12):

@@ -18,6 +18,7 @@ import types
 import numpy as np
 import pytest
 import torch
+from _pair_loops import loop_pairs  # tests/_pair_loops.py
 from scipy.spatial.distance import cdist
 
 import meanfield.pairwise as pw
@@ -54,22 +55,6 @@ def close(actual, expected, rtol=1e-10, atol=1e-12):
     a = actual.detach().double().numpy() if torch.is_tensor(actual) else np.asarray(actual, dtype=np.float64)
     e = expected.detach().double().numpy() if torch.is_tensor(expected) else np.asarray(expected, np.float64)
     return a.shape == e.shape and bool(np.allclose(a, e, rtol=rtol, atol=atol))
-
-
-def loop_pairs(x, W, gradW, self_pair=True):
-    """``1/M Σ_j W_b(x_i − x_j)`` and ``1/M Σ_j ∇W_b(x_i − x_j)`` by a double loop (numpy float64)."""
-    x = np.asarray(x.detach().double().numpy() if torch.is_tensor(x) else x, dtype=np.float64)
-    B, M, d = x.shape
-    energy, grad = np.zeros((B, M)), np.zeros((B, M, d))
-    for b in range(B):
-        for i in range(M):
-            for j in range(M):
-                if i == j and not self_pair:
-                    continue
-                z = x[b, i] - x[b, j]
-                energy[b, i] += W(b, z) / M
-                grad[b, i] += gradW(b, z) / M
-    return energy, grad
 
 
 def loop_radial(x, y, phi, values, scale=1.0, exclude_self=False):
