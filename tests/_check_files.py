@@ -1,4 +1,5 @@
-"""Validation check scripts written on the fly, shared by the tests of ``meanfield.validation`` and the CLI.
+"""Files written on the fly for the tests of ``meanfield.validation`` and the CLI: check scripts and a
+small run configuration (``CONFIG_TEXT``).
 
 ``write_check(folder, name)`` writes ``folder/name.py``: a check whose ``run(preset)`` measures 1.0 against
 ``reference`` (tolerance 1e-12, so it passes only at ``reference = 1.0``) and records the preset it was given
@@ -41,3 +42,18 @@ def write_check(
     path = folder / f"{name}.py"
     path.write_text(CHECK.format(name=name, reference=reference, extra=extra, claim=claim, plot=plot))
     return path
+
+
+# a small configuration for the command-line tests (a preset, a comment: --print-config echoes it)
+CONFIG_TEXT = """\
+# a configuration for the command-line tests
+task = "teacher_student"
+seed = 1
+
+[train]
+steps = 10
+lr = 0.5
+
+[presets.smoke]
+train.steps = 2
+"""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import pytest
-from _check_files import PLOT_OK, write_check  # tests/_check_files.py
+from _check_files import CONFIG_TEXT, PLOT_OK, write_check  # tests/_check_files.py
 
 import meanfield.runs
 import meanfield.sweeps
@@ -214,20 +214,6 @@ def test_solvers_lists_the_euler_maruyama_orders(capsys):
     assert euler in lines
     dashes = f"{'euler':<16} {'—':>16} {'—':>16} {'—':>16}"
     assert dashes not in lines
-
-
-CONFIG_TEXT = """\
-# a configuration for the command-line tests
-task = "teacher_student"
-seed = 1
-
-[train]
-steps = 10
-lr = 0.5
-
-[presets.smoke]
-train.steps = 2
-"""
 
 
 @pytest.fixture

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _check_files import CONFIG_TEXT  # tests/_check_files.py
 
 import meanfield
 import meanfield.data
@@ -741,19 +742,6 @@ def test_a_closed_pipe_ends_quietly_with_status_0_and_stdout_on_devnull(monkeypa
 # ==========================================================================================================
 # run: the configuration argument, --list, --print-config, the folder, the errors
 # ==========================================================================================================
-
-CONFIG_TEXT = """\
-# a configuration for the command-line tests
-task = "teacher_student"
-seed = 1
-
-[train]
-steps = 10
-lr = 0.5
-
-[presets.smoke]
-train.steps = 2
-"""
 
 
 @pytest.fixture
