@@ -122,7 +122,6 @@ def _run(args: argparse.Namespace) -> int:
         print(f"meanfield run: {error}", file=sys.stderr)
         return 128 + error.signum  # 130 after SIGINT, 143 after SIGTERM, as a shell reports them
     except KeyboardInterrupt:  # a second Ctrl-C during the first one's checkpoint
-        out = args.out or "the run folder"
         print(
             f"meanfield run: stopped at once by a second interrupt; {out} keeps its last complete checkpoint, "
             "--resume continues from it",

@@ -376,18 +376,21 @@ def depth_flow(layer: torch.nn.Module, x: torch.Tensor, *, depth: int, T: float 
 
 
 # --- the mean-field linearisation on the circle ---------------------------------------------------------------------
-def growth_rate(k: int | np.ndarray, beta: float, *, normalized: bool = True) -> np.ndarray:
+def growth_rate(k: int | np.ndarray, beta: float, *, normalized: bool = True) -> np.float64 | np.ndarray:
     """λ_k: the growth rate of Fourier mode k of the token law on the circle near the uniform law (identity weights).
 
     ``λ_k = k² I_k(β)/β`` (USA) and ``λ_k/I_0(β)`` (SA); at β = 0, ``λ_1 = 1/2`` (SA and USA), ``λ_k = 0`` for k ≥ 2.
+    A scalar ``k`` gives a NumPy scalar (at every β), an array of modes an array of the same shape.
     """
     k = np.asarray(k, dtype=float)
     beta = check_nonnegative("beta", beta)
     if beta == 0:
-        return np.where(k == 1, 0.5, 0.0)
-    ratio = special.ive(k, beta) / special.ive(0, beta)  # I_k/I_0
-    rate = k**2 * ratio / beta
-    return rate if normalized else rate * special.i0(beta)
+        rate = np.where(k == 1, 0.5, 0.0)
+    else:
+        ratio = special.ive(k, beta) / special.ive(0, beta)  # I_k/I_0
+        rate = k**2 * ratio / beta
+        rate = rate if normalized else rate * special.i0(beta)
+    return np.asarray(rate, dtype=float)[()]  # 0-d → np.float64 at β = 0 too
 
 
 def fastest_mode(beta: float) -> int:

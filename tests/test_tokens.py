@@ -171,6 +171,10 @@ def test_growth_rate_formula():
         assert abs(growth_rate(k, beta) - lam_usa / special.i0(beta)) < 1e-9 * lam_usa / special.i0(beta)
     assert np.allclose(growth_rate([1, 2], 1e-9), [0.5, 0.0], atol=1e-8)
     assert growth_rate([1, 2], 0.0).tolist() == [0.5, 0.0]
+    # one return type per input kind at every β: a scalar mode gives a NumPy scalar (β = 0 once gave a 0-d array)
+    for beta in (0.0, 7.0):
+        assert type(growth_rate(1, beta)) is np.float64 and growth_rate(np.arange(1, 3), beta).shape == (2,)
+    assert growth_rate(1, 0.0) == 0.5 and growth_rate(3, 0.0) == 0.0
     assert fastest_mode(9.0) == 4 and fastest_mode(1.0) == 1
     assert abs(fastest_mode(800.0) - math.sqrt(2 * 800)) <= 1.5  # k* ≈ sqrt(2β)
 

@@ -940,9 +940,9 @@ def test_run_interrupted_exits_128_plus_the_signal(signum, status, config_file, 
     assert capsys.readouterr() == ("", "meanfield run: stopped after step 4\n")
 
 
-def test_run_second_interrupt_names_the_folder_or_says_the_run_folder(config_file, monkeypatch, capsys):
+def test_run_second_interrupt_names_the_folder_given_or_the_default_one(config_file, monkeypatch, capsys):
     """A :class:`KeyboardInterrupt` (a second Ctrl-C): status 130 and the message naming ``--out`` when given,
-    ``the run folder`` when not (the negative control)."""
+    the default folder ``runs/<config stem>`` when not (it is known: the user can resume from it)."""
     _record_run(monkeypatch, raises=KeyboardInterrupt())
     assert cli.main(["run", str(config_file), "--out", "my/run"]) == 130
     tail = " keeps its last complete checkpoint, --resume continues from it\n"
@@ -950,7 +950,8 @@ def test_run_second_interrupt_names_the_folder_or_says_the_run_folder(config_fil
     assert cli.main(["run", str(config_file)]) == 130
     assert capsys.readouterr() == (
         "",
-        "meanfield run: stopped at once by a second interrupt; the run folder" + tail,
+        f"meanfield run: stopped at once by a second interrupt; {os.path.join('runs', config_file.stem)}"
+        + tail,
     )
 
 
