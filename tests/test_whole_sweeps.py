@@ -1309,6 +1309,107 @@ def test_run_on_ray_without_ray(monkeypatch):
         sweeps._run_on_ray([0], lambda i: (), None, None)
 
 
+class _FakeRay:
+    """A stand-in for the ``ray`` module, run in this process: ``remote(...)(f).remote(*a)`` calls ``f(*a)``
+    (an exception is kept and raised by ``get``); ``wait`` hands back one finished ref at a time, in reverse
+    submission order (Ray returns them as they finish, not in order); the calls are recorded."""
+
+    def __init__(self, initialized: bool):
+        self.initialized, self.calls, self.options = initialized, [], None
+
+    def is_initialized(self):
+        return self.initialized
+
+    def init(self, **kwargs):
+        self.calls.append(("init", kwargs))
+
+    def shutdown(self):
+        self.calls.append(("shutdown",))
+
+    def remote(self, **options):
+        self.options = options
+
+        def wrap(fn):
+            class Task:
+                @staticmethod
+                def remote(*args):
+                    ref = _Ref()  # hashable, like Ray's ObjectRef
+                    try:
+                        ref.kind, ref.value = "ok", fn(*args)
+                    except Exception as error:  # noqa: BLE001 - kept for get
+                        ref.kind, ref.value = "error", error
+                    return ref
+
+            return Task
+
+        return wrap
+
+    def wait(self, pending, num_returns):
+        assert num_returns == 1
+        return [pending[-1]], pending[:-1]
+
+    def get(self, ref):
+        if ref.kind == "error":
+            raise ref.value
+        return ref.value
+
+
+class _Ref:
+    kind: str
+    value: object
+
+
+@pytest.mark.parametrize("initialized", [False, True], ids=["starts-ray", "ray-running"])
+def test_run_on_ray_collects_every_point_by_index_and_counts_each_once(monkeypatch, initialized):
+    """The Ray backend through a fake ``ray`` (one process): each point's summary under its index whatever order
+    the tasks finish in; a task that raised (retries exhausted) is a ``failed`` summary with the error, and the
+    others go on; the progress bar moves by exactly one per point (3 points: 3); tasks ask one CPU and
+    ``RAY_RETRIES`` retries; Ray is started with the address (and shut down after) only when it was not running."""
+    import sys
+
+    fake = _FakeRay(initialized)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+
+    def point(i, name):
+        if name == "bad":
+            raise RuntimeError("worker died")
+        return {"status": "finished", "final": {"i": i}}
+
+    monkeypatch.setattr(sweeps, "_run_point", point)
+    names = {0: "a", 2: "bad", 5: "c"}
+
+    class Bar:
+        n = 0
+
+        def update(self, k):
+            self.n += k
+
+    bar = Bar()
+    out = sweeps._run_on_ray([0, 2, 5], lambda i: (i, names[i]), "host:6379", bar)
+    assert out == {
+        0: {"status": "finished", "final": {"i": 0}},
+        2: {"status": "failed", "error": "RuntimeError: worker died", "final": {}},
+        5: {"status": "finished", "final": {"i": 5}},
+    }
+    assert bar.n == 3
+    assert fake.options == {"num_cpus": 1, "max_retries": sweeps.RAY_RETRIES}
+    if initialized:
+        assert fake.calls == []
+    else:
+        assert fake.calls == [
+            (
+                "init",
+                {
+                    "address": "host:6379",
+                    "include_dashboard": False,
+                    "log_to_driver": False,
+                    "configure_logging": False,
+                },
+            ),
+            ("shutdown",),
+        ]
+
+
 def test_run_local_one_job_stops_on_interrupt(monkeypatch):
     """One job: points run in order, the bar advances per point; a RunInterrupted stops the sweep with the
     signal's name and the count of points finished."""
