@@ -46,6 +46,10 @@ ROOT = Path(__file__).resolve().parents[1]
 MUTANTS = ROOT / "mutants"
 DOC = ROOT / "docs" / "testing.md"
 EQUIVALENT = ROOT / "tests" / "mutation_equivalent.toml"
+RECORD = ROOT / "tools" / "mutation_results.json"
+"""The committed results: every checked mutant's status with the commit and date it was measured on, and each
+module's functions (source hash, number of mutants), so that the table is regenerated on any machine, also one
+without mutmut's ``mutants/`` (``--table``), and a later run continues the record."""
 BEGIN, END = "<!-- mutation:begin -->", "<!-- mutation:end -->"
 
 STATUS = {
@@ -100,16 +104,137 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def results() -> dict[str, dict[str, str]]:
-    """``{module: {mutant name: status}}`` from mutmut's ``mutants/**/*.py.meta`` files."""
-    out: dict[str, dict[str, str]] = {}
+def _function(name: str) -> str:
+    """The mutated function of a mutant name: ``meanfield.stats.x_holm__mutmut_3`` → ``x_holm``."""
+    return name.rsplit(".", 1)[1].rsplit("__mutmut_", 1)[0]
+
+
+def _local() -> dict[str, dict[str, tuple[str, str]]]:
+    """``{module: {mutant name: (status, hash of its function's source)}}`` from mutmut's ``mutants/**/*.py.meta``."""
+    out: dict[str, dict[str, tuple[str, str]]] = {}
     for meta in sorted((MUTANTS / "meanfield").rglob("*.py.meta")):
         relative = meta.relative_to(MUTANTS).with_suffix("").with_suffix("")
         module = ".".join(relative.parts).removesuffix(".__init__")
-        codes = json.loads(meta.read_text()).get("exit_code_by_key", {})
+        data = json.loads(meta.read_text())
+        codes, hashes = data.get("exit_code_by_key", {}), data.get("hash_by_function_name", {})
         if codes:
-            out[module] = {name: _status(code) for name, code in codes.items()}
+            out[module] = {
+                name: (_status(code), hashes.get(_function(name), "")) for name, code in codes.items()
+            }
     return out
+
+
+def load_record() -> dict:
+    """The committed record (``RECORD``): per module its functions ``{name: [source hash, mutants]}`` and per
+    checked mutant ``{status, commit, date}``; empty where there is none yet."""
+    if not RECORD.exists():
+        return {"format": 1, "modules": {}, "checked": {}}
+    return json.loads(RECORD.read_text(encoding="utf-8"))
+
+
+def merged(
+    local: dict[str, dict[str, tuple[str, str]]], record: dict
+) -> tuple[dict[str, dict[str, str]], dict[str, dict]]:
+    """Every module's statuses from this machine's ``mutants/`` and the committed record together.
+
+    A module mutmut has generated here takes its mutants from ``mutants/`` (the current source); one checked
+    here keeps its status, one not checked here takes the record's where the record saw the same function
+    source (equal hash: the same mutant; a changed function's old results are dropped, as mutmut drops them). A
+    module only in the record (a fresh machine) takes its mutants and statuses from the record alone.
+
+    Returns:
+        ``({module: {name: status}}, {name: {status, commit, date}})``: the statuses for the table and the
+        checked entries for the record (an entry measured here has ``commit`` and ``date`` None: filled by
+        :func:`write_record`).
+    """
+    found: dict[str, dict[str, str]] = {}
+    checked: dict[str, dict] = {}
+    old = record.get("checked", {})
+    for module in sorted(set(local) | set(record.get("modules", {}))):
+        functions = record.get("modules", {}).get(module, {}).get("functions", {})
+        if module in local:
+            names = local[module]
+        else:  # the record alone: its functions' mutants
+            names = {
+                f"{module}.{fn}__mutmut_{i}": ("not checked", h)
+                for fn, (h, count) in functions.items()
+                for i in range(1, count + 1)
+            }
+        statuses = {}
+        for name, (status, h) in names.items():
+            entry = old.get(name)
+            same = entry is not None and functions.get(_function(name), [None])[0] == h
+            if status == "not checked" and same:
+                status = entry["status"]
+                checked[name] = entry
+            elif status != "not checked":
+                keep = same and entry["status"] == status  # unchanged: keep when it was first measured
+                checked[name] = entry if keep else {"status": status, "commit": None, "date": None}
+            statuses[name] = status
+        found[module] = statuses
+    return found, checked
+
+
+def write_record(local: dict[str, dict[str, tuple[str, str]]], record: dict, commit: str, date: str) -> dict:
+    """Rewrite ``RECORD`` from :func:`merged` (entries measured here stamped ``commit``/``date``), atomically."""
+    _, checked = merged(local, record)
+    modules = dict(record.get("modules", {}))
+    for module, names in local.items():
+        counts: Counter[str] = Counter(_function(name) for name in names)
+        hashes = {_function(name): h for name, (_, h) in names.items()}
+        modules[module] = {"functions": {fn: [hashes[fn], counts[fn]] for fn in sorted(counts)}}
+    stamped = {
+        name: (e if e["commit"] is not None else {**e, "commit": commit, "date": date})
+        for name, e in sorted(checked.items())
+    }
+    new = {
+        **record,
+        "format": 1,
+        "tool": f"mutmut {metadata.version('mutmut')}",
+        "modules": dict(sorted(modules.items())),
+        "checked": stamped,
+    }
+    tmp = RECORD.with_suffix(".tmp")
+    tmp.write_text(_dump(new), encoding="utf-8")
+    os.replace(tmp, RECORD)
+    return new
+
+
+def _dump(record: dict) -> str:
+    """JSON with one line per module and per checked mutant (a rerun's git diff shows what changed)."""
+    lines = []
+    for key, value in record.items():
+        if isinstance(value, dict) and key in ("modules", "checked"):
+            inner = ",\n".join(
+                f"  {json.dumps(k, ensure_ascii=False)}: {json.dumps(v, ensure_ascii=False)}"
+                for k, v in value.items()
+            )
+            lines.append(f" {json.dumps(key)}: {{\n{inner}\n }}" if value else f" {json.dumps(key)}: {{}}")
+        else:
+            lines.append(f" {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)}")
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+def results() -> dict[str, dict[str, str]]:
+    """``{module: {mutant name: status}}``: this machine's ``mutants/`` merged with the committed record."""
+    return merged(_local(), load_record())[0]
+
+
+def _commit() -> str:
+    """The checkout's commit (short), ``+dirty`` when ``meanfield/`` or ``tests/`` differ from it."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "meanfield", "tests"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
 
 
 def sample(names: list[str] | dict[str, str], k: int, offset: int = 0) -> list[str]:
@@ -263,20 +388,48 @@ def holdout_table(found: dict[str, dict[str, str]], k: int = 30, h: int = 10) ->
     )
 
 
-def write_table(text: str, command: str) -> None:
-    """Put the table between the markers of ``docs/testing.md``."""
-    doc = DOC.read_text()
-    stamp = (
-        f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC with mutmut "
-        f"{metadata.version('mutmut')} on {os.cpu_count()} cores: `{command}`. Killed includes timeouts (a mutant "
-        "that makes a test hang is caught); *no tests*: no default test reaches the mutated function."
+def provenance(record: dict) -> str:
+    """Where the table's numbers come from: the record's tool and, per (commit, date), how many mutants."""
+    runs = Counter((e["commit"], e["date"]) for e in record.get("checked", {}).values())
+    parts = ", ".join(
+        f"{n} on `{c}` ({d})" for (c, d), n in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0]))
     )
-    block = f"{BEGIN}\n{stamp}\n\n{text}\n{END}"
+    held = record.get("holdout")
+    line = f"ranks {held['after'] + 1}–{held['after'] + held['size']}" if held else "none"
+    return (
+        f"From `tools/mutation_results.json` ({record.get('tool', 'mutmut')}): {sum(runs.values())} mutants checked"
+        f"{': ' + parts if parts else ''}; held-out sample: {line}. Regenerate with `python tools/mutation.py "
+        "--table` (no mutmut run). Killed includes timeouts (a mutant that makes a test hang is caught); *no "
+        "tests*: no default test reaches the mutated function."
+    )
+
+
+def render(record: dict, local: dict[str, dict[str, tuple[str, str]]] | None = None, k: int = 30) -> str:
+    """The block between the markers: the provenance line, the table and the held-out line."""
+    found = merged(local or {}, record)[0]
+    text = table(found, k)
+    held = record.get("holdout")
+    if held:
+        line = holdout_table(found, held["after"], held["size"])
+        if line:
+            text += "\n\n" + line
+    return f"{BEGIN}\n{provenance(record)}\n\n{text}\n{END}"
+
+
+def write_table(block: str) -> None:
+    """Put ``block`` (from :func:`render`) between the markers of ``docs/testing.md``."""
+    doc = DOC.read_text()
     if BEGIN in doc:
         doc = re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _: block, doc, flags=re.S)
     else:
         doc = doc.rstrip() + "\n\n" + block + "\n"
     DOC.write_text(doc)
+
+
+def documented() -> str | None:
+    """The block between the markers of ``docs/testing.md`` as it stands (``None`` without markers)."""
+    found = re.search(re.escape(BEGIN) + r".*?" + re.escape(END), DOC.read_text(), flags=re.S)
+    return found.group(0) if found else None
 
 
 def main() -> int:
@@ -291,7 +444,12 @@ def main() -> int:
         help="wall-clock budget per module, or for the whole sample (default 15)",
     )
     parser.add_argument("--children", type=int, default=2, help="mutants tested at once (default 2)")
-    parser.add_argument("--table", action="store_true", help="only rewrite the table from mutants/")
+    parser.add_argument(
+        "--table", action="store_true", help="only rewrite the table (from mutants/ and the committed record)"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if docs/testing.md's table is not the committed record's"
+    )
     parser.add_argument("--survivors", action="store_true", help="list the surviving mutants of the modules")
     parser.add_argument(
         "--sample",
@@ -345,16 +503,26 @@ def main() -> int:
         for module in args.modules:
             pattern = f"{module}.*" if module.count(".") else f"{module}*"
             print(f"{module}: {run_mutmut([pattern], args.minutes, args.children) / 60:.1f} min")
-    found = results()
-    text = table(found, k)
-    held = holdout_table(found, k if args.after is None else args.after, args.holdout or 10)
-    if held:
-        text += "\n\n" + held
-    words = [w for w in sys.argv[1:] if not w.startswith("meanfield")]
-    modules = [w for w in sys.argv[1:] if w.startswith("meanfield")]
-    named = " ".join(modules) if len(modules) <= 3 else f"<{len(modules)} modules>"
-    write_table(text, " ".join(["python tools/mutation.py", *words, named]).strip())
-    print(text)
+    local = _local()
+    record = load_record()
+    if args.sample and not args.table:
+        record["sample"] = args.sample
+    if args.holdout and not args.table:
+        record["holdout"] = {"after": k if args.after is None else args.after, "size": args.holdout}
+    if local and not args.check:
+        today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+        record = write_record(local, record, _commit(), today)
+    block = render(record, k=record.get("sample", 30))
+    if args.check:
+        if documented() != block:
+            print(
+                f"docs/testing.md's mutation table differs from {RECORD.name}: run python tools/mutation.py --table"
+            )
+            return 1
+        print("docs/testing.md's mutation table is the record's")
+        return 0
+    write_table(block)
+    print(block)
     return 0
 
 
