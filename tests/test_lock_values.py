@@ -38,6 +38,22 @@ def _dead_pid() -> int:
     return child.pid
 
 
+def _wait_for_exec(pid: int, program: bytes) -> None:
+    """Wait (at most 10 s) until ``/proc/<pid>/cmdline`` names ``program``: between fork and exec it holds the
+    parent's command line, and while the exec runs it can read empty (a loaded machine made that visible)."""
+    path = Path(f"/proc/{pid}/cmdline")
+    if not path.parent.exists():
+        return  # no /proc
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if path.read_bytes().startswith(program):
+                return
+        except OSError:
+            return
+        time.sleep(0.01)
+
+
 def _write_record(folder, record) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / LOCK_NAME).write_text(json.dumps(record))
@@ -210,6 +226,8 @@ def test_alive_and_is_python_against_processes_we_started(monkeypatch):
         ["sh", "-c", "sleep 60; true", "meanfield"]
     )  # a shell whose argv names meanfield
     sleeper = subprocess.Popen(["sleep", "60"])
+    for proc, program in ((child, b"sh"), (sleeper, b"sleep")):  # past the exec: /proc shows the new program
+        _wait_for_exec(proc.pid, program)
     try:
         assert _is_python(child.pid)
         assert not _is_python(sleeper.pid)  # negative control
