@@ -51,6 +51,7 @@ RECORD = ROOT / "tools" / "mutation_results.json"
 module's functions (source hash, number of mutants), so that the table is regenerated on any machine, also one
 without mutmut's ``mutants/`` (``--table``), and a later run continues the record."""
 BEGIN, END = "<!-- mutation:begin -->", "<!-- mutation:end -->"
+BLOCK = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), flags=re.S)
 
 STATUS = {
     1: "killed",
@@ -221,16 +222,16 @@ def results() -> dict[str, dict[str, str]]:
 
 
 def _commit() -> str:
-    """The checkout's commit (short), ``+dirty`` when ``meanfield/`` or ``tests/`` differ from it."""
+    """The checkout's commit (short), ``+dirty`` when ``meanfield/`` or ``tests/`` differ from it.
+
+    Not ``meanfield.runs.environment._git_commit``: that asks the checkout the *installed* package lives in,
+    and mutation runs go on a snapshot (a worktree) beside an editable install of the main checkout."""
+    # errors="replace": a path git prints undecoded (not UTF-8) must not stop the record
+    git = {"cwd": ROOT, "capture_output": True, "text": True, "errors": "replace"}
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=True, **git).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "meanfield", "tests"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
+            ["git", "status", "--porcelain", "--", "meanfield", "tests"], **git
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -404,10 +405,11 @@ def provenance(record: dict) -> str:
     )
 
 
-def render(record: dict, local: dict[str, dict[str, tuple[str, str]]] | None = None, k: int = 30) -> str:
-    """The block between the markers: the provenance line, the table and the held-out line."""
-    found = merged(local or {}, record)[0]
-    text = table(found, k)
+def render(record: dict) -> str:
+    """The block between the markers, from the record alone: the provenance line, the table (of the record's
+    sample size, 30 unless a ``--sample K`` run recorded another) and the held-out line."""
+    found = merged({}, record)[0]
+    text = table(found, record.get("sample", 30))
     held = record.get("holdout")
     if held:
         line = holdout_table(found, held["after"], held["size"])
@@ -420,7 +422,7 @@ def write_table(block: str) -> None:
     """Put ``block`` (from :func:`render`) between the markers of ``docs/testing.md``."""
     doc = DOC.read_text()
     if BEGIN in doc:
-        doc = re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _: block, doc, flags=re.S)
+        doc = BLOCK.sub(lambda _: block, doc)
     else:
         doc = doc.rstrip() + "\n\n" + block + "\n"
     DOC.write_text(doc)
@@ -428,7 +430,7 @@ def write_table(block: str) -> None:
 
 def documented() -> str | None:
     """The block between the markers of ``docs/testing.md`` as it stands (``None`` without markers)."""
-    found = re.search(re.escape(BEGIN) + r".*?" + re.escape(END), DOC.read_text(), flags=re.S)
+    found = BLOCK.search(DOC.read_text())
     return found.group(0) if found else None
 
 
@@ -512,7 +514,7 @@ def main() -> int:
     if local and not args.check:
         today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
         record = write_record(local, record, _commit(), today)
-    block = render(record, k=record.get("sample", 30))
+    block = render(record)
     if args.check:
         if documented() != block:
             print(

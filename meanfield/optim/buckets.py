@@ -117,9 +117,8 @@ def build_buckets(
                     "noise_block > 0 draws counter-based noise from the optimizer's seed: pass seed=, "
                     "not generator="
                 )
-            lead = (
-                params[0].shape[0] if params[0].dim() else 0
-            )  # a scalar has no particle axis: refused below
+            # a scalar has no particle axis (0 rows): refused below with the rule, not an IndexError here
+            lead = params[0].shape[0] if params[0].dim() else 0
             start, stop = (rows[0], rows[1]) if rows is not None else (0, lead)
             for p in params:
                 if p.dim() == 0 or p.shape[0] != stop - start or start % b.block or stop % b.block:
