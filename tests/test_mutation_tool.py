@@ -139,6 +139,7 @@ def test_the_record_round_trips_and_the_documented_table_is_regenerated_from_it(
     monkeypatch.setattr(mutation, "RECORD", tmp_path / "record.json")
     monkeypatch.setattr(mutation, "DOC", tmp_path / "testing.md")
     monkeypatch.setattr(mutation, "equivalent", lambda: {})
+    monkeypatch.setattr(mutation, "_tool", lambda: "mutmut 3.8.1")  # CI does not install mutmut
     (tmp_path / "testing.md").write_text("# Testing\n\nprose\n")
     names = _names("meanfield.m", "x_f", 40)
     ranked = sorted(names, key=lambda n: hashlib.sha256(n.encode()).hexdigest())
@@ -157,6 +158,7 @@ def test_the_record_round_trips_and_the_documented_table_is_regenerated_from_it(
     assert new["checked"][ranked[5]] == {"status": "killed", "commit": "abc1234", "date": "2026-11-30"}
     assert new["checked"][ranked[0]] == {"status": "survived", "commit": "def5678", "date": "2026-12-02"}
     assert len(new["checked"]) == 39 and new["holdout"] == {"after": 30, "size": 10}
+    assert new["tool"] == "mutmut 3.8.1"
     assert new["modules"]["meanfield.m"]["functions"] == {"x_f": ["a", 40]}
     assert mutation.load_record() == new  # what was written is what is read
     lines = mutation.RECORD.read_text().splitlines()
@@ -179,6 +181,20 @@ def test_the_record_round_trips_and_the_documented_table_is_regenerated_from_it(
     assert (tmp_path / "testing.md").read_text().count(mutation.BEGIN) == 1
     (tmp_path / "testing.md").write_text((tmp_path / "testing.md").read_text().replace("97 %", "98 %"))
     assert mutation.documented() != block  # negative control: a hand edit is noticed
+
+
+def test_the_tool_stamp_names_the_installed_version_or_says_how_to_install_it(monkeypatch):
+    """_tool reads the installed distribution's version; without mutmut it says what to install rather than
+    failing inside importlib (CI's environment has no mutmut: only measuring needs it)."""
+    monkeypatch.setattr(mutation.metadata, "version", lambda name: {"mutmut": "9.9.9"}[name])
+    assert mutation._tool() == "mutmut 9.9.9"
+
+    def missing(name):
+        raise mutation.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(mutation.metadata, "version", missing)
+    with pytest.raises(RuntimeError, match=r"pip install mutmut==3\.8\.1"):
+        mutation._tool()
 
 
 def test_the_committed_docs_table_is_the_committed_records():

@@ -176,6 +176,21 @@ def merged(
     return found, checked
 
 
+def _tool() -> str:
+    """The tool that produced ``mutants/`` and its version, as the record states it (``"mutmut 3.8.1"``).
+
+    Raises:
+        RuntimeError: mutmut is not installed here, so there is no measurement to stamp.
+    """
+    try:
+        return f"mutmut {metadata.version('mutmut')}"
+    except metadata.PackageNotFoundError as e:
+        raise RuntimeError(
+            "the record stamps the mutmut version that produced mutants/, and mutmut is not installed here: "
+            "pip install mutmut==3.8.1 (docs/testing.md)"
+        ) from e
+
+
 def write_record(local: dict[str, dict[str, tuple[str, str]]], record: dict, commit: str, date: str) -> dict:
     """Rewrite ``RECORD`` from :func:`merged` (entries measured here stamped ``commit``/``date``), atomically."""
     _, checked = merged(local, record)
@@ -191,7 +206,7 @@ def write_record(local: dict[str, dict[str, tuple[str, str]]], record: dict, com
     new = {
         **record,
         "format": 1,
-        "tool": f"mutmut {metadata.version('mutmut')}",
+        "tool": _tool(),
         "modules": dict(sorted(modules.items())),
         "checked": stamped,
     }
