@@ -8,10 +8,12 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -174,6 +176,60 @@ def test_primary_report_pairs_by_seed_and_applies_holm(tmp_path):
     assert all(0 <= q <= 1 for q in finite)
     text = report.markdown(list(rows.values()), folder)
     assert "Power rule" in text and "| P5 |" in text
+
+
+def _arms_with_seeds(folder: Path, seeds: int, wall: float = 3600.0) -> dict[str, list[float]]:
+    """Finished runs of the six primary arms, seeds 0..seeds-1, val_loss = base + a seed-dependent jitter."""
+    values = {}
+    for k, arm in enumerate(PRIMARY):
+        values[arm] = [2.0 + 0.01 * k + 0.003 * ((5 * s + k) % 7 - 3) for s in range(seeds)]
+        for seed, v in enumerate(values[arm]):
+            run_dir = folder / f"preset={arm}_seed={seed}"
+            run_dir.mkdir(parents=True)
+            (run_dir / "config.toml").write_text(f"seed = {seed}\n")
+            (run_dir / "point.json").write_text(json.dumps({"point": {"preset": arm, "seed": seed}}))
+            final = {"val_loss": v, "half_random_gap": 0.3}
+            (run_dir / "environment.json").write_text(json.dumps({"threads": 1}))
+            (run_dir / "summary.json").write_text(
+                json.dumps({"status": "finished", "final": final, "wall_clock_s": wall})
+            )
+    return values
+
+
+def test_primary_report_stays_blind_until_every_arm_has_the_fixed_seeds(tmp_path):
+    """With 7 seeds (seed 7 of one arm missing) the report shows the paired sd (the sample sd of the per-seed
+    differences, checked against numpy) and no Δ or p; with all 8 it shows the tests (negative control)."""
+    report = _module("report", HERE / "scale_report.py")
+    folder = tmp_path / "primary"
+    values = _arms_with_seeds(folder, report.N_FIXED)
+    shutil.rmtree(folder / "preset=p32_seed=7")
+    runs = report.load(folder)
+    assert report.blind(runs)
+    text = report.markdown_blind(report.tests(runs), folder)
+    diffs = [a - b for a, b in zip(values["p8-b1e-3"], values["p8"])]
+    sd = float(np.std(diffs, ddof=1))
+    assert f"| P1 | β = 1e-3 vs β = 0 (M = 8) | val_loss | 8 | {sd:.4f} |" in text
+    assert "p (paired t)" not in text and "Holm" not in text and "±" not in text
+    report.main(["--folder", str(folder), "--out", str(tmp_path / "t.md")])
+    written = (tmp_path / "t.md").read_text()
+    assert "blind until" in written and "p (paired t)" not in written
+    report.main(["--folder", str(folder), "--out", str(tmp_path / "u.md"), "--unblind"])
+    assert "p (paired t)" in (tmp_path / "u.md").read_text()  # the override shows the tests
+    _arms_with_seeds(tmp_path / "full", report.N_FIXED)
+    assert not report.blind(report.load(tmp_path / "full"))  # negative control: every arm at n = 8
+
+
+def test_primary_report_costs_the_finished_runs_in_cpu_hours(tmp_path):
+    """cost() = Σ wall_clock_s × threads / 3600 over finished runs: 2 × 1 h + 0.5 h × 2 threads = 3 h; an
+    unfinished run counts nothing."""
+    report = _module("report", HERE / "scale_report.py")
+    for name, status, wall, threads in (("a", "finished", 3600, 1), ("b", "finished", 3600, 1),
+                                        ("c", "finished", 1800, 2), ("d", "running", 9999, 1)):  # fmt: skip
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps({"status": status, "wall_clock_s": wall}))
+        (tmp_path / name / "environment.json").write_text(json.dumps({"threads": threads}))
+    assert report.cost(tmp_path) == (3, pytest.approx(3.0))
+    assert report.cost(tmp_path / "nowhere") == (0, 0.0)
 
 
 @pytest.mark.slow

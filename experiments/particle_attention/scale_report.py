@@ -15,7 +15,13 @@ paired t-test over the seeds both arms finished, at α = 0.05 with Holm's step-d
   minus the undamaged loss), ``p8-b1e-3 − p8``.
 
 It also prints the seed count of the power rule: ``max(8, max over P1–P5 of pairs_needed(0.01, sd))`` at the
-observed paired sds (the pilot's, when it is run after the pilot).
+observed paired sds (the pilot's, when it is run after the pilot), and what the table's runs cost in CPU-hours
+(``Σ wall_clock_s × threads`` of the finished runs: ``summary.json`` and ``environment.json``).
+
+**Blind until n = 8.** The pre-registration fixed n = 8 seeds for every primary arm and computes no comparison
+before seed 7 has finished. Until every primary arm has 8 finished seeds the report therefore prints only the
+paired sds (with the seeds they would ask for and the δ80 they give at n = 8), never a difference or a p;
+``--unblind`` overrides that (a test of the tooling, not the study).
 """
 
 from __future__ import annotations
@@ -26,11 +32,12 @@ import math
 from pathlib import Path
 
 from meanfield import config as _config
-from meanfield.stats import holm, paired_difference, pairs_needed
+from meanfield.stats import detectable_difference, holm, paired_difference, pairs_needed
 
 HERE = Path(__file__).resolve().parent
 FOLDER = HERE / "results" / "scale" / "primary"
 ALPHA, DELTA, MIN_SEEDS = 0.05, 0.01, 8
+N_FIXED = 8  # decision (ii) of the pre-registration: every primary arm runs seeds 0-7, no look before
 
 FAMILY = (
     ("P1", "β = 1e-3 vs β = 0 (M = 8)", "val_loss", "p8-b1e-3", "p8"),
@@ -62,6 +69,26 @@ def load(folder: Path) -> dict[str, dict[int, dict]]:
     return out
 
 
+def cost(folder: Path) -> tuple[int, float]:
+    """``(finished runs, CPU-hours)`` under ``folder``: ``Σ wall_clock_s × threads / 3600`` (``wall_clock_s`` sums a
+    run's resumptions; time lost with a machine before a checkpoint is not in it)."""
+    runs, seconds = 0, 0.0
+    for summary in sorted(folder.glob("*/summary.json")) if folder.is_dir() else []:
+        s = json.loads(summary.read_text())
+        if s.get("status") != "finished":
+            continue
+        env = summary.parent / "environment.json"
+        threads = int(json.loads(env.read_text()).get("threads", 1)) if env.is_file() else 1
+        runs, seconds = runs + 1, seconds + float(s["wall_clock_s"]) * threads
+    return runs, seconds / 3600
+
+
+def blind(runs: dict[str, dict[int, dict]]) -> bool:
+    """Whether some primary arm has fewer than ``N_FIXED`` finished seeds (no comparison may be shown yet)."""
+    arms = {arm for _, _, _, a, b in FAMILY for arm in (a, b)}
+    return any(len(runs.get(arm, {})) < N_FIXED for arm in arms)
+
+
 def tests(runs: dict[str, dict[int, dict]]) -> list[dict]:
     rows = []
     for pid, what, metric, a, b in FAMILY:
@@ -81,6 +108,33 @@ def tests(runs: dict[str, dict[int, dict]]) -> list[dict]:
 def _spread(d) -> bool:
     """Whether the differences have a usable sd (round-off sized ones make the noncentral t overflow)."""
     return math.isfinite(d.sd) and d.sd > 1e-9 * max(1.0, abs(d.mean))
+
+
+def markdown_blind(rows: list[dict], folder: Path) -> str:
+    """The interim table: each comparison's pairs, paired sd, the seeds it asks for and its δ80 at ``N_FIXED``."""
+    lines = [
+        f"Primary tests (pre-registered), **blind until every primary arm has {N_FIXED} seeds**: paired sds only, "
+        f"from `{folder}`:",
+        "",
+        f"| id | comparison | metric | pairs | paired sd | seeds for 0.01 at 80 % power | δ80 at n = {N_FIXED} |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        d = r["d"]
+        if d is None or not _spread(d):
+            lines.append(f"| {r['id']} | {r['what']} | {r['metric']} | {r['n']} | — | — | — |")
+            continue
+        lines.append(
+            f"| {r['id']} | {r['what']} | {r['metric']} | {d.n} | {d.sd:.4f} | {pairs_needed(DELTA, d.sd)} | "
+            f"{detectable_difference(d.sd, N_FIXED):.4f} |"
+        )
+    lines += [
+        "",
+        f"*paired sd: of the per-seed differences (first arm − second); seeds for 0.01: "
+        f"`pairs_needed(0.01, sd)`; δ80: the smallest |Δ| {N_FIXED} pairs detect with 80 % power at α = 0.05 at "
+        "this sd (noncentral t). No difference and no p is shown before the fixed n (the pre-registration).*",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def markdown(rows: list[dict], folder: Path) -> str:
@@ -126,8 +180,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--folder", type=Path, default=FOLDER)
     parser.add_argument("--out", type=Path, default=None, help="default FOLDER/../primary_tests.md")
+    parser.add_argument("--unblind", action="store_true", help="show Δ and p before every arm has 8 seeds")
     args = parser.parse_args(argv)
-    text = markdown(tests(load(args.folder)), args.folder)
+    runs = load(args.folder)
+    rows = tests(runs)
+    text = (markdown_blind if blind(runs) and not args.unblind else markdown)(rows, args.folder)
+    n, hours = cost(args.folder)
+    text += f"\nCost: {n} finished runs, {hours:.1f} CPU-hours (Σ wall_clock_s × threads).\n"
     out = args.out or args.folder.parent / "primary_tests.md"
     out.write_text(text)
     print(text)
