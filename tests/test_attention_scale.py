@@ -232,6 +232,36 @@ def test_primary_report_costs_the_finished_runs_in_cpu_hours(tmp_path):
     assert report.cost(tmp_path / "nowhere") == (0, 0.0)
 
 
+def test_drop_half_draws_reproduces_the_runs_own_draw_and_averages_fresh_ones(tmp_path):
+    """drop_half_draws.py on a finished smoke run: draw 0 reproduces the run's logged half_random_gap (the
+    model, probe blocks and generator are the run's: an independent code path to the task's probe); the mean
+    and sd are those of the gaps; a second call skips the measured run; a run whose latest checkpoint is not
+    its final step is not eligible; a tampered logged value makes the check fail (negative control)."""
+    draws = _module("drop_half", HERE / "drop_half_draws.py")
+    folder = tmp_path / "primary"
+    run(CONFIG, folder / "preset=p8_seed=0", preset="smoke+p8", quiet=True)
+    summary_path = folder / "preset=p8_seed=0" / "summary.json"
+    logged = json.loads(summary_path.read_text())["final"]["half_random_gap"]
+    out = tmp_path / "drop_half" / "primary"  # the default: beside the sweep folder, never in the repo's results
+    assert draws.main(["--folder", str(folder), "--draws", "4"]) == 0
+    result = json.loads((out / "preset=p8_seed=0.json").read_text())
+    assert result["gaps"][0] == pytest.approx(logged, abs=1e-6) and len(result["gaps"]) == 4
+    assert len(set(result["gaps"])) > 1  # fresh draws differ from the run's
+    assert result["mean"] == pytest.approx(float(np.mean(result["gaps"])))
+    assert result["sd"] == pytest.approx(float(np.std(result["gaps"], ddof=1)))
+    stamp = (out / "preset=p8_seed=0.json").stat().st_mtime_ns
+    assert draws.main(["--folder", str(folder), "--out", str(out), "--draws", "4"]) == 0
+    assert (out / "preset=p8_seed=0.json").stat().st_mtime_ns == stamp  # measured already: skipped
+    checkpoints = sorted((folder / "preset=p8_seed=0" / "checkpoints").glob("step-*.pt"))
+    checkpoints[-1].rename(checkpoints[-1].with_name("kept.bak"))
+    assert draws.eligible(folder) == []  # the final checkpoint is gone: another machine's run
+    checkpoints[-1].with_name("kept.bak").rename(checkpoints[-1])
+    summary = json.loads(summary_path.read_text())
+    summary["final"]["half_random_gap"] = logged + 0.01
+    summary_path.write_text(json.dumps(summary))
+    assert draws.main(["--folder", str(folder), "--out", str(tmp_path / "again"), "--draws", "2"]) == 1
+
+
 @pytest.mark.slow
 def test_lm_step_benchmark_quick_records_its_provenance(tmp_path):
     out = tmp_path / "lm_step.md"

@@ -14,6 +14,8 @@
 #
 # Seeds run seed-major (every primary arm of seed s before seed s + 1), so that an interrupted stage leaves
 # complete pairs. The table of each stage (summary.md, with --detect 0.01) is rewritten at its end.
+# After each seed, drop_half_draws.py measures the drop-half gap over 32 random draws of every run finished here
+# (exploratory; results/scale/drop_half/<stage>/): checkpoints are not committed, so only then can it be done.
 # JOBS (default 2): runs side by side, one torch thread each on a 2-core machine (`--jobs 2`).
 # PRECISION (default fp32): bf16 runs the training step under bf16 autocast (fast_lm.py); choose it before the
 # pilot and keep it for every stage (a changed configuration is refused by a resume), and only once
@@ -23,6 +25,7 @@ cd "$(dirname "$0")/../.."
 
 STAGE=${1:-}
 JOBS=${JOBS:-2}
+DRAWS=1   # drop_half_draws.py after each seed (tiny-shakespeare stages only)
 PRECISION=${PRECISION:-fp32}
 CONFIG=experiments/particle_attention/scale.toml
 R=experiments/particle_attention/results/scale
@@ -55,6 +58,9 @@ sweep() {
     for s in $(seq "$first" "$last"); do
         meanfield sweep "$CONFIG" --grid preset="$arms" --seeds "$s" --jobs "$JOBS" --quiet \
             "${EXTRA[@]}" "${METRICS[@]}" "$@" --out "$out" || true   # a failed point is in runs.csv; the others go on
+        if [ "$DRAWS" = 1 ]; then   # exploratory: the drop-half gap over 32 draws, while the final checkpoints are here
+            python experiments/particle_attention/drop_half_draws.py --folder "$out" || true
+        fi
     done
     meanfield sweep "$CONFIG" --grid preset="$arms" --seeds "$(seq_csv 0 "$last")" --jobs "$JOBS" --quiet \
         "${EXTRA[@]}" "${METRICS[@]}" "$@" --out "$out" --detect 0.01
@@ -70,6 +76,7 @@ case "$STAGE" in
     secondary)
         sweep "$R/secondary" "$SECONDARY" 0 2 ;;
     wikitext2)
+        DRAWS=0
         sweep "$R/wikitext2" "$PRIMARY" 0 2 --preset wikitext2 --baseline preset=p8 ;;
     smoke)
         OUT=${2:-runs/scale-smoke}

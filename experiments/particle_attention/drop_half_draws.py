@@ -1,0 +1,169 @@
+"""The drop-half gap over many random draws, from the final checkpoints of the 6 × 256 study (exploratory).
+
+    python experiments/particle_attention/drop_half_draws.py             # every finished primary run checkpointed here
+    python experiments/particle_attention/drop_half_draws.py --draws 32 --folder runs/scale-smoke/primary
+
+**Why.** P6's pre-registered metric, ``half_random_gap``, is the probe loss after *one* seeded draw of half of
+every layer's particles minus the undamaged probe loss. At 6 × 256 the pilot's paired sd of P6 was 0.93 nats
+(2 pairs; 0.04–0.09 at 2 × 64), so at n = 8 it detects only differences of about a nat. Claim (e) is about the
+expected gap over the draw, ``E_S[ℓ(S) − ℓ]``; one draw estimates it with the draw-to-draw spread on top of the
+seed-to-seed one. This script measures ``K`` draws per run: their mean (the exploratory metric) and their sd
+(how much of P6's spread is the draw). Added on 2026-12-02 after the pilot's paired sds (never its
+differences) were seen: exploratory, not in the pre-registered family.
+
+For each finished run whose last checkpoint is the final step (checkpoints are not committed: only runs that
+finished on this machine qualify), draw 0 is the run's own draw (generator ``derive_seed(seed, "drop")``, the
+task's) and must reproduce its logged ``half_random_gap`` — a check that the model, the probe blocks and the
+draw are the run's; draws ``k ≥ 1`` use ``derive_seed(seed, f"drop/{k}")``. Results land, one small JSON a run,
+in ``<sweep folder>/../drop_half/<stage>/<run folder>.json`` (``results/scale/drop_half/primary/`` for the study) (written atomically; a run already measured with the
+same draws is skipped), and are committed with the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from meanfield import data as _data
+from meanfield._io import write_json_atomic
+from meanfield.metrics import lm as _lm
+from meanfield.nn.transformer import drop_particles
+from meanfield.seeds import derive_seed
+
+HERE = Path(__file__).resolve().parent
+FOLDER = HERE / "results" / "scale" / "primary"
+
+
+def _analysis():
+    """``analysis.py`` (a script beside this one): its run-folder model loader."""
+    spec = importlib.util.spec_from_file_location("pa_analysis", HERE / "analysis.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def draw_generator(seed: int, k: int) -> torch.Generator:
+    """Draw ``k``'s generator: draw 0 is the task's own (``derive_seed(seed, "drop")``)."""
+    return torch.Generator().manual_seed(derive_seed(seed, "drop" if k == 0 else f"drop/{k}"))
+
+
+@torch.no_grad()
+def probe_loss(model, blocks: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    """Mean next-token loss over the probe blocks, weighted by tokens (the task's ``mean_loss``)."""
+    total, count = 0.0, 0
+    for x, y in blocks:
+        total += float(model.loss(x, y)) * y.numel()
+        count += y.numel()
+    return total / count
+
+
+def probe_blocks(data, batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The task's probe batches: the first ``probe_blocks`` blocks of the evaluation split, ``batch_size`` a
+    batch (``meanfield.tasks.language``: ``mean_loss(model, data.probe_blocks)``)."""
+    if data.dataset != "tiny_shakespeare":
+        raise ValueError(f"drop_half_draws reads tiny-shakespeare runs, not {data.dataset!r}")
+    corpus = _data.tiny_shakespeare(data.root or None)
+    held_out = getattr(corpus, data.eval_split)
+    out = []
+    for i, (x, y) in enumerate(_data.iter_blocks(held_out, data.block_size, batch_size)):
+        if i * batch_size >= data.probe_blocks:
+            break
+        out.append((x, y))
+    return out
+
+
+@torch.no_grad()
+def measure(run: Path, draws: int) -> dict:
+    """The drop-half gaps of ``draws`` random draws of one run's final model.
+
+    Returns:
+        ``{"run", "seed", "step", "draws", "gaps", "mean", "sd", "logged"}``: ``gaps[k] = ℓ(S_k) − ℓ`` on the
+        probe blocks, ``mean``/``sd`` over the draws, ``logged`` the run's own ``half_random_gap``.
+    """
+    model, cfg, data = _analysis()._model(run)
+    blocks = probe_blocks(data, cfg.train.batch_size)
+    base = probe_loss(model, blocks)
+    first = (
+        blocks[0][0][: data.probe_blocks],
+        blocks[0][1][: data.probe_blocks],
+    )  # the task's idx (unused by "random")
+    particles = _lm.as_particle_model(model)
+    gaps = []
+    for k in tqdm(range(draws), desc=run.name, leave=False, disable=None):
+        half = drop_particles(
+            particles, 0.5, "random", idx=first[0], targets=first[1], generator=draw_generator(cfg.seed, k)
+        )
+        gaps.append(probe_loss(half, blocks) - base)
+    summary = json.loads((run / "summary.json").read_text())
+    return {
+        "run": run.name,
+        "seed": cfg.seed,
+        "step": int(summary["step"]),
+        "draws": draws,
+        "gaps": gaps,
+        "mean": statistics.fmean(gaps),
+        "sd": statistics.stdev(gaps) if draws > 1 else math.nan,
+        "logged": summary["final"].get("half_random_gap"),
+    }
+
+
+def eligible(folder: Path) -> list[Path]:
+    """Finished runs under ``folder`` whose latest checkpoint is their final step."""
+    out = []
+    for run in sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
+        summary = run / "summary.json"
+        if not summary.is_file():
+            continue
+        s = json.loads(summary.read_text())
+        last = sorted((run / "checkpoints").glob("step-*.pt"))
+        if s.get("status") == "finished" and last and int(last[-1].stem.split("-")[1]) == int(s["step"]):
+            out.append(run)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--folder", type=Path, default=FOLDER, help="a sweep folder (default: the primary stage)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="default results/scale/drop_half/<folder name>"
+    )
+    parser.add_argument(
+        "--draws", type=int, default=32, help="random draws per run (default 32; draw 0 is the run's)"
+    )
+    args = parser.parse_args(argv)
+    if args.draws < 2:
+        parser.error(f"--draws must be at least 2 (a mean and an sd over draws), got {args.draws}")
+    out = args.out or args.folder.parent / "drop_half" / args.folder.name
+    bad = []
+    for run in eligible(args.folder):
+        path = out / f"{run.name}.json"
+        if path.is_file() and json.loads(path.read_text()).get("draws") == args.draws:
+            continue
+        result = measure(run, args.draws)
+        if result["logged"] is not None and not math.isclose(
+            result["gaps"][0], result["logged"], abs_tol=1e-5
+        ):
+            bad.append(
+                f"{run.name}: draw 0 gives {result['gaps'][0]:.6f}, the run logged {result['logged']:.6f}"
+            )
+        write_json_atomic(path, result)
+        print(f"{run.name}: mean gap {result['mean']:.4f} (sd over {args.draws} draws {result['sd']:.4f}); "
+              f"draw 0 {result['gaps'][0]:.4f} vs logged {result['logged']}")  # fmt: skip
+    if bad:
+        print("draw 0 does not reproduce the run's own measurement:\n  " + "\n  ".join(bad), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
