@@ -132,6 +132,40 @@ def test_run_scale_refuses_unknown_stages_and_too_few_seeds():
     assert bad.returncode == 2
 
 
+def _stubbed_run_scale(tmp_path: Path, *args: str) -> list[list[str]]:
+    """The commands ``run_scale.sh ARGS`` runs, with ``meanfield`` and ``python`` stubbed (each logs its argv)."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(parents=True)
+    log = tmp_path / "calls.log"
+    for name in ("meanfield", "python"):
+        (bin_ / name).write_text(f'#!/bin/sh\necho "{name} $*" >> "{log}"\n')
+        (bin_ / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}"}
+    done = subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return [line.split() for line in log.read_text().splitlines()]
+
+
+def test_run_scale_keeps_the_pilot_blind_and_tests_at_n_8(tmp_path):
+    """The pilot runs seeds 0, 1, 2 one at a time, each followed by drop_half_draws.py, and no call compares
+    (no --baseline, no --detect: the pre-registration's blindness before seed 7); `main 8` runs seeds 3-7 and
+    then the one table of seeds 0-7 against p8 with --detect 0.01; wikitext2 measures no draws."""
+    pilot = _stubbed_run_scale(tmp_path / "pilot", "pilot")
+    sweeps = [c for c in pilot if c[0] == "meanfield"]
+    assert [c[c.index("--seeds") + 1] for c in sweeps] == ["0", "1", "2"]
+    assert all("--baseline" not in c and "--detect" not in c for c in sweeps)
+    assert [c[0] for c in pilot] == ["meanfield", "python"] * 3
+    assert all(c[1].endswith("drop_half_draws.py") for c in pilot if c[0] == "python")
+    main = [c for c in _stubbed_run_scale(tmp_path / "main", "main", "8") if c[0] == "meanfield"]
+    assert [c[c.index("--seeds") + 1] for c in main] == ["3", "4", "5", "6", "7", "0,1,2,3,4,5,6,7"]
+    assert all("--baseline" not in c for c in main[:-1])
+    last = main[-1]
+    assert last[last.index("--baseline") + 1] == "preset=p8" and last[last.index("--detect") + 1] == "0.01"
+    words = _stubbed_run_scale(tmp_path / "wt2", "wikitext2")
+    assert not any(c[0] == "python" for c in words)  # negative control: the words stage has no draws
+    assert "--baseline" in words[-1] and "wikitext2" in words[-1]
+
+
 def test_run_scale_puts_the_primary_arms_first():
     text = SCRIPT.read_text()
     assert f"PRIMARY={','.join(PRIMARY)}" in text and f"SECONDARY={','.join(SECONDARY)}" in text
@@ -242,7 +276,9 @@ def test_drop_half_draws_reproduces_the_runs_own_draw_and_averages_fresh_ones(tm
     run(CONFIG, folder / "preset=p8_seed=0", preset="smoke+p8", quiet=True)
     summary_path = folder / "preset=p8_seed=0" / "summary.json"
     logged = json.loads(summary_path.read_text())["final"]["half_random_gap"]
-    out = tmp_path / "drop_half" / "primary"  # the default: beside the sweep folder, never in the repo's results
+    out = (
+        tmp_path / "drop_half" / "primary"
+    )  # the default: beside the sweep folder, never in the repo's results
     assert draws.main(["--folder", str(folder), "--draws", "4"]) == 0
     result = json.loads((out / "preset=p8_seed=0.json").read_text())
     assert result["gaps"][0] == pytest.approx(logged, abs=1e-6) and len(result["gaps"]) == 4

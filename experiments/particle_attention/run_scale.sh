@@ -13,7 +13,8 @@
 #   bash experiments/particle_attention/run_scale.sh smoke [OUT]    # the whole pipeline at the smoke size (CI)
 #
 # Seeds run seed-major (every primary arm of seed s before seed s + 1), so that an interrupted stage leaves
-# complete pairs. The table of each stage (summary.md, with --detect 0.01) is rewritten at its end.
+# complete pairs. The table of each stage (summary.md, with --detect 0.01) is rewritten at its end; the pilot
+# writes none (blind: no comparison before seed 7 of the primary arms), `main 8` the first.
 # After each seed, drop_half_draws.py measures the drop-half gap over 32 random draws of every run finished here
 # (exploratory; results/scale/drop_half/<stage>/): checkpoints are not committed, so only then can it be done.
 # JOBS (default 2): runs side by side, one torch thread each on a 2-core machine (`--jobs 2`).
@@ -50,10 +51,12 @@ METRICS=(--metric val_loss --metric val_ppl --metric half_random_gap --metric ha
 
 seq_csv() { seq -s, "$1" "$2"; }
 
-# sweep OUT ARMS FIRST LAST [meanfield sweep options…]: seeds FIRST..LAST one at a time, then the table of 0..LAST
+# sweep OUT ARMS FIRST LAST BASELINE [meanfield sweep options…]: seeds FIRST..LAST one at a time (no baseline:
+# per-arm values only), then, unless BASELINE is "blind", the table of seeds 0..LAST against BASELINE ("" for none).
+# The primary stage is blind before seed 7: the pre-registration computes no comparison before n = 8.
 sweep() {
-    local out=$1 arms=$2 first=$3 last=$4
-    shift 4
+    local out=$1 arms=$2 first=$3 last=$4 baseline=$5
+    shift 5
     local s
     for s in $(seq "$first" "$last"); do
         meanfield sweep "$CONFIG" --grid preset="$arms" --seeds "$s" --jobs "$JOBS" --quiet \
@@ -62,25 +65,29 @@ sweep() {
             python experiments/particle_attention/drop_half_draws.py --folder "$out" || true
         fi
     done
+    if [ "$baseline" = blind ]; then
+        echo "$out: seeds $first-$last done; no comparison table before seed 7 (the pre-registration)"
+        return
+    fi
     meanfield sweep "$CONFIG" --grid preset="$arms" --seeds "$(seq_csv 0 "$last")" --jobs "$JOBS" --quiet \
-        "${EXTRA[@]}" "${METRICS[@]}" "$@" --out "$out" --detect 0.01
+        "${EXTRA[@]}" "${METRICS[@]}" "$@" ${baseline:+--baseline "$baseline"} --out "$out" --detect 0.01
 }
 
 case "$STAGE" in
     pilot)
-        sweep "$R/primary" "$PRIMARY" 0 2 --baseline preset=p8 ;;
+        sweep "$R/primary" "$PRIMARY" 0 2 blind ;;
     main)
         N=${2:?"main N: the number of seeds from the pilot (docs: the power plan), at least 8"}
         if [ "$N" -lt 8 ]; then echo "main: at least 8 seeds (the pre-registration), got $N" >&2; exit 2; fi
-        sweep "$R/primary" "$PRIMARY" 3 $((N - 1)) --baseline preset=p8 ;;
+        sweep "$R/primary" "$PRIMARY" 3 $((N - 1)) preset=p8 ;;
     secondary)
-        sweep "$R/secondary" "$SECONDARY" 0 2 ;;
+        sweep "$R/secondary" "$SECONDARY" 0 2 "" ;;
     wikitext2)
         DRAWS=0
-        sweep "$R/wikitext2" "$PRIMARY" 0 2 --preset wikitext2 --baseline preset=p8 ;;
+        sweep "$R/wikitext2" "$PRIMARY" 0 2 preset=p8 --preset wikitext2 ;;
     smoke)
         OUT=${2:-runs/scale-smoke}
-        sweep "$OUT/primary" "$PRIMARY" 0 1 --preset smoke --baseline preset=p8 ;;
+        sweep "$OUT/primary" "$PRIMARY" 0 1 preset=p8 --preset smoke ;;
     *)
         echo "usage: $0 pilot | main N | secondary | wikitext2 | smoke [OUT]" >&2
         exit 2 ;;
