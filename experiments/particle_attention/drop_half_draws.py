@@ -15,13 +15,14 @@ For each finished run whose last checkpoint is the final step (checkpoints are n
 finished on this machine qualify), draw 0 is the run's own draw (generator ``derive_seed(seed, "drop")``, the
 task's) and must reproduce its logged ``half_random_gap`` — a check that the model, the probe blocks and the
 draw are the run's; draws ``k ≥ 1`` use ``derive_seed(seed, f"drop/{k}")``. Results land, one small JSON a run,
-in ``<sweep folder>/../drop_half/<stage>/<run folder>.json`` (``results/scale/drop_half/primary/`` for the study) (written atomically; a run already measured with the
-same draws is skipped), and are committed with the runs.
+in ``<sweep folder>/../drop_half/<stage>/<run folder>.json`` (for the study ``results/scale/drop_half/primary/``),
+written atomically; a run already measured with the same draws is skipped; they are committed with the runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import math
@@ -36,12 +37,14 @@ from meanfield import data as _data
 from meanfield._io import write_json_atomic
 from meanfield.metrics import lm as _lm
 from meanfield.nn.transformer import drop_particles
+from meanfield.runs import Checkpoints
 from meanfield.seeds import derive_seed
 
 HERE = Path(__file__).resolve().parent
 FOLDER = HERE / "results" / "scale" / "primary"
 
 
+@functools.cache
 def _analysis():
     """``analysis.py`` (a script beside this one): its run-folder model loader."""
     spec = importlib.util.spec_from_file_location("pa_analysis", HERE / "analysis.py")
@@ -123,8 +126,7 @@ def eligible(folder: Path) -> list[Path]:
         if not summary.is_file():
             continue
         s = json.loads(summary.read_text())
-        last = sorted((run / "checkpoints").glob("step-*.pt"))
-        if s.get("status") == "finished" and last and int(last[-1].stem.split("-")[1]) == int(s["step"]):
+        if s.get("status") == "finished" and Checkpoints(run / "checkpoints").latest() == int(s["step"]):
             out.append(run)
     return out
 
@@ -134,9 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--folder", type=Path, default=FOLDER, help="a sweep folder (default: the primary stage)"
     )
-    parser.add_argument(
-        "--out", type=Path, default=None, help="default results/scale/drop_half/<folder name>"
-    )
+    parser.add_argument("--out", type=Path, default=None, help="default FOLDER/../drop_half/<FOLDER's name>")
     parser.add_argument(
         "--draws", type=int, default=32, help="random draws per run (default 32; draw 0 is the run's)"
     )
