@@ -27,6 +27,7 @@ from meanfield.metrics.lm import (
     corrupt_tokens,
     layer_diversity,
     loss_roughness,
+    token_mean_loss,
 )
 from meanfield.nn.attention import CausalParticleAttention, ParticleAttention
 from meanfield.nn.transformer import CausalSelfAttention, TransformerLM, drop_particles
@@ -248,6 +249,38 @@ def test_streaming_gradient_variance_windows_and_the_smallest_one():
         a.grad = torch.tensor(g)
         sgv.update()
     assert sgv.compute()["grad_var_a"] == pytest.approx(np.var([5.0, 6.0, 10.0], ddof=1), rel=1e-14)
+
+
+class _KnownLoss:
+    """``loss(x, y)`` = the mean of ``y`` as a float: a model whose batch losses are known by hand."""
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return y.double().mean()
+
+
+def test_token_mean_loss_weights_batches_by_their_tokens():
+    # batch 0: 2×3 targets of mean 1; batch 1: 1×3 targets of mean 4 → (6·1 + 3·4)/9 = 2, not (1 + 4)/2 = 2.5
+    batches = [
+        (torch.zeros(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.long)),
+        (torch.zeros(1, 3, dtype=torch.long), torch.full((1, 3), 4, dtype=torch.long)),
+    ]
+    assert token_mean_loss(_KnownLoss(), batches) == 2.0
+    assert token_mean_loss(_KnownLoss(), iter(batches)) == 2.0  # any iterable, once
+    assert token_mean_loss(_KnownLoss(), batches[1:]) == 4.0
+
+
+def test_token_mean_loss_equals_the_cross_entropy_over_all_tokens():
+    lm = TransformerLM(11, 8, 16, 1, 2, "mha", generator=torch.Generator().manual_seed(0))
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randint(0, 11, (5, 8), generator=g), torch.randint(0, 11, (5, 8), generator=g)
+    with torch.no_grad():
+        whole = float(F.cross_entropy(lm(x).reshape(-1, 11), y.reshape(-1)))
+    assert token_mean_loss(lm, [(x[:3], y[:3]), (x[3:], y[3:])]) == pytest.approx(whole, rel=1e-6)
+
+
+def test_token_mean_loss_refuses_no_tokens():
+    with pytest.raises(ValueError, match="at least one batch with a target token"):
+        token_mean_loss(_KnownLoss(), [])
 
 
 def test_loss_roughness_by_hand():

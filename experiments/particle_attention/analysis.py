@@ -17,6 +17,7 @@ it bit for bit) and measures, on the first 96 validation blocks:
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
@@ -25,6 +26,7 @@ import torch
 
 from meanfield import config as _config
 from meanfield import data as _data
+from meanfield.metrics import lm as _lm
 from meanfield.runs import check_config
 from meanfield.stats import t_interval
 from meanfield.tasks import get_task
@@ -69,13 +71,9 @@ def runs_of(folder: Path, point: str) -> list[Path]:
 
 
 def _loss(model, held_out, block, blocks=96) -> float:
-    total, count = 0.0, 0
-    for i, (x, y) in enumerate(_data.iter_blocks(held_out, block, 12)):
-        if i * 12 >= blocks:
-            break
-        total += float(model.loss(x, y)) * y.numel()
-        count += y.numel()
-    return total / count
+    """The token-weighted loss on the first ``blocks`` held-out blocks, 12 a batch."""
+    batches = itertools.islice(_data.iter_blocks(held_out, block, 12), math.ceil(blocks / 12))
+    return _lm.token_mean_loss(model, batches)
 
 
 class _Zero(torch.nn.Module):

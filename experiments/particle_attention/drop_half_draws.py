@@ -58,16 +58,6 @@ def draw_generator(seed: int, k: int) -> torch.Generator:
     return torch.Generator().manual_seed(derive_seed(seed, "drop" if k == 0 else f"drop/{k}"))
 
 
-@torch.no_grad()
-def probe_loss(model, blocks: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
-    """Mean next-token loss over the probe blocks, weighted by tokens (the task's ``mean_loss``)."""
-    total, count = 0.0, 0
-    for x, y in blocks:
-        total += float(model.loss(x, y)) * y.numel()
-        count += y.numel()
-    return total / count
-
-
 def probe_blocks(data, batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The task's probe batches: the first ``probe_blocks`` blocks of the evaluation split, ``batch_size`` a
     batch (``meanfield.tasks.language``: ``mean_loss(model, data.probe_blocks)``)."""
@@ -93,7 +83,7 @@ def measure(run: Path, draws: int) -> dict:
     """
     model, cfg, data = _analysis()._model(run)
     blocks = probe_blocks(data, cfg.train.batch_size)
-    base = probe_loss(model, blocks)
+    base = _lm.token_mean_loss(model, blocks)
     first = (
         blocks[0][0][: data.probe_blocks],
         blocks[0][1][: data.probe_blocks],
@@ -104,7 +94,7 @@ def measure(run: Path, draws: int) -> dict:
         half = drop_particles(
             particles, 0.5, "random", idx=first[0], targets=first[1], generator=draw_generator(cfg.seed, k)
         )
-        gaps.append(probe_loss(half, blocks) - base)
+        gaps.append(_lm.token_mean_loss(half, blocks) - base)
     summary = json.loads((run / "summary.json").read_text())
     return {
         "run": run.name,

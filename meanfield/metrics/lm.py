@@ -12,6 +12,7 @@ computed the same way for the baseline and the particle models.
 - :class:`StreamingGradientVariance`: ``Σ_k Var_t(g_k) / Σ_k E_t[g_k²]`` over the steps of a window, from
   running sums (two tensors the size of the parameters; no samples × parameters matrix).
 - :func:`corrupt_tokens`: replace a fraction of the input tokens by uniformly random ones.
+- :func:`token_mean_loss`: the next-token loss over batches, weighted by tokens.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ __all__ = [
     "layer_diversity",
     "StreamingGradientVariance",
     "corrupt_tokens",
+    "token_mean_loss",
     "loss_roughness",
 ]
 
@@ -205,6 +207,34 @@ def corrupt_tokens(
     mask = torch.rand(idx.shape, generator=generator) < fraction  # (B, T)
     random = torch.randint(0, vocab_size, idx.shape, generator=generator)  # (B, T)
     return torch.where(mask.to(idx.device), random.to(idx.device), idx)
+
+
+@torch.no_grad()
+def token_mean_loss(model: TransformerLM, batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    """The mean next-token loss over ``batches``, weighted by tokens: ``L̄ = Σ_b n_b·L_b / Σ_b n_b``.
+
+    ``L_b = model.loss(x_b, y_b)`` is batch ``b``'s mean cross-entropy and ``n_b = y_b.numel()`` its number of
+    target tokens, so ``L̄`` is the mean over every token, whatever the batch sizes (a last, shorter batch
+    counts by its tokens, not as one batch).
+
+    Args:
+        model: anything with ``loss(x, y) -> scalar tensor`` (a :class:`~meanfield.nn.TransformerLM`).
+        batches: ``(x, y)`` pairs, ``x`` ``(B, T)`` int64 inputs and ``y`` ``(B, T)`` int64 targets, on the
+            model's device.
+
+    Returns:
+        ``L̄`` in nats per token.
+
+    Raises:
+        ValueError: when ``batches`` holds no token.
+    """
+    total, count = 0.0, 0
+    for x, y in batches:
+        total += float(model.loss(x, y)) * y.numel()
+        count += y.numel()
+    if count == 0:
+        raise ValueError("token_mean_loss needs at least one batch with a target token, got none")
+    return total / count
 
 
 def loss_roughness(losses: list[float]) -> float:

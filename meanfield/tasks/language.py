@@ -126,16 +126,19 @@ class _LanguageModel:
             return value
 
         def mean_loss(model: TransformerLM, blocks: int, corrupt: float = 0.0) -> float:
-            total, count = 0.0, 0
+            """The token-weighted held-out loss on the first ``blocks`` blocks (all for 0), a fraction
+            ``corrupt`` of the input tokens replaced (the same draws at every evaluation)."""
             g_corrupt = torch.Generator().manual_seed(derive_seed(seed, "corrupt"))
-            for i, (x, y) in enumerate(_data.iter_blocks(held_out, data.block_size, batch_size)):
-                if blocks and i * batch_size >= blocks:
-                    break
-                if corrupt:
-                    x = _lm.corrupt_tokens(x, corrupt, corpus.vocab_size, g_corrupt)
-                total += float(model.loss(x.to(device), y.to(device))) * y.numel()
-                count += y.numel()
-            return total / count
+
+            def held_out_batches():
+                for i, (x, y) in enumerate(_data.iter_blocks(held_out, data.block_size, batch_size)):
+                    if blocks and i * batch_size >= blocks:
+                        break
+                    if corrupt:
+                        x = _lm.corrupt_tokens(x, corrupt, corpus.vocab_size, g_corrupt)
+                    yield x.to(device), y.to(device)
+
+            return _lm.token_mean_loss(model, held_out_batches())
 
         def evaluate() -> dict[str, float]:
             val = mean_loss(net, data.eval_blocks)
