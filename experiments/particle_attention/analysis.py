@@ -24,50 +24,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from meanfield import config as _config
 from meanfield import data as _data
 from meanfield.metrics import lm as _lm
-from meanfield.runs import check_config
+from meanfield.runs import find_runs, load_model
 from meanfield.stats import t_interval
-from meanfield.tasks import get_task
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-
-
-def _model(run: Path):
-    cfg = check_config(_config.load_toml(run / "config.toml"))
-    task = get_task(cfg.task)
-    data = _config.from_dict(task.Data, cfg.data, "data")
-    exp = task.build(
-        data,
-        _config.from_dict(task.Model, cfg.model, "model"),
-        batch_size=cfg.train.batch_size,
-        seed=cfg.seed,
-        device=torch.device("cpu"),
-        dtype=torch.float32,
-    )
-    last = sorted((run / "checkpoints").glob("step-*.pt"))[-1]
-    state = torch.load(last, weights_only=True)
-    exp.model.load_state_dict(state["model"])
-    exp.model.eval()
-    return exp.model, cfg, data
-
-
-def runs_of(folder: Path, point: str) -> list[Path]:
-    """The run folders of a sweep folder whose ``config.toml`` has ``point`` (``"optim.beta=1e-05"``), by seed:
-    read from the resolved configuration, never from the folder name."""
-    path, value = _config.parse_override(point)
-    runs = []
-    for run in folder.iterdir() if folder.is_dir() else []:
-        if not (run / "config.toml").is_file():
-            continue
-        config = node = _config.load_toml(run / "config.toml")
-        for part in path:
-            node = node.get(part) if isinstance(node, dict) else None
-        if node is not None and node == value:
-            runs.append((config["seed"], run))
-    return [run for _, run in sorted(runs)]
 
 
 def _loss(model, held_out, block, blocks=96) -> float:
@@ -106,7 +69,8 @@ class _Uniform(torch.nn.Module):
 
 @torch.no_grad()
 def measure(run: Path) -> dict[str, float]:
-    model, cfg, data = _model(run)
+    trained = load_model(run)
+    model, cfg, data = trained.model, trained.config, trained.data
     corpus = _data.tiny_shakespeare(data.root or None)
     held = getattr(corpus, data.eval_split)
     out = {"loss": _loss(model, held, data.block_size)}
@@ -181,7 +145,7 @@ def main(init_only: bool = False) -> None:
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, folder, point in arms:
-        runs = runs_of(folder, point)
+        runs = find_runs(folder, dict([point.split("=", 1)]))
         found = [
             measure(r) for r in runs if (r / "checkpoints").is_dir() and any((r / "checkpoints").iterdir())
         ]

@@ -22,8 +22,6 @@ written atomically; a run already measured with the same draws is skipped; they 
 from __future__ import annotations
 
 import argparse
-import functools
-import importlib.util
 import json
 import math
 import statistics
@@ -37,20 +35,11 @@ from meanfield import data as _data
 from meanfield._io import write_json_atomic
 from meanfield.metrics import lm as _lm
 from meanfield.nn.transformer import drop_particles
-from meanfield.runs import Checkpoints
+from meanfield.runs import Checkpoints, load_model
 from meanfield.seeds import derive_seed
 
 HERE = Path(__file__).resolve().parent
 FOLDER = HERE / "results" / "scale" / "primary"
-
-
-@functools.cache
-def _analysis():
-    """``analysis.py`` (a script beside this one): its run-folder model loader."""
-    spec = importlib.util.spec_from_file_location("pa_analysis", HERE / "analysis.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def draw_generator(seed: int, k: int) -> torch.Generator:
@@ -81,7 +70,8 @@ def measure(run: Path, draws: int) -> dict:
         ``{"run", "seed", "step", "draws", "gaps", "mean", "sd", "logged"}``: ``gaps[k] = ℓ(S_k) − ℓ`` on the
         probe blocks, ``mean``/``sd`` over the draws, ``logged`` the run's own ``half_random_gap``.
     """
-    model, cfg, data = _analysis()._model(run)
+    trained = load_model(run)
+    model, cfg, data = trained.model, trained.config, trained.data
     blocks = probe_blocks(data, cfg.train.batch_size)
     base = _lm.token_mean_loss(model, blocks)
     first = (

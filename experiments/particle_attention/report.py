@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from meanfield import config as _config
+from meanfield.runs import find_runs
 from meanfield.stats import HolmFamily, PairedDifference, holm, paired_difference, pairs_needed, t_interval
 
 HERE = Path(__file__).resolve().parent
@@ -37,25 +38,6 @@ ASSETS = HERE.parents[1] / "docs" / "assets"
 # loading
 
 
-def config_value(config: dict, key: str):
-    """The value of ``key`` (``"optim.beta"``, ``"seed"``) in a resolved configuration (``KeyError``: none)."""
-    for part in key.split("."):
-        config = config[part]
-    return config
-
-
-def matches(run: Path, where: dict[str, str]) -> bool:
-    """Whether the run's ``config.toml`` has every ``key=value`` of ``where`` (values read as TOML values)."""
-    config = _config.load_toml(run / "config.toml")
-    for key, text in where.items():
-        try:
-            if config_value(config, key) != _config.parse_override(f"{key}={text}")[1]:
-                return False
-        except (KeyError, TypeError):
-            return False
-    return True
-
-
 def load_runs(sweep: str, **where: str) -> dict[int, dict]:
     """The finished runs of ``results/<sweep>`` whose ``config.toml`` has every ``key=value`` of ``where``,
     by seed: ``{seed: {"final": …, "summary": …, "lines": [...]} }``."""
@@ -63,9 +45,9 @@ def load_runs(sweep: str, **where: str) -> dict[int, dict]:
     folder = RESULTS / sweep
     if not folder.is_dir():
         return out
-    for run in sorted(folder.iterdir()):
+    for run in find_runs(folder, where):
         summary_path = run / "summary.json"
-        if not summary_path.is_file() or not matches(run, where):
+        if not summary_path.is_file():
             continue
         summary = json.loads(summary_path.read_text())
         if summary.get("status") != "finished":

@@ -39,7 +39,6 @@ Measured:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import time
@@ -54,7 +53,7 @@ from meanfield.metrics.diversity import effective_rank
 from meanfield.metrics.lm import as_particle_model
 from meanfield.nn.transformer import attention_inputs
 from meanfield.plotting import figure, save
-from meanfield.runs import Checkpoints
+from meanfield.runs import find_runs, load_model
 from meanfield.simulate import simulate
 from meanfield.stats import paired_difference, t_interval
 from meanfield.tokens import SelfAttentionDynamics, attention_system, count_clusters, mean_inner_product
@@ -105,41 +104,12 @@ PRESETS = {
 }
 
 
-def _analysis():
-    """``experiments/particle_attention/analysis.py`` (a script, not a package): its run-folder loader."""
-    spec = importlib.util.spec_from_file_location("particle_attention_analysis", RUNS.parent / "analysis.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def find_run(folder: Path, point: str, seed: int) -> Path:
-    """The run folder of ``folder`` whose ``config.toml`` has every ``key=value`` of ``point``
-    (``"model.n_heads=16,model.d_head=4,optim.beta=0"``) and ``seed``: read from the resolved configuration,
-    never from the folder name."""
-    from meanfield.config import load_toml, parse_override
-
-    want = [parse_override(kv) for kv in point.split(",")] + [(["seed"], seed)]
-    for run in sorted(folder.iterdir()):
-        if not (run / "config.toml").is_file():
-            continue
-        config = load_toml(run / "config.toml")
-        values = []
-        for path, _ in want:
-            node = config
-            for part in path:
-                node = node.get(part) if isinstance(node, dict) else None
-            values.append(node)
-        if all(v is not None and v == w for v, (_, w) in zip(values, want)):
-            return run
-    raise FileNotFoundError(f"no run of {folder} has {point} and seed {seed}")
-
-
 def load_run(run: Path):
     """``(model, info)``: the trained TransformerLM of a run folder (eval mode, float32, CPU) and its record."""
-    model, cfg, data = _analysis()._model(run)
+    trained = load_model(run)
+    model, cfg, data = trained.model, trained.config, trained.data
     summary = json.loads((run / "summary.json").read_text())
-    step = Checkpoints(run / "checkpoints").latest()
+    step = trained.step
     if data.dataset != "tiny_shakespeare":
         raise ValueError(f"{run}: trained on {data.dataset}, not tiny_shakespeare")
     info = dict(
@@ -293,7 +263,12 @@ def measure(p: dict) -> tuple[dict, dict]:
         label, folder, point, family = ARMS[key]
         per_run[key], runs[key] = {}, {}
         for seed in p["seeds"]:
-            run = find_run(RUNS / folder, point, seed)
+            found = find_runs(
+                RUNS / folder, {**dict(kv.split("=", 1) for kv in point.split(",")), "seed": seed}
+            )
+            if not found:
+                raise FileNotFoundError(f"no run of {RUNS / folder} has {point} and seed {seed}")
+            run = found[0]
             model, info = load_run(run)
             t0 = time.process_time()
             rec = dict(stream=residual_stream(model, idx, p["radius"]), **flows(model, idx_flow, p))

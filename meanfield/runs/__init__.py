@@ -34,7 +34,9 @@ Interruptions: Ctrl-C (SIGINT) finishes the current step, writes a checkpoint an
 optimizer of ``[optim]``), :mod:`~meanfield.runs.folder` (checkpoints, the metrics log, :class:`RunResult`),
 :mod:`~meanfield.runs.environment` (``environment.json``), :mod:`~meanfield.runs.loop` (:func:`run` and the
 training loop), :mod:`~meanfield.runs.parallel` (process groups, all-reduces), :mod:`~meanfield.runs.sinks`
-(TensorBoard, figures, the summary table), :mod:`~meanfield.runs.lock` (one writer per folder).
+(TensorBoard, figures, the summary table), :mod:`~meanfield.runs.lock` (one writer per folder),
+:mod:`~meanfield.runs.trained` (a checkpoint's model back, :func:`load_model`; a sweep's runs by configuration,
+:func:`find_runs`).
 """
 
 from meanfield.runs.config import (
@@ -58,6 +60,7 @@ from meanfield.runs.folder import (
 )
 from meanfield.runs.lock import FolderLock, FolderLocked
 from meanfield.runs.loop import STOP_SIGNALS, NonFiniteLossError, RunInterrupted, preflight, run
+from meanfield.runs.trained import TrainedModel, find_runs, load_model
 from meanfield.seeds import derive_seed
 
 __all__ = [
@@ -80,6 +83,9 @@ __all__ = [
     "derive_seed",
     "run",
     "preflight",
+    "load_model",
+    "find_runs",
+    "TrainedModel",
     "STOP_SIGNALS",
     "OPTIM_OPTIONS",
     "STATUSES",
