@@ -266,6 +266,81 @@ def test_primary_report_costs_the_finished_runs_in_cpu_hours(tmp_path):
     assert report.cost(tmp_path / "nowhere") == (0, 0.0)
 
 
+def test_primary_report_costs_by_processor(tmp_path):
+    """cost_by_processor() splits the same sum by environment.json's processor; the parts add up to cost()."""
+    report = _module("report", HERE / "scale_report.py")
+    for name, cpu, wall in (("a", "AMD EPYC", 3600), ("b", "AMD EPYC", 1800), ("c", "Intel Xeon", 900)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(
+            json.dumps({"status": "finished", "wall_clock_s": wall})
+        )
+        (tmp_path / name / "environment.json").write_text(json.dumps({"threads": 1, "processor": cpu}))
+    per = report.cost_by_processor(tmp_path)
+    assert per == {"AMD EPYC": (2, pytest.approx(1.5)), "Intel Xeon": (1, pytest.approx(0.25))}
+    assert report.cost(tmp_path) == (3, pytest.approx(1.75))
+
+
+def test_primary_report_restricts_to_the_pilots_seeds(tmp_path):
+    """--seeds 0,1,2 (the pilot's table) pairs and costs only those seeds' runs: 3 pairs, 18 runs of 1 h."""
+    report = _module("report", HERE / "scale_report.py")
+    folder = tmp_path / "primary"
+    values = _arms_with_seeds(folder, 5)
+    report.main(["--folder", str(folder), "--out", str(tmp_path / "pilot.md"), "--seeds", "0,1,2"])
+    text = (tmp_path / "pilot.md").read_text()
+    sd = float(np.std(np.subtract(values["p8-b1e-3"][:3], values["p8"][:3]), ddof=1))
+    assert f"| P1 | β = 1e-3 vs β = 0 (M = 8) | val_loss | 3 | {sd:.4f} |" in text
+    assert "Cost: 18 finished runs, 18.0 CPU-hours" in text
+    report.main(["--folder", str(folder), "--out", str(tmp_path / "all.md")])
+    assert "Cost: 30 finished runs, 30.0 CPU-hours" in (tmp_path / "all.md").read_text()  # control
+
+
+def _draw_records(draws: Path, means: dict[str, list[float]], seeds: range) -> None:
+    draws.mkdir(parents=True)
+    for arm, values in means.items():
+        for seed, mean in zip(seeds, values, strict=True):
+            name = f"preset={arm}_seed={seed}"
+            record = {"run": name, "seed": seed, "draws": 32, "mean": mean, "sd": 0.3 + 0.01 * seed}
+            (draws / f"{name}.json").write_text(json.dumps(record))
+
+
+def test_primary_report_adds_the_32_draw_drop_half_comparison_blind_until_n_8(tmp_path):
+    """E6 pairs the 32-draw mean gaps of p8-b1e-3 and p8 by seed (numbers checked against numpy and scipy);
+    while the study is blind it shows the paired sd only, once every arm has 8 seeds the Δ and raw p; a record
+    whose run has no point.json is not counted (its arm is unknown)."""
+    from scipy import stats as st
+
+    report = _module("report", HERE / "scale_report.py")
+    folder, draws = tmp_path / "primary", tmp_path / "drop_half" / "primary"
+    _arms_with_seeds(folder, report.N_FIXED - 1)  # seeds 0-6: blind
+    seeds = range(2, 7)
+    a = [1.0 + 0.05 * s + 0.02 * (s % 3) for s in seeds]
+    b = [1.2 + 0.05 * s for s in seeds]
+    _draw_records(draws, {"p8-b1e-3": a, "p8": b, "mha8": [9.0] * 5}, seeds)
+    (draws / "preset=p8_seed=9.json").write_text(json.dumps({"run": "preset=p8_seed=9", "seed": 9, "draws": 32,
+                                                             "mean": 5.0, "sd": 0.4}))  # fmt: skip
+    loaded = report.load_draws(draws, folder)
+    assert sorted(loaded["p8"]) == list(seeds)  # seed 9 has no run folder here
+    (row,) = report.exploratory(loaded)
+    diffs = np.subtract(a, b)
+    assert row["n"] == 5 and row["d"].mean == pytest.approx(diffs.mean())
+    assert row["d"].sd == pytest.approx(np.std(diffs, ddof=1))
+    assert row["d"].p_value == pytest.approx(st.ttest_rel(a, b).pvalue)
+    report.main(["--folder", str(folder), "--out", str(tmp_path / "blind.md")])
+    text = (tmp_path / "blind.md").read_text()
+    assert (
+        f"| E6 | drop-half gap over 32 draws, β = 1e-3 vs β = 0 (M = 8) | 5 (2, 3, 4, 5, 6) | {row['d'].sd:.4f} |"
+        in text
+    )
+    assert f"{row['d'].mean:+.4f}" not in text and "p (paired t)" not in text
+    assert "15 runs: median 0.340, range 0.320–0.360 nats" in text  # the draw sds of the records
+    report.main(["--folder", str(folder), "--out", str(tmp_path / "shown.md"), "--unblind"])
+    shown = (tmp_path / "shown.md").read_text()
+    assert (
+        f"| {row['d'].mean:+.4f} ± {row['d'].half_width:.4f} | [{row['d'].lo:+.4f}, {row['d'].hi:+.4f}] |"
+        in shown
+    )
+
+
 def test_drop_half_draws_reproduces_the_runs_own_draw_and_averages_fresh_ones(tmp_path):
     """drop_half_draws.py on a finished smoke run: draw 0 reproduces the run's logged half_random_gap (the
     model, probe blocks and generator are the run's: an independent code path to the task's probe); the mean

@@ -2,6 +2,7 @@
 
     python experiments/particle_attention/scale_report.py            # results/scale/primary → primary_tests.md
     python experiments/particle_attention/scale_report.py --folder runs/scale-smoke/primary --out /tmp/t.md
+    python experiments/particle_attention/scale_report.py --seeds 0,1,2 --out …/results/scale/pilot_sds.md   # the pilot
 
 Reads every finished run of the primary sweep (``run_scale.sh pilot`` / ``main``): its arm from
 ``point.json`` (``point.preset``), its seed from ``config.toml``, its final metrics from ``summary.json``.
@@ -16,7 +17,14 @@ paired t-test over the seeds both arms finished, at α = 0.05 with Holm's step-d
 
 It also prints the seed count of the power rule: ``max(8, max over P1–P5 of pairs_needed(0.01, sd))`` at the
 observed paired sds (the pilot's, when it is run after the pilot), and what the table's runs cost in CPU-hours
-(``Σ wall_clock_s × threads`` of the finished runs: ``summary.json`` and ``environment.json``).
+(``Σ wall_clock_s × threads`` of the finished runs: ``summary.json`` and ``environment.json``), in all and per
+processor (the study ran on more than one kind of machine: an AMD EPYC, then an Intel Xeon about 3× faster a
+step).
+
+**Exploratory, after the family**: E6, P6 measured over 32 draws instead of one (``drop_half_draws.py``'s
+``results/scale/drop_half/primary/``: the mean gap over the draws of each run's final model, for the seeds
+whose checkpoints were on the machine, 2–7), the same paired t-test, its raw p (not in the Holm family), and
+the draw-to-draw sd (how much of P6's paired sd a single draw puts in).
 
 **Blind until n = 8.** The pre-registration fixed n = 8 seeds for every primary arm and computes no comparison
 before seed 7 has finished. Until every primary arm has 8 finished seeds the report therefore prints only the
@@ -29,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 from pathlib import Path
 
 from meanfield import config as _config
@@ -47,6 +56,9 @@ FAMILY = (
     ("P5", "M = 32 (width d/M), β = 0 vs MHA-8", "val_loss", "p32", "mha8"),
     ("P6", "drop-half gap, β = 1e-3 vs β = 0 (M = 8)", "half_random_gap", "p8-b1e-3", "p8"),
 )
+
+
+EXPLORATORY = (("E6", "drop-half gap over 32 draws, β = 1e-3 vs β = 0 (M = 8)", "p8-b1e-3", "p8"),)
 
 
 def arm_of(point: dict) -> str:
@@ -69,18 +81,97 @@ def load(folder: Path) -> dict[str, dict[int, dict]]:
     return out
 
 
-def cost(folder: Path) -> tuple[int, float]:
-    """``(finished runs, CPU-hours)`` under ``folder``: ``Σ wall_clock_s × threads / 3600`` (``wall_clock_s`` sums a
-    run's resumptions; time lost with a machine before a checkpoint is not in it)."""
-    runs, seconds = 0, 0.0
+def _finished(folder: Path, seeds: set[int] | None = None) -> list[tuple[dict, dict]]:
+    """``(summary, environment)`` of every finished run under ``folder`` (of ``seeds`` only, when given)."""
+    out = []
     for summary in sorted(folder.glob("*/summary.json")) if folder.is_dir() else []:
         s = json.loads(summary.read_text())
         if s.get("status") != "finished":
             continue
+        if seeds is not None and int(_config.load_toml(summary.parent / "config.toml")["seed"]) not in seeds:
+            continue
         env = summary.parent / "environment.json"
-        threads = int(json.loads(env.read_text()).get("threads", 1)) if env.is_file() else 1
-        runs, seconds = runs + 1, seconds + float(s["wall_clock_s"]) * threads
+        out.append((s, json.loads(env.read_text()) if env.is_file() else {}))
+    return out
+
+
+def cost(folder: Path, seeds: set[int] | None = None) -> tuple[int, float]:
+    """``(finished runs, CPU-hours)`` under ``folder``: ``Σ wall_clock_s × threads / 3600`` (``wall_clock_s`` sums a
+    run's resumptions; time lost with a machine before a checkpoint is not in it)."""
+    runs, seconds = 0, 0.0
+    for summary, env in _finished(folder, seeds):
+        runs, seconds = runs + 1, seconds + float(summary["wall_clock_s"]) * int(env.get("threads", 1))
     return runs, seconds / 3600
+
+
+def cost_by_processor(folder: Path, seeds: set[int] | None = None) -> dict[str, tuple[int, float]]:
+    """``{processor: (finished runs, CPU-hours)}`` under ``folder`` (``environment.json``'s ``processor``)."""
+    out: dict[str, tuple[int, float]] = {}
+    for summary, env in _finished(folder, seeds):
+        name = str(env.get("processor") or "unknown")
+        n, hours = out.get(name, (0, 0.0))
+        out[name] = (n + 1, hours + float(summary["wall_clock_s"]) * int(env.get("threads", 1)) / 3600)
+    return out
+
+
+def load_draws(folder: Path, sweep: Path) -> dict[str, dict[int, dict]]:
+    """``{arm: {seed: record}}`` of ``drop_half_draws.py``'s records under ``folder`` (one JSON a run, its
+    ``mean`` and ``sd`` over the draws); the arm is read from the run's ``point.json`` in ``sweep``."""
+    out: dict[str, dict[int, dict]] = {}
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        record = json.loads(path.read_text())
+        point = sweep / record["run"] / "point.json"
+        if point.is_file():
+            out.setdefault(arm_of(json.loads(point.read_text())), {})[int(record["seed"])] = record
+    return out
+
+
+def exploratory(draws: dict[str, dict[int, dict]]) -> list[dict]:
+    """E6: the paired difference of the 32-draw mean gaps over the seeds both arms have."""
+    rows = []
+    for eid, what, a, b in EXPLORATORY:
+        seeds = sorted(set(draws.get(a, {})) & set(draws.get(b, {})))
+        d = None
+        if len(seeds) >= 2:
+            d = paired_difference([draws[a][s]["mean"] for s in seeds], [draws[b][s]["mean"] for s in seeds])
+        rows.append({"id": eid, "what": what, "n": len(seeds), "seeds": seeds, "d": d})
+    return rows
+
+
+def markdown_exploratory(rows: list[dict], draws: dict[str, dict[int, dict]], shown: bool) -> str:
+    """The exploratory rows: Δ, CI and raw p when ``shown`` (unblinded), else the paired sd only; and the
+    draw-to-draw sd over every measured run (a property of the measurement, not a comparison)."""
+    records = [r for arm in draws.values() for r in arm.values()]
+    if not records:
+        return ""
+    lines = ["", "Exploratory (not in the Holm family; raw p):", ""]
+    if shown:
+        lines += ["| id | comparison | pairs (seeds) | Δ ± 95 % CI half-width | 95 % CI | p (paired t) | δ80 |",
+                  "|---|---|---|---|---|---|---|"]  # fmt: skip
+    else:
+        lines += [
+            "| id | comparison | pairs (seeds) | paired sd | δ80 at these pairs |",
+            "|---|---|---|---|---|",
+        ]
+    for r in rows:
+        d, seeds = r["d"], f"{r['n']} ({', '.join(map(str, r['seeds']))})" if r["seeds"] else "0"
+        if d is None or not _spread(d):
+            lines.append(f"| {r['id']} | {r['what']} | {seeds} | — | — |" + (" — | — |" if shown else ""))
+        elif shown:
+            lines.append(
+                f"| {r['id']} | {r['what']} | {seeds} | {d.mean:+.4f} ± {d.half_width:.4f} | "
+                f"[{d.lo:+.4f}, {d.hi:+.4f}] | {d.p_value:.2g} | {d.detectable():.4f} |"
+            )
+        else:
+            lines.append(f"| {r['id']} | {r['what']} | {seeds} | {d.sd:.4f} | {d.detectable():.4f} |")
+    sds = sorted(r["sd"] for r in records)
+    lines += [
+        "",
+        f"*Draw-to-draw sd of the gap (over each run's {records[0]['draws']} draws), {len(sds)} runs: median "
+        f"{statistics.median(sds):.3f}, range {sds[0]:.3f}–{sds[-1]:.3f} nats; a single draw's gap (P6's metric) "
+        "carries that sd on top of the seed-to-seed one.*",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def blind(runs: dict[str, dict[int, dict]]) -> bool:
@@ -180,13 +271,35 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--folder", type=Path, default=FOLDER)
     parser.add_argument("--out", type=Path, default=None, help="default FOLDER/../primary_tests.md")
+    parser.add_argument(
+        "--draws",
+        type=Path,
+        default=None,
+        help="drop_half_draws.py's records (default FOLDER/../drop_half/<name>)",
+    )
     parser.add_argument("--unblind", action="store_true", help="show Δ and p before every arm has 8 seeds")
+    parser.add_argument(
+        "--seeds",
+        default=None,
+        help="only these seeds, e.g. 0,1,2 (the pilot's sds); default every finished seed",
+    )
     args = parser.parse_args(argv)
     runs = load(args.folder)
+    keep = None if args.seeds is None else {int(x) for x in args.seeds.split(",") if x.strip()}
+    if keep is not None:
+        runs = {arm: {s: v for s, v in by_seed.items() if s in keep} for arm, by_seed in runs.items()}
     rows = tests(runs)
-    text = (markdown_blind if blind(runs) and not args.unblind else markdown)(rows, args.folder)
-    n, hours = cost(args.folder)
-    text += f"\nCost: {n} finished runs, {hours:.1f} CPU-hours (Σ wall_clock_s × threads).\n"
+    shown = not blind(runs) or args.unblind
+    text = (markdown if shown else markdown_blind)(rows, args.folder)
+    draws = load_draws(args.draws or args.folder.parent / "drop_half" / args.folder.name, args.folder)
+    text += markdown_exploratory(exploratory(draws), draws, shown)
+    n, hours = cost(args.folder, keep)
+    per = "; ".join(
+        f"{name}: {k} runs, {h:.1f}" for name, (k, h) in cost_by_processor(args.folder, keep).items()
+    )
+    text += (
+        f"\nCost: {n} finished runs, {hours:.1f} CPU-hours (Σ wall_clock_s × threads; by processor: {per}).\n"
+    )
     out = args.out or args.folder.parent / "primary_tests.md"
     out.write_text(text)
     print(text)
