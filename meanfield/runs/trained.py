@@ -3,7 +3,7 @@
 Analysis happens after training: the drop-half draws, attention's share of the loss, token dynamics through
 a trained model. :func:`load_model` rebuilds the task's model from the folder's resolved ``config.toml``
 (the same :func:`~meanfield.runs.loop.build_experiment` as the run) and loads a checkpoint's weights through
-:meth:`Checkpoints.load <meanfield.runs.folder.Checkpoints.load>`, which verifies them against their record
+:meth:`~meanfield.runs.folder.Checkpoints.load`, which verifies them against their record
 (size and SHA-256); :func:`find_runs` selects a sweep's runs by the values of their resolved configuration,
 never by folder names (which a sweep may shorten or hash).
 """
