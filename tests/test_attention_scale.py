@@ -290,6 +290,14 @@ def test_primary_report_restricts_to_the_pilots_seeds(tmp_path):
     sd = float(np.std(np.subtract(values["p8-b1e-3"][:3], values["p8"][:3]), ddof=1))
     assert f"| P1 | β = 1e-3 vs β = 0 (M = 8) | val_loss | 3 | {sd:.4f} |" in text
     assert "Cost: 18 finished runs, 18.0 CPU-hours" in text
+    _draw_records(
+        tmp_path / "drop_half" / "primary", {"p8-b1e-3": [1.0, 1.1, 1.3], "p8": [1.2, 1.2, 1.2]}, range(2, 5)
+    )
+    report.main(["--folder", str(folder), "--out", str(tmp_path / "pilot.md"), "--seeds", "0,1,2"])
+    assert (
+        "| E6 | drop-half gap over 32 draws, β = 1e-3 vs β = 0 (M = 8) | 1 (2) |"
+        in (tmp_path / "pilot.md").read_text()
+    )
     report.main(["--folder", str(folder), "--out", str(tmp_path / "all.md")])
     assert "Cost: 30 finished runs, 30.0 CPU-hours" in (tmp_path / "all.md").read_text()  # control
 

@@ -292,6 +292,8 @@ def main(argv: list[str] | None = None) -> None:
     shown = not blind(runs) or args.unblind
     text = (markdown if shown else markdown_blind)(rows, args.folder)
     draws = load_draws(args.draws or args.folder.parent / "drop_half" / args.folder.name, args.folder)
+    if keep is not None:
+        draws = {arm: {s: v for s, v in by_seed.items() if s in keep} for arm, by_seed in draws.items()}
     text += markdown_exploratory(exploratory(draws), draws, shown)
     n, hours = cost(args.folder, keep)
     per = "; ".join(
