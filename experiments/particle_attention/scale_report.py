@@ -297,7 +297,8 @@ def main(argv: list[str] | None = None) -> None:
     text += markdown_exploratory(exploratory(draws), draws, shown)
     n, hours = cost(args.folder, keep)
     per = "; ".join(
-        f"{name}: {k} runs, {h:.1f}" for name, (k, h) in cost_by_processor(args.folder, keep).items()
+        f"{name}: {k} run{'s' if k != 1 else ''}, {h:.1f}"
+        for name, (k, h) in cost_by_processor(args.folder, keep).items()
     )
     text += (
         f"\nCost: {n} finished runs, {hours:.1f} CPU-hours (Σ wall_clock_s × threads; by processor: {per}).\n"
