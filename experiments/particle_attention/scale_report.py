@@ -18,8 +18,7 @@ paired t-test over the seeds both arms finished, at α = 0.05 with Holm's step-d
 It also prints the seed count of the power rule: ``max(8, max over P1–P5 of pairs_needed(0.01, sd))`` at the
 observed paired sds (the pilot's, when it is run after the pilot), and what the table's runs cost in CPU-hours
 (``Σ wall_clock_s × threads`` of the finished runs: ``summary.json`` and ``environment.json``), in all and per
-processor (the study ran on more than one kind of machine: an AMD EPYC, then an Intel Xeon about 3× faster a
-step).
+processor (the study ran on more than one kind of machine: an AMD EPYC, then an Intel Xeon).
 
 **Exploratory, after the family**: E6, P6 measured over 32 draws instead of one (``drop_half_draws.py``'s
 ``results/scale/drop_half/primary/``: the mean gap over the draws of each run's final model, for the seeds
@@ -41,7 +40,7 @@ import statistics
 from pathlib import Path
 
 from meanfield import config as _config
-from meanfield.stats import detectable_difference, holm, paired_difference, pairs_needed
+from meanfield.stats import PairedDifference, detectable_difference, holm, paired_difference, pairs_needed
 
 HERE = Path(__file__).resolve().parent
 FOLDER = HERE / "results" / "scale" / "primary"
@@ -98,10 +97,8 @@ def _finished(folder: Path, seeds: set[int] | None = None) -> list[tuple[dict, d
 def cost(folder: Path, seeds: set[int] | None = None) -> tuple[int, float]:
     """``(finished runs, CPU-hours)`` under ``folder``: ``Σ wall_clock_s × threads / 3600`` (``wall_clock_s`` sums a
     run's resumptions; time lost with a machine before a checkpoint is not in it)."""
-    runs, seconds = 0, 0.0
-    for summary, env in _finished(folder, seeds):
-        runs, seconds = runs + 1, seconds + float(summary["wall_clock_s"]) * int(env.get("threads", 1))
-    return runs, seconds / 3600
+    per = cost_by_processor(folder, seeds).values()
+    return sum(n for n, _ in per), sum(hours for _, hours in per)
 
 
 def cost_by_processor(folder: Path, seeds: set[int] | None = None) -> dict[str, tuple[int, float]]:
@@ -126,14 +123,22 @@ def load_draws(folder: Path, sweep: Path) -> dict[str, dict[int, dict]]:
     return out
 
 
+def paired(
+    by_arm: dict[str, dict[int, dict]], a: str, b: str, key: str
+) -> tuple[list[int], PairedDifference | None]:
+    """``(seeds, d)``: the seeds both arms have and the paired difference ``a[key] − b[key]`` over them
+    (``None`` below 2 pairs)."""
+    seeds = sorted(set(by_arm.get(a, {})) & set(by_arm.get(b, {})))
+    if len(seeds) < 2:
+        return seeds, None
+    return seeds, paired_difference([by_arm[a][s][key] for s in seeds], [by_arm[b][s][key] for s in seeds])
+
+
 def exploratory(draws: dict[str, dict[int, dict]]) -> list[dict]:
     """E6: the paired difference of the 32-draw mean gaps over the seeds both arms have."""
     rows = []
     for eid, what, a, b in EXPLORATORY:
-        seeds = sorted(set(draws.get(a, {})) & set(draws.get(b, {})))
-        d = None
-        if len(seeds) >= 2:
-            d = paired_difference([draws[a][s]["mean"] for s in seeds], [draws[b][s]["mean"] for s in seeds])
+        seeds, d = paired(draws, a, b, "mean")
         rows.append({"id": eid, "what": what, "n": len(seeds), "seeds": seeds, "d": d})
     return rows
 
@@ -183,13 +188,8 @@ def blind(runs: dict[str, dict[int, dict]]) -> bool:
 def tests(runs: dict[str, dict[int, dict]]) -> list[dict]:
     rows = []
     for pid, what, metric, a, b in FAMILY:
-        seeds = sorted(set(runs.get(a, {})) & set(runs.get(b, {})))
-        row = {"id": pid, "what": what, "metric": metric, "n": len(seeds), "d": None}
-        if len(seeds) >= 2:
-            row["d"] = paired_difference(
-                [runs[a][s][metric] for s in seeds], [runs[b][s][metric] for s in seeds]
-            )
-        rows.append(row)
+        seeds, d = paired(runs, a, b, metric)
+        rows.append({"id": pid, "what": what, "metric": metric, "n": len(seeds), "d": d})
     p = [r["d"].p_value if r["d"] is not None else math.nan for r in rows]
     for r, q in zip(rows, holm(p)):
         r["holm"] = float(q)
@@ -267,6 +267,13 @@ def markdown(rows: list[dict], folder: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _only(by_arm: dict[str, dict[int, dict]], seeds: set[int] | None) -> dict[str, dict[int, dict]]:
+    """``by_arm`` with only ``seeds`` (all for ``None``)."""
+    if seeds is None:
+        return by_arm
+    return {arm: {s: v for s, v in by_seed.items() if s in seeds} for arm, by_seed in by_arm.items()}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--folder", type=Path, default=FOLDER)
@@ -286,14 +293,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     runs = load(args.folder)
     keep = None if args.seeds is None else {int(x) for x in args.seeds.split(",") if x.strip()}
-    if keep is not None:
-        runs = {arm: {s: v for s, v in by_seed.items() if s in keep} for arm, by_seed in runs.items()}
+    runs = _only(runs, keep)
     rows = tests(runs)
     shown = not blind(runs) or args.unblind
     text = (markdown if shown else markdown_blind)(rows, args.folder)
-    draws = load_draws(args.draws or args.folder.parent / "drop_half" / args.folder.name, args.folder)
-    if keep is not None:
-        draws = {arm: {s: v for s, v in by_seed.items() if s in keep} for arm, by_seed in draws.items()}
+    draws = _only(
+        load_draws(args.draws or args.folder.parent / "drop_half" / args.folder.name, args.folder), keep
+    )
     text += markdown_exploratory(exploratory(draws), draws, shown)
     n, hours = cost(args.folder, keep)
     per = "; ".join(
