@@ -81,11 +81,12 @@ def load_model(
     cfg = check_config(_config.load_toml(folder / "config.toml"))
     device = torch.device(device)
     experiment = build_experiment(cfg, device)
+    step = steps[-1] if step is None else step  # Checkpoints.load verifies the state holds this step
     state = checkpoints.load(step, map_location=device)
     experiment.model.load_state_dict(state["model"])
     experiment.model.eval()
     data = _config.from_dict(get_task(cfg.task).Data, cfg.data, "data")
-    return TrainedModel(experiment.model, experiment, cfg, data, int(state.get("step", steps[-1])), folder)
+    return TrainedModel(experiment.model, experiment, cfg, data, step, folder)
 
 
 def find_runs(folder: str | os.PathLike, where: Mapping[str, Any] | None = None) -> list[Path]:
