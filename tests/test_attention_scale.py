@@ -210,6 +210,13 @@ def test_primary_report_pairs_by_seed_and_applies_holm(tmp_path):
     assert all(0 <= q <= 1 for q in finite)
     text = report.markdown(list(rows.values()), folder)
     assert "Power rule" in text and "| P5 |" in text
+    # the power at 0.01: the noncentral t written out (df = n − 1, λ = 0.01·√n / sd, two-sided α = 0.05)
+    from scipy import stats as st
+
+    d = rows["P1"]["d"]
+    crit, lam = st.t.ppf(0.975, d.n - 1), 0.01 * math.sqrt(d.n) / d.sd
+    power = st.nct.sf(crit, d.n - 1, lam) + st.nct.cdf(-crit, d.n - 1, lam)
+    assert f"| {d.detectable():.4f} | {power:.2f} | {report.pairs_needed(0.01, d.sd)} |" in text
 
 
 def _arms_with_seeds(folder: Path, seeds: int, wall: float = 3600.0) -> dict[str, list[float]]:
@@ -398,3 +405,112 @@ def test_lm_step_benchmark_quick_records_its_provenance(tmp_path):
     assert recorded["command"].startswith("python benchmarks/lm_step.py --quick")
     assert recorded["load_start"] and recorded["load_end"] and "AVX-512 BF16" in recorded["cpu_flags"]
     assert "not a measurement" in text and "| mha8 |" in text and "| p8 |" in text
+
+
+def _run_folder(folder: Path, arm: str, seed: int, final: dict, status: str = "finished", curve=()) -> None:
+    """One synthetic run: config, point, summary and a metrics.jsonl of ``(step, train_loss)`` records."""
+    run_dir = folder / f"preset={arm}_seed={seed}"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.toml").write_text(f"seed = {seed}\n")
+    (run_dir / "point.json").write_text(json.dumps({"point": {"preset": arm, "seed": seed}}))
+    (run_dir / "environment.json").write_text(json.dumps({"threads": 1}))
+    summary = {"status": status, "seed": seed, "step": 2000 if status == "finished" else 750, "final": final,
+               "wall_clock_s": 1800.0}  # fmt: skip
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    (run_dir / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "train_loss": x}) + "\n" for s, x in curve)
+    )
+
+
+def _exploratory_study(tmp_path: Path):
+    """Primary arms (seeds 0-3) and the secondary curve arms (seeds 0-2, ``p8-b3e-2`` seed 2 failed): val_loss
+    = a per-arm base + a seed jitter; MHA-8's early phase lasts 100·(seed + 1) steps longer than M = 8's and its
+    final loss is 0.01 per 100 steps higher (so r(Δ steps, Δ val) is close to +1 for p8)."""
+    primary, secondary = tmp_path / "primary", tmp_path / "secondary"
+    base = {"mha8": 2.0, "p8": 1.99, "p8-b1e-3": 1.98, "p8-cos1e-2": 2.0, "p16": 1.995, "p32": 2.0,
+            "p8-b1e-5": 1.991, "p8-b1e-4": 1.985, "p8-b1e-2": 2.01, "p8-b3e-2": 2.06}  # fmt: skip
+    values: dict[str, dict[int, float]] = {}
+    for k, (arm, b) in enumerate(base.items()):
+        folder, seeds = (primary, range(4)) if arm in PRIMARY else (secondary, range(3))
+        for seed in seeds:
+            steps = 500 + (100 * (seed + 1) if arm == "mha8" else 10 * ((3 * seed + len(arm)) % 4))
+            jitter = 0.001 * ((3 * seed * seed + seed * k + k) % 11 - 5)  # differs from p8's at every seed
+            v = b + jitter + (0.01 * (seed + 1) if arm == "mha8" else 0.0)
+            failed = arm == "p8-b3e-2" and seed == 2
+            curve = [
+                (s, 3.0 - s / steps) for s in range(50, 2001, 50)
+            ]  # crosses 2.0 at the first step ≥ steps
+            final = {} if failed else {"val_loss": v, "loss_roughness": 0.05 + 0.001 * seed, "head_sim": 0.1,
+                                       "grad_var_attn": 5e-8, "half_random_gap": 0.4 + 0.01 * seed}  # fmt: skip
+            _run_folder(folder, arm, seed, final, "failed" if failed else "finished", curve)
+            if not failed:
+                values.setdefault(arm, {})[seed] = v
+    return primary, secondary, values
+
+
+def test_exploratory_report_pairs_the_beta_curve_and_holms_per_metric(tmp_path):
+    """The β curve pairs each arm with p8 on the seeds *every* curve arm finished (a failed hot-β run removes
+    its seed from every point); Δ and p checked against numpy/scipy, Holm per metric against the step-down rule
+    written out; the failed run is listed; negative control: with a curve arm missing there are no curve seeds."""
+    from scipy import stats as st
+
+    expl = _module("exploratory", HERE / "scale_exploratory.py")
+    primary, secondary, values = _exploratory_study(tmp_path)
+    runs = expl.load(primary, secondary)
+    assert expl.curve_seeds(runs) == [0, 1]  # p8-b3e-2 seed 2 failed
+    table = expl.rows(runs)
+    val = [r for r in table if r["metric"] == "val_loss" and r["b"] == "p8" and r["a"] in dict(expl.CURVE)]
+    for r in val:
+        a, b = [values[r["a"]][s] for s in (0, 1)], [values["p8"][s] for s in (0, 1)]
+        assert r["seeds"] == [0, 1] and r["d"].mean == pytest.approx(np.mean(np.subtract(a, b)))
+        assert r["d"].p_value == pytest.approx(st.ttest_rel(a, b).pvalue)
+    mine = [r for r in table if r["metric"] == "val_loss"]  # the curve's rows and the OTHERS' (not run: nan)
+    p = np.array([r["d"].p_value if r["d"] is not None else np.nan for r in mine])
+    order = np.argsort(np.where(np.isnan(p), np.inf, p))
+    finite = int(np.isfinite(p).sum())
+    expected, running = np.full(len(p), np.nan), 0.0
+    for k, i in enumerate(order[:finite]):
+        running = max(running, min(1.0, (finite - k) * p[i]))
+        expected[i] = running
+    got = np.array([r["holm"] for r in mine])
+    assert np.allclose(got[np.isfinite(p)], expected[np.isfinite(p)])
+    text = expl.markdown(runs, table, expl.unfinished(primary, secondary))
+    assert "`p8-b3e-2` seed=2: failed at step 750" in text
+    shutil.rmtree(secondary / "preset=p8-b1e-4_seed=0")
+    shutil.rmtree(secondary / "preset=p8-b1e-4_seed=1")
+    shutil.rmtree(secondary / "preset=p8-b1e-4_seed=2")
+    assert expl.curve_seeds(expl.load(primary, secondary)) == []  # negative control
+
+
+def test_exploratory_report_relates_the_architecture_gap_to_the_early_phase(tmp_path):
+    """steps_to is the first logged step with train loss ≤ 2 (nan if never: negative control); the early-phase
+    tests pair each particle arm with MHA-8: Δ steps against numpy, Pearson's r against numpy's corrcoef
+    (+1 for p8 by construction), Brown–Forsythe against scipy's levene with the median."""
+    from scipy import stats as st
+
+    expl = _module("exploratory", HERE / "scale_exploratory.py")
+    primary, secondary, values = _exploratory_study(tmp_path)
+    never = tmp_path / "never.jsonl"
+    never.write_text("".join(json.dumps({"step": s, "train_loss": 2.5}) + "\n" for s in (50, 100)))
+    assert math.isnan(expl.steps_to(never))
+    early = expl.early_phase(primary)
+    assert early["mha8"][2]["steps_to"] == 800.0 and early["mha8"][2]["loss_first"] == pytest.approx(2.9375)
+    assert set(early) == {"mha8", "p8", "p16", "p32"}
+    rows = {r["arm"]: r for r in expl.early_tests(early)}
+    ds = [early["p8"][s]["steps_to"] - early["mha8"][s]["steps_to"] for s in range(4)]
+    dv = [values["p8"][s] - values["mha8"][s] for s in range(4)]
+    assert rows["p8"]["steps"].mean == pytest.approx(np.mean(ds))
+    assert rows["p8"]["r"] == pytest.approx(np.corrcoef(ds, dv)[0, 1]) and rows["p8"]["r"] > 0.9
+    assert rows["p16"]["spread_p"] == pytest.approx(
+        st.levene(list(values["p16"].values()), list(values["mha8"].values()), center="median").pvalue
+    )
+    text = expl.markdown_early(early, list(rows.values()))
+    assert f"| `p8` | {rows['p8']['spread_p']:.2g} ({rows['p8']['spread_p_holm']:.2g}) |" in text
+    expl.main(["--primary", str(primary), "--secondary", str(secondary), "--out", str(tmp_path / "e.md"),
+               "--figure", str(tmp_path / "e.png")])  # fmt: skip
+    written = (tmp_path / "e.md").read_text()
+    assert (
+        "Why P3–P5 are wide" in written
+        and "Cost of the secondary sweep: 11 finished runs, 5.5 CPU-hours" in written
+    )
+    assert (tmp_path / "e.png").stat().st_size > 0

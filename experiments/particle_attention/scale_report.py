@@ -37,13 +37,22 @@ import argparse
 import json
 import math
 import statistics
+from collections.abc import Iterator
 from pathlib import Path
 
 from meanfield import config as _config
-from meanfield.stats import PairedDifference, detectable_difference, holm, paired_difference, pairs_needed
+from meanfield.stats import (
+    PairedDifference,
+    detectable_difference,
+    holm,
+    paired_difference,
+    paired_t_power,
+    pairs_needed,
+)
 
 HERE = Path(__file__).resolve().parent
 FOLDER = HERE / "results" / "scale" / "primary"
+REPO = HERE.parents[1]
 ALPHA, DELTA, MIN_SEEDS = 0.05, 0.01, 8
 N_FIXED = 8  # decision (ii) of the pre-registration: every primary arm runs seeds 0-7, no look before
 
@@ -65,9 +74,8 @@ def arm_of(point: dict) -> str:
     return str(point["point"].get("preset") or point.get("preset") or "").split("+")[-1]
 
 
-def load(folder: Path) -> dict[str, dict[int, dict]]:
-    """``{arm: {seed: final metrics}}`` of the finished runs under ``folder``."""
-    out: dict[str, dict[int, dict]] = {}
+def finished_runs(folder: Path) -> Iterator[tuple[str, int, Path, dict]]:
+    """``(arm, seed, run folder, summary)`` of every finished run under ``folder``, in folder order."""
     for run in sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
         summary, point = run / "summary.json", run / "point.json"
         if not (summary.is_file() and point.is_file()):
@@ -76,7 +84,14 @@ def load(folder: Path) -> dict[str, dict[int, dict]]:
         if s.get("status") != "finished":
             continue
         seed = int(_config.load_toml(run / "config.toml")["seed"])
-        out.setdefault(arm_of(json.loads(point.read_text())), {})[seed] = s["final"]
+        yield arm_of(json.loads(point.read_text())), seed, run, s
+
+
+def load(folder: Path) -> dict[str, dict[int, dict]]:
+    """``{arm: {seed: final metrics}}`` of the finished runs under ``folder``."""
+    out: dict[str, dict[int, dict]] = {}
+    for arm, seed, _, summary in finished_runs(folder):
+        out.setdefault(arm, {})[seed] = summary["final"]
     return out
 
 
@@ -201,11 +216,19 @@ def _spread(d) -> bool:
     return math.isfinite(d.sd) and d.sd > 1e-9 * max(1.0, abs(d.mean))
 
 
+def shown_path(folder: Path) -> str:
+    """``folder`` relative to the repository when it lies inside it (the committed tables name no machine's paths)."""
+    try:
+        return str(folder.resolve().relative_to(REPO))
+    except ValueError:
+        return str(folder)
+
+
 def markdown_blind(rows: list[dict], folder: Path) -> str:
     """The interim table: each comparison's pairs, paired sd, the seeds it asks for and its δ80 at ``N_FIXED``."""
     lines = [
         f"Primary tests (pre-registered), **blind until every primary arm has {N_FIXED} seeds**: paired sds only, "
-        f"from `{folder}`:",
+        f"from `{shown_path(folder)}`:",
         "",
         f"| id | comparison | metric | pairs | paired sd | seeds for 0.01 at 80 % power | δ80 at n = {N_FIXED} |",
         "|---|---|---|---|---|---|---|",
@@ -230,27 +253,28 @@ def markdown_blind(rows: list[dict], folder: Path) -> str:
 
 def markdown(rows: list[dict], folder: Path) -> str:
     lines = [
-        f"Primary tests (pre-registered), from `{folder}`:",
+        f"Primary tests (pre-registered), from `{shown_path(folder)}`:",
         "",
         "| id | comparison | metric | pairs | Δ ± 95 % CI half-width | 95 % CI | p (paired t) | p (Holm, 6) "
-        "| δ80 | seeds for 0.01 at 80 % power | verdict (Holm < 0.05) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| δ80 | power at 0.01 | seeds for 0.01 at 80 % power | verdict (Holm < 0.05) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         d = r["d"]
         if d is None:
             lines.append(
-                f"| {r['id']} | {r['what']} | {r['metric']} | {r['n']} | — | — | — | — | — | — | not run |"
+                f"| {r['id']} | {r['what']} | {r['metric']} | {r['n']} | — | — | — | — | — | — | — | not run |"
             )
             continue
         sd_ok = _spread(d)
         need = pairs_needed(DELTA, d.sd) if sd_ok else "—"
         delta80 = f"{d.detectable():.4f}" if sd_ok else "—"
+        power = f"{paired_t_power(DELTA, d.sd, d.n):.2f}" if sd_ok else "—"
         verdict = "—" if not math.isfinite(r["holm"]) else (
             ("**lower**" if d.mean < 0 else "**higher**") if r["holm"] < ALPHA else "not significant")  # fmt: skip
         lines.append(
             f"| {r['id']} | {r['what']} | {r['metric']} | {d.n} | {d.mean:+.4f} ± {d.half_width:.4f} | "
-            f"[{d.lo:+.4f}, {d.hi:+.4f}] | {d.p_value:.2g} | {r['holm']:.2g} | {delta80} | {need} | "
+            f"[{d.lo:+.4f}, {d.hi:+.4f}] | {d.p_value:.2g} | {r['holm']:.2g} | {delta80} | {power} | {need} | "
             f"{verdict} |"
         )
     needs = [pairs_needed(DELTA, r["d"].sd) for r in rows
@@ -262,7 +286,9 @@ def markdown(rows: list[dict], folder: Path) -> str:
         "",
         "*Δ: mean paired difference (first arm − second) over the seeds both finished; ±: half-width of its 95 % "
         "Student-t interval (df = pairs − 1); Holm: over the six primary tests; δ80: the smallest |Δ| these pairs "
-        "detect with 80 % power at α = 0.05 if the paired sd is the observed one (noncentral t).*",
+        "detect with 80 % power at α = 0.05 if the paired sd is the observed one (noncentral t); power at 0.01: "
+        "the probability that this test (unadjusted α = 0.05, these pairs) finds |Δ| = 0.01 at that sd — under Holm "
+        "the first comparison is tested at 0.05/6, so less.*",
     ]
     return "\n".join(lines) + "\n"
 

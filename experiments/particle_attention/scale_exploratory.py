@@ -1,0 +1,328 @@
+"""The exploratory analyses of the 6 × 256 study (issue 27): why the architecture comparisons P3–P5 are wide
+(the early phase), the stability-versus-exploration curve in β, the second anneal and the mean-field
+(fixed-width) family, against the primary sweep's β = 0 arms.
+
+    python experiments/particle_attention/scale_exploratory.py      # → results/scale/exploratory_tests.md + figure
+    python experiments/particle_attention/scale_exploratory.py --primary runs/s/primary --secondary runs/s/secondary \\
+        --out /tmp/t.md --figure /tmp/t.png
+
+Everything here is **exploratory** (docs/experiments/particle_attention.md, the pre-registration): not in the
+Holm family of P1–P6. Each row is a two-sided paired t-test of ``first − second`` over the seeds both arms
+finished (a seed fixes the batch order and noise streams, and the initialisation within one architecture:
+every β of M = 8 shares ``p8``'s weights at step 0), with its raw p and Holm's p over the table's rows of
+the same metric (``--holm metric`` in the sweep tables' sense), and δ80 (the smallest |Δ| the pairs detect with
+80 % power at the observed sd).
+
+- **The early phase** (primary arms at β = 0: MHA-8 and M = 8, 16, 32 at width d/M). The seed-to-seed spread of
+  the final validation loss per arm, Brown–Forsythe's test (Levene's with the median) of MHA-8's spread against
+  each particle arm's; the first logged step at which the training loss (the mean over the log window) is at
+  most ``THRESHOLD`` nats, paired against MHA-8; and, over the seeds, Pearson's correlation of the paired
+  difference in final validation loss (P3–P5's per-seed values) with the paired difference in that step: whether
+  the architecture comparisons measure how long a run's early phase lasted. Holm over the three arms of each test.
+- **The β curve** (M = 8, width d/M, constant β ∈ {1e-5, 1e-4, 1e-3, 1e-2, 3e-2} against β = 0), on the seeds
+  every arm of the curve has, so that its points are comparable: the final validation loss (what the noise
+  costs or buys), the training-loss roughness ``loss_roughness`` (stability: the RMS of the logged training
+  loss's second difference), the head similarity ``head_sim`` (exploration: the mean |cos| between particles'
+  outputs), the attention-gradient variance ``grad_var_attn`` and the drop-half gap, single-draw
+  (``half_random_gap``) and over 32 draws (``drop_half_draws.py``, where recorded).
+- **Anneals**: cosine 1e-3 → 0 against β = 0 (``p8-cos1e-2`` is primary, P2).
+- **The mean-field family** at the fixed width d/8 = 32: ``p16-w32`` and ``p32-w32`` against ``p8`` (more particles
+  at equal width: the mean-field limit's direction), and each against its equal-parameter arm of width d/M
+  (``p16``, ``p32``: what the width buys at equal M).
+
+Runs that did not finish (a divergence is a failed run, ``summary.json`` status ``failed``) are counted per arm:
+hot β may not be stable, and that is part of the curve.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+from scipy import stats as _scipy
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import scale_report as _primary  # noqa: E402  (the sibling script: load, paired, _spread, cost, load_draws)
+
+from meanfield.stats import holm, t_interval  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+SCALE = HERE / "results" / "scale"
+ASSETS = HERE.parents[1] / "docs" / "assets"
+
+EARLY = ("p8", "p16", "p32")  # against mha8 (P3, P4, P5)
+THRESHOLD = 2.0  # nats/char: every run crosses it, the slowest after about 1,000 of its 2,000 steps
+CURVE = (("p8", 0.0), ("p8-b1e-5", 1e-5), ("p8-b1e-4", 1e-4), ("p8-b1e-3", 1e-3), ("p8-b1e-2", 1e-2),
+         ("p8-b3e-2", 3e-2))  # fmt: skip
+CURVE_METRICS = ("val_loss", "loss_roughness", "head_sim", "grad_var_attn", "half_random_gap", "drop_half_32")
+OTHERS = (
+    ("cosine 1e-3 → 0 vs β = 0 (M = 8)", "p8-cos1e-3", "p8"),
+    ("M = 16, width 32 vs M = 8, width 32", "p16-w32", "p8"),
+    ("M = 32, width 32 vs M = 8, width 32", "p32-w32", "p8"),
+    ("M = 16: width 32 vs width d/M = 16", "p16-w32", "p16"),
+    ("M = 32: width 32 vs width d/M = 8", "p32-w32", "p32"),
+)
+
+
+def load(primary: Path, secondary: Path) -> dict[str, dict[int, dict]]:
+    """``{arm: {seed: final metrics}}`` of both sweeps' finished runs, each with ``drop_half_32`` (the 32-draw
+    mean gap of ``drop_half_draws.py``) where it was recorded."""
+    runs: dict[str, dict[int, dict]] = {}
+    for folder in (primary, secondary):
+        draws = _primary.load_draws(folder.parent / "drop_half" / folder.name, folder)
+        for arm, by_seed in _primary.load(folder).items():
+            for seed, final in by_seed.items():
+                record = draws.get(arm, {}).get(seed)
+                runs.setdefault(arm, {})[seed] = {
+                    **final,
+                    **({"drop_half_32": record["mean"]} if record else {}),
+                }
+    return runs
+
+
+def steps_to(metrics: Path, threshold: float = THRESHOLD) -> float:
+    """The first logged step whose ``train_loss`` (the mean over its log window) is at most ``threshold`` (nan if
+    none)."""
+    for line in metrics.read_text().splitlines():
+        record = json.loads(line)
+        if "train_loss" in record and record["train_loss"] <= threshold:
+            return float(record["step"])
+    return math.nan
+
+
+def early_phase(primary: Path) -> dict[str, dict[int, dict]]:
+    """``{arm: {seed: {"val_loss", "steps_to", "loss_first"}}}`` of the finished β = 0 architecture arms:
+    the final validation loss, :func:`steps_to` and the first logged training loss."""
+    out: dict[str, dict[int, dict]] = {}
+    for arm, seed, run, summary in _primary.finished_runs(primary):
+        if arm not in ("mha8", *EARLY):
+            continue
+        first = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
+        out.setdefault(arm, {})[seed] = {"val_loss": summary["final"]["val_loss"],
+                                         "steps_to": steps_to(run / "metrics.jsonl"),
+                                         "loss_first": first.get("train_loss", math.nan),
+                                         "step_first": first.get("step")}  # fmt: skip
+    return out
+
+
+def early_tests(early: dict[str, dict[int, dict]]) -> list[dict]:
+    """Per particle arm against MHA-8: Brown–Forsythe on the final val loss's spread (``spread_p``), the paired
+    Δ of :func:`steps_to` (``steps``), and Pearson's r of the per-seed Δ val loss with the per-seed Δ steps
+    (``r``, ``r_p``); each p with Holm over the arms (``*_holm``)."""
+    rows = []
+    for arm in EARLY:
+        a, b = early.get(arm, {}), early.get("mha8", {})
+        seeds = sorted(set(a) & set(b))
+        row = {"arm": arm, "seeds": seeds, "n": (len(a), len(b)), "spread_p": math.nan, "steps": None,
+               "r": math.nan, "r_p": math.nan}  # fmt: skip
+        if len(a) >= 2 and len(b) >= 2:
+            row["spread_p"] = float(_scipy.levene([v["val_loss"] for v in a.values()],
+                                                  [v["val_loss"] for v in b.values()], center="median").pvalue)  # fmt: skip
+        if len(seeds) >= 3:
+            _, row["steps"] = _primary.paired(early, arm, "mha8", "steps_to")
+            dv = [a[s]["val_loss"] - b[s]["val_loss"] for s in seeds]
+            ds = [a[s]["steps_to"] - b[s]["steps_to"] for s in seeds]
+            if min(dv) < max(dv) and min(ds) < max(ds):
+                fit = _scipy.pearsonr(ds, dv)
+                row["r"], row["r_p"] = float(fit.statistic), float(fit.pvalue)
+        rows.append(row)
+    for key, p in (("spread_p", lambda r: r["spread_p"]),
+                   ("steps_p", lambda r: r["steps"].p_value if r["steps"] is not None else math.nan),
+                   ("r_p", lambda r: r["r_p"])):  # fmt: skip
+        for r, q in zip(rows, holm([p(r) for r in rows])):
+            r[key + "_holm"] = float(q)
+    return rows
+
+
+def markdown_early(early: dict[str, dict[int, dict]], table: list[dict]) -> str:
+    """The early-phase table: per arm, then the three tests against MHA-8."""
+    lines = [
+        f"**Why P3–P5 are wide: the early phase** (β = 0, width d/M; mean ± 95 % CI half-width over the seeds; "
+        f"steps to ≤ {THRESHOLD:g}: the first logged step whose training loss is at most {THRESHOLD:g} nats).",
+        "",
+        "| arm | seeds | final val loss | its sd over seeds | first logged training loss (step) | steps to ≤ "
+        f"{THRESHOLD:g} |",
+        "|---|---|---|---|---|---|",
+    ]
+    for arm in ("mha8", *EARLY):
+        by = early.get(arm, {})
+        if not by:
+            continue
+        val = [v["val_loss"] for v in by.values()]
+        sd = statistics.stdev(val) if len(val) > 1 else math.nan
+        first = [v["loss_first"] for v in by.values()]
+        step = next(iter(by.values()))["step_first"]
+        lines.append(f"| `{arm}` | {len(by)} | {_cell(val, 4)} | {sd:.4f} | {_cell(first, 3)} ({step}) | "
+                     f"{_cell([v['steps_to'] for v in by.values()], 0)} |")  # fmt: skip
+    lines += [
+        "",
+        "Against MHA-8 (Holm over the three arms of each column):",
+        "",
+        "| arm − `mha8` | spread of val loss: Brown–Forsythe p (Holm) | Δ steps to ≤ "
+        f"{THRESHOLD:g} ± 95 % CI half-width | paired p (Holm) | r(Δ steps, Δ val loss) over seeds | p (Holm) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in table:
+        d = r["steps"]
+        steps = "— | —" if d is None or not _primary._spread(d) else (
+            f"{d.mean:+.0f} ± {d.half_width:.0f} | {d.p_value:.2g} ({r['steps_p_holm']:.2g})")  # fmt: skip
+        corr = (
+            "— | —" if not math.isfinite(r["r"]) else f"{r['r']:+.2f} | {r['r_p']:.2g} ({r['r_p_holm']:.2g})"
+        )
+        lines.append(f"| `{r['arm']}` | {r['spread_p']:.2g} ({r['spread_p_holm']:.2g}) | {steps} | {corr} |")
+    return "\n".join(lines) + "\n"
+
+
+def unfinished(*folders: Path) -> dict[str, list[str]]:
+    """``{arm: ["seed=s: status", …]}`` of the runs under ``folders`` whose summary is not ``finished``."""
+    out: dict[str, list[str]] = {}
+    for folder in folders:
+        for summary in sorted(folder.glob("*/summary.json")) if folder.is_dir() else []:
+            s = json.loads(summary.read_text())
+            if s.get("status") != "finished":
+                arm = _primary.arm_of(json.loads((summary.parent / "point.json").read_text()))
+                out.setdefault(arm, []).append(
+                    f"seed={s.get('seed')}: {s.get('status')} at step {s.get('step')}"
+                )
+    return out
+
+
+def curve_seeds(runs: dict[str, dict[int, dict]]) -> list[int]:
+    """The seeds every arm of the β curve finished (the curve's points are paired on these)."""
+    sets = [set(runs.get(arm, {})) for arm, _ in CURVE]
+    return sorted(set.intersection(*sets)) if all(sets) else []
+
+
+def rows(runs: dict[str, dict[int, dict]]) -> list[dict]:
+    """Every exploratory comparison: ``{what, metric, a, b, seeds, d}`` with ``holm`` over the rows of its metric."""
+    seeds = set(curve_seeds(runs))
+    curve = {arm: {s: v for s, v in runs.get(arm, {}).items() if s in seeds} for arm, _ in CURVE}
+    out = []
+    for metric in CURVE_METRICS:
+        for arm, beta in CURVE[1:]:
+            on = {a: {s: v for s, v in by.items() if metric in v} for a, by in curve.items()}
+            s, d = _primary.paired(on, arm, "p8", metric)
+            out.append({"what": f"β = {beta:g} vs β = 0 (M = 8)", "metric": metric, "a": arm, "b": "p8",
+                        "seeds": s, "d": d})  # fmt: skip
+    for what, a, b in OTHERS:
+        s, d = _primary.paired(runs, a, b, "val_loss")
+        out.append({"what": what, "metric": "val_loss", "a": a, "b": b, "seeds": s, "d": d})
+    for metric in {r["metric"] for r in out}:
+        mine = [r for r in out if r["metric"] == metric]
+        for r, q in zip(mine, holm([r["d"].p_value if r["d"] is not None else math.nan for r in mine])):
+            r["holm"] = float(q)
+    return out
+
+
+def _cell(values: list[float], digits: int) -> str:
+    if len(values) < 2:
+        return f"{values[0]:.{digits}f}" if values else "—"
+    iv = t_interval(values)
+    return f"{iv.mean:.{digits}f} ± {(iv.hi - iv.lo) / 2:.{digits}f}"
+
+
+def markdown(runs: dict[str, dict[int, dict]], table: list[dict], failed: dict[str, list[str]]) -> str:
+    seeds = curve_seeds(runs)
+    lines = [
+        f"**Exploratory** (not in the P1–P6 family). The β curve at M = 8 on the seeds every curve arm finished "
+        f"({', '.join(map(str, seeds)) or 'none'}): per-arm mean ± 95 % CI half-width.",
+        "",
+        "| arm | β | val loss | loss roughness | head sim | grad var (attn) | drop-half, 1 draw | drop-half, 32 draws |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for arm, beta in CURVE:
+        by = [runs.get(arm, {})[s] for s in seeds]
+        cells = [_cell([v[m] for v in by if m in v], 3 if m != "grad_var_attn" else 9) for m in CURVE_METRICS]
+        if by and all("grad_var_attn" in v for v in by):
+            gv = [v["grad_var_attn"] * 1e8 for v in by]
+            cells[3] = _cell(gv, 2) + " ×1e-8"
+        lines.append(f"| `{arm}` | {beta:g} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Paired differences (first − second) over the seeds both finished; Holm over the rows of each metric:",
+        "",
+        "| comparison | metric | pairs | Δ ± 95 % CI half-width | p (paired t) | p (Holm, metric) | δ80 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in table:
+        d, n = r["d"], len(r["seeds"])
+        scale, unit = (1e8, " ×1e-8") if r["metric"] == "grad_var_attn" else (1.0, "")
+        if d is None or not _primary._spread(d):
+            lines.append(f"| {r['what']} | {r['metric']} | {n} | — | — | — | — |")
+            continue
+        lines.append(
+            f"| {r['what']} | {r['metric']} | {n} | {d.mean * scale:+.4f} ± {d.half_width * scale:.4f}{unit} | "
+            f"{d.p_value:.2g} | {r['holm']:.2g} | {d.detectable() * scale:.4f}{unit} |"
+        )
+    lines += ["", "Runs that did not finish: " + (
+        "; ".join(f"`{a}` {', '.join(v)}" for a, v in sorted(failed.items())) if failed else "none") + "."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def figure(runs: dict[str, dict[int, dict]], path: Path) -> None:
+    """Four panels against β (β = 0 drawn at 3e-6): the paired Δ val loss vs β = 0, the loss roughness, the
+    head similarity and the 32-draw drop-half gap, each mean ± 95 % CI over the curve's seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seeds = curve_seeds(runs)
+    if len(seeds) < 2:
+        return
+    fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
+    x = [beta if beta > 0 else 3e-6 for _, beta in CURVE]
+    panels = (("val_loss", "Δ val loss vs β = 0 (nats/char)", True), ("loss_roughness", "training-loss roughness", False),
+              ("head_sim", "head similarity (mean |cos|)", False), ("drop_half_32", "drop-half gap, 32 draws (nats)", False))  # fmt: skip
+    for ax, (metric, label, diff) in zip(axes, panels):
+        means, halves, xs = [], [], []
+        for (arm, _), xi in zip(CURVE, x):
+            v = [runs[arm][s].get(metric) for s in seeds]
+            if diff:
+                v = [a - runs["p8"][s][metric] for a, s in zip(v, seeds)]
+            if any(e is None for e in v):
+                continue
+            iv = t_interval(v)
+            xs.append(xi)
+            means.append(iv.mean)
+            halves.append((iv.hi - iv.lo) / 2)
+        ax.errorbar(xs, means, yerr=halves, marker="o", capsize=3)
+        if diff:
+            ax.axhline(0.0, color="gray", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_xlabel("β (β = 0 drawn at 3e-6)")
+        ax.set_ylabel(label)
+    fig.suptitle(f"6 × 256, M = 8, 2000 steps: stability vs exploration in β (seeds {', '.join(map(str, seeds))}; "
+                 "mean ± 95 % CI; exploratory)", fontsize=10)  # fmt: skip
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--primary", type=Path, default=SCALE / "primary")
+    parser.add_argument("--secondary", type=Path, default=SCALE / "secondary")
+    parser.add_argument("--out", type=Path, default=SCALE / "exploratory_tests.md")
+    parser.add_argument("--figure", type=Path, default=ASSETS / "particle_attention_scale_beta.png")
+    args = parser.parse_args(argv)
+    runs = load(args.primary, args.secondary)
+    early = early_phase(args.primary)
+    text = "<!-- generated by experiments/particle_attention/scale_exploratory.py; do not edit -->\n"
+    text += markdown_early(early, early_tests(early)) + "\n"
+    text += markdown(runs, rows(runs), unfinished(args.primary, args.secondary))
+    n, hours = _primary.cost(args.secondary)
+    text += f"\nCost of the secondary sweep: {n} finished runs, {hours:.1f} CPU-hours (Σ wall_clock_s × threads).\n"
+    args.out.write_text(text)
+    figure(runs, args.figure)
+    print(text)
+    print(f"written: {args.out}, {args.figure}")
+
+
+if __name__ == "__main__":
+    main()
