@@ -476,6 +476,8 @@ def test_exploratory_report_pairs_the_beta_curve_and_holms_per_metric(tmp_path):
     assert np.allclose(got[np.isfinite(p)], expected[np.isfinite(p)])
     text = expl.markdown(runs, table, expl.unfinished(primary, secondary))
     assert "`p8-b3e-2` seed=2: failed at step 750" in text
+    assert "| cosine 1e-3 → 0 vs β = 0 (M = 8) |" not in text  # not run: no row, listed as waiting
+    assert "Fewer than 2 pairs yet (not shown): " in text and "cosine 1e-3 → 0 vs β = 0 (M = 8)" in text
     shutil.rmtree(secondary / "preset=p8-b1e-4_seed=0")
     shutil.rmtree(secondary / "preset=p8-b1e-4_seed=1")
     shutil.rmtree(secondary / "preset=p8-b1e-4_seed=2")
@@ -500,6 +502,8 @@ def test_exploratory_report_relates_the_architecture_gap_to_the_early_phase(tmp_
     ds = [early["p8"][s]["steps_to"] - early["mha8"][s]["steps_to"] for s in range(4)]
     dv = [values["p8"][s] - values["mha8"][s] for s in range(4)]
     assert rows["p8"]["steps"].mean == pytest.approx(np.mean(ds))
+    df = [early["p32"][s]["loss_first"] - early["mha8"][s]["loss_first"] for s in range(4)]
+    assert rows["p32"]["first"].mean == pytest.approx(np.mean(df)) and rows["p32"]["first"].mean < 0
     assert rows["p8"]["r"] == pytest.approx(np.corrcoef(ds, dv)[0, 1]) and rows["p8"]["r"] > 0.9
     assert rows["p16"]["spread_p"] == pytest.approx(
         st.levene(list(values["p16"].values()), list(values["mha8"].values()), center="median").pvalue

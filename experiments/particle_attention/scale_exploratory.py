@@ -111,19 +111,20 @@ def early_phase(primary: Path) -> dict[str, dict[int, dict]]:
 
 def early_tests(early: dict[str, dict[int, dict]]) -> list[dict]:
     """Per particle arm against MHA-8: Brown–Forsythe on the final val loss's spread (``spread_p``), the paired
-    Δ of :func:`steps_to` (``steps``), and Pearson's r of the per-seed Δ val loss with the per-seed Δ steps
+    Δ of the first logged training loss (``first``) and of :func:`steps_to` (``steps``), and Pearson's r of the per-seed Δ val loss with the per-seed Δ steps
     (``r``, ``r_p``); each p with Holm over the arms (``*_holm``)."""
     rows = []
     for arm in EARLY:
         a, b = early.get(arm, {}), early.get("mha8", {})
         seeds = sorted(set(a) & set(b))
-        row = {"arm": arm, "seeds": seeds, "n": (len(a), len(b)), "spread_p": math.nan, "steps": None,
+        row = {"arm": arm, "seeds": seeds, "n": (len(a), len(b)), "spread_p": math.nan, "steps": None, "first": None,
                "r": math.nan, "r_p": math.nan}  # fmt: skip
         if len(a) >= 2 and len(b) >= 2:
             row["spread_p"] = float(_scipy.levene([v["val_loss"] for v in a.values()],
                                                   [v["val_loss"] for v in b.values()], center="median").pvalue)  # fmt: skip
         if len(seeds) >= 3:
             _, row["steps"] = _primary.paired(early, arm, "mha8", "steps_to")
+            _, row["first"] = _primary.paired(early, arm, "mha8", "loss_first")
             dv = [a[s]["val_loss"] - b[s]["val_loss"] for s in seeds]
             ds = [a[s]["steps_to"] - b[s]["steps_to"] for s in seeds]
             if min(dv) < max(dv) and min(ds) < max(ds):
@@ -132,6 +133,7 @@ def early_tests(early: dict[str, dict[int, dict]]) -> list[dict]:
         rows.append(row)
     for key, p in (("spread_p", lambda r: r["spread_p"]),
                    ("steps_p", lambda r: r["steps"].p_value if r["steps"] is not None else math.nan),
+("first_p", lambda r: r["first"].p_value if r["first"] is not None else math.nan),
                    ("r_p", lambda r: r["r_p"])):  # fmt: skip
         for r, q in zip(rows, holm([p(r) for r in rows])):
             r[key + "_holm"] = float(q)
@@ -162,18 +164,23 @@ def markdown_early(early: dict[str, dict[int, dict]], table: list[dict]) -> str:
         "",
         "Against MHA-8 (Holm over the three arms of each column):",
         "",
-        "| arm − `mha8` | spread of val loss: Brown–Forsythe p (Holm) | Δ steps to ≤ "
-        f"{THRESHOLD:g} ± 95 % CI half-width | paired p (Holm) | r(Δ steps, Δ val loss) over seeds | p (Holm) |",
-        "|---|---|---|---|---|---|",
+        "| arm − `mha8` | spread of val loss: Brown–Forsythe p (Holm) | Δ first logged training loss ± 95 % CI "
+        f"half-width | paired p (Holm) | Δ steps to ≤ {THRESHOLD:g} ± 95 % CI half-width | paired p (Holm) "
+        "| r(Δ steps, Δ val loss) over seeds | p (Holm) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in table:
-        d = r["steps"]
+        d, f = r["steps"], r["first"]
         steps = "— | —" if d is None or not _primary._spread(d) else (
             f"{d.mean:+.0f} ± {d.half_width:.0f} | {d.p_value:.2g} ({r['steps_p_holm']:.2g})")  # fmt: skip
+        first = "— | —" if f is None or not _primary._spread(f) else (
+            f"{f.mean:+.3f} ± {f.half_width:.3f} | {f.p_value:.2g} ({r['first_p_holm']:.2g})")  # fmt: skip
         corr = (
             "— | —" if not math.isfinite(r["r"]) else f"{r['r']:+.2f} | {r['r_p']:.2g} ({r['r_p_holm']:.2g})"
         )
-        lines.append(f"| `{r['arm']}` | {r['spread_p']:.2g} ({r['spread_p_holm']:.2g}) | {steps} | {corr} |")
+        lines.append(
+            f"| `{r['arm']}` | {r['spread_p']:.2g} ({r['spread_p_holm']:.2g}) | {first} | {steps} | {corr} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -186,7 +193,12 @@ def unfinished(*folders: Path) -> dict[str, list[str]]:
             if s.get("status") != "finished":
                 arm = _primary.arm_of(json.loads((summary.parent / "point.json").read_text()))
                 out.setdefault(arm, []).append(
-                    f"seed={s.get('seed')}: {s.get('status')} at step {s.get('step')}"
+                    f"seed={s.get('seed')}: "
+                    + (
+                        f"running (started at step {s.get('step')})"
+                        if s.get("status") == "running"
+                        else f"{s.get('status')} at step {s.get('step')}"
+                    )
                 )
     return out
 
@@ -248,17 +260,22 @@ def markdown(runs: dict[str, dict[int, dict]], table: list[dict], failed: dict[s
         "| comparison | metric | pairs | Δ ± 95 % CI half-width | p (paired t) | p (Holm, metric) | δ80 |",
         "|---|---|---|---|---|---|---|",
     ]
+    waiting = sorted({r["what"] for r in table if r["d"] is None})
     for r in table:
         d, n = r["d"], len(r["seeds"])
         scale, unit = (1e8, " ×1e-8") if r["metric"] == "grad_var_attn" else (1.0, "")
-        if d is None or not _primary._spread(d):
+        if d is None:
+            continue  # fewer than 2 pairs: listed below the table
+        if not _primary._spread(d):
             lines.append(f"| {r['what']} | {r['metric']} | {n} | — | — | — | — |")
             continue
         lines.append(
             f"| {r['what']} | {r['metric']} | {n} | {d.mean * scale:+.4f} ± {d.half_width * scale:.4f}{unit} | "
             f"{d.p_value:.2g} | {r['holm']:.2g} | {d.detectable() * scale:.4f}{unit} |"
         )
-    lines += ["", "Runs that did not finish: " + (
+    if waiting:
+        lines += ["", "Fewer than 2 pairs yet (not shown): " + "; ".join(waiting) + "."]
+    lines += ["", "Runs not finished (their last summary's status): " + (
         "; ".join(f"`{a}` {', '.join(v)}" for a, v in sorted(failed.items())) if failed else "none") + "."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
