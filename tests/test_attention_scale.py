@@ -50,6 +50,17 @@ SEED_METRICS = (
 )
 
 
+def _holm_by_hand(p: list[float]) -> list[float]:
+    """Holm's step-down adjustment written out: sort, multiply the k-th smallest by (m − k), running maximum,
+    cap at 1; nan stays nan and does not count in m."""
+    finite = sorted((q, i) for i, q in enumerate(p) if math.isfinite(q))
+    out, running = [math.nan] * len(p), 0.0
+    for k, (q, i) in enumerate(finite):
+        running = max(running, min(1.0, (len(finite) - k) * q))
+        out[i] = running
+    return out
+
+
 def _module(name: str, path: Path):
     sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location(f"scale_{name}", path)
@@ -198,22 +209,32 @@ def test_primary_report_pairs_by_seed_and_applies_holm(tmp_path):
             jitter = 0.004 * ((7 * seed + len(arm)) % 5 - 2)  # a paired sd of a few thousandths
             final = {"val_loss": base + 0.001 * seed + jitter, "half_random_gap": 0.3 + 0.01 * seed + jitter}
             (run_dir / "summary.json").write_text(json.dumps({"status": "finished", "final": final}))
+    shutil.rmtree(
+        folder / "preset=p32_seed=0"
+    )  # P5 pairs seeds 1-3 only: pairing is by seed, not by position
     rows = {r["id"]: r for r in report.tests(report.load(folder))}
     jit = {a: [0.004 * ((7 * s + len(a)) % 5 - 2) for s in range(4)] for a in values}
-    mean_diff = lambda a, b: values[a] - values[b] + sum(x - y for x, y in zip(jit[a], jit[b])) / 4  # noqa: E731
+
+    def mean_diff(a: str, b: str, seeds=range(4)) -> float:
+        return values[a] - values[b] + float(np.mean([jit[a][s] - jit[b][s] for s in seeds]))
+
     assert rows["P1"]["n"] == 4 and rows["P1"]["d"].mean == pytest.approx(mean_diff("p8-b1e-3", "p8"))
-    assert rows["P5"]["d"].mean == pytest.approx(mean_diff("p32", "mha8"))
+    assert rows["P5"]["n"] == 3 and rows["P5"]["d"].mean == pytest.approx(mean_diff("p32", "mha8", (1, 2, 3)))
     assert rows["P6"]["d"].mean == pytest.approx(
         mean_diff("p8-b1e-3", "p8") - (values["p8-b1e-3"] - values["p8"])
     )
-    finite = [r["holm"] for r in rows.values() if math.isfinite(r["holm"])]
-    assert all(0 <= q <= 1 for q in finite)
+    order = ("P1", "P2", "P3", "P4", "P5", "P6")
+    assert [rows[k]["holm"] for k in order] == pytest.approx(
+        _holm_by_hand([rows[k]["d"].p_value for k in order])
+    )
+    from scipy import stats as st
+
+    d, fam = rows["P1"]["d"], rows["P1"]["family"]  # Bonferroni over six: the t quantile at 1 − 0.05/12
+    half = st.t.ppf(1 - 0.05 / 12, d.n - 1) * d.sd / math.sqrt(d.n)
+    assert (fam.lo, fam.hi) == pytest.approx((d.mean - half, d.mean + half))
     text = report.markdown(list(rows.values()), folder)
     assert "Power rule" in text and "| P5 |" in text
     # the power at 0.01: the noncentral t written out (df = n − 1, λ = 0.01·√n / sd, two-sided α = 0.05)
-    from scipy import stats as st
-
-    d = rows["P1"]["d"]
     crit, lam = st.t.ppf(0.975, d.n - 1), 0.01 * math.sqrt(d.n) / d.sd
     power = st.nct.sf(crit, d.n - 1, lam) + st.nct.cdf(-crit, d.n - 1, lam)
     assert f"| {d.detectable():.4f} | {power:.2f} | {report.pairs_needed(0.01, d.sd)} |" in text
@@ -449,49 +470,51 @@ def _exploratory_study(tmp_path: Path):
 
 
 def test_exploratory_report_pairs_the_beta_curve_and_holms_per_metric(tmp_path):
-    """The β curve pairs each arm with p8 on the seeds *every* curve arm finished (a failed hot-β run removes
-    its seed from every point); Δ and p checked against numpy/scipy, Holm per metric against the step-down rule
-    written out; the failed run is listed; negative control: with a curve arm missing there are no curve seeds."""
+    """Each β-curve arm pairs with p8 on the seeds both finished: a failed hot-β run removes only its own pair
+    (p8-b3e-2 seed 2), not that seed from the other arms; Δ and p checked against numpy/scipy, Holm per metric
+    against the step-down rule written out; the failed run is listed, comparisons without pairs are listed by
+    metric instead of shown; negative control: with an arm's runs gone its rows have no pairs, the others stay."""
     from scipy import stats as st
 
     expl = _module("exploratory", HERE / "scale_exploratory.py")
     primary, secondary, values = _exploratory_study(tmp_path)
     runs = expl.load(primary, secondary)
-    assert expl.curve_seeds(runs) == [0, 1]  # p8-b3e-2 seed 2 failed
     table = expl.rows(runs)
-    val = [r for r in table if r["metric"] == "val_loss" and r["b"] == "p8" and r["a"] in dict(expl.CURVE)]
-    for r in val:
-        a, b = [values[r["a"]][s] for s in (0, 1)], [values["p8"][s] for s in (0, 1)]
-        assert r["seeds"] == [0, 1] and r["d"].mean == pytest.approx(np.mean(np.subtract(a, b)))
+    val = {r["a"]: r for r in table if r["metric"] == "val_loss" and r["a"] in dict(expl.CURVE)}
+    assert val["p8-b3e-2"]["seeds"] == [0, 1] and val["p8-b1e-2"]["seeds"] == [0, 1, 2]
+    assert val["p8-b1e-3"]["seeds"] == [0, 1, 2, 3]  # a primary arm: all four seeds
+    for arm, r in val.items():
+        a, b = [values[arm][s] for s in r["seeds"]], [values["p8"][s] for s in r["seeds"]]
+        assert r["d"].mean == pytest.approx(np.mean(np.subtract(a, b)))
         assert r["d"].p_value == pytest.approx(st.ttest_rel(a, b).pvalue)
-    mine = [r for r in table if r["metric"] == "val_loss"]  # the curve's rows and the OTHERS' (not run: nan)
-    p = np.array([r["d"].p_value if r["d"] is not None else np.nan for r in mine])
-    order = np.argsort(np.where(np.isnan(p), np.inf, p))
-    finite = int(np.isfinite(p).sum())
-    expected, running = np.full(len(p), np.nan), 0.0
-    for k, i in enumerate(order[:finite]):
-        running = max(running, min(1.0, (finite - k) * p[i]))
-        expected[i] = running
-    got = np.array([r["holm"] for r in mine])
-    assert np.allclose(got[np.isfinite(p)], expected[np.isfinite(p)])
+    for metric in ("val_loss", "head_sim"):  # the curve's rows (and for val_loss the OTHERS', not run: nan)
+        mine = [r for r in table if r["metric"] == metric]
+        p = [r["d"].p_value if r["d"] is not None else math.nan for r in mine]
+        assert [r["holm"] for r in mine] == pytest.approx(_holm_by_hand(p), nan_ok=True)
     text = expl.markdown(runs, table, expl.unfinished(primary, secondary))
     assert "`p8-b3e-2` seed=2: failed at step 750" in text
     assert "| cosine 1e-3 → 0 vs β = 0 (M = 8) |" not in text  # not run: no row, listed as waiting
-    assert "Fewer than 2 pairs yet (not shown): " in text and "cosine 1e-3 → 0 vs β = 0 (M = 8)" in text
-    shutil.rmtree(secondary / "preset=p8-b1e-4_seed=0")
-    shutil.rmtree(secondary / "preset=p8-b1e-4_seed=1")
-    shutil.rmtree(secondary / "preset=p8-b1e-4_seed=2")
-    assert expl.curve_seeds(expl.load(primary, secondary)) == []  # negative control
+    assert "cosine 1e-3 → 0 vs β = 0 (M = 8) (val_loss, 0 pairs)" in text
+    assert "β = 0.01 vs β = 0 (M = 8) (val_loss" not in text  # shown, so not listed as waiting
+    assert "| `p8-b1e-2` | 0.01 | 0, 1, 2 |" in text  # the per-arm table: its own seeds
+    for seed in range(3):
+        shutil.rmtree(secondary / f"preset=p8-b1e-4_seed={seed}")
+    gone = {(r["a"], r["metric"]): r for r in expl.rows(expl.load(primary, secondary))}
+    assert gone[("p8-b1e-4", "val_loss")]["d"] is None  # negative control
+    assert gone[("p8-b1e-2", "val_loss")]["seeds"] == [0, 1, 2]
 
 
 def test_exploratory_report_relates_the_architecture_gap_to_the_early_phase(tmp_path):
     """steps_to is the first logged step with train loss ≤ 2 (nan if never: negative control); the early-phase
-    tests pair each particle arm with MHA-8: Δ steps against numpy, Pearson's r against numpy's corrcoef
-    (+1 for p8 by construction), Brown–Forsythe against scipy's levene with the median."""
+    tests pair each particle arm with MHA-8 by seed (p16 lacks seed 3 here): Δ steps against numpy, Pearson's r
+    and Spearman's ρ against scipy, the leave-one-seed-out range written out, Holm over the three arms against
+    the step-down rule, Brown–Forsythe against scipy's levene with the median."""
     from scipy import stats as st
 
     expl = _module("exploratory", HERE / "scale_exploratory.py")
     primary, secondary, values = _exploratory_study(tmp_path)
+    shutil.rmtree(primary / "preset=p16_seed=3")
+    del values["p16"][3]
     never = tmp_path / "never.jsonl"
     never.write_text("".join(json.dumps({"step": s, "train_loss": 2.5}) + "\n" for s in (50, 100)))
     assert math.isnan(expl.steps_to(never))
@@ -504,7 +527,18 @@ def test_exploratory_report_relates_the_architecture_gap_to_the_early_phase(tmp_
     assert rows["p8"]["steps"].mean == pytest.approx(np.mean(ds))
     df = [early["p32"][s]["loss_first"] - early["mha8"][s]["loss_first"] for s in range(4)]
     assert rows["p32"]["first"].mean == pytest.approx(np.mean(df)) and rows["p32"]["first"].mean < 0
-    assert rows["p8"]["r"] == pytest.approx(np.corrcoef(ds, dv)[0, 1]) and rows["p8"]["r"] > 0.9
+    assert (rows["p8"]["r"], rows["p8"]["r_p"]) == pytest.approx(tuple(st.pearsonr(ds, dv))) and rows["p8"][
+        "r"
+    ] > 0.9
+    assert rows["p8"]["rho"] == pytest.approx(st.spearmanr(ds, dv).statistic)
+    loo = [np.mean(dv[:k] + dv[k + 1 :]) for k in range(4)]
+    assert rows["p8"]["loo_mean"] == pytest.approx((min(loo), max(loo)))
+    assert rows["p16"]["seeds"] == [0, 1, 2]
+    d16 = [values["p16"][s] - values["mha8"][s] for s in range(3)]
+    s16 = [early["p16"][s]["steps_to"] - early["mha8"][s]["steps_to"] for s in range(3)]
+    assert rows["p16"]["r"] == pytest.approx(np.corrcoef(s16, d16)[0, 1])
+    p = [rows[a]["steps"].p_value for a in ("p8", "p16", "p32")]
+    assert [rows[a]["steps_p_holm"] for a in ("p8", "p16", "p32")] == pytest.approx(_holm_by_hand(p))
     assert rows["p16"]["spread_p"] == pytest.approx(
         st.levene(list(values["p16"].values()), list(values["mha8"].values()), center="median").pvalue
     )

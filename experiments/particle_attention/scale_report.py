@@ -139,14 +139,16 @@ def load_draws(folder: Path, sweep: Path) -> dict[str, dict[int, dict]]:
 
 
 def paired(
-    by_arm: dict[str, dict[int, dict]], a: str, b: str, key: str
+    by_arm: dict[str, dict[int, dict]], a: str, b: str, key: str, level: float = 0.95
 ) -> tuple[list[int], PairedDifference | None]:
-    """``(seeds, d)``: the seeds both arms have and the paired difference ``a[key] − b[key]`` over them
-    (``None`` below 2 pairs)."""
+    """``(seeds, d)``: the seeds both arms have and the paired difference ``a[key] − b[key]`` over them, its
+    interval at ``level`` (``None`` below 2 pairs)."""
     seeds = sorted(set(by_arm.get(a, {})) & set(by_arm.get(b, {})))
     if len(seeds) < 2:
         return seeds, None
-    return seeds, paired_difference([by_arm[a][s][key] for s in seeds], [by_arm[b][s][key] for s in seeds])
+    return seeds, paired_difference(
+        [by_arm[a][s][key] for s in seeds], [by_arm[b][s][key] for s in seeds], level=level
+    )
 
 
 def exploratory(draws: dict[str, dict[int, dict]]) -> list[dict]:
@@ -204,7 +206,8 @@ def tests(runs: dict[str, dict[int, dict]]) -> list[dict]:
     rows = []
     for pid, what, metric, a, b in FAMILY:
         seeds, d = paired(runs, a, b, metric)
-        rows.append({"id": pid, "what": what, "metric": metric, "n": len(seeds), "d": d})
+        _, family = paired(runs, a, b, metric, level=1 - ALPHA / len(FAMILY))  # Bonferroni: simultaneous
+        rows.append({"id": pid, "what": what, "metric": metric, "n": len(seeds), "d": d, "family": family})
     p = [r["d"].p_value if r["d"] is not None else math.nan for r in rows]
     for r, q in zip(rows, holm(p)):
         r["holm"] = float(q)
@@ -255,15 +258,15 @@ def markdown(rows: list[dict], folder: Path) -> str:
     lines = [
         f"Primary tests (pre-registered), from `{shown_path(folder)}`:",
         "",
-        "| id | comparison | metric | pairs | Δ ± 95 % CI half-width | 95 % CI | p (paired t) | p (Holm, 6) "
-        "| δ80 | power at 0.01 | seeds for 0.01 at 80 % power | verdict (Holm < 0.05) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| id | comparison | metric | pairs | Δ ± 95 % CI half-width | 95 % CI | family 95 % CI (Bonferroni) "
+        "| p (paired t) | p (Holm, 6) | δ80 | power at 0.01 | seeds for 0.01 at 80 % power | verdict (Holm < 0.05) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         d = r["d"]
         if d is None:
             lines.append(
-                f"| {r['id']} | {r['what']} | {r['metric']} | {r['n']} | — | — | — | — | — | — | — | not run |"
+                f"| {r['id']} | {r['what']} | {r['metric']} | {r['n']} | — | — | — | — | — | — | — | — | not run |"
             )
             continue
         sd_ok = _spread(d)
@@ -274,7 +277,8 @@ def markdown(rows: list[dict], folder: Path) -> str:
             ("**lower**" if d.mean < 0 else "**higher**") if r["holm"] < ALPHA else "not significant")  # fmt: skip
         lines.append(
             f"| {r['id']} | {r['what']} | {r['metric']} | {d.n} | {d.mean:+.4f} ± {d.half_width:.4f} | "
-            f"[{d.lo:+.4f}, {d.hi:+.4f}] | {d.p_value:.2g} | {r['holm']:.2g} | {delta80} | {power} | {need} | "
+            f"[{d.lo:+.4f}, {d.hi:+.4f}] | [{r['family'].lo:+.4f}, {r['family'].hi:+.4f}] | {d.p_value:.2g} | "
+            f"{r['holm']:.2g} | {delta80} | {power} | {need} | "
             f"{verdict} |"
         )
     needs = [pairs_needed(DELTA, r["d"].sd) for r in rows
@@ -285,7 +289,8 @@ def markdown(rows: list[dict], folder: Path) -> str:
     lines += [
         "",
         "*Δ: mean paired difference (first arm − second) over the seeds both finished; ±: half-width of its 95 % "
-        "Student-t interval (df = pairs − 1); Holm: over the six primary tests; δ80: the smallest |Δ| these pairs "
+        "Student-t interval (df = pairs − 1); family CI: the Bonferroni interval at level 1 − 0.05/6, so that all six cover "
+        "their true Δ together with at least 95 % probability (Holm's tests control the same family-wise error); Holm: over the six primary tests; δ80: the smallest |Δ| these pairs "
         "detect with 80 % power at α = 0.05 if the paired sd is the observed one (noncentral t); power at 0.01: "
         "the probability that this test (unadjusted α = 0.05, these pairs) finds |Δ| = 0.01 at that sd — under Holm "
         "the first comparison is tested at 0.05/6, so less.*",
