@@ -62,6 +62,7 @@ EARLY = ("p8", "p16", "p32")  # against mha8 (P3, P4, P5)
 THRESHOLD = 2.0  # nats/char: every run crosses it, the slowest after about 1,000 of its 2,000 steps
 CURVE = (("p8", 0.0), ("p8-b1e-5", 1e-5), ("p8-b1e-4", 1e-4), ("p8-b1e-3", 1e-3), ("p8-b1e-2", 1e-2),
          ("p8-b3e-2", 3e-2))  # fmt: skip
+MIN_FIGURE_ARMS = 4  # of the six β values with ≥ 2 finished seeds before the figure is drawn
 CURVE_METRICS = ("val_loss", "loss_roughness", "head_sim", "grad_var_attn", "half_random_gap", "drop_half_32")
 OTHERS = (
     ("cosine 1e-3 → 0 vs β = 0 (M = 8)", "p8-cos1e-3", "p8"),
@@ -318,13 +319,13 @@ def figure(runs: dict[str, dict[int, dict]], path: Path) -> bool:
     """Four panels against β (β = 0 drawn at 3e-6): the Δ val loss vs β = 0 paired per arm on the seeds it shares
     with ``p8``, the loss roughness, the head similarity and the 32-draw drop-half gap over each arm's own seeds;
     mean ± 95 % CI, points with fewer than 2 values left out. Returns whether a figure was written (not before
-    two curve arms have 2 seeds)."""
+    ``MIN_FIGURE_ARMS`` curve arms have 2 seeds: a curve, not two points)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if sum(len(runs.get(arm, {})) >= 2 for arm, _ in CURVE) < 2:
+    if sum(len(runs.get(arm, {})) >= 2 for arm, _ in CURVE) < MIN_FIGURE_ARMS:
         return False
     fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
     panels = (("val_loss", "Δ val loss vs β = 0 (nats/char)", True), ("loss_roughness", "training-loss roughness", False),
@@ -379,7 +380,11 @@ def main(argv: list[str] | None = None) -> None:
     print(text)
     print(
         f"written: {args.out}"
-        + (f", {args.figure}" if drawn else " (no figure yet: fewer than two curve arms with 2 seeds)")
+        + (
+            f", {args.figure}"
+            if drawn
+            else f" (no figure yet: fewer than {MIN_FIGURE_ARMS} curve arms with 2 seeds)"
+        )
     )
 
 
