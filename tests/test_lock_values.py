@@ -186,7 +186,7 @@ def test_a_long_record_is_read_whole(tmp_path):
         "MUTANT_UNDER_TEST" in os.environ
     ):  # passes alone under mutmut, not in its in-process clean run: unexplained
         pytest.skip("not run inside mutmut's clean run (docs/testing.md)")
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    child = _started_python(60.0)  # its cmdline names Python already (it is empty mid-exec, seen right after Popen)
     try:
         record = {"pid": child.pid, "host": socket.gethostname(), "command": ["x" * 70_000]}
         _write_record(tmp_path / "run", record)
