@@ -231,6 +231,11 @@ class Interval:
     hi: float
     n: int
 
+    @property
+    def half_width(self) -> float:
+        """``(hi − lo)/2 = t_{n−1,(1+level)/2}·s/√n``: the ``±`` of a table (NaN for ``n < 2``)."""
+        return (self.hi - self.lo) / 2
+
 
 def t_interval(values, level: float = 0.95) -> Interval:
     r"""``mean ± t_{n−1,(1+level)/2} · s/\sqrt{n}`` over the values (NaN bounds for ``n < 2``).
@@ -347,7 +352,7 @@ def log_interval(values, level: float = 0.95) -> LogInterval:
     iv = t_interval(np.log(a), level)
     if iv.n < 2:
         return LogInterval(math.exp(iv.mean), math.nan, math.nan, math.nan, 1, math.nan)
-    half = (iv.hi - iv.lo) / 2
+    half = iv.half_width
 
     def exp(x: float) -> float:  # e^x, inf beyond float64 (a huge spread of the logs), never OverflowError
         return math.exp(x) if x < 709.78 else math.inf

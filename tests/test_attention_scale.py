@@ -515,8 +515,7 @@ def test_exploratory_report_relates_the_architecture_gap_to_the_early_phase(tmp_
     primary, secondary, values = _exploratory_study(tmp_path)
     shutil.rmtree(primary / "preset=p16_seed=3")
     del values["p16"][3]
-    never = tmp_path / "never.jsonl"
-    never.write_text("".join(json.dumps({"step": s, "train_loss": 2.5}) + "\n" for s in (50, 100)))
+    never = [{"step": s, "train_loss": 2.5} for s in (50, 100)]
     assert math.isnan(expl.steps_to(never))
     early = expl.early_phase(primary)
     assert early["mha8"][2]["steps_to"] == 800.0 and early["mha8"][2]["loss_first"] == pytest.approx(2.9375)

@@ -99,7 +99,7 @@ def _fmt(v: list[float], digits: int = 3) -> str:
     if len(v) == 1:
         return f"{v[0]:.{digits}f}"
     iv = t_interval(np.array(v))
-    return f"{iv.mean:.{digits}f} ± {(iv.hi - iv.lo) / 2:.{digits}f}"
+    return f"{iv.mean:.{digits}f} ± {iv.half_width:.{digits}f}"
 
 
 @torch.no_grad()

@@ -93,7 +93,7 @@ def ci(runs: dict[int, dict], key: str, digits: int = 3, scale: float = 1.0) -> 
     if v.size == 1:
         return f"{v[0] * scale:.{digits}f} (n=1)"
     iv = t_interval(v * scale)
-    return f"{iv.mean:.{digits}f} ± {(iv.hi - iv.lo) / 2:.{digits}f}"
+    return f"{iv.mean:.{digits}f} ± {iv.half_width:.{digits}f}"
 
 
 def paired(
@@ -559,7 +559,7 @@ def figure(arms) -> None:
         iv = t_interval(v)
         betas.append(beta if beta > 0 else 1e-6)
         means.append(iv.mean)
-        his.append((iv.hi - iv.lo) / 2)
+        his.append(iv.half_width)
     ax.errorbar(betas, means, yerr=his, marker="o", capsize=3, label="M = 8 particles, constant β")
     base = arms[0][1]
     _, v = values(base, "val_loss")

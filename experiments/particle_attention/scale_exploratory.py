@@ -89,11 +89,10 @@ def load(primary: Path, secondary: Path) -> dict[str, dict[int, dict]]:
     return runs
 
 
-def steps_to(metrics: Path, threshold: float = THRESHOLD) -> float:
-    """The first logged step whose ``train_loss`` (the mean over its log window) is at most ``threshold`` (nan if
-    none)."""
-    for line in metrics.read_text().splitlines():
-        record = json.loads(line)
+def steps_to(records: list[dict], threshold: float = THRESHOLD) -> float:
+    """The first logged step whose ``train_loss`` (the mean over its log window) is at most ``threshold``, over a
+    run's ``metrics.jsonl`` records (nan if none)."""
+    for record in records:
         if "train_loss" in record and record["train_loss"] <= threshold:
             return float(record["step"])
     return math.nan
@@ -106,10 +105,11 @@ def early_phase(primary: Path) -> dict[str, dict[int, dict]]:
     for arm, seed, run, summary in _primary.finished_runs(primary):
         if arm not in ("mha8", *EARLY):
             continue
-        lines = (run / "metrics.jsonl").read_text().splitlines() if (run / "metrics.jsonl").is_file() else []
-        first = json.loads(lines[0]) if lines else {}
+        path = run / "metrics.jsonl"
+        records = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+        first = records[0] if records else {}
         out.setdefault(arm, {})[seed] = {"val_loss": summary["final"]["val_loss"],
-                                         "steps_to": steps_to(run / "metrics.jsonl") if lines else math.nan,
+                                         "steps_to": steps_to(records),
                                          "loss_first": first.get("train_loss", math.nan),
                                          "step_first": first.get("step")}  # fmt: skip
     return out
@@ -265,7 +265,7 @@ def _cell(values: list[float], digits: int) -> str:
     if len(values) < 2:
         return f"{values[0]:.{digits}f}" if values else "—"
     iv = t_interval(values)
-    return f"{iv.mean:.{digits}f} ± {(iv.hi - iv.lo) / 2:.{digits}f}"
+    return f"{iv.mean:.{digits}f} ± {iv.half_width:.{digits}f}"
 
 
 def markdown(runs: dict[str, dict[int, dict]], table: list[dict], failed: dict[str, list[str]]) -> str:
@@ -333,19 +333,19 @@ def figure(runs: dict[str, dict[int, dict]], path: Path) -> bool:
     for ax, (metric, label, diff) in zip(axes, panels):
         xs, means, halves = [], [], []
         for arm, beta in CURVE:
-            by = runs.get(arm, {})
-            if diff:
-                base = runs.get("p8", {})
-                v = [by[s][metric] - base[s][metric] for s in sorted(set(by) & set(base)) if arm != "p8"]
-                v = [0.0, 0.0] if arm == "p8" else v
+            by, base = runs.get(arm, {}), runs.get("p8", {})
+            if diff and arm == "p8":  # the reference: Δ = 0 by definition
+                mean, half = 0.0, 0.0
             else:
-                v = [r[metric] for r in by.values() if metric in r]
-            if len(v) < 2:
-                continue
-            iv = t_interval(v)
+                v = ([by[s][metric] - base[s][metric] for s in sorted(set(by) & set(base))] if diff
+                     else [r[metric] for r in by.values() if metric in r])  # fmt: skip
+                if len(v) < 2:
+                    continue
+                iv = t_interval(v)
+                mean, half = iv.mean, iv.half_width
             xs.append(beta if beta > 0 else 3e-6)
-            means.append(iv.mean)
-            halves.append((iv.hi - iv.lo) / 2)
+            means.append(mean)
+            halves.append(half)
         ax.errorbar(xs, means, yerr=halves, marker="o", capsize=3)
         if diff:
             ax.axhline(0.0, color="gray", lw=0.8)
