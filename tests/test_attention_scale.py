@@ -551,3 +551,20 @@ def test_exploratory_report_relates_the_architecture_gap_to_the_early_phase(tmp_
         and "Cost of the secondary sweep: 11 finished runs, 5.5 CPU-hours" in written
     )
     assert (tmp_path / "e.png").stat().st_size > 0
+
+
+def test_the_reports_refuse_a_missing_primary_folder(tmp_path, capsys):
+    """A mistyped folder is an error naming it, not an empty table; a missing secondary folder is allowed (the
+    secondary sweep may not have started)."""
+    report = _module("report", HERE / "scale_report.py")
+    expl = _module("exploratory", HERE / "scale_exploratory.py")
+    with pytest.raises(SystemExit):
+        report.main(["--folder", str(tmp_path / "nope"), "--out", str(tmp_path / "t.md")])
+    assert "--folder" in capsys.readouterr().err and not (tmp_path / "t.md").exists()
+    with pytest.raises(SystemExit):
+        expl.main(["--primary", str(tmp_path / "nope"), "--out", str(tmp_path / "e.md")])
+    assert "is not a folder" in capsys.readouterr().err
+    primary, _, _ = _exploratory_study(tmp_path)
+    expl.main(["--primary", str(primary), "--secondary", str(tmp_path / "none"), "--out", str(tmp_path / "e.md"),
+               "--figure", str(tmp_path / "e.png")])  # fmt: skip
+    assert "Why P3–P5 are wide" in (tmp_path / "e.md").read_text()

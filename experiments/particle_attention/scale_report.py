@@ -322,6 +322,9 @@ def main(argv: list[str] | None = None) -> None:
         help="only these seeds, e.g. 0,1,2 (the pilot's sds); default every finished seed",
     )
     args = parser.parse_args(argv)
+    if not args.folder.is_dir():
+        parser.error(f"--folder {args.folder} is not a folder: give the primary sweep's --out (run_scale.sh's "
+                     f"results/scale/primary)")  # fmt: skip
     runs = load(args.folder)
     keep = None if args.seeds is None else {int(x) for x in args.seeds.split(",") if x.strip()}
     runs = _only(runs, keep)
