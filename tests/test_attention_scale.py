@@ -149,7 +149,9 @@ def _stubbed_run_scale(tmp_path: Path, *args: str) -> list[list[str]]:
     bin_.mkdir(parents=True)
     log = tmp_path / "calls.log"
     for name in ("meanfield", "python"):
-        (bin_ / name).write_text(f'#!/bin/sh\necho "{name} $*" >> "{log}"\n')
+        # a sweep takes a moment, so that the background follower (drop_half_draws.py --every) logs before its kill
+        pause = "sleep 0.3\n" if name == "meanfield" else ""
+        (bin_ / name).write_text(f'#!/bin/sh\necho "{name} $*" >> "{log}"\n{pause}')
         (bin_ / name).chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}"}
     done = subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True)
@@ -158,15 +160,20 @@ def _stubbed_run_scale(tmp_path: Path, *args: str) -> list[list[str]]:
 
 
 def test_run_scale_keeps_the_pilot_blind_and_tests_at_n_8(tmp_path):
-    """The pilot runs seeds 0, 1, 2 one at a time, each followed by drop_half_draws.py, and no call compares
-    (no --baseline, no --detect: the pre-registration's blindness before seed 7); `main 8` runs seeds 3-7 and
-    then the one table of seeds 0-7 against p8 with --detect 0.01; wikitext2 measures no draws."""
+    """The pilot runs seeds 0, 1, 2 one at a time, each with drop_half_draws.py following it (--every, in the
+    background) and once more after it, and no call compares (no --baseline, no --detect: the
+    pre-registration's blindness before seed 7); `main 8` runs seeds 3-7 and then the one table of seeds 0-7
+    against p8 with --detect 0.01; wikitext2 measures no draws."""
     pilot = _stubbed_run_scale(tmp_path / "pilot", "pilot")
     sweeps = [c for c in pilot if c[0] == "meanfield"]
     assert [c[c.index("--seeds") + 1] for c in sweeps] == ["0", "1", "2"]
     assert all("--baseline" not in c and "--detect" not in c for c in sweeps)
-    assert [c[0] for c in pilot] == ["meanfield", "python"] * 3
-    assert all(c[1].endswith("drop_half_draws.py") for c in pilot if c[0] == "python")
+    followers = [c for c in pilot if c[0] == "python" and "--every" in c]
+    finals = [c for c in pilot if c[0] == "python" and "--every" not in c]
+    # the background follower's line may land before or after its sweep's
+    assert len(followers) == len(finals) == 3
+    assert [c[0] for c in pilot if c not in followers] == ["meanfield", "python"] * 3
+    assert all(c[1].endswith("drop_half_draws.py") and "--folder" in c for c in followers + finals)
     main = [c for c in _stubbed_run_scale(tmp_path / "main", "main", "8") if c[0] == "meanfield"]
     assert [c[c.index("--seeds") + 1] for c in main] == ["3", "4", "5", "6", "7", "0,1,2,3,4,5,6,7"]
     assert all("--baseline" not in c for c in main[:-1])
@@ -407,6 +414,38 @@ def test_drop_half_draws_reproduces_the_runs_own_draw_and_averages_fresh_ones(tm
     summary["final"]["half_random_gap"] = logged + 0.01
     summary_path.write_text(json.dumps(summary))
     assert draws.main(["--folder", str(folder), "--out", str(tmp_path / "again"), "--draws", "2"]) == 1
+
+
+def test_drop_half_draws_every_repeats_its_pass_until_stopped(tmp_path, monkeypatch):
+    """--every S: a pass over the folder, a sleep of S seconds, again, until stopped (run_scale.sh kills it
+    when its sweep ends), so a run finished mid-sweep is measured while its checkpoints are here; a failed
+    draw-0 check does not end the follower. Without --every: one pass. --every 0 is refused."""
+    draws = _module("drop_half_every", HERE / "drop_half_draws.py")
+    passes, sleeps = [], []
+
+    def one_pass(folder, out, n):
+        passes.append((folder, out, n))
+        return ["bad"] if len(passes) == 1 else []
+
+    class Stop(Exception):
+        pass
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        if len(sleeps) == 3:
+            raise Stop
+
+    monkeypatch.setattr(draws, "measure_folder", one_pass)
+    monkeypatch.setattr(draws.time, "sleep", sleep)
+    with pytest.raises(Stop):
+        draws.main(["--folder", str(tmp_path / "s"), "--every", "7.5"])
+    assert len(passes) == 3 and sleeps == [7.5, 7.5, 7.5]
+    assert passes[0] == (tmp_path / "s", tmp_path / "drop_half" / "s", 32)
+    passes.clear()
+    assert draws.main(["--folder", str(tmp_path / "s")]) == 1  # one pass: the check fails, and it says so
+    assert len(passes) == 1
+    with pytest.raises(SystemExit):
+        draws.main(["--folder", str(tmp_path / "s"), "--every", "0"])
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 
     python experiments/particle_attention/drop_half_draws.py             # every finished primary run checkpointed here
     python experiments/particle_attention/drop_half_draws.py --draws 32 --folder runs/scale-smoke/primary
+    python experiments/particle_attention/drop_half_draws.py --folder …/secondary --every 120 &   # beside a sweep
 
 **Why.** P6's pre-registered metric, ``half_random_gap``, is the probe loss after *one* seeded draw of half of
 every layer's particles minus the undamaged probe loss. At 6 × 256 the pilot's paired sd of P6 was 0.93 nats
@@ -26,6 +27,7 @@ import json
 import math
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -111,6 +113,30 @@ def eligible(folder: Path) -> list[Path]:
     return out
 
 
+def measure_folder(folder: Path, out: Path, draws: int) -> list[str]:
+    """Measure every eligible run of ``folder`` not yet measured with ``draws`` draws into ``out``.
+
+    Returns:
+        One line per run whose draw 0 does not reproduce its logged gap (empty: all agree).
+    """
+    bad = []
+    for run in eligible(folder):
+        path = out / f"{run.name}.json"
+        if path.is_file() and json.loads(path.read_text()).get("draws") == draws:
+            continue
+        result = measure(run, draws)
+        if result["logged"] is not None and not math.isclose(
+            result["gaps"][0], result["logged"], abs_tol=1e-5
+        ):
+            bad.append(
+                f"{run.name}: draw 0 gives {result['gaps'][0]:.6f}, the run logged {result['logged']:.6f}"
+            )
+        write_json_atomic(path, result)
+        print(f"{run.name}: mean gap {result['mean']:.4f} (sd over {draws} draws {result['sd']:.4f}); "
+              f"draw 0 {result['gaps'][0]:.4f} vs logged {result['logged']}", flush=True)  # fmt: skip
+    return bad
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -120,29 +146,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--draws", type=int, default=32, help="random draws per run (default 32; draw 0 is the run's)"
     )
+    parser.add_argument(
+        "--every",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="repeat the pass every SECONDS until stopped (beside a running sweep: each run is measured "
+        "minutes after it finishes, while its checkpoints are on the machine)",
+    )
     args = parser.parse_args(argv)
     if args.draws < 2:
         parser.error(f"--draws must be at least 2 (a mean and an sd over draws), got {args.draws}")
+    if args.every is not None and not args.every > 0:
+        parser.error(f"--every must be a positive number of seconds, got {args.every}")
     out = args.out or args.folder.parent / "drop_half" / args.folder.name
-    bad = []
-    for run in eligible(args.folder):
-        path = out / f"{run.name}.json"
-        if path.is_file() and json.loads(path.read_text()).get("draws") == args.draws:
-            continue
-        result = measure(run, args.draws)
-        if result["logged"] is not None and not math.isclose(
-            result["gaps"][0], result["logged"], abs_tol=1e-5
-        ):
-            bad.append(
-                f"{run.name}: draw 0 gives {result['gaps'][0]:.6f}, the run logged {result['logged']:.6f}"
+    while True:
+        bad = measure_folder(args.folder, out, args.draws)
+        if bad:
+            print(
+                "draw 0 does not reproduce the run's own measurement:\n  " + "\n  ".join(bad), file=sys.stderr
             )
-        write_json_atomic(path, result)
-        print(f"{run.name}: mean gap {result['mean']:.4f} (sd over {args.draws} draws {result['sd']:.4f}); "
-              f"draw 0 {result['gaps'][0]:.4f} vs logged {result['logged']}")  # fmt: skip
-    if bad:
-        print("draw 0 does not reproduce the run's own measurement:\n  " + "\n  ".join(bad), file=sys.stderr)
-        return 1
-    return 0
+            if args.every is None:
+                return 1
+        if args.every is None:
+            return 0
+        time.sleep(args.every)
 
 
 if __name__ == "__main__":

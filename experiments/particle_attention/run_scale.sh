@@ -15,8 +15,11 @@
 # Seeds run seed-major (every primary arm of seed s before seed s + 1), so that an interrupted stage leaves
 # complete pairs. The table of each stage (summary.md, with --detect 0.01) is rewritten at its end; the pilot
 # writes none (blind: no comparison before seed 7 of the primary arms), `main 8` the first.
-# After each seed, drop_half_draws.py measures the drop-half gap over 32 random draws of every run finished here
-# (exploratory; results/scale/drop_half/<stage>/): checkpoints are not committed, so only then can it be done.
+# Beside each sweep, drop_half_draws.py --every 120 measures the drop-half gap over 32 random draws of every run
+# finished here, a few minutes after it finishes, and once more after the sweep (exploratory;
+# results/scale/drop_half/<stage>/): checkpoints are not committed, so a run's draws must be measured on the
+# machine that trained it, before the session (and the machine) ends. The follower writes atomically; killing
+# it mid-measurement loses nothing but that measurement, which the final pass repeats.
 # JOBS (default 2): runs side by side, one torch thread each on a 2-core machine (`--jobs 2`).
 # PRECISION (default fp32): bf16 runs the training step under bf16 autocast (fast_lm.py); choose it before the
 # pilot and keep it for every stage (a changed configuration is refused by a resume), and only once
@@ -58,10 +61,17 @@ sweep() {
     local out=$1 arms=$2 first=$3 last=$4 baseline=$5
     shift 5
     local s
+    local follower
     for s in $(seq "$first" "$last"); do
+        follower=
+        if [ "$DRAWS" = 1 ]; then   # measures each run minutes after it finishes, while its checkpoints are here
+            python experiments/particle_attention/drop_half_draws.py --folder "$out" --every 120 &
+            follower=$!
+        fi
         meanfield sweep "$CONFIG" --grid preset="$arms" --seeds "$s" --jobs "$JOBS" --quiet \
             "${EXTRA[@]}" "${METRICS[@]}" "$@" --out "$out" || true   # a failed point is in runs.csv; the others go on
-        if [ "$DRAWS" = 1 ]; then   # exploratory: the drop-half gap over 32 draws, while the final checkpoints are here
+        if [ -n "$follower" ]; then   # exploratory: the drop-half gap over 32 draws of every run finished here
+            kill "$follower" 2>/dev/null; wait "$follower" 2>/dev/null
             python experiments/particle_attention/drop_half_draws.py --folder "$out" || true
         fi
     done
