@@ -236,6 +236,12 @@ class Interval:
         """``(hi − lo)/2 = t_{n−1,(1+level)/2}·s/√n``: the ``±`` of a table (NaN for ``n < 2``)."""
         return (self.hi - self.lo) / 2
 
+    def text(self, digits: int = 3) -> str:
+        """A table cell: ``"mean ± half-width"`` with ``digits`` decimals; the mean alone for ``n < 2``."""
+        if self.n < 2:
+            return f"{self.mean:.{digits}f}"
+        return f"{self.mean:.{digits}f} ± {self.half_width:.{digits}f}"
+
 
 def t_interval(values, level: float = 0.95) -> Interval:
     r"""``mean ± t_{n−1,(1+level)/2} · s/\sqrt{n}`` over the values (NaN bounds for ``n < 2``).

@@ -431,6 +431,8 @@ def test_t_interval_by_hand_with_the_default_and_another_level():
                          pytest.approx(2 + T2_975 * se, rel=1e-12, abs=0), 3)  # fmt: skip
     assert type(r.n) is int and type(r.se) is float and type(r.lo) is float
     assert r.half_width == pytest.approx(T2_975 * se, rel=1e-12, abs=0)  # the table's ±
+    assert r.text() == "2.000 ± 2.484" and r.text(1) == "2.0 ± 2.5"  # by hand: 4.3027 · 0.57735 = 2.4841
+    assert t_interval([1.25]).text(2) == "1.25"  # one value: no ±, no "nan"
     r90 = t_interval(np.array([[1.0, 2.0, 3.0]]), 0.9)
     assert r90.n == 3 and (r90.lo, r90.hi) == (
         pytest.approx(2 - T2_95 * se, rel=1e-12, abs=0),

@@ -94,12 +94,7 @@ def measure(run: Path) -> dict[str, float]:
 
 
 def _fmt(v: list[float], digits: int = 3) -> str:
-    if not v:
-        return "—"
-    if len(v) == 1:
-        return f"{v[0]:.{digits}f}"
-    iv = t_interval(np.array(v))
-    return f"{iv.mean:.{digits}f} ± {iv.half_width:.{digits}f}"
+    return t_interval(v).text(digits) if v else "—"
 
 
 @torch.no_grad()

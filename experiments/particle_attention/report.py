@@ -90,10 +90,7 @@ def ci(runs: dict[int, dict], key: str, digits: int = 3, scale: float = 1.0) -> 
     _, v = values(runs, key)
     if v.size == 0:
         return "—"
-    if v.size == 1:
-        return f"{v[0] * scale:.{digits}f} (n=1)"
-    iv = t_interval(v * scale)
-    return f"{iv.mean:.{digits}f} ± {iv.half_width:.{digits}f}"
+    return t_interval(v * scale).text(digits) + (" (n=1)" if v.size == 1 else "")
 
 
 def paired(

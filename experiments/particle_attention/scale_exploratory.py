@@ -262,10 +262,7 @@ def rows(runs: dict[str, dict[int, dict]]) -> list[dict]:
 
 
 def _cell(values: list[float], digits: int) -> str:
-    if len(values) < 2:
-        return f"{values[0]:.{digits}f}" if values else "—"
-    iv = t_interval(values)
-    return f"{iv.mean:.{digits}f} ± {iv.half_width:.{digits}f}"
+    return t_interval(values).text(digits) if values else "—"
 
 
 def markdown(runs: dict[str, dict[int, dict]], table: list[dict], failed: dict[str, list[str]]) -> str:
