@@ -71,7 +71,7 @@ def check_dense(p: torch.Tensor, group: dict[str, Any], groups: list[dict[str, A
     """The optimizer keeps per-parameter state in flat buffers laid out like each parameter: that needs a
     parameter whose memory is dense (contiguous, or a permutation of it such as channels_last)."""
     span = 1 + sum((size - 1) * stride for size, stride in zip(p.shape, p.stride()) if size > 0)
-    if p.numel() > 0 and (span != p.numel() or min(p.stride(), default=1) < 0):
+    if p.numel() > 0 and span != p.numel():  # torch strides are never negative
         gi, k = position(groups, group, p)
         raise ValueError(
             f"parameter {k} of param group {gi} (shape {tuple(p.shape)}, strides {p.stride()}) does not fill "
