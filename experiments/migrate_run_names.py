@@ -121,9 +121,13 @@ def migrate(roots: list[Path], dry_run: bool) -> int:
     for spec_path in sorted(p for root in roots for p in root.rglob("sweep.json")):
         sweep = spec_path.parent
         spec = json.loads(spec_path.read_text())
-        points = expand(spec["grid"], spec["seeds"])
-        names = [point_name(p) for p in points]
+        every = {}  # every command's points, with their command (sweep.json's "commands", else its one grid)
+        for command in spec.get("commands") or [spec]:
+            for p in expand(command["grid"], command["seeds"]):
+                every.setdefault(point_name(p), (p, command))
+        points, names = [p for p, _ in every.values()], list(every)
         for point, name in zip(points, names):
+            command = every[name][1]
             old, new = sweep / _legacy_point_name(point), sweep / name
             if old != new:  # also when renamed by an earlier, interrupted run of the script
                 moves.append((_shown(old), _shown(new)))
@@ -144,10 +148,10 @@ def migrate(roots: list[Path], dry_run: bool) -> int:
                 moved = True
                 counts["renamed"] += 1
             if (new.is_dir() or (dry_run and moved)) and not (new / "point.json").exists():
-                overrides = [*spec.get("overrides", []), *point_overrides(point)]
+                overrides = [*command.get("overrides", []), *point_overrides(point)]
                 say(f"write {_shown(new / 'point.json')}")
                 if not dry_run:
-                    _write_point(new, point, overrides, point_preset(point, spec.get("preset")))
+                    _write_point(new, point, overrides, point_preset(point, command.get("preset")))
                 counts["point_json"] += 1
         runs = sweep / "runs.csv"
         if runs.is_file():

@@ -170,6 +170,7 @@ def _sweep(args: argparse.Namespace) -> int:
             backend=args.backend,
             address=args.address,
             table=options,
+            run=not args.table_only,
         )
     except RunInterrupted as error:
         print(f"meanfield sweep: {error}; run the same command again to resume", file=sys.stderr)
@@ -337,6 +338,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="METRIC",
         help="a positive metric (an MSE) summarised on the log scale: geometric mean, t interval of the logs, "
         "paired ratios (repeatable)",
+    )
+    p.add_argument(
+        "--table-only",
+        action="store_true",
+        help="write the tables of the grid × seeds from the points already finished in --out and run nothing "
+        "(a folder filled by several commands gets its whole table; unfinished points are listed as 'not run')",
     )
     p.add_argument(
         "--holm",

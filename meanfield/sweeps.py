@@ -5,7 +5,9 @@ expands the grid's Cartesian product times the seeds into points. Each point is 
 folder is a pure function of the point (:func:`point_name`), so that any engine can run the points and a
 sweep that was interrupted skips the finished ones and resumes the others from their checkpoints::
 
-    SWEEP/sweep.json                    the sweep's specification (config, preset, overrides, grid, seeds)
+    SWEEP/sweep.json                    the latest command's specification (config, preset, overrides, grid,
+                                        seeds, baseline) and ``commands``: every command that ran here, in
+                                        order, each with its specification and start time (UTC)
     SWEEP/<point>/                      one run folder per point (see :mod:`meanfield.runs`), plus
     SWEEP/<point>/point.json            the point's values, its full override list and its preset
     SWEEP/runs.csv                      one row per point: the grid values, seed, folder, status, final metrics
@@ -30,6 +32,11 @@ run folder exactly as a local point does; a task whose worker dies is retried by
 times) and resumes from the point's latest checkpoint, and a sweep whose driver died is resumed by running the
 same command again (finished points are skipped).
 
+``--table-only`` (``sweep_runs(..., run=False)``) writes the tables of a grid × seeds from the points already
+finished in the folder and runs nothing: a study that fills one folder through several commands (seed 1 of
+some arms, then seed 2, then other arms) gets its whole table, while every command's own table covers only
+its points. Points without a finished run are listed with status ``not run``.
+
 Arms that differ in several keys at once are presets of the file, swept by the grid key ``preset``:
 ``--preset quick --grid preset=literal,meanfield,adam --baseline preset=adam`` runs ``quick+literal``, … for
 every seed and pairs each arm with ``adam`` seed by seed.
@@ -40,6 +47,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import csv
+import datetime
 import hashlib
 import io
 import itertools
@@ -590,8 +598,14 @@ class SweepTable:
 
     @property
     def failed(self) -> list[dict[str, Any]]:
-        """The rows whose run did not finish."""
-        return [r for r in self.rows if r["status"] != "finished"]
+        """The rows whose run did not finish (failed, diverged, interrupted), not those left unrun by
+        ``--table-only``."""
+        return [r for r in self.rows if r["status"] not in ("finished", NOT_RUN)]
+
+    @property
+    def not_run(self) -> list[dict[str, Any]]:
+        """The rows a ``--table-only`` command found without a finished run (status ``"not run"``)."""
+        return [r for r in self.rows if r["status"] == NOT_RUN]
 
     def markdown(self) -> str:
         """The summary as a Markdown table, with the legend of its columns."""
@@ -829,6 +843,7 @@ def sweep_runs(
     backend: str = "local",
     address: str | None = None,
     table: TableOptions | None = None,
+    run: bool = True,
 ) -> SweepTable:
     """Run every point of ``grid × seeds`` into ``out/<point_name>`` and write the tables (module docstring).
 
@@ -855,6 +870,10 @@ def sweep_runs(
         table: how the table is computed: power, named differences, log-scale metrics, Holm's family
             (:class:`TableOptions`; default: its defaults). Rerunning a finished sweep with other options
             rewrites the tables without running anything.
+        run: ``False``: write the tables from the points already finished and run nothing (``--table-only``):
+            no folder is created, adopted or written but the tables, ``sweep.json`` is left as it is, and a
+            point without a finished run gets status ``"not run"`` (``"diverged"``/``"failed"`` when its run
+            ended so: those count as failed, as in a sweep that ran them).
 
     Returns:
         :class:`SweepTable`.
@@ -887,12 +906,19 @@ def sweep_runs(
         "seeds": seeds,
         "baseline": baseline,
     }
+    if not run:
+        if not out.is_dir():
+            raise ConfigError(f"--table-only: {out} is not a sweep folder (nothing has run there)")
+        with FolderLock(out, "sweep"):  # the tables have one writer at a time
+            _check_finished(out, names, configs)
+            summaries = {i: _finished(out / name) or _not_run(out / name) for i, name in enumerate(names)}
+            return _write_tables(out, grid, points, names, summaries, metrics, base, options, quiet)
     _preflight(names, configs)
     out.mkdir(parents=True, exist_ok=True)
     with FolderLock(out, "sweep"), _Stop() as stop:  # one sweep per folder; signals reach the workers
         _adopt_old_folders(out, points, names, configs)
         _check_finished(out, names, configs)
-        write_json_atomic(out / "sweep.json", spec)
+        _record_command(out, spec)
 
         summaries: dict[int, dict[str, Any]] = {}
         todo = []
@@ -933,29 +959,91 @@ def sweep_runs(
         finally:
             bar.close()
 
-        rows = []
-        for i, point in enumerate(points):
-            s = summaries[i]
-            finals = {k: v for k, v in s.get("final", {}).items() if _number(v)}
-            row = {**point, "folder": names[i], "status": s.get("status"), **finals, "error": s.get("error")}
-            rows.append(row)
-        if metrics is None:
-            metrics = list(
-                dict.fromkeys(
-                    k
-                    for r in rows
-                    if r["status"] == "finished"
-                    for k in r
-                    if k not in (*grid, "seed", "folder", "status", "error") and _number(r[k])
-                )
+        return _write_tables(out, grid, points, names, summaries, metrics, base, options, quiet)
+
+
+def _write_tables(
+    out: Path,
+    grid: Mapping[str, Sequence[Any]],
+    points: Sequence[Mapping[str, Any]],
+    names: Sequence[str],
+    summaries: Mapping[int, Mapping[str, Any]],
+    metrics: Sequence[str] | None,
+    base: Mapping[str, Any] | None,
+    options: TableOptions,
+    quiet: bool,
+) -> SweepTable:
+    """``runs.csv``, ``summary.csv`` and ``summary.md`` of the points from their summaries (printed unless quiet)."""
+    rows = []
+    for i, point in enumerate(points):
+        s = summaries[i]
+        finals = {k: v for k, v in s.get("final", {}).items() if _number(v)}
+        row = {**point, "folder": names[i], "status": s.get("status"), **finals, "error": s.get("error")}
+        rows.append(row)
+    if metrics is None:
+        metrics = list(
+            dict.fromkeys(
+                k
+                for r in rows
+                if r["status"] == "finished"
+                for k in r
+                if k not in (*grid, "seed", "folder", "status", "error") and _number(r[k])
             )
-        summary = summarize(rows, list(grid), metrics, base, options=options)
-        result = SweepTable(out, grid, rows, summary, list(metrics), options)
-        write_text_atomic(out / "runs.csv", _csv(rows))
-        write_text_atomic(out / "summary.csv", _csv(summary))
-        write_text_atomic(out / "summary.md", result.markdown())
-        if not quiet:
-            print(result.markdown())
-            if result.failed:
-                print(f"{len(result.failed)} of {len(rows)} runs did not finish; see {out / 'runs.csv'}")
-        return result
+        )
+    summary = summarize(rows, list(grid), metrics, base, options=options)
+    result = SweepTable(out, dict(grid), rows, summary, list(metrics), options)
+    write_text_atomic(out / "runs.csv", _csv(rows))
+    write_text_atomic(out / "summary.csv", _csv(summary))
+    write_text_atomic(out / "summary.md", result.markdown())
+    if not quiet:
+        print(result.markdown())
+        if result.failed:
+            print(f"{len(result.failed)} of {len(rows)} runs did not finish; see {out / 'runs.csv'}")
+        if result.not_run:
+            print(
+                f"{len(result.not_run)} of {len(rows)} points have no finished run and were not run (--table-only): "
+                f"the tables cover the {len(rows) - len(result.not_run) - len(result.failed)} finished ones"
+            )
+    return result
+
+
+NOT_RUN = "not run"
+"""The status of a point that a ``--table-only`` command found without a finished run."""
+
+
+def _not_run(folder: Path) -> dict[str, Any]:
+    """A table-only row for a point without a finished run: ``diverged``/``failed`` when its run ended so (with
+    its reason), else ``not run`` with what its folder holds."""
+    try:
+        summary = json.loads((folder / "summary.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        summary = None
+    if not isinstance(summary, dict):
+        what = "no run folder" if not folder.is_dir() else "no summary.json"
+        return {"status": NOT_RUN, "error": what}
+    status = summary.get("status")
+    if status in ("diverged", "failed"):
+        return {**summary, "final": {}}
+    return {"status": NOT_RUN, "error": f"its run is {status} at step {summary.get('step')}"}
+
+
+def _record_command(out: Path, spec: Mapping[str, Any]) -> None:
+    """``out/sweep.json``: the latest command's ``spec`` at the top level and ``commands``, every command that ran
+    in ``out`` in order (each ``spec`` with ``started``, UTC ISO 8601). A file from before ``commands`` existed
+    starts the list with its own specification, ``started: null``; an unreadable one is replaced (said once)."""
+    path = out / "sweep.json"
+    commands: list[Any] = []
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            print(f"{path} is unreadable ({error}); its record of earlier commands is lost, this one is kept")
+            old = None
+        if isinstance(old, dict):
+            if isinstance(old.get("commands"), list):
+                commands = list(old["commands"])
+            else:
+                commands = [{**{k: v for k, v in old.items() if k != "commands"}, "started": None}]
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    commands.append({**spec, "started": started})
+    write_json_atomic(path, {**spec, "commands": commands})

@@ -599,6 +599,7 @@ def test_sweep_runs_with_a_fake_point_runner_summarises_against_scipy(monkeypatc
     assert {r[3] for r in ran} == {str(TEACHER.resolve())}
     assert table.metrics == ["loss", "acc"]
     spec = json.loads((out / "sweep.json").read_text())
+    assert [c["seeds"] for c in spec.pop("commands")] == [spec["seeds"]]
     assert spec == {
         "config": str(TEACHER),
         "preset": "smoke",

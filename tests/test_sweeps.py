@@ -15,6 +15,7 @@ from scipy import stats as st
 from meanfield import cli
 from meanfield.config import ConfigError, load_toml_text
 from meanfield.runs import RunResult
+from meanfield.runs.lock import FolderLock, FolderLocked
 from meanfield.stats import detectable_difference, holm, paired_difference, pairs_needed, t_interval
 from meanfield.sweeps import (
     TableOptions,
@@ -405,6 +406,141 @@ def test_a_rerun_with_other_overrides_refuses_the_finished_points(small_sweep, m
         quiet=True,
     )
     assert ran == [] and not table.failed
+
+
+SMALL_SET = ["train.steps=10", "train.figures=false"]  # the small sweep's overrides
+
+
+def _no_runs(monkeypatch) -> None:
+    import meanfield.sweeps as sweeps
+
+    def refuse(*args):
+        raise AssertionError(f"a --table-only sweep ran a point: {args[1]}")
+
+    monkeypatch.setattr(sweeps, "_run_point", refuse)
+
+
+def test_table_only_summarises_the_finished_points_and_runs_nothing(small_sweep, monkeypatch, tmp_path):
+    """--table-only over a wider grid × seeds than ran: the finished points are the table (lr 0.02 at seeds
+    0-2, lr 0.05 at 0-1 once one summary is gone), every other point is a 'not run' row saying why, no point
+    runs, no folder or point.json is created, sweep.json is left as it was; a diverged run counts as failed,
+    as in a sweep that ran it. Negative control: the same command with run=True runs exactly the missing ones."""
+    import meanfield.sweeps as sweeps
+
+    out = tmp_path / "lr"
+    shutil.copytree(small_sweep[0], out)
+    (out / "optim.lr=0.05_seed=2" / "summary.json").unlink()  # as if interrupted before its summary
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    spec = (out / "sweep.json").read_bytes()
+    grid, seeds = {"optim.lr": [0.02, 0.05, 0.1]}, [0, 1, 2, 3]
+    _no_runs(monkeypatch)
+    table = sweep_runs(TEACHER, grid, seeds, out, preset="smoke", overrides=SMALL_SET, baseline="optim.lr=0.02",
+                       metrics=["test_mse"], quiet=True, run=False)  # fmt: skip
+    after = sorted(p.relative_to(out) for p in out.rglob("*"))
+    assert [p for p in after if p not in before] == [] and (out / "sweep.json").read_bytes() == spec
+    assert len(table.rows) == 12 and table.failed == []
+    not_run = {r["folder"]: r["error"] for r in table.not_run}
+    assert len(not_run) == 12 - 5
+    assert not_run["optim.lr=0.05_seed=2"] == "no summary.json"
+    assert (
+        not_run["optim.lr=0.1_seed=0"] == "no run folder"
+        and not_run["optim.lr=0.02_seed=3"] == "no run folder"
+    )
+    n = {row["optim.lr"]: row["n"] for row in table.summary}
+    assert n == {0.02: 3, 0.05: 2}  # lr 0.1 has no finished seed: no row
+    finished = {r["folder"]: r["test_mse"] for r in small_sweep[1].rows}
+    mine = [row for row in table.summary if row["optim.lr"] == 0.05][0]
+    diffs = [finished[f"optim.lr=0.05_seed={s}"] - finished[f"optim.lr=0.02_seed={s}"] for s in (0, 1)]
+    assert mine["test_mse:pairs"] == 2 and mine["test_mse:diff"] == pytest.approx(sum(diffs) / 2, rel=1e-12)
+    csv_lines = (out / "runs.csv").read_text().splitlines()
+    assert sum(",not run," in line for line in csv_lines) == 7 and len(csv_lines) == 13
+
+    diverged = out / "optim.lr=0.02_seed=1" / "summary.json"
+    record = json.loads(diverged.read_text())
+    diverged.write_text(json.dumps({**record, "status": "diverged", "error": "NaN loss at step 7"}))
+    again = sweep_runs(TEACHER, grid, seeds, out, preset="smoke", overrides=SMALL_SET, metrics=["test_mse"],
+                       quiet=True, run=False)  # fmt: skip
+    assert [(r["folder"], r["status"], r["error"]) for r in again.failed] == [
+        ("optim.lr=0.02_seed=1", "diverged", "NaN loss at step 7")
+    ]
+    assert "test_mse" not in again.failed[0]  # its last metrics are not a finished run's
+    diverged.write_text(json.dumps(record))
+
+    ran = []  # the control: a sweep that runs
+    monkeypatch.setattr(sweeps, "_run_point", lambda *a: ran.append(Path(a[1]).name) or {"status": "failed"})
+    sweep_runs(TEACHER, grid, seeds, out, preset="smoke", overrides=SMALL_SET, quiet=True)
+    assert sorted(ran) == sorted(not_run)
+
+
+def test_table_only_refuses_what_a_sweep_refuses(small_sweep, monkeypatch, tmp_path):
+    """A finished point of another configuration, a folder held by another sweep, and a folder that does not
+    exist (a mistyped --out) are refused, each before any table is written."""
+    out = tmp_path / "lr"
+    shutil.copytree(small_sweep[0], out)
+    tables = (out / "runs.csv").read_bytes()
+    _no_runs(monkeypatch)
+    grid = {"optim.lr": [0.02, 0.05]}
+    with pytest.raises(ConfigError, match=r"another configuration \(it differs in train.steps\)"):
+        sweep_runs(TEACHER, grid, [0], out, preset="smoke", overrides=[*SMALL_SET, "train.steps=11"], quiet=True,
+                   run=False)  # fmt: skip
+    with FolderLock(out, "sweep"):
+        with pytest.raises(FolderLocked, match="in use by another sweep"):
+            sweep_runs(TEACHER, grid, [0], out, preset="smoke", overrides=SMALL_SET, quiet=True, run=False)
+    with pytest.raises(ConfigError, match="is not a sweep folder"):
+        sweep_runs(
+            TEACHER, grid, [0], tmp_path / "typo", preset="smoke", overrides=SMALL_SET, quiet=True, run=False
+        )
+    assert (out / "runs.csv").read_bytes() == tables and not (tmp_path / "typo").exists()
+    control = sweep_runs(TEACHER, grid, [0], out, preset="smoke", overrides=SMALL_SET, quiet=True, run=False)
+    assert len(control.rows) == 2 and not control.not_run
+
+
+def test_sweep_json_keeps_every_command_in_order(tmp_path, monkeypatch):
+    """Two commands with other grids and seeds into one folder: ``commands`` lists both in order, each with its
+    grid, seeds and start time; the top level is the latest. A sweep.json from before ``commands`` becomes the
+    first entry (``started: null``); a --table-only command adds nothing."""
+    import meanfield.sweeps as sweeps
+
+    monkeypatch.setattr(sweeps, "_run_point", lambda *a: {"status": "finished", "final": {"test_mse": 1.0}})
+    out = tmp_path / "s"
+    out.mkdir()
+    old = {"config": "old.toml", "preset": None, "overrides": [], "grid": {"optim.lr": [0.5]}, "seeds": [9],
+           "baseline": None}  # fmt: skip
+    (out / "sweep.json").write_text(json.dumps(old))
+    sweep_runs(TEACHER, {"optim.lr": [0.02]}, [0], out, preset="smoke", overrides=SMALL_SET, quiet=True)
+    sweep_runs(TEACHER, {"optim.lr": [0.05]}, [1, 2], out, preset="smoke", overrides=SMALL_SET, quiet=True)
+    spec = json.loads((out / "sweep.json").read_text())
+    assert spec["grid"] == {"optim.lr": [0.05]} and spec["seeds"] == [1, 2]
+    commands = spec["commands"]
+    assert commands[0] == {**old, "started": None}
+    assert [(c["grid"], c["seeds"]) for c in commands[1:]] == [
+        ({"optim.lr": [0.02]}, [0]),
+        ({"optim.lr": [0.05]}, [1, 2]),
+    ]
+    assert all(c["started"].endswith("+00:00") and c["preset"] == "smoke" for c in commands[1:])
+    assert commands[1]["started"] <= commands[2]["started"]
+    assert {k: v for k, v in spec.items() if k != "commands"} == {
+        k: v for k, v in commands[2].items() if k != "started"
+    }
+    text = (out / "sweep.json").read_text()
+    sweep_runs(TEACHER, {"optim.lr": [0.02, 0.05]}, [0, 1, 2], out, preset="smoke", overrides=SMALL_SET, quiet=True,
+               run=False)  # fmt: skip
+    assert (out / "sweep.json").read_text() == text
+
+
+def test_sweep_cli_table_only_says_what_it_did_not_run(small_sweep, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "lr"
+    shutil.copytree(small_sweep[0], out)
+    _no_runs(monkeypatch)
+    argv = ["sweep", str(TEACHER), "--preset", "smoke", *(a for s in SMALL_SET for a in ("--set", s)),
+            "--grid", "optim.lr=0.02,0.05", "--seeds", "0,1,2,3", "--metric", "test_mse", "--table-only", "--out", str(out)]  # fmt: skip
+    assert cli.main(argv) == 0
+    shown = capsys.readouterr().out
+    assert "| optim.lr | n |" in shown
+    assert (
+        "2 of 8 points have no finished run and were not run (--table-only): the tables cover the 6 finished ones"
+        in shown
+    )
 
 
 def test_sweep_skips_finished_points_and_resumes_the_rest(small_sweep, monkeypatch):

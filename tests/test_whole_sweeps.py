@@ -1185,7 +1185,10 @@ def test_sweep_runs_tables_written_and_printed(tmp_path, monkeypatch, capsys):
     md = sweeps._markdown(summary, ["optim.lr"], ["test_mse"], TableOptions())
     assert (out / "summary.md").read_text() == md
     assert capsys.readouterr().out == md + "\n" + f"1 of 4 runs did not finish; see {out / 'runs.csv'}\n"
-    assert json.loads((out / "sweep.json").read_text()) == {
+    recorded = json.loads((out / "sweep.json").read_text())
+    commands = recorded.pop("commands")  # this one command, with its start time
+    assert [{k: v for k, v in c.items() if k != "started"} for c in commands] == [recorded]
+    assert recorded == {
         "config": str(TEACHER), "preset": "smoke", "overrides": TINY, "grid": {"optim.lr": [0.1, 0.2]},
         "seeds": [0, 1], "baseline": "optim.lr=0.1",
     }  # fmt: skip
