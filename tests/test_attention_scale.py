@@ -416,6 +416,19 @@ def test_drop_half_draws_reproduces_the_runs_own_draw_and_averages_fresh_ones(tm
     assert draws.main(["--folder", str(folder), "--out", str(tmp_path / "again"), "--draws", "2"]) == 1
 
 
+def test_a_usable_spread_is_relative_to_the_differences_not_absolute():
+    """The gradient variance's paired differences (about −3.3e-8 with an sd of 4e-10, two seeds of β = 1e-2 in
+    the secondary stage) have a usable sd; with an absolute floor of 1e-9 their row was blanked. Round-off
+    (an sd of 1e-16 on a mean of 1) and no spread at all are still refused."""
+    from meanfield.stats import paired_difference
+
+    report = _module("report_spread", HERE / "scale_report.py")
+    small = paired_difference([2.2928e-8, 2.5586e-8], [5.6473e-8, 5.8604e-8])
+    assert report._spread(small) and small.p_value < 0.05  # (the test itself is n = 2: exploratory)
+    assert not report._spread(paired_difference([1.0 + 2e-16, 1.0], [0.0, 0.0]))
+    assert not report._spread(paired_difference([1.0, 1.0], [0.5, 0.5]))
+
+
 def test_drop_half_draws_every_repeats_its_pass_until_stopped(tmp_path, monkeypatch):
     """--every S: a pass over the folder, a sleep of S seconds, again, until stopped (run_scale.sh kills it
     when its sweep ends), so a run finished mid-sweep is measured while its checkpoints are here; a failed

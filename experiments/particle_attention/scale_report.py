@@ -215,8 +215,9 @@ def tests(runs: dict[str, dict[int, dict]]) -> list[dict]:
 
 
 def _spread(d) -> bool:
-    """Whether the differences have a usable sd (round-off sized ones make the noncentral t overflow)."""
-    return math.isfinite(d.sd) and d.sd > 1e-9 * max(1.0, abs(d.mean))
+    """Whether the differences have a usable sd: relative to their mean, not round-off (which makes the noncentral
+    t overflow). Scale-free, so that a metric of size 1e-8 (the gradient variance) keeps its tests."""
+    return math.isfinite(d.sd) and d.sd > 1e-9 * abs(d.mean) and d.sd > 0
 
 
 def shown_path(folder: Path) -> str:
