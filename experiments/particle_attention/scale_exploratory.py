@@ -315,7 +315,8 @@ def markdown(runs: dict[str, dict[int, dict]], table: list[dict], failed: dict[s
 def figure(runs: dict[str, dict[int, dict]], path: Path) -> bool:
     """Four panels against β (β = 0 drawn at 3e-6): the Δ val loss vs β = 0 paired per arm on the seeds it shares
     with ``p8``, the loss roughness, the head similarity and the 32-draw drop-half gap over each arm's own seeds;
-    mean ± 95 % CI, points with fewer than 2 values left out. Returns whether a figure was written (not before
+    mean ± 95 % CI with each seed's value (or pair's difference) beside it, points with fewer than 2 values left
+    out. Returns whether a figure was written (not before
     ``MIN_FIGURE_ARMS`` curve arms have 2 seeds: a curve, not two points)."""
     import matplotlib
 
@@ -328,9 +329,10 @@ def figure(runs: dict[str, dict[int, dict]], path: Path) -> bool:
     panels = (("val_loss", "Δ val loss vs β = 0 (nats/char)", True), ("loss_roughness", "training-loss roughness", False),
               ("head_sim", "head similarity (mean |cos|)", False), ("drop_half_32", "drop-half gap, 32 draws (nats)", False))  # fmt: skip
     for ax, (metric, label, diff) in zip(axes, panels):
-        xs, means, halves = [], [], []
+        xs, means, halves, dots = [], [], [], ([], [])
         for arm, beta in CURVE:
             by, base = runs.get(arm, {}), runs.get("p8", {})
+            x = beta if beta > 0 else 3e-6
             if diff and arm == "p8":  # the reference: Δ = 0 by definition
                 mean, half = 0.0, 0.0
             else:
@@ -340,15 +342,20 @@ def figure(runs: dict[str, dict[int, dict]], path: Path) -> bool:
                     continue
                 iv = t_interval(v)
                 mean, half = iv.mean, iv.half_width
-            xs.append(beta if beta > 0 else 3e-6)
+                dots[0].extend([x * 1.12] * len(v))  # each seed (or pair), beside its mean
+                dots[1].extend(v)
+            xs.append(x)
             means.append(mean)
             halves.append(half)
-        ax.errorbar(xs, means, yerr=halves, marker="o", capsize=3)
+        ax.errorbar(xs, means, yerr=halves, marker="o", capsize=3, label="mean ± 95 % CI")
+        ax.plot(*dots, "k.", ms=4, alpha=0.6, label="one seed" + (" pair" if diff else ""))
         if diff:
             ax.axhline(0.0, color="gray", lw=0.8)
         ax.set_xscale("log")
         ax.set_xlabel("β (β = 0 drawn at 3e-6)")
         ax.set_ylabel(label)
+        if diff:
+            ax.legend(fontsize=8, loc="upper left")
     fig.suptitle("6 × 256, M = 8, 2000 steps: stability vs exploration in β (each arm over its own seeds; "
                  "mean ± 95 % CI; exploratory)", fontsize=10)  # fmt: skip
     fig.tight_layout()
