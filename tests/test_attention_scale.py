@@ -184,6 +184,29 @@ def test_run_scale_keeps_the_pilot_blind_and_tests_at_n_8(tmp_path):
     assert "--baseline" in words[-1] and "wikitext2" in words[-1]
 
 
+def test_run_scale_table_writes_a_stage_table_and_runs_nothing(tmp_path):
+    """`table secondary` and `table wikitext2` are one --table-only sweep each over the stage's arms and seeds
+    0-2 (words: against p8, with --detect 0.01), with the stage's metrics; no draws; anything else is refused."""
+    (second,) = _stubbed_run_scale(tmp_path / "s", "table", "secondary")
+    assert (
+        second[0] == "meanfield"
+        and "--table-only" in second
+        and second[second.index("--seeds") + 1] == "0,1,2"
+    )
+    assert (
+        second[second.index("--grid") + 1] == f"preset={','.join(SECONDARY)}" and "--baseline" not in second
+    )
+    assert "--metric" in second and second[second.index("--out") + 1].endswith("results/scale/secondary")
+    (words,) = _stubbed_run_scale(tmp_path / "w", "table", "wikitext2")
+    assert "--table-only" in words and words[words.index("--grid") + 1] == f"preset={','.join(PRIMARY)}"
+    assert (
+        words[words.index("--preset") + 1] == "wikitext2"
+        and words[words.index("--baseline") + 1] == "preset=p8"
+    )
+    bad = subprocess.run(["bash", str(SCRIPT), "table", "primary"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "secondary or wikitext2" in bad.stderr
+
+
 def test_run_scale_puts_the_primary_arms_first():
     text = SCRIPT.read_text()
     assert f"PRIMARY={','.join(PRIMARY)}" in text and f"SECONDARY={','.join(SECONDARY)}" in text

@@ -10,6 +10,7 @@
 #   bash experiments/particle_attention/run_scale.sh main N         # seeds 3..N-1 of the primary arms
 #   bash experiments/particle_attention/run_scale.sh secondary      # seeds 0-2 of the exploratory arms
 #   bash experiments/particle_attention/run_scale.sh wikitext2      # seeds 0-2 of the primary arms on words
+#   bash experiments/particle_attention/run_scale.sh table STAGE    # secondary|wikitext2: its whole table so far
 #   bash experiments/particle_attention/run_scale.sh smoke [OUT]    # the whole pipeline at the smoke size (CI)
 #
 # Seeds run seed-major (every primary arm of seed s before seed s + 1), so that an interrupted stage leaves
@@ -95,10 +96,18 @@ case "$STAGE" in
     wikitext2)
         DRAWS=0
         sweep "$R/wikitext2" "$PRIMARY" 0 2 preset=p8 --preset wikitext2 ;;
+    table)   # a stage's whole table from the runs finished so far, running nothing (meanfield sweep --table-only)
+        case "${2:-}" in
+            secondary) meanfield sweep "$CONFIG" --grid preset="$SECONDARY" --seeds 0,1,2 --table-only --quiet \
+                           "${METRICS[@]}" --out "$R/secondary" ;;
+            wikitext2) meanfield sweep "$CONFIG" --grid preset="$PRIMARY" --seeds 0,1,2 --table-only --quiet \
+                           "${METRICS[@]}" --preset wikitext2 --baseline preset=p8 --detect 0.01 --out "$R/wikitext2" ;;
+            *) echo "table: secondary or wikitext2 (the primary stage's table is written by 'main 8')" >&2; exit 2 ;;
+        esac ;;
     smoke)
         OUT=${2:-runs/scale-smoke}
         sweep "$OUT/primary" "$PRIMARY" 0 1 preset=p8 --preset smoke ;;
     *)
-        echo "usage: $0 pilot | main N | secondary | wikitext2 | smoke [OUT]" >&2
+        echo "usage: $0 pilot | main N | secondary | wikitext2 | table secondary|wikitext2 | smoke [OUT]" >&2
         exit 2 ;;
 esac
