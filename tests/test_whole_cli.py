@@ -302,6 +302,18 @@ PARSER_SPEC = {
             "paired ratios (repeatable)",
         ),
         (
+            ("--table-only",),
+            "table_only",
+            TRUE,
+            False,
+            None,
+            None,
+            0,
+            None,
+            "write the tables of the grid × seeds from the points already finished in --out and run nothing "
+            "(a folder filled by several commands gets its whole table; unfinished points are listed as 'not run')",
+        ),
+        (
             ("--holm",),
             "holm",
             STORE,
@@ -452,6 +464,7 @@ def test_the_parsed_defaults_of_each_subcommand():
             "detect": [],
             "power": 0.8,
             "log_scale": [],
+            "table_only": False,
             "holm": "table",
         },
         "data": {"root": None},
@@ -1024,14 +1037,16 @@ def test_sweep_seeds_are_the_comma_separated_integers(seeds, expected, config_fi
 
 def test_sweep_passes_every_option_to_sweep_runs(config_file, monkeypatch):
     """Every sweep option reaches :func:`sweep_runs`: the grid parsed (``{"train.steps": [1, 2], "optim.lr":
-    [0.5]}``), ``--out``, preset, overrides, jobs, baseline, metrics, quiet, backend, address, and the
-    :class:`TableOptions` of ``--power``/``--detect``/``--log-scale``/``--holm``. The defaults (checked in the
+    [0.5]}``), ``--out``, preset, overrides, jobs, baseline, metrics, quiet, backend, address, the
+    :class:`TableOptions` of ``--power``/``--detect``/``--log-scale``/``--holm``, and ``--table-only`` as
+    ``run=False``. The defaults (checked in the
     second call): folder ``runs/sweep-<stem>``, metrics None, the default table."""
     calls = _record_sweep(monkeypatch)
     argv = ["sweep", str(config_file), "--grid", "train.steps=1,2", "--grid", "optim.lr=0.5", "--seeds", "4"]
     argv += ["--out", "S", "--preset", "smoke", "--set", "x=1", "--jobs", "3", "--baseline", "train.steps=1"]
     argv += ["--metric", "m1", "--metric", "m2", "--quiet", "--backend", "ray", "--address", "host:1"]
     argv += ["--power", "0.9", "--detect", "0.5", "--detect", "2", "--log-scale", "m1", "--holm", "metric"]
+    argv += ["--table-only"]
     assert cli.main(argv) == 0
     assert calls[-1] == {
         "config": str(config_file),
@@ -1047,6 +1062,7 @@ def test_sweep_passes_every_option_to_sweep_runs(config_file, monkeypatch):
         "backend": "ray",
         "address": "host:1",
         "table": TableOptions(power=0.9, detect=(0.5, 2.0), log_metrics=("m1",), holm="metric"),
+        "run": False,
     }
     assert cli.main(["sweep", str(config_file), "--grid", "a=x"]) == 0
     assert calls[-1] == {
@@ -1063,6 +1079,7 @@ def test_sweep_passes_every_option_to_sweep_runs(config_file, monkeypatch):
         "backend": "local",
         "address": None,
         "table": TableOptions(power=0.8, detect=(), log_metrics=(), holm="table"),
+        "run": True,
     }
 
 
