@@ -458,18 +458,32 @@ def _adopt_old_folders(
         print(f"{out}: renamed the run folder {folder.name!r} to {names[i]!r} (its point {dict(points[i])})")
 
 
-def _check_finished(out: Path, names: Sequence[str], configs: Sequence[dict]) -> None:
+def _check_finished(
+    out: Path, names: Sequence[str], configs: Sequence[dict], resumes: bool = True
+) -> dict[int, dict[str, Any]]:
     """Refuse to count a finished run whose configuration is not its point's: a rerun of a sweep with another
     preset or other overrides into the same folder would otherwise skip the finished points and mix their
     results with the new ones. Every point is checked before anything runs or ``sweep.json`` is rewritten.
 
+    Args:
+        out: the sweep folder.
+        names: the points' folder names.
+        configs: the points' resolved configurations, in the order of ``names``.
+        resumes: as in :func:`_finished` (``False`` in a ``--table-only`` command).
+
+    Returns:
+        The summaries of the finished points by index (each ``summary.json`` read once).
+
     Raises:
         ConfigError: naming the first such point, the keys that differ and what to do.
     """
-    for name, resolved in zip(names, configs):
+    finished = {}
+    for i, (name, resolved) in enumerate(zip(names, configs)):
         folder = out / name
-        if _finished(folder) is None:
+        summary = _finished(folder, resumes)
+        if summary is None:
             continue  # an unfinished run is checked by its resume (runs.folder.check_folder)
+        finished[i] = summary
         stored = _stored_config(folder)
         want = _config.load_toml_text(_config.to_toml(resolved))
         if stored is not None and stored != want:
@@ -478,6 +492,7 @@ def _check_finished(out: Path, names: Sequence[str], configs: Sequence[dict]) ->
                 f"sweep point {name}: {folder} holds a finished run of another configuration (it differs in "
                 f"{changed}); a rerun must use the same config, preset and overrides, or another --out"
             )
+    return finished
 
 
 def _write_point(folder: Path, point: Mapping[str, Any], overrides: list[str], preset: str | None) -> None:
@@ -492,16 +507,18 @@ def _write_point(folder: Path, point: Mapping[str, Any], overrides: list[str], p
     write_json_atomic(path, record)
 
 
-def _finished(folder: Path) -> dict[str, Any] | None:
-    """The summary of a finished point, else ``None`` (a damaged ``summary.json`` too: the point resumes, and
-    its run rewrites the summary from its last checkpoint)."""
+def _finished(folder: Path, resumes: bool = True) -> dict[str, Any] | None:
+    """The summary of a finished point, else ``None`` (a damaged ``summary.json`` too, said in one line: the
+    point resumes, and its run rewrites the summary from its last checkpoint; ``resumes=False``, in a
+    ``--table-only`` command, it is listed as not run)."""
     path = folder / "summary.json"
     if not path.exists():
         return None
     try:
         summary = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        print(f"{path} is unreadable ({error}); the point is resumed from its checkpoint")
+        then = "the point is resumed from its checkpoint" if resumes else "the point is listed as not run"
+        print(f"{path} is unreadable ({error}); {then}")
         return None
     return summary if isinstance(summary, dict) and summary.get("status") == "finished" else None
 
@@ -910,21 +927,21 @@ def sweep_runs(
         if not out.is_dir():
             raise ConfigError(f"--table-only: {out} is not a sweep folder (nothing has run there)")
         with FolderLock(out, "sweep"):  # the tables have one writer at a time
-            _check_finished(out, names, configs)
-            summaries = {i: _finished(out / name) or _not_run(out / name) for i, name in enumerate(names)}
+            finished = _check_finished(out, names, configs, resumes=False)
+            summaries = {i: finished.get(i) or _not_run(out / name) for i, name in enumerate(names)}
             return _write_tables(out, grid, points, names, summaries, metrics, base, options, quiet)
     _preflight(names, configs)
     out.mkdir(parents=True, exist_ok=True)
     with FolderLock(out, "sweep"), _Stop() as stop:  # one sweep per folder; signals reach the workers
         _adopt_old_folders(out, points, names, configs)
-        _check_finished(out, names, configs)
+        finished = _check_finished(out, names, configs)  # the folder is ours (locked) from here on
         _record_command(out, spec)
 
         summaries: dict[int, dict[str, Any]] = {}
         todo = []
         for i, point in enumerate(points):
             folder = out / names[i]
-            done = _finished(folder)
+            done = finished.get(i)
             if done is None or not (folder / "point.json").exists():
                 _write_point(
                     folder, point, [*overrides, *point_overrides(point)], point_preset(point, preset)
@@ -1014,13 +1031,18 @@ NOT_RUN = "not run"
 def _not_run(folder: Path) -> dict[str, Any]:
     """A table-only row for a point without a finished run: ``diverged``/``failed`` when its run ended so (with
     its reason), else ``not run`` with what its folder holds."""
+    path = folder / "summary.json"
+    if not path.exists():
+        return {"status": NOT_RUN, "error": "no run folder" if not folder.is_dir() else "no summary.json"}
     try:
-        summary = json.loads((folder / "summary.json").read_text())
+        summary = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         summary = None
     if not isinstance(summary, dict):
-        what = "no run folder" if not folder.is_dir() else "no summary.json"
-        return {"status": NOT_RUN, "error": what}
+        return {
+            "status": NOT_RUN,
+            "error": "an unreadable summary.json (a sweep resumes the point from its checkpoint)",
+        }
     status = summary.get("status")
     if status in ("diverged", "failed"):
         return {**summary, "final": {}}

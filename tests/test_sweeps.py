@@ -495,6 +495,28 @@ def test_table_only_refuses_what_a_sweep_refuses(small_sweep, monkeypatch, tmp_p
     assert len(control.rows) == 2 and not control.not_run
 
 
+def test_table_only_lists_a_damaged_summary_as_not_run_and_says_so_once(
+    small_sweep, monkeypatch, tmp_path, capsys
+):
+    """A finished point whose summary.json is damaged: --table-only lists it as not run with that reason (not as
+    failed, not in the table), and says so in one line that does not promise a resume it will not do."""
+    out = tmp_path / "lr"
+    shutil.copytree(small_sweep[0], out)
+    damaged = out / "optim.lr=0.05_seed=1" / "summary.json"
+    damaged.write_text("{not json")
+    _no_runs(monkeypatch)
+    table = sweep_runs(TEACHER, {"optim.lr": [0.02, 0.05]}, [0, 1, 2], out, preset="smoke", overrides=SMALL_SET,
+                       metrics=["test_mse"], quiet=True, run=False)  # fmt: skip
+    said = capsys.readouterr().out.splitlines()
+    assert said == [said[0]] and said[0].startswith(f"{damaged} is unreadable (")
+    assert said[0].endswith("); the point is listed as not run")
+    assert table.failed == [] and [(r["folder"], r["error"]) for r in table.not_run] == [
+        ("optim.lr=0.05_seed=1", "an unreadable summary.json (a sweep resumes the point from its checkpoint)")
+    ]
+    assert {row["optim.lr"]: row["n"] for row in table.summary} == {0.02: 3, 0.05: 2}
+    assert damaged.read_text() == "{not json"  # left as it is
+
+
 def test_sweep_json_keeps_every_command_in_order(tmp_path, monkeypatch):
     """Two commands with other grids and seeds into one folder: ``commands`` lists both in order, each with its
     grid, seeds and start time; the top level is the latest. A sweep.json from before ``commands`` becomes the
