@@ -35,7 +35,9 @@ same command again (finished points are skipped).
 ``--table-only`` (``sweep_runs(..., run=False)``) writes the tables of a grid × seeds from the points already
 finished in the folder and runs nothing: a study that fills one folder through several commands (seed 1 of
 some arms, then seed 2, then other arms) gets its whole table, while every command's own table covers only
-its points. Points without a finished run are listed with status ``not run``.
+its points. Points without a finished run are listed with status ``not run`` (a run that diverged or failed
+keeps that status and counts as failed); folders under the former names are not adopted (nothing is
+renamed): a normal sweep adopts them.
 
 Arms that differ in several keys at once are presets of the file, swept by the grid key ``preset``:
 ``--preset quick --grid preset=literal,meanfield,adam --baseline preset=adam`` runs ``quick+literal``, … for
@@ -924,8 +926,10 @@ def sweep_runs(
         "baseline": baseline,
     }
     if not run:
-        if not out.is_dir():
-            raise ConfigError(f"--table-only: {out} is not a sweep folder (nothing has run there)")
+        if not (out / "sweep.json").is_file():
+            raise ConfigError(
+                f"--table-only: {out} is not a sweep folder (it holds no sweep.json: nothing has run there)"
+            )
         with FolderLock(out, "sweep"):  # the tables have one writer at a time
             finished = _check_finished(out, names, configs, resumes=False)
             summaries = {i: finished.get(i) or _not_run(out / name) for i, name in enumerate(names)}

@@ -491,6 +491,10 @@ def test_table_only_refuses_what_a_sweep_refuses(small_sweep, monkeypatch, tmp_p
             TEACHER, grid, [0], tmp_path / "typo", preset="smoke", overrides=SMALL_SET, quiet=True, run=False
         )
     assert (out / "runs.csv").read_bytes() == tables and not (tmp_path / "typo").exists()
+    (tmp_path / "plain").mkdir()  # an existing folder that no sweep wrote: nothing written into it
+    with pytest.raises(ConfigError, match="holds no sweep.json"):
+        sweep_runs(TEACHER, grid, [0], tmp_path / "plain", preset="smoke", overrides=SMALL_SET, run=False)
+    assert list((tmp_path / "plain").iterdir()) == []
     control = sweep_runs(TEACHER, grid, [0], out, preset="smoke", overrides=SMALL_SET, quiet=True, run=False)
     assert len(control.rows) == 2 and not control.not_run
 

@@ -160,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.every is not None and not args.every > 0:
         parser.error(f"--every must be a positive number of seconds, got {args.every}")
     out = args.out or args.folder.parent / "drop_half" / args.folder.name
+    if args.every is not None:
+        torch.set_num_threads(1)  # beside a sweep's runs: take one core at most
     while True:
         bad = measure_folder(args.folder, out, args.draws)
         if bad:

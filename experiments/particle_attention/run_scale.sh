@@ -55,6 +55,11 @@ METRICS=(--metric val_loss --metric val_ppl --metric half_random_gap --metric ha
 
 seq_csv() { seq -s, "$1" "$2"; }
 
+# the background drop-half follower of the running sweep (below): ended with the script, however it ends (a
+# background job of a script ignores Ctrl-C, so without this it would outlive an interrupted stage)
+follower=
+trap '[ -n "$follower" ] && kill "$follower" 2>/dev/null' EXIT
+
 # sweep OUT ARMS FIRST LAST BASELINE [meanfield sweep options…]: seeds FIRST..LAST one at a time (no baseline:
 # per-arm values only), then, unless BASELINE is "blind", the table of seeds 0..LAST against BASELINE ("" for none).
 # The primary stage is blind before seed 7: the pre-registration computes no comparison before n = 8.
@@ -62,7 +67,6 @@ sweep() {
     local out=$1 arms=$2 first=$3 last=$4 baseline=$5
     shift 5
     local s
-    local follower
     for s in $(seq "$first" "$last"); do
         follower=
         if [ "$DRAWS" = 1 ]; then   # measures each run minutes after it finishes, while its checkpoints are here
@@ -72,7 +76,7 @@ sweep() {
         meanfield sweep "$CONFIG" --grid preset="$arms" --seeds "$s" --jobs "$JOBS" --quiet \
             "${EXTRA[@]}" "${METRICS[@]}" "$@" --out "$out" || true   # a failed point is in runs.csv; the others go on
         if [ -n "$follower" ]; then   # exploratory: the drop-half gap over 32 draws of every run finished here
-            kill "$follower" 2>/dev/null; wait "$follower" 2>/dev/null
+            kill "$follower" 2>/dev/null; wait "$follower" 2>/dev/null; follower=
             python experiments/particle_attention/drop_half_draws.py --folder "$out" || true
         fi
     done
@@ -99,9 +103,10 @@ case "$STAGE" in
     table)   # a stage's whole table from the runs finished so far, running nothing (meanfield sweep --table-only)
         case "${2:-}" in
             secondary) meanfield sweep "$CONFIG" --grid preset="$SECONDARY" --seeds 0,1,2 --table-only --quiet \
-                           "${METRICS[@]}" --out "$R/secondary" ;;
+                           "${EXTRA[@]}" "${METRICS[@]}" --detect 0.01 --out "$R/secondary" ;;
             wikitext2) meanfield sweep "$CONFIG" --grid preset="$PRIMARY" --seeds 0,1,2 --table-only --quiet \
-                           "${METRICS[@]}" --preset wikitext2 --baseline preset=p8 --detect 0.01 --out "$R/wikitext2" ;;
+                           "${EXTRA[@]}" "${METRICS[@]}" --preset wikitext2 --baseline preset=p8 --detect 0.01 \
+                           --out "$R/wikitext2" ;;
             *) echo "table: secondary or wikitext2 (the primary stage's table is written by 'main 8')" >&2; exit 2 ;;
         esac ;;
     smoke)
