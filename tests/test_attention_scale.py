@@ -471,15 +471,17 @@ def test_drop_half_draws_every_repeats_its_pass_until_stopped(tmp_path, monkeypa
         if len(sleeps) == 3:
             raise Stop
 
+    threads = []  # the follower takes one core beside a sweep (recorded, not applied: pytest's own torch stays as it is)
     monkeypatch.setattr(draws, "measure_folder", one_pass)
     monkeypatch.setattr(draws.time, "sleep", sleep)
+    monkeypatch.setattr(draws.torch, "set_num_threads", threads.append)
     with pytest.raises(Stop):
         draws.main(["--folder", str(tmp_path / "s"), "--every", "7.5"])
-    assert len(passes) == 3 and sleeps == [7.5, 7.5, 7.5]
+    assert len(passes) == 3 and sleeps == [7.5, 7.5, 7.5] and threads == [1]
     assert passes[0] == (tmp_path / "s", tmp_path / "drop_half" / "s", 32)
     passes.clear()
     assert draws.main(["--folder", str(tmp_path / "s")]) == 1  # one pass: the check fails, and it says so
-    assert len(passes) == 1
+    assert len(passes) == 1 and threads == [1]  # one pass sets no threads
     with pytest.raises(SystemExit):
         draws.main(["--folder", str(tmp_path / "s"), "--every", "0"])
 
