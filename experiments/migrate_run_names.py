@@ -125,9 +125,7 @@ def migrate(roots: list[Path], dry_run: bool) -> int:
         for command in spec.get("commands") or [spec]:
             for p in expand(command["grid"], command["seeds"]):
                 every.setdefault(point_name(p), (p, command))
-        points, names = [p for p, _ in every.values()], list(every)
-        for point, name in zip(points, names):
-            command = every[name][1]
+        for name, (point, command) in every.items():
             old, new = sweep / _legacy_point_name(point), sweep / name
             if old != new:  # also when renamed by an earlier, interrupted run of the script
                 moves.append((_shown(old), _shown(new)))
@@ -155,7 +153,8 @@ def migrate(roots: list[Path], dry_run: bool) -> int:
                 counts["point_json"] += 1
         runs = sweep / "runs.csv"
         if runs.is_file():
-            text, why = _runs_csv(runs, points, names)
+            latest = expand(spec["grid"], spec["seeds"])  # runs.csv holds the latest command's points
+            text, why = _runs_csv(runs, latest, [point_name(p) for p in latest])
             if why:
                 print(f"left alone: {_shown(runs)} ({why})")
                 counts["left"] += 1

@@ -509,20 +509,27 @@ def _write_point(folder: Path, point: Mapping[str, Any], overrides: list[str], p
     write_json_atomic(path, record)
 
 
+def _read_summary(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """``(summary, None)`` for a readable ``folder/summary.json`` (``None`` when it is absent or not an object),
+    ``(None, why)`` when it cannot be read."""
+    try:
+        summary = json.loads((folder / "summary.json").read_text())
+    except FileNotFoundError:
+        return None, None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        return None, str(error)
+    return (summary if isinstance(summary, dict) else None), None
+
+
 def _finished(folder: Path, resumes: bool = True) -> dict[str, Any] | None:
     """The summary of a finished point, else ``None`` (a damaged ``summary.json`` too, said in one line: the
     point resumes, and its run rewrites the summary from its last checkpoint; ``resumes=False``, in a
     ``--table-only`` command, it is listed as not run)."""
-    path = folder / "summary.json"
-    if not path.exists():
-        return None
-    try:
-        summary = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    summary, error = _read_summary(folder)
+    if error is not None:
         then = "the point is resumed from its checkpoint" if resumes else "the point is listed as not run"
-        print(f"{path} is unreadable ({error}); {then}")
-        return None
-    return summary if isinstance(summary, dict) and summary.get("status") == "finished" else None
+        print(f"{folder / 'summary.json'} is unreadable ({error}); {then}")
+    return summary if summary is not None and summary.get("status") == "finished" else None
 
 
 def _preflight(names: Sequence[str], configs: Sequence[Mapping[str, Any]]) -> None:
@@ -1035,14 +1042,10 @@ NOT_RUN = "not run"
 def _not_run(folder: Path) -> dict[str, Any]:
     """A table-only row for a point without a finished run: ``diverged``/``failed`` when its run ended so (with
     its reason), else ``not run`` with what its folder holds."""
-    path = folder / "summary.json"
-    if not path.exists():
+    if not (folder / "summary.json").exists():
         return {"status": NOT_RUN, "error": "no run folder" if not folder.is_dir() else "no summary.json"}
-    try:
-        summary = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        summary = None
-    if not isinstance(summary, dict):
+    summary, _ = _read_summary(folder)
+    if summary is None:
         return {
             "status": NOT_RUN,
             "error": "an unreadable summary.json (a sweep resumes the point from its checkpoint)",

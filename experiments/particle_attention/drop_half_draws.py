@@ -168,10 +168,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 "draw 0 does not reproduce the run's own measurement:\n  " + "\n  ".join(bad), file=sys.stderr
             )
-            if args.every is None:
-                return 1
         if args.every is None:
-            return 0
+            return 1 if bad else 0
         time.sleep(args.every)
 
 
