@@ -163,7 +163,7 @@ def test_run_scale_keeps_the_pilot_blind_and_tests_at_n_8(tmp_path):
     """The pilot runs seeds 0, 1, 2 one at a time, each with drop_half_draws.py following it (--every, in the
     background) and once more after it, and no call compares (no --baseline, no --detect: the
     pre-registration's blindness before seed 7); `main 8` runs seeds 3-7 and then the one table of seeds 0-7
-    against p8 with --detect 0.01; wikitext2 measures no draws."""
+    against p8 with --detect 0.01; wikitext2 measures no draws and ends with its P1–P6 report."""
     pilot = _stubbed_run_scale(tmp_path / "pilot", "pilot")
     sweeps = [c for c in pilot if c[0] == "meanfield"]
     assert [c[c.index("--seeds") + 1] for c in sweeps] == ["0", "1", "2"]
@@ -180,8 +180,10 @@ def test_run_scale_keeps_the_pilot_blind_and_tests_at_n_8(tmp_path):
     last = main[-1]
     assert last[last.index("--baseline") + 1] == "preset=p8" and last[last.index("--detect") + 1] == "0.01"
     words = _stubbed_run_scale(tmp_path / "wt2", "wikitext2")
-    assert not any(c[0] == "python" for c in words)  # negative control: the words stage has no draws
-    assert "--baseline" in words[-1] and "wikitext2" in words[-1]
+    # negative control: the words stage has no draws; its one python call is its own family's report
+    assert not any("drop_half_draws.py" in " ".join(c) for c in words)
+    assert words[-1][0] == "python" and words[-1][1].endswith("scale_report.py") and words[-1][2:] == ["--stage", "wikitext2"]
+    assert "--baseline" in words[-2] and "wikitext2" in words[-2]
 
 
 def test_run_scale_table_writes_a_stage_table_and_runs_nothing(tmp_path):
@@ -645,3 +647,34 @@ def test_the_reports_refuse_a_missing_primary_folder(tmp_path, capsys):
     expl.main(["--primary", str(primary), "--secondary", str(tmp_path / "none"), "--out", str(tmp_path / "e.md"),
                "--figure", str(tmp_path / "e.png")])  # fmt: skip
     assert "Why P3–P5 are wide" in (tmp_path / "e.md").read_text()
+
+
+def test_words_report_tests_at_n_3_without_the_power_rule_and_adds_the_best_step_and_curve(tmp_path):
+    """--stage wikitext2: blind below 3 seeds of every arm, then P1–P6 with Holm over six (no power rule: n is
+    fixed at 3), B1–B5 on summary.json's best val_loss (paired by seed, checked against numpy), and each arm's
+    mean test-loss curve read from metrics.jsonl."""
+    report = _module("report", HERE / "scale_report.py")
+    folder = tmp_path / "wikitext2"
+    values = _arms_with_seeds(folder, report.N_WORDS)
+    best = {}
+    for arm, finals in values.items():
+        for seed, v in enumerate(finals):
+            run_dir = folder / f"preset={arm}_seed={seed}"
+            summary = json.loads((run_dir / "summary.json").read_text())
+            best[arm, seed] = v - 0.02 - 0.001 * seed * len(arm)  # best < last, a spread that differs by arm
+            summary["best"] = {"val_loss": {"value": best[arm, seed], "step": 400}}
+            (run_dir / "summary.json").write_text(json.dumps(summary))
+            curve = [{"step": 100, "val_loss": v + 0.3}, {"step": 50, "train_loss": 9.0}, {"step": 500, "val_loss": v}]
+            (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in curve) + "\n")
+    out = tmp_path / "w.md"
+    report.main(["--stage", "wikitext2", "--folder", str(folder), "--out", str(out)])
+    text = out.read_text()
+    assert "p (Holm, 6)" in text and "Power rule" not in text and "blind" not in text
+    diffs = [best["p8-b1e-3", s] - best["p8", s] for s in range(3)]
+    assert f"| B1 | β = 1e-3 vs β = 0 (M = 8) | 3 | {np.mean(diffs):+.4f} ±" in text
+    assert f"| p16 | {np.mean(values['p16']) + 0.3:.3f} (3) | {np.mean(values['p16']):.3f} (3) |" in text
+    # negative control: one arm with 2 seeds keeps the whole stage blind (paired sds, δ80 at n = 3)
+    shutil.rmtree(folder / "preset=mha8_seed=2")
+    report.main(["--stage", "wikitext2", "--folder", str(folder), "--out", str(out)])
+    text = out.read_text()
+    assert "blind until every primary arm has 3 seeds" in text and "| B1 |" not in text and "δ80 at n = 3" in text

@@ -9,7 +9,8 @@
 #   bash experiments/particle_attention/run_scale.sh pilot          # seeds 0-2 of the primary arms (~12 CPU-h)
 #   bash experiments/particle_attention/run_scale.sh main N         # seeds 3..N-1 of the primary arms
 #   bash experiments/particle_attention/run_scale.sh secondary      # seeds 0-2 of the exploratory arms
-#   bash experiments/particle_attention/run_scale.sh wikitext2      # seeds 0-2 of the primary arms on words
+#   bash experiments/particle_attention/run_scale.sh wikitext2      # seeds 0-2 of the primary arms on words, then
+#                                                                   # scale_report.py --stage wikitext2 (P1-P6 on words)
 #   bash experiments/particle_attention/run_scale.sh table STAGE    # secondary|wikitext2: its whole table so far
 #   bash experiments/particle_attention/run_scale.sh smoke [OUT]    # the whole pipeline at the smoke size (CI)
 #
@@ -99,7 +100,8 @@ case "$STAGE" in
         sweep "$R/secondary" "$SECONDARY" 0 2 "" ;;
     wikitext2)
         DRAWS=0
-        sweep "$R/wikitext2" "$PRIMARY" 0 2 preset=p8 --preset wikitext2 ;;
+        sweep "$R/wikitext2" "$PRIMARY" 0 2 preset=p8 --preset wikitext2
+        python experiments/particle_attention/scale_report.py --stage wikitext2 || true ;;   # P1-P6 on words
     table)   # a stage's whole table from the runs finished so far, running nothing (meanfield sweep --table-only)
         case "${2:-}" in
             secondary) meanfield sweep "$CONFIG" --grid preset="$SECONDARY" --seeds 0,1,2 --table-only --quiet \

@@ -3,6 +3,7 @@
     python experiments/particle_attention/scale_report.py            # results/scale/primary → primary_tests.md
     python experiments/particle_attention/scale_report.py --folder runs/scale-smoke/primary --out /tmp/t.md
     python experiments/particle_attention/scale_report.py --seeds 0,1,2 --out …/results/scale/pilot_sds.md   # the pilot
+    python experiments/particle_attention/scale_report.py --stage wikitext2   # P1–P6 on words → wikitext2_tests.md
 
 Reads every finished run of the primary sweep (``run_scale.sh pilot`` / ``main``): its arm from
 ``point.json`` (``point.preset``), its seed from ``config.toml``, its final metrics from ``summary.json``.
@@ -24,6 +25,13 @@ processor (the study ran on more than one kind of machine: an AMD EPYC, then an 
 ``results/scale/drop_half/primary/``: the mean gap over the draws of each run's final model, for the seeds
 whose checkpoints were on the machine, 2–7), the same paired t-test, its raw p (not in the Holm family), and
 the draw-to-draw sd (how much of P6's paired sd a single draw puts in).
+
+**WikiText-2 words** (``--stage wikitext2``: ``results/scale/wikitext2`` → ``wikitext2_tests.md``): the same six
+comparisons on the words runs (``run_scale.sh wikitext2``; the metric is the test-split loss at the last step,
+the page's valid/test protocol), Holm over their own six, at the stage's fixed n = 3 seeds (blind before), no
+power rule. Exploratory beside them: the same five loss comparisons at each run's best evaluated step
+(``summary.json``'s ``best``; raw p) and the mean test-loss curve of each arm over the evaluated steps
+(``metrics.jsonl``), which shows where the 500 steps lie against the overfitting turn.
 
 **Blind until n = 8.** The pre-registration fixed n = 8 seeds for every primary arm and computes no comparison
 before seed 7 has finished. Until every primary arm has 8 finished seeds the report therefore prints only the
@@ -55,6 +63,7 @@ FOLDER = HERE / "results" / "scale" / "primary"
 REPO = HERE.parents[1]
 ALPHA, DELTA, MIN_SEEDS = 0.05, 0.01, 8
 N_FIXED = 8  # decision (ii) of the pre-registration: every primary arm runs seeds 0-7, no look before
+N_WORDS = 3  # the WikiText-2 stage: seeds 0-2 of every primary arm (the page's addendum of 2026-12-04)
 
 FAMILY = (
     ("P1", "β = 1e-3 vs β = 0 (M = 8)", "val_loss", "p8-b1e-3", "p8"),
@@ -65,6 +74,14 @@ FAMILY = (
     ("P6", "drop-half gap, β = 1e-3 vs β = 0 (M = 8)", "half_random_gap", "p8-b1e-3", "p8"),
 )
 
+
+ARMS = ("mha8", "p8", "p8-b1e-3", "p8-cos1e-2", "p16", "p32")  # the primary arms, in the tables' order
+
+# --stage: (default folder, its report's name, the fixed n, whether it is the character study with its power rule)
+STAGES = {
+    "primary": (FOLDER, "primary_tests.md", N_FIXED, True),
+    "wikitext2": (FOLDER.parent / "wikitext2", "wikitext2_tests.md", N_WORDS, False),
+}
 
 EXPLORATORY = (("E6", "drop-half gap over 32 draws, β = 1e-3 vs β = 0 (M = 8)", "p8-b1e-3", "p8"),)
 
@@ -88,10 +105,26 @@ def finished_runs(folder: Path) -> Iterator[tuple[str, int, Path, dict]]:
 
 
 def load(folder: Path) -> dict[str, dict[int, dict]]:
-    """``{arm: {seed: final metrics}}`` of the finished runs under ``folder``."""
+    """``{arm: {seed: final metrics}}`` of the finished runs under ``folder``, with ``best_val_loss`` (the lowest
+    evaluated ``val_loss``, ``summary.json``'s ``best``) where the run recorded it."""
     out: dict[str, dict[int, dict]] = {}
     for arm, seed, _, summary in finished_runs(folder):
-        out.setdefault(arm, {})[seed] = summary["final"]
+        final = dict(summary["final"])
+        best = summary.get("best", {}).get("val_loss")
+        if best is not None:
+            final["best_val_loss"] = float(best["value"])
+        out.setdefault(arm, {})[seed] = final
+    return out
+
+
+def curves(folder: Path) -> dict[str, dict[int, list[float]]]:
+    """``{arm: {step: [val_loss of each finished run evaluated at step]}}`` from the runs' ``metrics.jsonl``."""
+    out: dict[str, dict[int, list[float]]] = {}
+    for arm, _, run, _ in finished_runs(folder):
+        for line in (run / "metrics.jsonl").read_text().splitlines() if (run / "metrics.jsonl").is_file() else []:
+            record = json.loads(line)
+            if "val_loss" in record:
+                out.setdefault(arm, {}).setdefault(int(record["step"]), []).append(float(record["val_loss"]))
     return out
 
 
@@ -196,10 +229,45 @@ def markdown_exploratory(rows: list[dict], draws: dict[str, dict[int, dict]], sh
     return "\n".join(lines) + "\n"
 
 
-def blind(runs: dict[str, dict[int, dict]]) -> bool:
-    """Whether some primary arm has fewer than ``N_FIXED`` finished seeds (no comparison may be shown yet)."""
+def blind(runs: dict[str, dict[int, dict]], n_fixed: int = N_FIXED) -> bool:
+    """Whether some primary arm has fewer than ``n_fixed`` finished seeds (no comparison may be shown yet)."""
     arms = {arm for _, _, _, a, b in FAMILY for arm in (a, b)}
-    return any(len(runs.get(arm, {})) < N_FIXED for arm in arms)
+    return any(len(runs.get(arm, {})) < n_fixed for arm in arms)
+
+
+def best_step(runs: dict[str, dict[int, dict]]) -> list[dict]:
+    """B1–B5 (exploratory): P1–P5's loss comparisons at each run's best evaluated step instead of the last."""
+    rows = []
+    for pid, what, metric, a, b in FAMILY:
+        if metric == "val_loss":
+            seeds, d = paired(runs, a, b, "best_val_loss")
+            rows.append({"id": "B" + pid[1:], "what": what, "n": len(seeds), "seeds": seeds, "d": d})
+    return rows
+
+
+def markdown_words_exploratory(runs: dict[str, dict[int, dict]], by_step: dict[str, dict[int, list[float]]]) -> str:
+    """The best-step comparisons (raw p) and the mean test-loss curve of every arm over its evaluated steps."""
+    lines = ["", "*On words `val_loss` is the test split's loss (the page's protocol: trained on the valid split, "
+             "measured on the test split).*",
+             "", "Exploratory (not in the Holm family; raw p): the same loss comparisons at each run's best "
+             "evaluated step.", "",
+             "| id | comparison | pairs | Δ ± 95 % CI half-width | 95 % CI | p (paired t) |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in best_step(runs):
+        d = r["d"]
+        if d is None or not _spread(d):
+            lines.append(f"| {r['id']} | {r['what']} | {r['n']} | — | — | — |")
+        else:
+            lines.append(f"| {r['id']} | {r['what']} | {d.n} | {d.mean:+.4f} ± {d.half_width:.4f} | "
+                         f"[{d.lo:+.4f}, {d.hi:+.4f}] | {d.p_value:.2g} |")  # fmt: skip
+    steps = sorted({step for arm in by_step.values() for step in arm})
+    if steps:
+        lines += ["", "Mean test loss over the finished seeds at each evaluated step (seeds in brackets):", "",
+                  "| arm | " + " | ".join(str(s) for s in steps) + " |", "|---|" + "---|" * len(steps)]  # fmt: skip
+        for arm in sorted(by_step, key=lambda a: (ARMS.index(a) if a in ARMS else len(ARMS), a)):
+            cells = [f"{statistics.fmean(v):.3f} ({len(v)})" if (v := by_step[arm].get(s)) else "—" for s in steps]
+            lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def tests(runs: dict[str, dict[int, dict]]) -> list[dict]:
@@ -228,13 +296,13 @@ def shown_path(folder: Path) -> str:
         return str(folder)
 
 
-def markdown_blind(rows: list[dict], folder: Path) -> str:
-    """The interim table: each comparison's pairs, paired sd, the seeds it asks for and its δ80 at ``N_FIXED``."""
+def markdown_blind(rows: list[dict], folder: Path, n_fixed: int = N_FIXED) -> str:
+    """The interim table: each comparison's pairs, paired sd, the seeds it asks for and its δ80 at ``n_fixed``."""
     lines = [
-        f"Primary tests (pre-registered), **blind until every primary arm has {N_FIXED} seeds**: paired sds only, "
+        f"Primary tests (pre-registered), **blind until every primary arm has {n_fixed} seeds**: paired sds only, "
         f"from `{shown_path(folder)}`:",
         "",
-        f"| id | comparison | metric | pairs | paired sd | seeds for 0.01 at 80 % power | δ80 at n = {N_FIXED} |",
+        f"| id | comparison | metric | pairs | paired sd | seeds for 0.01 at 80 % power | δ80 at n = {n_fixed} |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -244,18 +312,20 @@ def markdown_blind(rows: list[dict], folder: Path) -> str:
             continue
         lines.append(
             f"| {r['id']} | {r['what']} | {r['metric']} | {d.n} | {d.sd:.4f} | {pairs_needed(DELTA, d.sd)} | "
-            f"{detectable_difference(d.sd, N_FIXED):.4f} |"
+            f"{detectable_difference(d.sd, n_fixed):.4f} |"
         )
     lines += [
         "",
         f"*paired sd: of the per-seed differences (first arm − second); seeds for 0.01: "
-        f"`pairs_needed(0.01, sd)`; δ80: the smallest |Δ| {N_FIXED} pairs detect with 80 % power at α = 0.05 at "
+        f"`pairs_needed(0.01, sd)`; δ80: the smallest |Δ| {n_fixed} pairs detect with 80 % power at α = 0.05 at "
         "this sd (noncentral t). No difference and no p is shown before the fixed n (the pre-registration).*",
     ]
     return "\n".join(lines) + "\n"
 
 
-def markdown(rows: list[dict], folder: Path) -> str:
+def markdown(rows: list[dict], folder: Path, power_rule: bool = True) -> str:
+    """The family's table: Δ, intervals (95 % and Bonferroni), raw and Holm p, δ80, the power at 0.01 and a verdict;
+    the power rule's seed count under it when ``power_rule`` (the character study's, not the words stage's)."""
     lines = [
         f"Primary tests (pre-registered), from `{shown_path(folder)}`:",
         "",
@@ -284,7 +354,7 @@ def markdown(rows: list[dict], folder: Path) -> str:
         )
     needs = [pairs_needed(DELTA, r["d"].sd) for r in rows
              if r["id"] != "P6" and r["d"] is not None and _spread(r["d"])]  # fmt: skip
-    if needs:
+    if needs and power_rule:
         lines += ["", f"Power rule: max(8, max over P1–P5 of pairs_needed(0.01, sd)) = **{max(MIN_SEEDS, *needs)}** seeds "
                   f"(per comparison: {', '.join(str(n) for n in needs)})."]  # fmt: skip
     lines += [
@@ -308,8 +378,10 @@ def _only(by_arm: dict[str, dict[int, dict]], seeds: set[int] | None) -> dict[st
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--folder", type=Path, default=FOLDER)
-    parser.add_argument("--out", type=Path, default=None, help="default FOLDER/../primary_tests.md")
+    parser.add_argument("--stage", choices=sorted(STAGES), default="primary",
+                        help="primary: the character study (n = 8, power rule); wikitext2: the words stage (n = 3)")  # fmt: skip
+    parser.add_argument("--folder", type=Path, default=None, help="default: the stage's results/scale/<stage>")
+    parser.add_argument("--out", type=Path, default=None, help="default: FOLDER/../<stage's report>.md")
     parser.add_argument(
         "--draws",
         type=Path,
@@ -323,6 +395,8 @@ def main(argv: list[str] | None = None) -> None:
         help="only these seeds, e.g. 0,1,2 (the pilot's sds); default every finished seed",
     )
     args = parser.parse_args(argv)
+    default_folder, report_name, n_fixed, characters = STAGES[args.stage]
+    args.folder = args.folder or default_folder
     if not args.folder.is_dir():
         parser.error(f"--folder {args.folder} is not a folder: give the primary sweep's --out (run_scale.sh's "
                      f"results/scale/primary)")  # fmt: skip
@@ -330,8 +404,10 @@ def main(argv: list[str] | None = None) -> None:
     keep = None if args.seeds is None else {int(x) for x in args.seeds.split(",") if x.strip()}
     runs = _only(runs, keep)
     rows = tests(runs)
-    shown = not blind(runs) or args.unblind
-    text = (markdown if shown else markdown_blind)(rows, args.folder)
+    shown = not blind(runs, n_fixed) or args.unblind
+    text = markdown(rows, args.folder, characters) if shown else markdown_blind(rows, args.folder, n_fixed)
+    if not characters:
+        text += markdown_words_exploratory(runs, curves(args.folder)) if shown else ""
     draws = _only(
         load_draws(args.draws or args.folder.parent / "drop_half" / args.folder.name, args.folder), keep
     )
@@ -344,7 +420,7 @@ def main(argv: list[str] | None = None) -> None:
     text += (
         f"\nCost: {n} finished runs, {hours:.1f} CPU-hours (Σ wall_clock_s × threads; by processor: {per}).\n"
     )
-    out = args.out or args.folder.parent / "primary_tests.md"
+    out = args.out or args.folder.parent / report_name
     out.write_text(text)
     print(text)
     print(f"written: {out}")
