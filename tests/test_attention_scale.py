@@ -143,18 +143,29 @@ def test_run_scale_refuses_unknown_stages_and_too_few_seeds():
     assert bad.returncode == 2
 
 
-def _stubbed_run_scale(tmp_path: Path, *args: str) -> list[list[str]]:
-    """The commands ``run_scale.sh ARGS`` runs, with ``meanfield`` and ``python`` stubbed (each logs its argv)."""
+def _stubbed_run_scale(tmp_path: Path, *args: str, followers: bool = False) -> list[list[str]]:
+    """The commands ``run_scale.sh ARGS`` runs, with ``meanfield`` and ``python`` stubbed (each logs its argv).
+
+    A stubbed ``drop_half_draws.py --every`` follower runs until killed and then logs ``killed``; with
+    ``followers`` every stubbed sweep first waits (10 s at most) until as many followers have started as sweeps
+    have run, so that the kill is never sent before the follower's trap is set (no sleeping on a race).
+    """
     bin_ = tmp_path / "bin"
     bin_.mkdir(parents=True)
-    log = tmp_path / "calls.log"
+    log, started, sweeps = tmp_path / "calls.log", tmp_path / "followers", tmp_path / "sweeps"
+    wait = (f'echo x >> "{sweeps}"\nfor i in $(seq 200); do\n'
+            f'  [ "$(cat "{started}" 2>/dev/null | wc -l)" -ge "$(wc -l < "{sweeps}")" ] && break; sleep 0.05\ndone\n'
+            if followers else "")  # fmt: skip
+    (bin_ / "meanfield").write_text(f'#!/bin/sh\necho "meanfield $*" >> "{log}"\n{wait}')
+    (bin_ / "python").write_text(
+        f'#!/bin/sh\necho "python $*" >> "{log}"\ncase "$*" in *--every*)\n'
+        f'  trap \'echo "killed" >> "{log}"; exit 0\' TERM\n  echo x >> "{started}"\n'
+        f"  while :; do sleep 0.05; done ;;\nesac\n"
+    )
     for name in ("meanfield", "python"):
-        # a sweep takes a moment, so that the background follower (drop_half_draws.py --every) logs before its kill
-        pause = "sleep 0.3\n" if name == "meanfield" else ""
-        (bin_ / name).write_text(f'#!/bin/sh\necho "{name} $*" >> "{log}"\n{pause}')
         (bin_ / name).chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}"}
-    done = subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True)
+    done = subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return [line.split() for line in log.read_text().splitlines()]
 
@@ -164,17 +175,20 @@ def test_run_scale_keeps_the_pilot_blind_and_tests_at_n_8(tmp_path):
     background) and once more after it, and no call compares (no --baseline, no --detect: the
     pre-registration's blindness before seed 7); `main 8` runs seeds 3-7 and then the one table of seeds 0-7
     against p8 with --detect 0.01; wikitext2 measures no draws and ends with its P1–P6 report."""
-    pilot = _stubbed_run_scale(tmp_path / "pilot", "pilot")
+    calls = _stubbed_run_scale(tmp_path / "pilot", "pilot", followers=True)
+    killed = [c for c in calls if c == ["killed"]]
+    pilot = [c for c in calls if c != ["killed"]]
     sweeps = [c for c in pilot if c[0] == "meanfield"]
     assert [c[c.index("--seeds") + 1] for c in sweeps] == ["0", "1", "2"]
     assert all("--baseline" not in c and "--detect" not in c for c in sweeps)
     followers = [c for c in pilot if c[0] == "python" and "--every" in c]
     finals = [c for c in pilot if c[0] == "python" and "--every" not in c]
-    # the background follower's line may land before or after its sweep's
-    assert len(followers) == len(finals) == 3
+    # the background follower's line may land before or after its sweep's; each is killed when its sweep ends
+    # (a follower left running would keep the stubbed script waiting until the timeout)
+    assert len(followers) == len(finals) == len(killed) == 3
     assert [c[0] for c in pilot if c not in followers] == ["meanfield", "python"] * 3
     assert all(c[1].endswith("drop_half_draws.py") and "--folder" in c for c in followers + finals)
-    main = [c for c in _stubbed_run_scale(tmp_path / "main", "main", "8") if c[0] == "meanfield"]
+    main = [c for c in _stubbed_run_scale(tmp_path / "main", "main", "8", followers=True) if c[0] == "meanfield"]
     assert [c[c.index("--seeds") + 1] for c in main] == ["3", "4", "5", "6", "7", "0,1,2,3,4,5,6,7"]
     assert all("--baseline" not in c for c in main[:-1])
     last = main[-1]
@@ -439,6 +453,24 @@ def test_drop_half_draws_reproduces_the_runs_own_draw_and_averages_fresh_ones(tm
     summary["final"]["half_random_gap"] = logged + 0.01
     summary_path.write_text(json.dumps(summary))
     assert draws.main(["--folder", str(folder), "--out", str(tmp_path / "again"), "--draws", "2"]) == 1
+
+
+def test_drop_half_draws_measures_the_other_runs_when_one_fails(tmp_path, monkeypatch):
+    """A run whose measurement raises (a damaged checkpoint) is reported with its error and the pass goes on to
+    the next run: a --every follower must not end silently and leave later runs unmeasured."""
+    draws = _module("drop_half_fail", HERE / "drop_half_draws.py")
+    runs = [tmp_path / "a", tmp_path / "b"]
+    monkeypatch.setattr(draws, "eligible", lambda folder: runs)
+
+    def measure(run, n):
+        if run.name == "a":
+            raise RuntimeError("PytorchStreamReader failed reading zip archive")
+        return {"gaps": [0.1, 0.2], "logged": 0.1, "mean": 0.15, "sd": 0.07}
+
+    monkeypatch.setattr(draws, "measure", measure)
+    bad = draws.measure_folder(tmp_path, tmp_path / "out", 2)
+    assert bad == ["a: could not be measured: RuntimeError: PytorchStreamReader failed reading zip archive"]
+    assert not (tmp_path / "out" / "a.json").exists() and (tmp_path / "out" / "b.json").is_file()
 
 
 def test_a_usable_spread_is_relative_to_the_differences_not_absolute():

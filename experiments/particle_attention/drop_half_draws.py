@@ -117,14 +117,20 @@ def measure_folder(folder: Path, out: Path, draws: int) -> list[str]:
     """Measure every eligible run of ``folder`` not yet measured with ``draws`` draws into ``out``.
 
     Returns:
-        One line per run whose draw 0 does not reproduce its logged gap (empty: all agree).
+        One line per run whose draw 0 does not reproduce its logged gap or that could not be measured (an
+        exception: a damaged checkpoint, a model that no longer loads); the other runs are measured all the same
+        (empty: all agree).
     """
     bad = []
     for run in eligible(folder):
         path = out / f"{run.name}.json"
         if path.is_file() and json.loads(path.read_text()).get("draws") == draws:
             continue
-        result = measure(run, draws)
+        try:
+            result = measure(run, draws)
+        except Exception as exc:  # one run's failure must not end the pass (nor a --every follower)
+            bad.append(f"{run.name}: could not be measured: {type(exc).__name__}: {exc}")
+            continue
         if result["logged"] is not None and not math.isclose(
             result["gaps"][0], result["logged"], abs_tol=1e-5
         ):
@@ -165,9 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     while True:
         bad = measure_folder(args.folder, out, args.draws)
         if bad:
-            print(
-                "draw 0 does not reproduce the run's own measurement:\n  " + "\n  ".join(bad), file=sys.stderr
-            )
+            print("runs not measured, or whose draw 0 does not reproduce the run's own measurement:\n  "
+                  + "\n  ".join(bad), file=sys.stderr, flush=True)  # fmt: skip
         if args.every is None:
             return 1 if bad else 0
         time.sleep(args.every)
