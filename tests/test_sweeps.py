@@ -554,6 +554,44 @@ def test_sweep_json_keeps_every_command_in_order(tmp_path, monkeypatch):
     assert (out / "sweep.json").read_text() == text
 
 
+def test_table_only_says_where_a_running_or_interrupted_point_stands(small_sweep, monkeypatch, tmp_path):
+    """A point whose run is interrupted (or still running in another process) is 'not run' with its status and
+    step, not a table row and not failed; the same summary marked finished is a row again (the control)."""
+    out = tmp_path / "lr"
+    shutil.copytree(small_sweep[0], out)
+    path = out / "optim.lr=0.05_seed=0" / "summary.json"
+    record = json.loads(path.read_text())
+    _no_runs(monkeypatch)
+    for status in ("interrupted", "running"):
+        path.write_text(json.dumps({**record, "status": status, "step": 6}))
+        table = sweep_runs(TEACHER, {"optim.lr": [0.05]}, [0, 1], out, preset="smoke", overrides=SMALL_SET,
+                           metrics=["test_mse"], quiet=True, run=False)  # fmt: skip
+        assert [(r["folder"], r["error"]) for r in table.not_run] == [
+            ("optim.lr=0.05_seed=0", f"its run is {status} at step 6")
+        ]
+        assert table.failed == [] and [row["n"] for row in table.summary] == [1]
+    path.write_text(json.dumps(record))
+    control = sweep_runs(TEACHER, {"optim.lr": [0.05]}, [0, 1], out, preset="smoke", overrides=SMALL_SET,
+                         metrics=["test_mse"], quiet=True, run=False)  # fmt: skip
+    assert control.not_run == [] and [row["n"] for row in control.summary] == [2]
+
+
+def test_an_unreadable_sweep_json_is_replaced_and_said_once(tmp_path, monkeypatch, capsys):
+    """A damaged sweep.json (a disk filled mid-write by another tool): the next sweep says once that the record
+    of earlier commands is lost and writes a readable one holding its own command only."""
+    import meanfield.sweeps as sweeps
+
+    monkeypatch.setattr(sweeps, "_run_point", lambda *a: {"status": "finished", "final": {"test_mse": 1.0}})
+    out = tmp_path / "s"
+    out.mkdir()
+    (out / "sweep.json").write_text('{"config": "a.toml", "grid"')
+    sweep_runs(TEACHER, {"optim.lr": [0.02]}, [0], out, preset="smoke", overrides=SMALL_SET, quiet=True)
+    said = [line for line in capsys.readouterr().out.splitlines() if "sweep.json" in line]
+    assert len(said) == 1 and said[0].endswith("its record of earlier commands is lost, this one is kept")
+    spec = json.loads((out / "sweep.json").read_text())
+    assert [(c["grid"], c["seeds"]) for c in spec["commands"]] == [({"optim.lr": [0.02]}, [0])]
+
+
 def test_sweep_cli_table_only_says_what_it_did_not_run(small_sweep, tmp_path, capsys, monkeypatch):
     out = tmp_path / "lr"
     shutil.copytree(small_sweep[0], out)
