@@ -170,7 +170,9 @@ for what in "${@:-table}"; do
       csweep() {  # csweep KIND ARM LR_OVERRIDE [OVERRIDES...]
         local dir=$R/cifar10_50ep/$2
         # a sweep skips a finished point whatever its overrides: refuse a folder begun at another lr
-        if [ -f "$dir/sweep.json" ] && ! grep -qF "\"$3\"" "$dir/sweep.json"; then
+        # (sweep.json's top-level overrides are its latest command's; its "commands" also list earlier ones)
+        if [ -f "$dir/sweep.json" ] && ! python -c 'import json, sys
+sys.exit(sys.argv[2] not in json.load(open(sys.argv[1])).get("overrides", []))' "$dir/sweep.json" "$3"; then
           echo "cifar50 $2: $dir was begun without $3 (see its sweep.json): move it away first" >&2; return 1
         fi
         sweep "$IMG" --set data.dataset=cifar10 --set train.steps=19500 --set train.eval_every=1950 \
