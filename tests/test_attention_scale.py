@@ -327,15 +327,22 @@ def test_primary_report_stays_blind_until_every_arm_has_the_fixed_seeds(tmp_path
     assert not report.blind(report.load(tmp_path / "full"))  # negative control: every arm at n = 8
 
 
+def _run_files(run_dir: Path, summary: dict, environment: dict, arm: str = "p8", seed: int = 0) -> None:
+    """A run folder as a sweep leaves it, with only what the reports read."""
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.toml").write_text(f"seed = {seed}\n")
+    (run_dir / "point.json").write_text(json.dumps({"point": {"preset": arm, "seed": seed}}))
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    (run_dir / "environment.json").write_text(json.dumps(environment))
+
+
 def test_primary_report_costs_the_finished_runs_in_cpu_hours(tmp_path):
     """cost() = Σ wall_clock_s × threads / 3600 over finished runs: 2 × 1 h + 0.5 h × 2 threads = 3 h; an
     unfinished run counts nothing."""
     report = _module("report", HERE / "scale_report.py")
     for name, status, wall, threads in (("a", "finished", 3600, 1), ("b", "finished", 3600, 1),
                                         ("c", "finished", 1800, 2), ("d", "running", 9999, 1)):  # fmt: skip
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "summary.json").write_text(json.dumps({"status": status, "wall_clock_s": wall}))
-        (tmp_path / name / "environment.json").write_text(json.dumps({"threads": threads}))
+        _run_files(tmp_path / name, {"status": status, "wall_clock_s": wall}, {"threads": threads})
     assert report.cost(tmp_path) == (3, pytest.approx(3.0))
     assert report.cost(tmp_path / "nowhere") == (0, 0.0)
 
@@ -344,11 +351,7 @@ def test_primary_report_costs_by_processor(tmp_path):
     """cost_by_processor() splits the same sum by environment.json's processor; the parts add up to cost()."""
     report = _module("report", HERE / "scale_report.py")
     for name, cpu, wall in (("a", "AMD EPYC", 3600), ("b", "AMD EPYC", 1800), ("c", "Intel Xeon", 900)):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "summary.json").write_text(
-            json.dumps({"status": "finished", "wall_clock_s": wall})
-        )
-        (tmp_path / name / "environment.json").write_text(json.dumps({"threads": 1, "processor": cpu}))
+        _run_files(tmp_path / name, {"status": "finished", "wall_clock_s": wall}, {"threads": 1, "processor": cpu})
     per = report.cost_by_processor(tmp_path)
     assert per == {"AMD EPYC": (2, pytest.approx(1.5)), "Intel Xeon": (1, pytest.approx(0.25))}
     assert report.cost(tmp_path) == (3, pytest.approx(1.75))

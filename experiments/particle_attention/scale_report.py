@@ -131,14 +131,10 @@ def curves(folder: Path) -> dict[str, dict[int, list[float]]]:
 def _finished(folder: Path, seeds: set[int] | None = None) -> list[tuple[dict, dict]]:
     """``(summary, environment)`` of every finished run under ``folder`` (of ``seeds`` only, when given)."""
     out = []
-    for summary in sorted(folder.glob("*/summary.json")) if folder.is_dir() else []:
-        s = json.loads(summary.read_text())
-        if s.get("status") != "finished":
-            continue
-        if seeds is not None and int(_config.load_toml(summary.parent / "config.toml")["seed"]) not in seeds:
-            continue
-        env = summary.parent / "environment.json"
-        out.append((s, json.loads(env.read_text()) if env.is_file() else {}))
+    for _, seed, run, summary in finished_runs(folder):
+        if seeds is None or seed in seeds:
+            env = run / "environment.json"
+            out.append((summary, json.loads(env.read_text()) if env.is_file() else {}))
     return out
 
 
