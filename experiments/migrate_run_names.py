@@ -125,26 +125,24 @@ def migrate(roots: list[Path], dry_run: bool) -> int:
         for command in spec.get("commands") or [spec]:
             for p in expand(command["grid"], command["seeds"]):
                 every.setdefault(point_name(p), (p, command))
+        left_here = False  # a point of this sweep left alone: its runs.csv is left alone too
         for name, (point, command) in every.items():
             old, new = sweep / _legacy_point_name(point), sweep / name
-            if old != new:  # also when renamed by an earlier, interrupted run of the script
-                moves.append((_shown(old), _shown(new)))
             moved = False
             if old != new and old.is_dir():
-                if new.exists():
-                    print(f"left alone: {_shown(old)} (its new name {name} is taken)")
-                    counts["left"] += 1
-                    continue
-                why = _mismatch(old, point)
+                why = f"its new name {name} is taken" if new.exists() else _mismatch(old, point)
                 if why:
                     print(f"left alone: {_shown(old)} ({why})")
                     counts["left"] += 1
+                    left_here = True
                     continue
                 say(f"rename {_shown(old)} -> {name}")
                 if not dry_run:
                     old.rename(new)
                 moved = True
                 counts["renamed"] += 1
+            if old != new and (new.is_dir() or moved):  # also when renamed by an earlier, interrupted run
+                moves.append((_shown(old), _shown(new)))
             if (new.is_dir() or (dry_run and moved)) and not (new / "point.json").exists():
                 overrides = [*command.get("overrides", []), *point_overrides(point)]
                 say(f"write {_shown(new / 'point.json')}")
@@ -152,7 +150,10 @@ def migrate(roots: list[Path], dry_run: bool) -> int:
                     _write_point(new, point, overrides, point_preset(point, command.get("preset")))
                 counts["point_json"] += 1
         runs = sweep / "runs.csv"
-        if runs.is_file():
+        if runs.is_file() and left_here:
+            print(f"left alone: {_shown(runs)} (a point's folder was left alone: its folder cell would be wrong)")
+            counts["left"] += 1
+        elif runs.is_file():
             latest = expand(spec["grid"], spec["seeds"])  # runs.csv holds the latest command's points
             text, why = _runs_csv(runs, latest, [point_name(p) for p in latest])
             if why:

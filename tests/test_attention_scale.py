@@ -153,14 +153,15 @@ def _stubbed_run_scale(tmp_path: Path, *args: str, followers: bool = False) -> l
     bin_ = tmp_path / "bin"
     bin_.mkdir(parents=True)
     log, started, sweeps = tmp_path / "calls.log", tmp_path / "followers", tmp_path / "sweeps"
-    wait = (f'echo x >> "{sweeps}"\nfor i in $(seq 200); do\n'
+    # a table call (--baseline, after the seeds) has no follower: it does not wait
+    wait = (f'case "$*" in *--baseline*) exit 0 ;; esac\necho x >> "{sweeps}"\nfor i in $(seq 200); do\n'
             f'  [ "$(cat "{started}" 2>/dev/null | wc -l)" -ge "$(wc -l < "{sweeps}")" ] && break; sleep 0.05\ndone\n'
             if followers else "")  # fmt: skip
     (bin_ / "meanfield").write_text(f'#!/bin/sh\necho "meanfield $*" >> "{log}"\n{wait}')
     (bin_ / "python").write_text(
         f'#!/bin/sh\necho "python $*" >> "{log}"\ncase "$*" in *--every*)\n'
         f'  trap \'echo "killed" >> "{log}"; exit 0\' TERM\n  echo x >> "{started}"\n'
-        f"  while :; do sleep 0.05; done ;;\nesac\n"
+        f"  for i in $(seq 4000); do sleep 0.05; done ;;\nesac\n"  # ends within minutes even if never killed
     )
     for name in ("meanfield", "python"):
         (bin_ / name).chmod(0o755)
@@ -704,12 +705,24 @@ def test_words_report_tests_at_n_3_without_the_power_rule_and_adds_the_best_step
     out = tmp_path / "w.md"
     report.main(["--stage", "wikitext2", "--folder", str(folder), "--out", str(out)])
     text = out.read_text()
+    assert text.startswith("P1–P6 on WikiText-2 words (exploratory stage; Holm over its own six)")
     assert "p (Holm, 6)" in text and "Power rule" not in text and "blind" not in text
     diffs = [best["p8-b1e-3", s] - best["p8", s] for s in range(3)]
     assert f"| B1 | β = 1e-3 vs β = 0 (M = 8) | 3 | {np.mean(diffs):+.4f} ±" in text
     assert f"| p16 | {np.mean(values['p16']) + 0.3:.3f} (3) | {np.mean(values['p16']):.3f} (3) |" in text
+    # --seeds restricts the curve as it restricts the tests; a run without a best step is left out of B1 only
+    report.main(["--stage", "wikitext2", "--folder", str(folder), "--out", str(out), "--seeds", "0,1", "--unblind"])
+    assert f"| p16 | {np.mean(values['p16'][:2]) + 0.3:.3f} (2) |" in out.read_text()
+    summary_path = folder / "preset=p8_seed=2" / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    del summary["best"]
+    summary_path.write_text(json.dumps(summary))
+    report.main(["--stage", "wikitext2", "--folder", str(folder), "--out", str(out)])
+    text = out.read_text()
+    assert "| B1 | β = 1e-3 vs β = 0 (M = 8) | 2 |" in text and "| P1 | β = 1e-3 vs β = 0 (M = 8) | val_loss | 3 |" in text
     # negative control: one arm with 2 seeds keeps the whole stage blind (paired sds, δ80 at n = 3)
     shutil.rmtree(folder / "preset=mha8_seed=2")
     report.main(["--stage", "wikitext2", "--folder", str(folder), "--out", str(out)])
     text = out.read_text()
     assert "blind until every primary arm has 3 seeds" in text and "| B1 |" not in text and "δ80 at n = 3" in text
+    assert "test split's loss" in text and "(the pre-registration)" not in text

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import json
 import math
 from pathlib import Path
 
@@ -175,3 +176,27 @@ def test_convergence_initialisations_are_nested():
     a_other, _ = module.init_particles(16, 4)
     assert not torch.equal(a_other, a_big[:16])  # another replicate: another sequence
     assert torch.allclose(w_big.norm(dim=1), torch.ones(1500)) and float(a_big.abs().max()) <= module.A
+
+
+def test_the_cifar50_guard_refuses_a_folder_begun_at_another_lr(tmp_path):
+    """run_all.sh's cifar50 guard (its inline Python, run here as the script runs it): a sweep.json all of whose
+    recorded commands carry the lr passes; one where an earlier command ran another lr, or a legacy file
+    without "commands" at another lr, is refused (exit status 1)."""
+    import re
+    import subprocess
+    import sys
+
+    script = (Path(__file__).resolve().parents[1] / "experiments" / "feature_particles" / "run_all.sh").read_text()
+    (guard,) = re.findall(r"python -c '(.*?)' \"\$dir/sweep.json\" \"\$3\"", script, re.S)
+    lr = "optim.lr=3e-3"
+
+    def verdict(spec: dict) -> int:
+        path = tmp_path / "sweep.json"
+        path.write_text(json.dumps(spec))
+        return subprocess.run([sys.executable, "-c", guard, str(path), lr]).returncode
+
+    same = {"overrides": ["data.dataset=cifar10", lr]}
+    other = {"overrides": ["data.dataset=cifar10", "optim.lr=1e-2"]}
+    assert verdict({**same, "commands": [same, same]}) == 0 and verdict(same) == 0
+    assert verdict({**same, "commands": [other, same]}) == 1  # begun at another lr, resumed at this one
+    assert verdict(other) == 1

@@ -79,7 +79,8 @@ def test_migration_renames_writes_point_json_and_the_folder_column_and_is_idempo
 
 def test_a_folder_whose_config_is_not_its_point_is_left_alone(tmp_path, capsys):
     """Negative control: the folder named lr = 0.05, seed 1 holds lr = 0.5: it keeps its name (the other three
-    are migrated) and the script exits with status 1, saying why."""
+    are migrated), the files that name it keep its path, runs.csv is left as it was, and the script exits with
+    status 1, saying why."""
     migrate = _script()
     sweep = _legacy_sweep(tmp_path)
     wrong = sweep / "optim.lr=0.05,seed=1"
@@ -89,3 +90,7 @@ def test_a_folder_whose_config_is_not_its_point_is_left_alone(tmp_path, capsys):
     assert "left alone:" in out and "config.toml has optim.lr = 0.5, not 0.05" in out
     assert wrong.is_dir() and not (sweep / "optim.lr=0.05_seed=1").exists()
     assert (sweep / "optim.lr=0.02_seed=0" / "point.json").is_file()  # the others are migrated
+    # files keep naming the folder that was not renamed, and runs.csv gets no folder cell that would be wrong
+    report = (tmp_path / "results" / "report.md").read_text()
+    assert report == f"see {sweep.resolve()}/optim.lr=0.05,seed=1/metrics.jsonl\n"
+    assert (sweep / "runs.csv").read_text().splitlines()[0] == "optim.lr,seed,status,test_mse"

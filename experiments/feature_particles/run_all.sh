@@ -170,9 +170,10 @@ for what in "${@:-table}"; do
       csweep() {  # csweep KIND ARM LR_OVERRIDE [OVERRIDES...]
         local dir=$R/cifar10_50ep/$2
         # a sweep skips a finished point whatever its overrides: refuse a folder begun at another lr
-        # (sweep.json's top-level overrides are its latest command's; its "commands" also list earlier ones)
+        # (every command recorded in sweep.json: its "commands", or the file itself before they were kept)
         if [ -f "$dir/sweep.json" ] && ! python -c 'import json, sys
-sys.exit(sys.argv[2] not in json.load(open(sys.argv[1])).get("overrides", []))' "$dir/sweep.json" "$3"; then
+s = json.load(open(sys.argv[1]))
+sys.exit(not all(sys.argv[2] in c.get("overrides", []) for c in s.get("commands") or [s]))' "$dir/sweep.json" "$3"; then
           echo "cifar50 $2: $dir was begun without $3 (see its sweep.json): move it away first" >&2; return 1
         fi
         sweep "$IMG" --set data.dataset=cifar10 --set train.steps=19500 --set train.eval_every=1950 \

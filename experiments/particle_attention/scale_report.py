@@ -47,6 +47,7 @@ import math
 import statistics
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from meanfield import config as _config
 from meanfield.stats import (
@@ -77,11 +78,22 @@ FAMILY = (
 
 ARMS = ("mha8", "p8", "p8-b1e-3", "p8-cos1e-2", "p16", "p32")  # the primary arms, in the tables' order
 
-# --stage: (default folder, its report's name, the fixed n, whether it is the character study with its power rule)
+class Stage(NamedTuple):
+    """A stage's report: its sweep folder, report file, fixed seed count, title, and whether it is the character
+    study (the pre-registered family, with its power rule) or the words stage (the same six, exploratory)."""
+
+    folder: Path
+    report: str
+    n_fixed: int
+    title: str
+    characters: bool
+
+
 STAGES = {
-    "primary": (FOLDER, "primary_tests.md", N_FIXED, True),
-    "wikitext2": (FOLDER.parent / "wikitext2", "wikitext2_tests.md", N_WORDS, False),
-}
+    "primary": Stage(FOLDER, "primary_tests.md", N_FIXED, "Primary tests (pre-registered)", True),
+    "wikitext2": Stage(FOLDER.parent / "wikitext2", "wikitext2_tests.md", N_WORDS,
+                       "P1–P6 on WikiText-2 words (exploratory stage; Holm over its own six)", False),
+}  # fmt: skip
 
 EXPLORATORY = (("E6", "drop-half gap over 32 draws, β = 1e-3 vs β = 0 (M = 8)", "p8-b1e-3", "p8"),)
 
@@ -117,10 +129,13 @@ def load(folder: Path) -> dict[str, dict[int, dict]]:
     return out
 
 
-def curves(folder: Path) -> dict[str, dict[int, list[float]]]:
-    """``{arm: {step: [val_loss of each finished run evaluated at step]}}`` from the runs' ``metrics.jsonl``."""
+def curves(folder: Path, seeds: set[int] | None = None) -> dict[str, dict[int, list[float]]]:
+    """``{arm: {step: [val_loss of each finished run evaluated at step]}}`` from the runs' ``metrics.jsonl`` (of
+    ``seeds`` only, when given)."""
     out: dict[str, dict[int, list[float]]] = {}
-    for arm, _, run, _ in finished_runs(folder):
+    for arm, seed, run, _ in finished_runs(folder):
+        if seeds is not None and seed not in seeds:
+            continue
         for line in (run / "metrics.jsonl").read_text().splitlines() if (run / "metrics.jsonl").is_file() else []:
             record = json.loads(line)
             if "val_loss" in record:
@@ -170,9 +185,10 @@ def load_draws(folder: Path, sweep: Path) -> dict[str, dict[int, dict]]:
 def paired(
     by_arm: dict[str, dict[int, dict]], a: str, b: str, key: str, level: float = 0.95
 ) -> tuple[list[int], PairedDifference | None]:
-    """``(seeds, d)``: the seeds both arms have and the paired difference ``a[key] − b[key]`` over them, its
-    interval at ``level`` (``None`` below 2 pairs)."""
-    seeds = sorted(set(by_arm.get(a, {})) & set(by_arm.get(b, {})))
+    """``(seeds, d)``: the seeds where both arms have ``key`` and the paired difference ``a[key] − b[key]`` over
+    them, its interval at ``level`` (``None`` below 2 pairs)."""
+    a_runs, b_runs = by_arm.get(a, {}), by_arm.get(b, {})
+    seeds = sorted(s for s in set(a_runs) & set(b_runs) if key in a_runs[s] and key in b_runs[s])
     if len(seeds) < 2:
         return seeds, None
     return seeds, paired_difference(
@@ -241,11 +257,15 @@ def best_step(runs: dict[str, dict[int, dict]]) -> list[dict]:
     return rows
 
 
+def words_note() -> str:
+    """What ``val_loss`` means in the words stage's tables."""
+    return ("\n*On words `val_loss` is the test split's loss (the page's protocol: trained on the valid split, "
+            "measured on the test split).*\n")  # fmt: skip
+
+
 def markdown_words_exploratory(runs: dict[str, dict[int, dict]], by_step: dict[str, dict[int, list[float]]]) -> str:
     """The best-step comparisons (raw p) and the mean test-loss curve of every arm over its evaluated steps."""
-    lines = ["", "*On words `val_loss` is the test split's loss (the page's protocol: trained on the valid split, "
-             "measured on the test split).*",
-             "", "Exploratory (not in the Holm family; raw p): the same loss comparisons at each run's best "
+    lines = ["", "Exploratory (not in the Holm family; raw p): the same loss comparisons at each run's best "
              "evaluated step.", "",
              "| id | comparison | pairs | Δ ± 95 % CI half-width | 95 % CI | p (paired t) |",
              "|---|---|---|---|---|---|"]  # fmt: skip
@@ -292,10 +312,11 @@ def shown_path(folder: Path) -> str:
         return str(folder)
 
 
-def markdown_blind(rows: list[dict], folder: Path, n_fixed: int = N_FIXED) -> str:
-    """The interim table: each comparison's pairs, paired sd, the seeds it asks for and its δ80 at ``n_fixed``."""
+def markdown_blind(rows: list[dict], folder: Path, stage: Stage = STAGES["primary"]) -> str:
+    """The interim table: each comparison's pairs, paired sd, the seeds it asks for and its δ80 at the fixed n."""
+    n_fixed = stage.n_fixed
     lines = [
-        f"Primary tests (pre-registered), **blind until every primary arm has {n_fixed} seeds**: paired sds only, "
+        f"{stage.title}, **blind until every primary arm has {n_fixed} seeds**: paired sds only, "
         f"from `{shown_path(folder)}`:",
         "",
         f"| id | comparison | metric | pairs | paired sd | seeds for 0.01 at 80 % power | δ80 at n = {n_fixed} |",
@@ -314,16 +335,17 @@ def markdown_blind(rows: list[dict], folder: Path, n_fixed: int = N_FIXED) -> st
         "",
         f"*paired sd: of the per-seed differences (first arm − second); seeds for 0.01: "
         f"`pairs_needed(0.01, sd)`; δ80: the smallest |Δ| {n_fixed} pairs detect with 80 % power at α = 0.05 at "
-        "this sd (noncentral t). No difference and no p is shown before the fixed n (the pre-registration).*",
+        "this sd (noncentral t). No difference and no p is shown before the fixed n "
+        f"({'the pre-registration' if stage.characters else 'the addendum of 2026-12-04: 3 seeds an arm'}).*",
     ]
     return "\n".join(lines) + "\n"
 
 
-def markdown(rows: list[dict], folder: Path, power_rule: bool = True) -> str:
+def markdown(rows: list[dict], folder: Path, stage: Stage = STAGES["primary"]) -> str:
     """The family's table: Δ, intervals (95 % and Bonferroni), raw and Holm p, δ80, the power at 0.01 and a verdict;
-    the power rule's seed count under it when ``power_rule`` (the character study's, not the words stage's)."""
+    under it the power rule's seed count for the character study (not for the words stage: n fixed at 3)."""
     lines = [
-        f"Primary tests (pre-registered), from `{shown_path(folder)}`:",
+        f"{stage.title}, from `{shown_path(folder)}`:",
         "",
         "| id | comparison | metric | pairs | Δ ± 95 % CI half-width | 95 % CI | family 95 % CI (Bonferroni) "
         "| p (paired t) | p (Holm, 6) | δ80 | power at 0.01 | seeds for 0.01 at 80 % power | verdict (Holm < 0.05) |",
@@ -350,14 +372,14 @@ def markdown(rows: list[dict], folder: Path, power_rule: bool = True) -> str:
         )
     needs = [pairs_needed(DELTA, r["d"].sd) for r in rows
              if r["id"] != "P6" and r["d"] is not None and _spread(r["d"])]  # fmt: skip
-    if needs and power_rule:
+    if needs and stage.characters:
         lines += ["", f"Power rule: max(8, max over P1–P5 of pairs_needed(0.01, sd)) = **{max(MIN_SEEDS, *needs)}** seeds "
                   f"(per comparison: {', '.join(str(n) for n in needs)})."]  # fmt: skip
     lines += [
         "",
         "*Δ: mean paired difference (first arm − second) over the seeds both finished; ±: half-width of its 95 % "
         "Student-t interval (df = pairs − 1); family CI: the Bonferroni interval at level 1 − 0.05/6, so that all six cover "
-        "their true Δ together with at least 95 % probability (Holm's tests control the same family-wise error); Holm: over the six primary tests; δ80: the smallest |Δ| these pairs "
+        "their true Δ together with at least 95 % probability (Holm's tests control the same family-wise error); Holm: over the six tests of this table; δ80: the smallest |Δ| these pairs "
         "detect with 80 % power at α = 0.05 if the paired sd is the observed one (noncentral t); power at 0.01: "
         "the probability that this test (unadjusted α = 0.05, these pairs) finds |Δ| = 0.01 at that sd — under Holm "
         "the first comparison is tested at 0.05/6, so less.*",
@@ -384,26 +406,27 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="drop_half_draws.py's records (default FOLDER/../drop_half/<name>)",
     )
-    parser.add_argument("--unblind", action="store_true", help="show Δ and p before every arm has 8 seeds")
+    parser.add_argument("--unblind", action="store_true",
+                        help="show Δ and p before every arm has the stage's seeds (8; wikitext2: 3)")  # fmt: skip
     parser.add_argument(
         "--seeds",
         default=None,
         help="only these seeds, e.g. 0,1,2 (the pilot's sds); default every finished seed",
     )
     args = parser.parse_args(argv)
-    default_folder, report_name, n_fixed, characters = STAGES[args.stage]
-    args.folder = args.folder or default_folder
+    stage = STAGES[args.stage]
+    args.folder = args.folder or stage.folder
     if not args.folder.is_dir():
-        parser.error(f"--folder {args.folder} is not a folder: give the primary sweep's --out (run_scale.sh's "
-                     f"results/scale/primary)")  # fmt: skip
+        parser.error(f"--folder {args.folder} is not a folder: give the {args.stage} sweep's --out (run_scale.sh's "
+                     f"results/scale/{stage.folder.name})")  # fmt: skip
     runs = load(args.folder)
     keep = None if args.seeds is None else {int(x) for x in args.seeds.split(",") if x.strip()}
     runs = _only(runs, keep)
     rows = tests(runs)
-    shown = not blind(runs, n_fixed) or args.unblind
-    text = markdown(rows, args.folder, characters) if shown else markdown_blind(rows, args.folder, n_fixed)
-    if not characters:
-        text += markdown_words_exploratory(runs, curves(args.folder)) if shown else ""
+    shown = not blind(runs, stage.n_fixed) or args.unblind
+    text = (markdown if shown else markdown_blind)(rows, args.folder, stage)
+    if not stage.characters:
+        text += words_note() + (markdown_words_exploratory(runs, curves(args.folder, keep)) if shown else "")
     draws = _only(
         load_draws(args.draws or args.folder.parent / "drop_half" / args.folder.name, args.folder), keep
     )
@@ -416,7 +439,7 @@ def main(argv: list[str] | None = None) -> None:
     text += (
         f"\nCost: {n} finished runs, {hours:.1f} CPU-hours (Σ wall_clock_s × threads; by processor: {per}).\n"
     )
-    out = args.out or args.folder.parent / report_name
+    out = args.out or args.folder.parent / stage.report
     out.write_text(text)
     print(text)
     print(f"written: {out}")
