@@ -77,6 +77,10 @@ FAMILY = (
 
 
 ARMS = ("mha8", "p8", "p8-b1e-3", "p8-cos1e-2", "p16", "p32")  # the primary arms, in the tables' order
+# what ``val_loss`` means in the words stage's tables
+WORDS_NOTE = ("\n*On words `val_loss` is the test split's loss (the page's protocol: trained on the valid split, "
+              "measured on the test split).*\n")  # fmt: skip
+
 
 class Stage(NamedTuple):
     """A stage's report: its sweep folder, report file, fixed seed count, title, and whether it is the character
@@ -257,12 +261,6 @@ def best_step(runs: dict[str, dict[int, dict]]) -> list[dict]:
     return rows
 
 
-def words_note() -> str:
-    """What ``val_loss`` means in the words stage's tables."""
-    return ("\n*On words `val_loss` is the test split's loss (the page's protocol: trained on the valid split, "
-            "measured on the test split).*\n")  # fmt: skip
-
-
 def markdown_words_exploratory(runs: dict[str, dict[int, dict]], by_step: dict[str, dict[int, list[float]]]) -> str:
     """The best-step comparisons (raw p) and the mean test-loss curve of every arm over its evaluated steps."""
     lines = ["", "Exploratory (not in the Holm family; raw p): the same loss comparisons at each run's best "
@@ -426,16 +424,14 @@ def main(argv: list[str] | None = None) -> None:
     shown = not blind(runs, stage.n_fixed) or args.unblind
     text = (markdown if shown else markdown_blind)(rows, args.folder, stage)
     if not stage.characters:
-        text += words_note() + (markdown_words_exploratory(runs, curves(args.folder, keep)) if shown else "")
+        text += WORDS_NOTE + (markdown_words_exploratory(runs, curves(args.folder, keep)) if shown else "")
     draws = _only(
         load_draws(args.draws or args.folder.parent / "drop_half" / args.folder.name, args.folder), keep
     )
     text += markdown_exploratory(exploratory(draws), draws, shown)
-    n, hours = cost(args.folder, keep)
-    per = "; ".join(
-        f"{name}: {k} run{'s' if k != 1 else ''}, {h:.1f}"
-        for name, (k, h) in cost_by_processor(args.folder, keep).items()
-    )
+    by_processor = cost_by_processor(args.folder, keep)  # one scan of the folder; cost() is its sum
+    n, hours = sum(k for k, _ in by_processor.values()), sum(h for _, h in by_processor.values())
+    per = "; ".join(f"{name}: {k} run{'s' if k != 1 else ''}, {h:.1f}" for name, (k, h) in by_processor.items())
     text += (
         f"\nCost: {n} finished runs, {hours:.1f} CPU-hours (Σ wall_clock_s × threads; by processor: {per}).\n"
     )
