@@ -228,6 +228,8 @@ def test_run_scale_puts_the_primary_arms_first():
     text = SCRIPT.read_text()
     assert f"PRIMARY={','.join(PRIMARY)}" in text and f"SECONDARY={','.join(SECONDARY)}" in text
     assert text.index('sweep "$R/primary"') < text.index('sweep "$R/secondary"')
+    # the report's table order is the same list (one is bash, one Python: this keeps them together)
+    assert _module("report", HERE / "scale_report.py").ARMS == PRIMARY
 
 
 def test_checkpoints_stay_out_of_git():

@@ -76,7 +76,7 @@ FAMILY = (
 )
 
 
-ARMS = ("mha8", "p8", "p8-b1e-3", "p8-cos1e-2", "p16", "p32")  # the primary arms, in the tables' order
+ARMS = ("mha8", "p8", "p8-b1e-3", "p8-cos1e-2", "p16", "p32")  # the primary arms, in the tables' order (run_scale.sh's PRIMARY; a test keeps them equal)
 # what ``val_loss`` means in the words stage's tables
 WORDS_NOTE = ("\n*On words `val_loss` is the test split's loss (the page's protocol: trained on the valid split, "
               "measured on the test split).*\n")  # fmt: skip
@@ -229,10 +229,7 @@ def markdown_exploratory(rows: list[dict], draws: dict[str, dict[int, dict]], sh
         if d is None or not _spread(d):
             lines.append(f"| {r['id']} | {r['what']} | {seeds} | — | — |" + (" — | — |" if shown else ""))
         elif shown:
-            lines.append(
-                f"| {r['id']} | {r['what']} | {seeds} | {d.mean:+.4f} ± {d.half_width:.4f} | "
-                f"[{d.lo:+.4f}, {d.hi:+.4f}] | {d.p_value:.2g} | {d.detectable():.4f} |"
-            )
+            lines.append(f"| {r['id']} | {r['what']} | {seeds} | {_cells(d)} | {d.p_value:.2g} | {d.detectable():.4f} |")
         else:
             lines.append(f"| {r['id']} | {r['what']} | {seeds} | {d.sd:.4f} | {d.detectable():.4f} |")
     sds = sorted(r["sd"] for r in records)
@@ -272,8 +269,7 @@ def markdown_words_exploratory(runs: dict[str, dict[int, dict]], by_step: dict[s
         if d is None or not _spread(d):
             lines.append(f"| {r['id']} | {r['what']} | {r['n']} | — | — | — |")
         else:
-            lines.append(f"| {r['id']} | {r['what']} | {d.n} | {d.mean:+.4f} ± {d.half_width:.4f} | "
-                         f"[{d.lo:+.4f}, {d.hi:+.4f}] | {d.p_value:.2g} |")  # fmt: skip
+            lines.append(f"| {r['id']} | {r['what']} | {d.n} | {_cells(d)} | {d.p_value:.2g} |")
     steps = sorted({step for arm in by_step.values() for step in arm})
     if steps:
         lines += ["", "Mean test loss over the finished seeds at each evaluated step (seeds in brackets):", "",
@@ -294,6 +290,11 @@ def tests(runs: dict[str, dict[int, dict]]) -> list[dict]:
     for r, q in zip(rows, holm(p)):
         r["holm"] = float(q)
     return rows
+
+
+def _cells(d: PairedDifference) -> str:
+    """The two table cells every comparison row shares: ``Δ ± 95 % CI half-width | [lo, hi]``."""
+    return f"{d.mean:+.4f} ± {d.half_width:.4f} | [{d.lo:+.4f}, {d.hi:+.4f}]"
 
 
 def _spread(d) -> bool:
@@ -363,8 +364,8 @@ def markdown(rows: list[dict], folder: Path, stage: Stage = STAGES["primary"]) -
         verdict = "—" if not math.isfinite(r["holm"]) else (
             ("**lower**" if d.mean < 0 else "**higher**") if r["holm"] < ALPHA else "not significant")  # fmt: skip
         lines.append(
-            f"| {r['id']} | {r['what']} | {r['metric']} | {d.n} | {d.mean:+.4f} ± {d.half_width:.4f} | "
-            f"[{d.lo:+.4f}, {d.hi:+.4f}] | [{r['family'].lo:+.4f}, {r['family'].hi:+.4f}] | {d.p_value:.2g} | "
+            f"| {r['id']} | {r['what']} | {r['metric']} | {d.n} | {_cells(d)} | "
+            f"[{r['family'].lo:+.4f}, {r['family'].hi:+.4f}] | {d.p_value:.2g} | "
             f"{r['holm']:.2g} | {delta80} | {power} | {need} | "
             f"{verdict} |"
         )
