@@ -462,21 +462,68 @@ def test_drop_half_draws_reproduces_the_runs_own_draw_and_averages_fresh_ones(tm
 
 
 def test_drop_half_draws_measures_the_other_runs_when_one_fails(tmp_path, monkeypatch):
-    """A run whose measurement raises (a damaged checkpoint) is reported with its error and the pass goes on to
-    the next run: a --every follower must not end silently and leave later runs unmeasured."""
+    """A run whose measurement raises (a damaged checkpoint) or whose summary cannot be read is reported with its
+    error and the pass goes on to the next run: a --every follower must not end silently and leave later runs
+    unmeasured. A run that failed is not reloaded by the same process's later passes (it is reported once)."""
     draws = _module("drop_half_fail", HERE / "drop_half_draws.py")
-    runs = [tmp_path / "a", tmp_path / "b"]
-    monkeypatch.setattr(draws, "eligible", lambda folder: runs)
+    for name in ("a", "b", "c"):
+        (tmp_path / "s" / name).mkdir(parents=True)
+    (tmp_path / "s" / "c" / "summary.json").write_text('{"status": "fini')  # damaged
+    monkeypatch.setattr(draws, "is_final", lambda run: run.name != "c" or draws.json.loads(
+        (run / "summary.json").read_text()))  # fmt: skip
+    calls = []
 
     def measure(run, n):
+        calls.append(run.name)
         if run.name == "a":
             raise RuntimeError("PytorchStreamReader failed reading zip archive")
-        return {"gaps": [0.1, 0.2], "logged": 0.1, "mean": 0.15, "sd": 0.07}
+        return {"draws": n, "gaps": [0.1, 0.2], "logged": 0.1, "mean": 0.15, "sd": 0.07}
 
     monkeypatch.setattr(draws, "measure", measure)
-    bad = draws.measure_folder(tmp_path, tmp_path / "out", 2)
-    assert bad == ["a: could not be measured: RuntimeError: PytorchStreamReader failed reading zip archive"]
+    failed: dict[str, str] = {}
+    bad = draws.measure_folder(tmp_path / "s", tmp_path / "out", 2, failed)
+    assert bad[0] == "a: could not be measured: RuntimeError: PytorchStreamReader failed reading zip archive"
+    assert len(bad) == 2 and bad[1].startswith("c: could not be measured: JSONDecodeError")
     assert not (tmp_path / "out" / "a.json").exists() and (tmp_path / "out" / "b.json").is_file()
+    assert calls == ["a", "b"] and set(failed) == {"a", "c"}
+    assert draws.measure_folder(tmp_path / "s", tmp_path / "out", 2, failed) == []  # a, c: not again; b: measured
+    assert calls == ["a", "b"]
+    assert draws.measure_folder(tmp_path / "s", tmp_path / "out", 2) == bad  # a fresh process tries them again
+
+
+def test_drop_half_draws_every_reports_a_failing_run_once(tmp_path, monkeypatch, capsys):
+    """main --every through a run that keeps failing: measured (and reported) in the first pass only, while a run
+    that finishes later is still measured in a later pass."""
+    draws = _module("drop_half_every_fail", HERE / "drop_half_draws.py")
+    (tmp_path / "s" / "a").mkdir(parents=True)
+    calls = []
+
+    def measure(run, n):
+        calls.append(run.name)
+        if run.name == "a":
+            raise RuntimeError("damaged")
+        return {"draws": n, "gaps": [0.1, 0.2], "logged": 0.1, "mean": 0.15, "sd": 0.07}
+
+    class Stop(Exception):
+        pass
+
+    sleeps = []
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        if len(sleeps) == 1:
+            (tmp_path / "s" / "b").mkdir()  # a run that finishes between passes
+        if len(sleeps) == 3:
+            raise Stop
+
+    monkeypatch.setattr(draws, "is_final", lambda run: True)
+    monkeypatch.setattr(draws, "measure", measure)
+    monkeypatch.setattr(draws.time, "sleep", sleep)
+    monkeypatch.setattr(draws.torch, "set_num_threads", lambda n: None)
+    with pytest.raises(Stop):
+        draws.main(["--folder", str(tmp_path / "s"), "--every", "1"])
+    assert calls == ["a", "b"]
+    assert capsys.readouterr().err.count("a: could not be measured: RuntimeError: damaged") == 1
 
 
 def test_a_usable_spread_is_relative_to_the_differences_not_absolute():
@@ -499,7 +546,7 @@ def test_drop_half_draws_every_repeats_its_pass_until_stopped(tmp_path, monkeypa
     draws = _module("drop_half_every", HERE / "drop_half_draws.py")
     passes, sleeps = [], []
 
-    def one_pass(folder, out, n):
+    def one_pass(folder, out, n, failed):
         passes.append((folder, out, n))
         return ["bad"] if len(passes) == 1 else []
 

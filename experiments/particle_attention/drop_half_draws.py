@@ -100,36 +100,52 @@ def measure(run: Path, draws: int) -> dict:
     }
 
 
+def is_final(run: Path) -> bool:
+    """Whether ``run`` has finished and its latest checkpoint is its final step (raises on an unreadable
+    ``summary.json``)."""
+    summary = run / "summary.json"
+    if not summary.is_file():
+        return False
+    s = json.loads(summary.read_text())
+    return s.get("status") == "finished" and Checkpoints(run / "checkpoints").latest() == int(s["step"])
+
+
+def run_folders(folder: Path) -> list[Path]:
+    """The run folders under a sweep folder, sorted (none if it does not exist yet)."""
+    return sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+
+
 def eligible(folder: Path) -> list[Path]:
     """Finished runs under ``folder`` whose latest checkpoint is their final step."""
-    out = []
-    for run in sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
-        summary = run / "summary.json"
-        if not summary.is_file():
-            continue
-        s = json.loads(summary.read_text())
-        if s.get("status") == "finished" and Checkpoints(run / "checkpoints").latest() == int(s["step"]):
-            out.append(run)
-    return out
+    return [run for run in run_folders(folder) if is_final(run)]
 
 
-def measure_folder(folder: Path, out: Path, draws: int) -> list[str]:
+def measure_folder(folder: Path, out: Path, draws: int, failed: dict[str, str] | None = None) -> list[str]:
     """Measure every eligible run of ``folder`` not yet measured with ``draws`` draws into ``out``.
+
+    Args:
+        failed: runs that could not be measured in an earlier pass of this process, ``{name: why}``: skipped
+            (a ``--every`` follower reports a damaged run once instead of reloading it every pass); this pass's
+            failures are added. A fresh process (the sweep's last pass) tries them again.
 
     Returns:
         One line per run whose draw 0 does not reproduce its logged gap or that could not be measured (an
-        exception: a damaged checkpoint, a model that no longer loads); the other runs are measured all the same
-        (empty: all agree).
+        exception anywhere: an unreadable summary, a damaged checkpoint, a model that no longer loads); the
+        other runs are measured all the same (empty: all agree).
     """
+    failed = {} if failed is None else failed
     bad = []
-    for run in eligible(folder):
-        path = out / f"{run.name}.json"
-        if path.is_file() and json.loads(path.read_text()).get("draws") == draws:
+    for run in run_folders(folder):
+        if run.name in failed:
             continue
+        path = out / f"{run.name}.json"
         try:
+            if not is_final(run) or (path.is_file() and json.loads(path.read_text()).get("draws") == draws):
+                continue
             result = measure(run, draws)
         except Exception as exc:  # one run's failure must not end the pass (nor a --every follower)
-            bad.append(f"{run.name}: could not be measured: {type(exc).__name__}: {exc}")
+            failed[run.name] = f"{run.name}: could not be measured: {type(exc).__name__}: {exc}"
+            bad.append(failed[run.name])
             continue
         if result["logged"] is not None and not math.isclose(
             result["gaps"][0], result["logged"], abs_tol=1e-5
@@ -168,8 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or args.folder.parent / "drop_half" / args.folder.name
     if args.every is not None:
         torch.set_num_threads(1)  # beside a sweep's runs: take one core at most
+    failed: dict[str, str] = {}  # runs this process could not measure: not retried on every --every pass
     while True:
-        bad = measure_folder(args.folder, out, args.draws)
+        bad = measure_folder(args.folder, out, args.draws, failed)
         if bad:
             print("runs not measured, or whose draw 0 does not reproduce the run's own measurement:\n  "
                   + "\n  ".join(bad), file=sys.stderr, flush=True)  # fmt: skip
