@@ -33,6 +33,7 @@ __all__ = [
     "WhitenessCheck",
     "whiteness",
     "Interval",
+    "interval_text",
     "t_interval",
     "PairedDifference",
     "paired_difference",
@@ -260,6 +261,12 @@ def t_interval(values, level: float = 0.95) -> Interval:
     se = float(a.std(ddof=1) / math.sqrt(a.size))
     half = float(_st.t.ppf((1 + level) / 2, a.size - 1)) * se
     return Interval(mean, se, mean - half, mean + half, int(a.size))
+
+
+def interval_text(values, digits: int = 3, empty: str = "—") -> str:
+    """A table cell for ``values``: ``t_interval(values).text(digits)`` (``"mean ± half-width"``, the mean alone
+    for one value), or ``empty`` where there are none."""
+    return t_interval(values).text(digits) if len(values) else empty
 
 
 @dataclass(frozen=True)

@@ -433,6 +433,8 @@ def test_t_interval_by_hand_with_the_default_and_another_level():
     assert r.half_width == pytest.approx(T2_975 * se, rel=1e-12, abs=0)  # the table's ±
     assert r.text() == "2.000 ± 2.484" and r.text(1) == "2.0 ± 2.5"  # by hand: 4.3027 · 0.57735 = 2.4841
     assert t_interval([1.25]).text(2) == "1.25"  # one value: no ±, no "nan"
+    assert stats.interval_text([1.0, 2.0, 3.0]) == "2.000 ± 2.484" and stats.interval_text(np.array([1.25]), 2) == "1.25"
+    assert stats.interval_text([]) == "—" and stats.interval_text(np.array([]), empty="n/a") == "n/a"  # no values: no error
     r90 = t_interval(np.array([[1.0, 2.0, 3.0]]), 0.9)
     assert r90.n == 3 and (r90.lo, r90.hi) == (
         pytest.approx(2 - T2_95 * se, rel=1e-12, abs=0),

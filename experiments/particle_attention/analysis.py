@@ -27,7 +27,7 @@ import torch
 from meanfield import data as _data
 from meanfield.metrics import lm as _lm
 from meanfield.runs import find_runs, load_model
-from meanfield.stats import t_interval
+from meanfield.stats import interval_text
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -93,10 +93,6 @@ def measure(run: Path) -> dict[str, float]:
     return out
 
 
-def _fmt(v: list[float], digits: int = 3) -> str:
-    return t_interval(v).text(digits) if v else "—"
-
-
 @torch.no_grad()
 def init_scale() -> str:
     """Std of the first block's attention output at initialisation, particle (native/matched) / baseline."""
@@ -148,7 +144,7 @@ def main(init_only: bool = False) -> None:
             continue
 
         def col(key: str, digits: int = 3, found=found) -> str:
-            return _fmt([f[key] for f in found if key in f], digits)
+            return interval_text([f[key] for f in found if key in f], digits)
 
         rows.append(
             f"| {name} | {len(found)} | {col('loss')} | {col('no_attention')} | {col('uniform_attention')} | "

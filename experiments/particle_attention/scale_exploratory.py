@@ -52,7 +52,7 @@ from scipy import stats as _scipy
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale_report as _primary  # noqa: E402  (the sibling script: load, paired, _spread, cost, load_draws)
 
-from meanfield.stats import holm, t_interval  # noqa: E402
+from meanfield.stats import holm, interval_text, t_interval  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SCALE = HERE / "results" / "scale"
@@ -184,8 +184,8 @@ def markdown_early(early: dict[str, dict[int, dict]], table: list[dict]) -> str:
         sd = statistics.stdev(val) if len(val) > 1 else math.nan
         first = [v["loss_first"] for v in by.values()]
         step = next(iter(by.values()))["step_first"]
-        lines.append(f"| `{arm}` | {len(by)} | {_cell(val, 4)} | {sd:.4f} | {_cell(first, 3)} ({step}) | "
-                     f"{_cell([v['steps_to'] for v in by.values()], 0)} |")  # fmt: skip
+        lines.append(f"| `{arm}` | {len(by)} | {interval_text(val, 4)} | {sd:.4f} | {interval_text(first, 3)} ({step}) | "
+                     f"{interval_text([v['steps_to'] for v in by.values()], 0)} |")  # fmt: skip
     lines += [
         "",
         "Against MHA-8 (Holm over the three arms of each column):",
@@ -261,10 +261,6 @@ def rows(runs: dict[str, dict[int, dict]]) -> list[dict]:
     return out
 
 
-def _cell(values: list[float], digits: int) -> str:
-    return t_interval(values).text(digits) if values else "—"
-
-
 def markdown(runs: dict[str, dict[int, dict]], table: list[dict], failed: dict[str, list[str]]) -> str:
     lines = [
         "**Exploratory** (not in the P1–P6 family). The β curve at M = 8: per-arm mean ± 95 % CI half-width over "
@@ -280,7 +276,7 @@ def markdown(runs: dict[str, dict[int, dict]], table: list[dict], failed: dict[s
         for m in CURVE_METRICS:
             scale, digits, unit = (1e8, 2, " ×1e-8") if m == "grad_var_attn" else (1.0, 3, "")
             values = [v[m] * scale for v in by if m in v]
-            cells.append(_cell(values, digits) + (unit if values else "") + (
+            cells.append(interval_text(values, digits) + (unit if values else "") + (
                 f" ({len(values)})" if values and len(values) < len(by) else ""))  # fmt: skip
         seeds = ", ".join(map(str, sorted(runs.get(arm, {})))) or "none"
         lines.append(f"| `{arm}` | {beta:g} | {seeds} | " + " | ".join(cells) + " |")
