@@ -759,6 +759,8 @@ def test_words_report_tests_at_n_3_without_the_power_rule_and_adds_the_best_step
     diffs = [best["p8-b1e-3", s] - best["p8", s] for s in range(3)]
     assert f"| B1 | β = 1e-3 vs β = 0 (M = 8) | 3 | {np.mean(diffs):+.4f} ±" in text
     assert f"| p16 | {np.mean(values['p16']) + 0.3:.3f} (3) | {np.mean(values['p16']):.3f} (3) |" in text
+    figure = tmp_path / report.WORDS_FIGURE  # beside the sweep folder (docs/assets only for the stage's own)
+    assert figure.read_bytes().startswith(b"\x89PNG")
     # --seeds restricts the curve as it restricts the tests; a run without a best step is left out of B1 only
     report.main(["--stage", "wikitext2", "--folder", str(folder), "--out", str(out), "--seeds", "0,1", "--unblind"])
     assert f"| p16 | {np.mean(values['p16'][:2]) + 0.3:.3f} (2) |" in out.read_text()
@@ -771,7 +773,9 @@ def test_words_report_tests_at_n_3_without_the_power_rule_and_adds_the_best_step
     assert "| B1 | β = 1e-3 vs β = 0 (M = 8) | 2 |" in text and "| P1 | β = 1e-3 vs β = 0 (M = 8) | val_loss | 3 |" in text
     # negative control: one arm with 2 seeds keeps the whole stage blind (paired sds, δ80 at n = 3)
     shutil.rmtree(folder / "preset=mha8_seed=2")
+    figure.unlink()
     report.main(["--stage", "wikitext2", "--folder", str(folder), "--out", str(out)])
     text = out.read_text()
     assert "blind until every primary arm has 3 seeds" in text and "| B1 |" not in text and "δ80 at n = 3" in text
+    assert not figure.exists()  # blind: no curve either
     assert "test split's loss" in text and "(the pre-registration)" not in text

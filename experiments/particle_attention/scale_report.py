@@ -57,9 +57,12 @@ from meanfield.stats import (
     paired_difference,
     paired_t_power,
     pairs_needed,
+    t_interval,
 )
 
 HERE = Path(__file__).resolve().parent
+ASSETS = HERE.parents[1] / "docs" / "assets"
+WORDS_FIGURE = "particle_attention_scale_words.png"
 FOLDER = HERE / "results" / "scale" / "primary"
 REPO = HERE.parents[1]
 ALPHA, DELTA, MIN_SEEDS = 0.05, 0.01, 8
@@ -280,6 +283,31 @@ def markdown_words_exploratory(runs: dict[str, dict[int, dict]], by_step: dict[s
     return "\n".join(lines) + "\n"
 
 
+def words_figure(by_step: dict[str, dict[int, list[float]]], path: Path) -> None:
+    """Each arm's mean test loss over its seeds at every evaluated step, ± the 95 % t interval (the curve that
+    says where the last step lies against the overfitting turn)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for k, arm in enumerate(sorted(by_step, key=lambda a: (ARMS.index(a) if a in ARMS else len(ARMS), a))):
+        steps = sorted(s for s, v in by_step[arm].items() if v)
+        ivs = [t_interval(by_step[arm][s]) for s in steps]
+        x = [s + 6 * (k - 2.5) for s in steps]  # side by side at each step, so the intervals do not overlap
+        ax.errorbar(x, [iv.mean for iv in ivs], yerr=[iv.half_width for iv in ivs], marker="o", ms=4, capsize=2,
+                    label=f"{arm} (n = {max(len(by_step[arm][s]) for s in steps)})")  # fmt: skip
+    ax.set_xlabel("step (16 × 128 tokens)")
+    ax.set_ylabel("test loss (nats/word)")
+    ax.set_title("WikiText-2 words, 6 × 256: mean test loss ± 95 % CI over seeds", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def tests(runs: dict[str, dict[int, dict]]) -> list[dict]:
     rows = []
     for pid, what, metric, a, b in FAMILY:
@@ -405,6 +433,9 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="drop_half_draws.py's records (default FOLDER/../drop_half/<name>)",
     )
+    parser.add_argument("--figure", type=Path, default=None,
+                        help=f"wikitext2: the test-loss curve figure (default docs/assets/{WORDS_FIGURE} for the "
+                        f"stage's own folder, else FOLDER/../{WORDS_FIGURE}); written once unblinded")  # fmt: skip
     parser.add_argument("--unblind", action="store_true",
                         help="show Δ and p before every arm has the stage's seeds (8; wikitext2: 3)")  # fmt: skip
     parser.add_argument(
@@ -414,6 +445,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     stage = STAGES[args.stage]
+    own = args.folder is None
     args.folder = args.folder or stage.folder
     if not args.folder.is_dir():
         parser.error(f"--folder {args.folder} is not a folder: give the {args.stage} sweep's --out (run_scale.sh's "
@@ -425,7 +457,10 @@ def main(argv: list[str] | None = None) -> None:
     shown = not blind(runs, stage.n_fixed) or args.unblind
     text = (markdown if shown else markdown_blind)(rows, args.folder, stage)
     if not stage.characters:
-        text += WORDS_NOTE + (markdown_words_exploratory(runs, curves(args.folder, keep)) if shown else "")
+        by_step = curves(args.folder, keep)
+        text += WORDS_NOTE + (markdown_words_exploratory(runs, by_step) if shown else "")
+        if shown and by_step:
+            words_figure(by_step, args.figure or (ASSETS if own else args.folder.parent) / WORDS_FIGURE)
     draws = _only(
         load_draws(args.draws or args.folder.parent / "drop_half" / args.folder.name, args.folder), keep
     )
