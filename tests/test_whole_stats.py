@@ -838,7 +838,7 @@ def test_stats_exports():
     """The public names of the module."""
     assert set(stats.__all__) == {
         "Z", "Estimate", "mean_se", "within", "chi2_variance_pvalue", "jackknife", "loglog_slope",
-        "false_failure_rate", "WhitenessCheck", "whiteness", "Interval", "t_interval", "PairedDifference",
+        "false_failure_rate", "WhitenessCheck", "whiteness", "Interval", "interval_text", "t_interval", "PairedDifference",
         "paired_difference", "LogInterval", "log_interval", "paired_t_power", "detectable_difference",
         "pairs_needed", "holm", "HolmFamily",
     }  # fmt: skip
