@@ -453,12 +453,24 @@ def test_drop_half_draws_reproduces_the_runs_own_draw_and_averages_fresh_ones(tm
     assert (out / "preset=p8_seed=0.json").stat().st_mtime_ns == stamp  # measured already: skipped
     checkpoints = sorted((folder / "preset=p8_seed=0" / "checkpoints").glob("step-*.pt"))
     checkpoints[-1].rename(checkpoints[-1].with_name("kept.bak"))
-    assert draws.eligible(folder) == []  # the final checkpoint is gone: another machine's run
+    assert not draws.is_final(folder / "preset=p8_seed=0")  # the final checkpoint is gone: another machine's run
     checkpoints[-1].with_name("kept.bak").rename(checkpoints[-1])
     summary = json.loads(summary_path.read_text())
     summary["final"]["half_random_gap"] = logged + 0.01
     summary_path.write_text(json.dumps(summary))
     assert draws.main(["--folder", str(folder), "--out", str(tmp_path / "again"), "--draws", "2"]) == 1
+
+
+def _measure_failing_on_a(calls: list[str], error: str):
+    """A stand-in for drop_half_draws.measure: records each run it is called on, raises ``error`` for run "a"."""
+
+    def measure(run, n):
+        calls.append(run.name)
+        if run.name == "a":
+            raise RuntimeError(error)
+        return {"draws": n, "gaps": [0.1, 0.2], "logged": 0.1, "mean": 0.15, "sd": 0.07}
+
+    return measure
 
 
 def test_drop_half_draws_measures_the_other_runs_when_one_fails(tmp_path, monkeypatch):
@@ -472,14 +484,7 @@ def test_drop_half_draws_measures_the_other_runs_when_one_fails(tmp_path, monkey
     monkeypatch.setattr(draws, "is_final", lambda run: run.name != "c" or draws.json.loads(
         (run / "summary.json").read_text()))  # fmt: skip
     calls = []
-
-    def measure(run, n):
-        calls.append(run.name)
-        if run.name == "a":
-            raise RuntimeError("PytorchStreamReader failed reading zip archive")
-        return {"draws": n, "gaps": [0.1, 0.2], "logged": 0.1, "mean": 0.15, "sd": 0.07}
-
-    monkeypatch.setattr(draws, "measure", measure)
+    monkeypatch.setattr(draws, "measure", _measure_failing_on_a(calls, "PytorchStreamReader failed reading zip archive"))
     failed: dict[str, str] = {}
     bad = draws.measure_folder(tmp_path / "s", tmp_path / "out", 2, failed)
     assert bad[0] == "a: could not be measured: RuntimeError: PytorchStreamReader failed reading zip archive"
@@ -498,12 +503,6 @@ def test_drop_half_draws_every_reports_a_failing_run_once(tmp_path, monkeypatch,
     (tmp_path / "s" / "a").mkdir(parents=True)
     calls = []
 
-    def measure(run, n):
-        calls.append(run.name)
-        if run.name == "a":
-            raise RuntimeError("damaged")
-        return {"draws": n, "gaps": [0.1, 0.2], "logged": 0.1, "mean": 0.15, "sd": 0.07}
-
     class Stop(Exception):
         pass
 
@@ -517,7 +516,7 @@ def test_drop_half_draws_every_reports_a_failing_run_once(tmp_path, monkeypatch,
             raise Stop
 
     monkeypatch.setattr(draws, "is_final", lambda run: True)
-    monkeypatch.setattr(draws, "measure", measure)
+    monkeypatch.setattr(draws, "measure", _measure_failing_on_a(calls, "damaged"))
     monkeypatch.setattr(draws.time, "sleep", sleep)
     monkeypatch.setattr(draws.torch, "set_num_threads", lambda n: None)
     with pytest.raises(Stop):

@@ -115,11 +115,6 @@ def run_folders(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
 
 
-def eligible(folder: Path) -> list[Path]:
-    """Finished runs under ``folder`` whose latest checkpoint is their final step."""
-    return [run for run in run_folders(folder) if is_final(run)]
-
-
 def measure_folder(folder: Path, out: Path, draws: int, failed: dict[str, str] | None = None) -> list[str]:
     """Measure every eligible run of ``folder`` not yet measured with ``draws`` draws into ``out``.
 

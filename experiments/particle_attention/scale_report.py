@@ -79,7 +79,8 @@ FAMILY = (
 )
 
 
-ARMS = ("mha8", "p8", "p8-b1e-3", "p8-cos1e-2", "p16", "p32")  # the primary arms, in the tables' order (run_scale.sh's PRIMARY; a test keeps them equal)
+# the primary arms, in the tables' order (run_scale.sh's PRIMARY; a test keeps them equal)
+ARMS = ("mha8", "p8", "p8-b1e-3", "p8-cos1e-2", "p16", "p32")
 # what ``val_loss`` means in the words stage's tables
 WORDS_NOTE = ("\n*On words `val_loss` is the test split's loss (the page's protocol: trained on the valid split, "
               "measured on the test split).*\n")  # fmt: skip
@@ -261,6 +262,11 @@ def best_step(runs: dict[str, dict[int, dict]]) -> list[dict]:
     return rows
 
 
+def in_table_order(arms) -> list[str]:
+    """``arms`` in ``ARMS``'s order, any other arm after them by name."""
+    return sorted(arms, key=lambda a: (ARMS.index(a) if a in ARMS else len(ARMS), a))
+
+
 def markdown_words_exploratory(runs: dict[str, dict[int, dict]], by_step: dict[str, dict[int, list[float]]]) -> str:
     """The best-step comparisons (raw p) and the mean test-loss curve of every arm over its evaluated steps."""
     lines = ["", "Exploratory (not in the Holm family; raw p): the same loss comparisons at each run's best "
@@ -277,7 +283,7 @@ def markdown_words_exploratory(runs: dict[str, dict[int, dict]], by_step: dict[s
     if steps:
         lines += ["", "Mean test loss over the finished seeds at each evaluated step (seeds in brackets):", "",
                   "| arm | " + " | ".join(str(s) for s in steps) + " |", "|---|" + "---|" * len(steps)]  # fmt: skip
-        for arm in sorted(by_step, key=lambda a: (ARMS.index(a) if a in ARMS else len(ARMS), a)):
+        for arm in in_table_order(by_step):
             cells = [f"{statistics.fmean(v):.3f} ({len(v)})" if (v := by_step[arm].get(s)) else "—" for s in steps]
             lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -292,10 +298,11 @@ def words_figure(by_step: dict[str, dict[int, list[float]]], path: Path) -> None
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for k, arm in enumerate(sorted(by_step, key=lambda a: (ARMS.index(a) if a in ARMS else len(ARMS), a))):
+    centre = (len(by_step) - 1) / 2
+    for k, arm in enumerate(in_table_order(by_step)):
         steps = sorted(s for s, v in by_step[arm].items() if v)
         ivs = [t_interval(by_step[arm][s]) for s in steps]
-        x = [s + 6 * (k - 2.5) for s in steps]  # side by side at each step, so the intervals do not overlap
+        x = [s + 6 * (k - centre) for s in steps]  # side by side at each step, so the intervals do not overlap
         ax.errorbar(x, [iv.mean for iv in ivs], yerr=[iv.half_width for iv in ivs], marker="o", ms=4, capsize=2,
                     label=f"{arm} (n = {max(len(by_step[arm][s]) for s in steps)})")  # fmt: skip
     ax.set_xlabel("step (16 × 128 tokens)")
