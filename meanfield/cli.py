@@ -171,6 +171,7 @@ def _sweep(args: argparse.Namespace) -> int:
             address=args.address,
             table=options,
             run=not args.table_only,
+            order=args.order,
         )
     except RunInterrupted as error:
         print(f"meanfield sweep: {error}; run the same command again to resume", file=sys.stderr)
@@ -302,6 +303,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seeds", default="0", help="comma-separated seeds (default: 0)")
     p.add_argument("--jobs", type=int, default=1, help="points run at once, in separate processes")
+    p.add_argument(
+        "--order",
+        choices=("grid", "seed"),
+        default="grid",
+        help="which points start first: each grid point's seeds in turn (default), or every grid point of a seed "
+        "before the next seed's (a study cut short holds whole seeds; one pool keeps --jobs busy across seeds)",
+    )
     p.add_argument(
         "--backend",
         choices=("local", "ray"),

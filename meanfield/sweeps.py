@@ -26,6 +26,10 @@ Sweep folders written before these names (``key=value`` joined by ``,``) still r
 is missing adopts the old folder with its former name or with its configuration (renamed, one line printed).
 
 ``--jobs N`` runs N points at a time in separate processes, each with ``cpu_count/N`` torch threads.
+``--order seed`` starts the points seed by seed (every grid point of the first seed, then of the next) instead of
+grid point by grid point: a study cut short then holds whole seeds, which pair, and one pool keeps every job
+busy across the seeds (a command per seed leaves jobs idle at each seed's tail). The order changes only which
+points start first: folders, tables and results are the same.
 ``--backend ray [--address HOST:PORT]`` runs the points as Ray tasks instead (``pip install
 'meanfield-sde[ray]'``): on a running cluster, or on a local one started for the sweep. Each task writes its own
 run folder exactly as a local point does; a task whose worker dies is retried by Ray (up to ``RAY_RETRIES``
@@ -369,6 +373,7 @@ def _run_local(todo: Sequence[int], args, jobs: int, bar, stop: _Stop) -> dict[i
 
 
 BACKENDS = ("local", "ray")
+ORDERS = ("grid", "seed")  # which points start first: grid point by grid point, or seed by seed
 RAY_RETRIES = 3  # Ray retries a point whose worker process died (the point resumes from its checkpoint)
 
 
@@ -870,6 +875,7 @@ def sweep_runs(
     address: str | None = None,
     table: TableOptions | None = None,
     run: bool = True,
+    order: str = "grid",
 ) -> SweepTable:
     """Run every point of ``grid × seeds`` into ``out/<point_name>`` and write the tables (module docstring).
 
@@ -900,6 +906,9 @@ def sweep_runs(
             no folder is created, adopted or written but the tables, ``sweep.json`` is left as it is, and a
             point without a finished run gets status ``"not run"`` (``"diverged"``/``"failed"`` when its run
             ended so: those count as failed, as in a sweep that ran them).
+        order: which points start first (``ORDERS``): ``"grid"``, the seeds of each grid point in turn, or
+            ``"seed"``, every grid point of one seed before the next seed's (module docstring). Only the
+            order of the runs: the folders and tables do not depend on it.
 
     Returns:
         :class:`SweepTable`.
@@ -913,6 +922,8 @@ def sweep_runs(
         raise ConfigError(f"jobs must be ≥ 1, got {jobs}")
     if backend not in BACKENDS:
         raise ConfigError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    if order not in ORDERS:
+        raise ConfigError(f"order must be one of {list(ORDERS)}, got {order!r}")
     base = _parse_baseline(baseline, grid)
     options = table if table is not None else TableOptions()
     if metrics is not None and (unknown := [m for m in options.log_metrics if m not in metrics]):
@@ -931,6 +942,7 @@ def sweep_runs(
         "grid": grid,
         "seeds": seeds,
         "baseline": baseline,
+        "order": order,
     }
     if not run:
         if not (out / "sweep.json").is_file():
@@ -961,6 +973,8 @@ def sweep_runs(
                 summaries[i] = done
             else:
                 todo.append(i)
+        if order == "seed":  # stable: within a seed, the grid's order
+            todo.sort(key=lambda i: seeds.index(points[i]["seed"]))
         bar = tqdm(
             total=len(points), initial=len(points) - len(todo), disable=quiet, unit="run", desc=out.name
         )

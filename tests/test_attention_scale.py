@@ -172,26 +172,28 @@ def _stubbed_run_scale(tmp_path: Path, *args: str, followers: bool = False) -> l
 
 
 def test_run_scale_keeps_the_pilot_blind_and_tests_at_n_8(tmp_path):
-    """The pilot runs seeds 0, 1, 2 one at a time, each with drop_half_draws.py following it (--every, in the
-    background) and once more after it, and no call compares (no --baseline, no --detect: the
-    pre-registration's blindness before seed 7); `main 8` runs seeds 3-7 and then the one table of seeds 0-7
-    against p8 with --detect 0.01; wikitext2 measures no draws and ends with its P1–P6 report."""
+    """The pilot runs seeds 0, 1, 2 in one pool seed by seed (--order seed: no job idles at a seed's tail), with
+    drop_half_draws.py following it (--every, in the background) and once more after it, and no call compares
+    (no --baseline, no --detect: the pre-registration's blindness before seed 7); `main 8` runs seeds 3-7 and
+    then the one table of seeds 0-7 against p8 with --detect 0.01; wikitext2 measures no draws and ends with
+    its P1–P6 report."""
     calls = _stubbed_run_scale(tmp_path / "pilot", "pilot", followers=True)
     killed = [c for c in calls if c == ["killed"]]
     pilot = [c for c in calls if c != ["killed"]]
     sweeps = [c for c in pilot if c[0] == "meanfield"]
-    assert [c[c.index("--seeds") + 1] for c in sweeps] == ["0", "1", "2"]
+    assert [c[c.index("--seeds") + 1] for c in sweeps] == ["0,1,2"]
+    assert all(c[c.index("--order") + 1] == "seed" for c in sweeps)
     assert all("--baseline" not in c and "--detect" not in c for c in sweeps)
     followers = [c for c in pilot if c[0] == "python" and "--every" in c]
     finals = [c for c in pilot if c[0] == "python" and "--every" not in c]
-    # the background follower's line may land before or after its sweep's; each is killed when its sweep ends
+    # the background follower's line may land before or after its sweep's; it is killed when its sweep ends
     # (a follower left running would keep the stubbed script waiting until the timeout)
-    assert len(followers) == len(finals) == len(killed) == 3
-    assert [c[0] for c in pilot if c not in followers] == ["meanfield", "python"] * 3
+    assert len(followers) == len(finals) == len(killed) == 1
+    assert [c[0] for c in pilot if c not in followers] == ["meanfield", "python"]
     assert all(c[1].endswith("drop_half_draws.py") and "--folder" in c for c in followers + finals)
     main = [c for c in _stubbed_run_scale(tmp_path / "main", "main", "8", followers=True) if c[0] == "meanfield"]
-    assert [c[c.index("--seeds") + 1] for c in main] == ["3", "4", "5", "6", "7", "0,1,2,3,4,5,6,7"]
-    assert all("--baseline" not in c for c in main[:-1])
+    assert [c[c.index("--seeds") + 1] for c in main] == ["3,4,5,6,7", "0,1,2,3,4,5,6,7"]
+    assert "--order" in main[0] and "--baseline" not in main[0]
     last = main[-1]
     assert last[last.index("--baseline") + 1] == "preset=p8" and last[last.index("--detect") + 1] == "0.01"
     words = _stubbed_run_scale(tmp_path / "wt2", "wikitext2")
@@ -650,10 +652,20 @@ def test_exploratory_report_pairs_the_beta_curve_and_holms_per_metric(tmp_path):
         a, b = [values[arm][s] for s in r["seeds"]], [values["p8"][s] for s in r["seeds"]]
         assert r["d"].mean == pytest.approx(np.mean(np.subtract(a, b)))
         assert r["d"].p_value == pytest.approx(st.ttest_rel(a, b).pvalue)
-    for metric in ("val_loss", "head_sim"):  # the curve's rows (and for val_loss the OTHERS', not run: nan)
+    for metric in ("val_loss", "head_sim"):  # the curve's rows (and for val_loss the OTHERS', not run: p = 1)
         mine = [r for r in table if r["metric"] == metric]
         p = [r["d"].p_value if r["d"] is not None else math.nan for r in mine]
-        assert [r["holm"] for r in mine] == pytest.approx(_holm_by_hand(p), nan_ok=True)
+        padded = _holm_by_hand([1.0 if math.isnan(q) else q for q in p])
+        assert [r["holm"] for r in mine] == pytest.approx(
+            [math.nan if math.isnan(q) else h for q, h in zip(p, padded)], nan_ok=True
+        )
+    # The family is fixed by the design: val_loss has 5 curve rows + 5 others (3 of them not run here), so the
+    # smallest p is multiplied by 10, not by the 5 or 7 rows that happen to have pairs.
+    mine = [r for r in table if r["metric"] == "val_loss"]
+    assert len(mine) == len(expl.CURVE) - 1 + len(expl.OTHERS) == 10
+    smallest = min((r for r in mine if r["d"] is not None), key=lambda r: r["d"].p_value)
+    assert smallest["holm"] == pytest.approx(min(1.0, 10 * smallest["d"].p_value))
+    assert all(math.isnan(r["holm"]) for r in mine if r["d"] is None)
     text = expl.markdown(runs, table, expl.unfinished(primary, secondary))
     assert "`p8-b3e-2` seed=2: failed at step 750" in text
     assert "| cosine 1e-3 → 0 vs β = 0 (M = 8) |" not in text  # not run: no row, listed as waiting

@@ -708,3 +708,34 @@ def test_arms_are_presets_swept_by_the_preset_axis_and_paired(tmp_path):
     assert base["preset"] == "sgd" and arm["preset"] == "hot" and "test_mse:diff" in arm
     with pytest.raises(ConfigError, match="unknown preset 'cold'"):
         sweep_runs(config, {"preset": ["cold"]}, [0], tmp_path / "x", preset="smoke", quiet=True)
+
+
+def test_order_seed_starts_every_grid_point_of_a_seed_before_the_next_and_changes_nothing_else(
+    tmp_path, monkeypatch
+):
+    """``--order seed``: the points start seed by seed (the grid's order within a seed, the seeds in the
+    order given), and runs.csv/summary.md are those of the default order (the order is only which run starts
+    first; sweep.json records it). Control: the default order runs each grid point's seeds in turn. An unknown
+    order is refused, naming the allowed ones."""
+    import meanfield.sweeps as sweeps
+
+    def sweep(out: Path, *order: str) -> list[str]:
+        ran: list[str] = []
+        monkeypatch.setattr(
+            sweeps,
+            "_run_point",
+            lambda *a: ran.append(Path(a[1]).name) or {"status": "finished", "final": {"test_mse": 1.0}},
+        )
+        code = cli.main([*ARGS, "--grid", "optim.lr=0.02,0.05,0.1", "--seeds", "3,1", "--quiet", "--out", str(out),
+                         *order])  # fmt: skip
+        assert code == 0
+        return ran
+
+    by_grid, by_seed = sweep(tmp_path / "g"), sweep(tmp_path / "s", "--order", "seed")
+    assert by_grid == [f"optim.lr={lr}_seed={s}" for lr in (0.02, 0.05, 0.1) for s in (3, 1)]
+    assert by_seed == [f"optim.lr={lr}_seed={s}" for s in (3, 1) for lr in (0.02, 0.05, 0.1)]
+    for name in ("runs.csv", "summary.md"):
+        assert (tmp_path / "s" / name).read_text() == (tmp_path / "g" / name).read_text()
+    assert json.loads((tmp_path / "s" / "sweep.json").read_text())["order"] == "seed"
+    with pytest.raises(ConfigError, match=r"order must be one of \['grid', 'seed'\], got 'random'"):
+        sweep_runs(TEACHER, {"optim.lr": [0.02]}, [0], tmp_path / "r", preset="smoke", order="random")

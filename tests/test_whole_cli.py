@@ -212,6 +212,18 @@ PARSER_SPEC = {
         (("--seeds",), "seeds", STORE, "0", None, None, None, None, "comma-separated seeds (default: 0)"),
         (("--jobs",), "jobs", STORE, 1, None, None, None, int, "points run at once, in separate processes"),
         (
+            ("--order",),
+            "order",
+            STORE,
+            "grid",
+            ("grid", "seed"),
+            None,
+            None,
+            None,
+            "which points start first: each grid point's seeds in turn (default), or every grid point of a seed "
+            "before the next seed's (a study cut short holds whole seeds; one pool keeps --jobs busy across seeds)",
+        ),
+        (
             ("--backend",),
             "backend",
             STORE,
@@ -456,6 +468,7 @@ def test_the_parsed_defaults_of_each_subcommand():
             "grid": [],
             "seeds": "0",
             "jobs": 1,
+            "order": "grid",
             "backend": "local",
             "address": None,
             "out": None,
@@ -1039,14 +1052,14 @@ def test_sweep_passes_every_option_to_sweep_runs(config_file, monkeypatch):
     """Every sweep option reaches :func:`sweep_runs`: the grid parsed (``{"train.steps": [1, 2], "optim.lr":
     [0.5]}``), ``--out``, preset, overrides, jobs, baseline, metrics, quiet, backend, address, the
     :class:`TableOptions` of ``--power``/``--detect``/``--log-scale``/``--holm``, and ``--table-only`` as
-    ``run=False``. The defaults (checked in the
+    ``run=False``, ``--order``. The defaults (checked in the
     second call): folder ``runs/sweep-<stem>``, metrics None, the default table."""
     calls = _record_sweep(monkeypatch)
     argv = ["sweep", str(config_file), "--grid", "train.steps=1,2", "--grid", "optim.lr=0.5", "--seeds", "4"]
     argv += ["--out", "S", "--preset", "smoke", "--set", "x=1", "--jobs", "3", "--baseline", "train.steps=1"]
     argv += ["--metric", "m1", "--metric", "m2", "--quiet", "--backend", "ray", "--address", "host:1"]
     argv += ["--power", "0.9", "--detect", "0.5", "--detect", "2", "--log-scale", "m1", "--holm", "metric"]
-    argv += ["--table-only"]
+    argv += ["--table-only", "--order", "seed"]
     assert cli.main(argv) == 0
     assert calls[-1] == {
         "config": str(config_file),
@@ -1063,6 +1076,7 @@ def test_sweep_passes_every_option_to_sweep_runs(config_file, monkeypatch):
         "address": "host:1",
         "table": TableOptions(power=0.9, detect=(0.5, 2.0), log_metrics=("m1",), holm="metric"),
         "run": False,
+        "order": "seed",
     }
     assert cli.main(["sweep", str(config_file), "--grid", "a=x"]) == 0
     assert calls[-1] == {
@@ -1080,6 +1094,7 @@ def test_sweep_passes_every_option_to_sweep_runs(config_file, monkeypatch):
         "address": None,
         "table": TableOptions(power=0.8, detect=(), log_metrics=(), holm="table"),
         "run": True,
+        "order": "grid",
     }
 
 

@@ -61,26 +61,25 @@ seq_csv() { seq -s, "$1" "$2"; }
 follower=
 trap '[ -n "$follower" ] && kill "$follower" 2>/dev/null' EXIT
 
-# sweep OUT ARMS FIRST LAST BASELINE [meanfield sweep options…]: seeds FIRST..LAST one at a time (no baseline:
-# per-arm values only), then, unless BASELINE is "blind", the table of seeds 0..LAST against BASELINE ("" for none).
+# sweep OUT ARMS FIRST LAST BASELINE [meanfield sweep options…]: seeds FIRST..LAST in one pool, seed by seed
+# (--order seed: every arm of a seed starts before the next seed's, so a stage cut short holds whole seeds, and
+# no job idles at a seed's tail waiting for the seed's last run, as one command per seed did), then, unless
+# BASELINE is "blind", the table of seeds 0..LAST against BASELINE ("" for none).
 # The primary stage is blind before seed 7: the pre-registration computes no comparison before n = 8.
 sweep() {
     local out=$1 arms=$2 first=$3 last=$4 baseline=$5
     shift 5
-    local s
-    for s in $(seq "$first" "$last"); do
-        follower=
-        if [ "$DRAWS" = 1 ]; then   # measures each run minutes after it finishes, while its checkpoints are here
-            python experiments/particle_attention/drop_half_draws.py --folder "$out" --every 120 &
-            follower=$!
-        fi
-        meanfield sweep "$CONFIG" --grid preset="$arms" --seeds "$s" --jobs "$JOBS" --quiet \
-            "${EXTRA[@]}" "${METRICS[@]}" "$@" --out "$out" || true   # a failed point is in runs.csv; the others go on
-        if [ -n "$follower" ]; then   # exploratory: the drop-half gap over 32 draws of every run finished here
-            kill "$follower" 2>/dev/null; wait "$follower" 2>/dev/null; follower=
-            python experiments/particle_attention/drop_half_draws.py --folder "$out" || true
-        fi
-    done
+    follower=
+    if [ "$DRAWS" = 1 ]; then   # measures each run minutes after it finishes, while its checkpoints are here
+        python experiments/particle_attention/drop_half_draws.py --folder "$out" --every 120 &
+        follower=$!
+    fi
+    meanfield sweep "$CONFIG" --grid preset="$arms" --seeds "$(seq_csv "$first" "$last")" --order seed \
+        --jobs "$JOBS" --quiet "${EXTRA[@]}" "${METRICS[@]}" "$@" --out "$out" || true   # a failed point is in runs.csv
+    if [ -n "$follower" ]; then   # exploratory: the drop-half gap over 32 draws of every run finished here
+        kill "$follower" 2>/dev/null; wait "$follower" 2>/dev/null; follower=
+        python experiments/particle_attention/drop_half_draws.py --folder "$out" || true
+    fi
     if [ "$baseline" = blind ]; then
         echo "$out: seeds $first-$last done; no comparison table before seed 7 (the pre-registration)"
         return

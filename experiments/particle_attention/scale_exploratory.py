@@ -9,8 +9,9 @@
 Everything here is **exploratory** (docs/experiments/particle_attention.md, the pre-registration): not in the
 Holm family of P1–P6. Each row is a two-sided paired t-test of ``first − second`` over the seeds both arms
 finished (a seed fixes the batch order and noise streams, and the initialisation within one architecture:
-every β of M = 8 shares ``p8``'s weights at step 0), with its raw p and Holm's p over the table's rows of
-the same metric (``--holm metric`` in the sweep tables' sense), and δ80 (the smallest |Δ| the pairs detect with
+every β of M = 8 shares ``p8``'s weights at step 0), with its raw p and Holm's p over the table's planned rows
+of the same metric (the family fixed by the design: a row not testable yet counts as p = 1, so the adjusted
+values do not move as the family fills), and δ80 (the smallest |Δ| the pairs detect with
 80 % power at the observed sd).
 
 - **The early phase** (primary arms at β = 0: MHA-8 and M = 8, 16, 32 at width d/M). The seed-to-seed spread of
@@ -242,7 +243,8 @@ def unfinished(*folders: Path) -> dict[str, list[str]]:
 
 
 def rows(runs: dict[str, dict[int, dict]]) -> list[dict]:
-    """Every exploratory comparison: ``{what, metric, a, b, seeds, d}`` with ``holm`` over the rows of its metric;
+    """Every exploratory comparison: ``{what, metric, a, b, seeds, d}`` with ``holm``, Holm's p over all the
+    planned rows of its metric (``m`` = that count; a row not testable yet enters as p = 1 and gets ``holm`` nan);
     each pairs its two arms on the seeds both finished with that metric recorded."""
     out = []
     for metric in CURVE_METRICS:
@@ -256,8 +258,12 @@ def rows(runs: dict[str, dict[int, dict]]) -> list[dict]:
         out.append({"what": what, "metric": "val_loss", "a": a, "b": b, "seeds": s, "d": d})
     for metric in {r["metric"] for r in out}:
         mine = [r for r in out if r["metric"] == metric]
-        for r, q in zip(mine, holm([r["d"].p_value if r["d"] is not None else math.nan for r in mine])):
-            r["holm"] = float(q)
+        raw = [r["d"].p_value if r["d"] is not None else math.nan for r in mine]
+        # The family is every planned row of the metric, fixed by the design: a row without a test yet (too few
+        # pairs, no spread) counts as p = 1, so m does not grow as runs land and an adjusted p never drops
+        # because a comparison is still missing.
+        for r, p, q in zip(mine, raw, holm([1.0 if math.isnan(p) else p for p in raw])):
+            r["holm"] = math.nan if math.isnan(p) else float(q)
     return out
 
 
@@ -282,7 +288,8 @@ def markdown(runs: dict[str, dict[int, dict]], table: list[dict], failed: dict[s
         lines.append(f"| `{arm}` | {beta:g} | {seeds} | " + " | ".join(cells) + " |")
     lines += [
         "",
-        "Paired differences (first − second) over the seeds both finished; Holm over the rows of each metric:",
+        "Paired differences (first − second) over the seeds both finished; Holm over all the planned rows of each "
+        "metric (a row not testable yet counts as p = 1):",
         "",
         "| comparison | metric | pairs | Δ ± 95 % CI half-width | p (paired t) | p (Holm, metric) | δ80 |",
         "|---|---|---|---|---|---|---|",
