@@ -903,6 +903,7 @@ def test_sweep_runs_hands_each_point_its_arguments_and_tabulates_their_summaries
         "grid": grid,
         "seeds": [0, 1],
         "baseline": None,
+        "order": "grid",
     }
     for p, n, o in zip(points, names, overrides):
         assert json.loads((out / n / "point.json").read_text()) == {

@@ -607,6 +607,7 @@ def test_sweep_runs_with_a_fake_point_runner_summarises_against_scipy(monkeypatc
         "grid": {"optim.lr": [0.02, 0.05]},
         "seeds": [0, 1, 2],
         "baseline": "optim.lr=0.02",
+        "order": "grid",
     }
     base = np.array([_finals(0.02, s)["loss"] for s in range(3)])
     arm = np.array([_finals(0.05, s)["loss"] for s in range(3)])

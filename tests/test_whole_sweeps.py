@@ -1190,7 +1190,7 @@ def test_sweep_runs_tables_written_and_printed(tmp_path, monkeypatch, capsys):
     assert [{k: v for k, v in c.items() if k != "started"} for c in commands] == [recorded]
     assert recorded == {
         "config": str(TEACHER), "preset": "smoke", "overrides": TINY, "grid": {"optim.lr": [0.1, 0.2]},
-        "seeds": [0, 1], "baseline": "optim.lr=0.1",
+        "seeds": [0, 1], "baseline": "optim.lr=0.1", "order": "grid",
     }  # fmt: skip
     capsys.readouterr()
     (out / names[0] / "point.json").write_text('{"kept": 1}')  # finished, point.json there: left alone
