@@ -10,8 +10,8 @@ Everything here is **exploratory** (docs/experiments/particle_attention.md, the 
 Holm family of P1–P6. Each row is a two-sided paired t-test of ``first − second`` over the seeds both arms
 finished (a seed fixes the batch order and noise streams, and the initialisation within one architecture:
 every β of M = 8 shares ``p8``'s weights at step 0), with its raw p and Holm's p over the table's planned rows
-of the same metric (the family fixed by the design: a row not testable yet counts as p = 1, so the adjusted
-values do not move as the family fills), and δ80 (the smallest |Δ| the pairs detect with
+of the same metric (the family fixed by the design: a row not testable yet counts as p = 1, so the family's
+size does not grow as runs land), and δ80 (the smallest |Δ| the pairs detect with
 80 % power at the observed sd).
 
 - **The early phase** (primary arms at β = 0: MHA-8 and M = 8, 16, 32 at width d/M). The seed-to-seed spread of
