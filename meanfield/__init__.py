@@ -6,6 +6,7 @@ law ``ρ_M = 1/M Σ δ_{θ_i}`` and move by ``dθ = −∇(δL/δρ) dt + sqrt(2
 
 from . import kinetic, metrics, nn, optim, potentials, projections, schedules, studies, tokens
 from .brownian import BrownianIncrements
+from .free_energy import FreeEnergy
 from .kinetic import KineticMeanFieldLangevin
 from .optim import KineticLangevin, Langevin
 from .simulate import NonFiniteStateError, Trajectory, simulate
@@ -18,6 +19,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BrownianIncrements",
     "EulerMaruyama",
+    "FreeEnergy",
     "KineticLangevin",
     "KineticMeanFieldLangevin",
     "Langevin",

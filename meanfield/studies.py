@@ -291,6 +291,12 @@ def _as_tensor(name: str, value: object) -> torch.Tensor:
     return value.detach().to("cpu", torch.float64)
 
 
+def _observed(value: object) -> torch.Tensor:
+    """An observable's value as a tensor: a result object with a ``.value`` (``system.free_energy``, an entropy
+    estimate) gives its ``value``."""
+    return torch.as_tensor(getattr(value, "value", value))
+
+
 def _collect(
     what: str, out: object, reps: int, observables: Mapping[str, Observable] | None
 ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor | None]:
@@ -299,8 +305,9 @@ def _collect(
     ``out`` is a state tensor ``(B, M, d)``, a :class:`~meanfield.simulate.Trajectory` (states ``(S, B, M, d)``
     at ``times (S,)``) or a mapping: ``"final"`` → states ``(B, M, d)`` (optional), ``"t"`` → times ``(T,)``
     (optional), any other name → a tensor ``(B,)`` (a scalar per replica) or ``(B, T)`` (a series at the
-    times). Each ``observables[name](x (B, M, d)) -> (B,)`` is applied to the final state (a scalar) or,
-    for a trajectory, to every saved state (a series, and its final value as the scalar of that name).
+    times). Each ``observables[name](x (B, M, d)) -> (B,)`` (or a result with a ``.value (B,)``, such as
+    ``system.free_energy``'s) is applied to the final state (a scalar) or, for a trajectory, to every saved
+    state (a series, and its final value as the scalar of that name).
 
     Returns:
         ``states (B, M, d) | None``, ``scalars {name: (B,)}``, ``series {name: (B, T)}``, ``times (T,) | None``.
@@ -344,11 +351,11 @@ def _collect(
         if states is None:
             raise ValueError(f"observable {name!r} needs states, but {what} returned none (no 'final')")
         if saved is not None:  # a series at the saved times, and its final value as a scalar
-            v = torch.stack([torch.as_tensor(fn(s)).reshape(reps) for s in saved], 1)  # (B, S)
+            v = torch.stack([_observed(fn(s)).reshape(reps) for s in saved], 1)  # (B, S)
             series[name] = v.detach().to("cpu", torch.float64)
             scalars[name] = series[name][:, -1]
         else:
-            scalars[name] = torch.as_tensor(fn(states)).detach().to("cpu", torch.float64).reshape(reps)
+            scalars[name] = _observed(fn(states)).detach().to("cpu", torch.float64).reshape(reps)
         check_finite_tensor(f"observable {name!r}", scalars.get(name, series.get(name)))
     lengths = {v.shape[1] for v in series.values()}
     if len(lengths) > 1:

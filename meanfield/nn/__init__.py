@@ -8,10 +8,14 @@
 Both are :class:`ParticleLayer`\\ s: parameters stacked with a leading particle axis, ``n_particles``,
 ``prune(indices)``, ``subsample(k, strategy)`` (strategies in :data:`SUBSAMPLE_STRATEGIES`),
 ``importance(X, loss)`` and ``particle_outputs(X)``.
+
+:func:`free_energy` (:mod:`meanfield.nn.gibbs`): ``F = L(ρ) + Σ_ℓ (λ/2·E|θ|² − β·H(ρ_ℓ))`` of a network
+trained by :class:`~meanfield.optim.Langevin`, from its layers' particles.
 """
 
 from meanfield.nn.attention import CausalParticleAttention, ParticleAttention
 from meanfield.nn.features import ACTIVATIONS, FeatureParticles
+from meanfield.nn.gibbs import LayerEntropy, NetworkFreeEnergy, free_energy
 from meanfield.nn.particles import (
     SUBSAMPLE_STRATEGIES,
     FarthestPoint,
@@ -38,4 +42,7 @@ __all__ = [
     "TransformerLM",
     "CausalSelfAttention",
     "ATTENTIONS",
+    "free_energy",
+    "NetworkFreeEnergy",
+    "LayerEntropy",
 ]

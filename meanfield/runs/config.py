@@ -36,6 +36,9 @@ class TrainConfig:
         keep_checkpoints: how many of the latest checkpoints to keep (≥ 1).
         tensorboard: also write TensorBoard event files when the ``tensorboard`` package is installed.
         figures: draw the training curves into ``figures/`` at the end.
+        free_energy: also log, on every metrics line, the free energy ``F = train_loss + Σ_ℓ (λ_ℓ/2·E|θ|² −
+            β_ℓ·H(ρ_ℓ))`` of the model's particle layers (:func:`meanfield.nn.free_energy`): ``free_energy``,
+            ``free_energy_se`` and ``entropy_term`` (``Σ β·H``). Needs every particle on one process.
     """
 
     steps: int = 1000
@@ -46,6 +49,7 @@ class TrainConfig:
     keep_checkpoints: int = 2
     tensorboard: bool = True
     figures: bool = True
+    free_energy: bool = False
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "log_every", "keep_checkpoints"):

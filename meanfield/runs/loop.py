@@ -25,6 +25,7 @@ from meanfield import config as _config
 from meanfield._io import write_json_atomic, write_text_atomic
 from meanfield.config import ConfigError
 from meanfield.data import CorruptDataError
+from meanfield.nn.gibbs import free_energy
 from meanfield.nn.sharded import (
     full_optimizer_state,
     full_state_dict,
@@ -165,6 +166,13 @@ def _temperature(optimizer: Langevin) -> dict[str, float]:
                 return {"beta": value, "beta_mean_field": value * group["n_particles"]}
             return {"beta": value}
     return {"beta": 0.0}
+
+
+def _free_energy(model: torch.nn.Module, loss: float, optimizer: Langevin) -> dict[str, float]:
+    """``train.free_energy``: ``F = loss + penalty − Σ β·H`` of the particle layers (:func:`meanfield.nn.free_energy`
+    with the optimizer's β_t and weight decay), ``loss`` the window's mean training loss."""
+    F = free_energy(model, loss, optimizer)
+    return {"free_energy": F.value, "free_energy_se": F.se, "entropy_term": F.entropy_term}
 
 
 def _checkpoint_state(
@@ -337,6 +345,13 @@ class _Run:
             except ValueError as error:
                 raise ConfigError(f"parallel = 'particles' on {self.world} processes: {error}") from None
         self.optimizer = build_optimizer(self.experiment.model, self.cfg)
+        if self.cfg.train.free_energy:  # refused up front, not at the first metrics line
+            if self.sharded:
+                raise ConfigError("train.free_energy needs every particle on one process (not parallel = 'particles')")
+            try:
+                _free_energy(self.experiment.model, 0.0, self.optimizer)
+            except (TypeError, ValueError) as error:
+                raise ConfigError(f"train.free_energy = true: {error}") from None
         self.checkpoints = Checkpoints(folder / "checkpoints", self.cfg.train.keep_checkpoints)
         self.log = MetricsLog(folder / "metrics.jsonl")
         self.step, self.elapsed = 0, 0.0
@@ -558,6 +573,8 @@ class _Run:
             )
             record[f"{self.experiment.unit}_per_s"] = rate
         record.update(_temperature(self.optimizer))
+        if self.cfg.train.free_energy and "train_loss" in record:
+            record.update(_free_energy(self.experiment.model, record["train_loss"], self.optimizer))
         record.update(_stats_record(self.optimizer))
         if self.experiment.window_metrics is not None:
             record.update(self.experiment.window_metrics())

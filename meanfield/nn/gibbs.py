@@ -1,0 +1,188 @@
+r"""The free energy of a network whose particle layers are trained by :class:`~meanfield.optim.Langevin`.
+
+A particle layer computes ``1/M Σ_i φ_{θ_i}(X)``, so the loss is a functional ``L(ρ)`` of the particle law
+``ρ = 1/M Σ_i δ_{θ_i}``. One Langevin step with an SGD drift on a layer's group (``n_particles = M``,
+weight decay ``λ``, temperature ``β`` in the mean-field convention) is Euler–Maruyama for the Wasserstein
+gradient flow of
+
+$$F(\rho) = L(\rho) + \sum_\ell \Big(\frac{\lambda_\ell}{2}\,\mathbb{E}_{\rho_\ell}|\theta|^2
+          - \beta_\ell\, H(\rho_\ell)\Big),$$
+
+one term per particle layer ``ℓ`` (Mei–Montanari–Nguyen 2018; Chizat 2022; Nitanda–Wu–Suzuki 2022): the
+gradient ``M·∇_{θ_i} L = ∇ δL/δρ(θ_i)`` plus ``λθ_i`` is the drift, ``sqrt(2β·lr)`` the noise.
+
+**The particles** of a layer are its rows: particle ``i`` is the concatenation of row ``i`` of every stacked
+parameter named in ``particle_parameter_names`` (:meth:`~meanfield.nn.ParticleLayer.particle_features`), e.g.
+``θ_i = (a_i, w_i, b_i) ∈ R^{k + d_in + 1}`` for :class:`~meanfield.nn.FeatureParticles`; ``H(ρ_ℓ)`` is the
+differential entropy of those M points in ``R^D`` (:func:`meanfield.metrics.entropy`). The k-NN estimators'
+bias grows with ``D`` (see their docs): the number is meaningful for small ``D`` (a teacher–student network
+on a few inputs), a trend at best for wide inputs. Particles constrained to a sphere (``sphere=True``) have
+no density on ``R^D`` and are refused. With an Adam drift the same ``F`` is the free energy of the chain's
+target law, but the preconditioned chain need not decrease it step by step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from meanfield.nn.particles import ParticleLayer
+
+__all__ = ["free_energy", "NetworkFreeEnergy", "LayerEntropy"]
+
+
+@dataclass(frozen=True)
+class LayerEntropy:
+    """One particle layer's terms of the free energy.
+
+    Attributes:
+        name: the layer's name in the model (``""`` for the model itself).
+        M: its particles; ``D``: the dimension of one particle.
+        beta: its mean-field temperature ``β`` (0 for a layer without noise).
+        weight_decay: its ``λ``; ``penalty`` is ``λ/2 · 1/M Σ_i |θ_i|²``.
+        entropy: the estimate of ``H(ρ)``, with ``entropy_se`` and the estimator's ``method``.
+    """
+
+    name: str
+    M: int
+    D: int
+    beta: float
+    weight_decay: float
+    penalty: float
+    entropy: float
+    entropy_se: float
+    method: str
+
+
+@dataclass(frozen=True)
+class NetworkFreeEnergy:
+    """``F = loss + penalty − Σ_ℓ β_ℓ·H_ℓ`` of a network (module docstring).
+
+    Attributes:
+        value: ``F``.
+        loss: ``L(ρ)`` as given.
+        penalty: ``Σ_ℓ λ_ℓ/2 · E_{ρ_ℓ}|θ|²`` (0 without weight decay).
+        entropy_term: ``Σ_ℓ β_ℓ·H_ℓ`` (``F = loss + penalty − entropy_term``).
+        se: ``sqrt(Σ_ℓ β_ℓ²·SE(H_ℓ)²)``: the entropy estimates' error (the loss is taken as exact).
+        layers: one :class:`LayerEntropy` per particle layer, in model order.
+    """
+
+    value: float
+    loss: float
+    penalty: float
+    entropy_term: float
+    se: float
+    layers: tuple[LayerEntropy, ...]
+
+    def __repr__(self) -> str:
+        names = ", ".join(
+            f"{layer.name or 'model'}: β={layer.beta:g}, H={layer.entropy:.4g}" for layer in self.layers
+        )
+        return (
+            f"NetworkFreeEnergy(F={self.value:.6g} ± {self.se:.2g}, loss={self.loss:.6g}, "
+            f"penalty={self.penalty:.4g}, β·H={self.entropy_term:.4g}; {names})"
+        )
+
+
+def _group_of(optimizer: torch.optim.Optimizer, p: torch.Tensor) -> tuple[int, dict] | None:
+    for gi, group in enumerate(optimizer.param_groups):
+        if any(q is p for q in group["params"]):
+            return gi, group
+    return None
+
+
+def _temperature(optimizer, layer: ParticleLayer, name: str) -> tuple[float, float]:
+    """``(β in the mean-field convention, λ)`` of the param group that holds ``layer``'s particles."""
+    from meanfield.optim.groups import beta_value, scale
+
+    found = _group_of(optimizer, getattr(layer, layer.particle_parameter_names[0]))
+    if found is None:
+        raise ValueError(
+            f"the optimizer does not hold the particles of layer {name or type(layer).__name__!r}: build it "
+            "from this model (Langevin(param_groups_for(model), ...))"
+        )
+    gi, group = found
+    if not group["noise"]:
+        return 0.0, float(group["weight_decay"])
+    beta = beta_value(group, gi)
+    if group.get("temperature_convention", "mean_field") == "loss":
+        beta *= scale(group)  # the seeds' β_s of exp(−L/β_s): the chain's mean-field β is M·β_s
+    return beta, float(group["weight_decay"])
+
+
+def free_energy(
+    model: nn.Module,
+    loss: float | torch.Tensor,
+    beta,
+    *,
+    entropy: str = "auto",
+    k: int | None = None,
+) -> NetworkFreeEnergy:
+    r"""``F = L(ρ) + Σ_ℓ (λ_ℓ/2·E|θ|² − β_ℓ·H(ρ_ℓ))`` over the particle layers of ``model`` (module docstring).
+
+    Args:
+        model: a module with :class:`~meanfield.nn.ParticleLayer` submodules (or one itself).
+        loss: ``L(ρ)``, a number or a one-element tensor: the loss of the whole network at its particles (a
+            full-batch or large-batch loss: a minibatch loss carries its sampling noise into ``F``).
+        beta: the temperature: a number ``β ≥ 0`` in the mean-field convention (every layer, no weight
+            decay), or the :class:`~meanfield.optim.Langevin` optimizer training the model: each layer then
+            takes its group's ``β_t`` at the step about to be taken (×M for ``temperature_convention="loss"``),
+            its weight decay, and ``β = 0`` for a group without noise.
+        entropy: the method of :func:`meanfield.metrics.entropy`.
+        k: the neighbour order of the k-NN estimators (``None``: their default).
+
+    Raises:
+        TypeError, ValueError: no particle layer, a non-finite loss or β, particles on a sphere, an optimizer
+            that does not hold the model's particles.
+    """
+    from meanfield.metrics.entropy import entropy as estimate_entropy
+
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module with particle layers, got {type(model).__name__}")
+    try:
+        loss = float(loss.detach() if torch.is_tensor(loss) else loss)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(
+            f"loss must be a number or a one-element tensor (L at the particles), got {loss!r}"
+        ) from None
+    if not math.isfinite(loss):
+        raise ValueError(f"loss must be finite, got {loss}")
+    if isinstance(beta, torch.optim.Optimizer):
+        optimizer = beta
+    else:
+        optimizer = None
+        try:
+            beta = float(beta)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(
+                f"beta must be a number ≥ 0 or the Langevin optimizer training the model, got {type(beta).__name__}"
+            ) from None
+        if not (math.isfinite(beta) and beta >= 0):
+            raise ValueError(f"beta must be a finite number ≥ 0, got {beta}")
+    layers = [(name, m) for name, m in model.named_modules() if isinstance(m, ParticleLayer)]
+    if not layers:
+        raise ValueError(
+            f"{type(model).__name__} has no particle layer (meanfield.nn.ParticleLayer, e.g. FeatureParticles)"
+        )
+    terms = []
+    for name, layer in layers:
+        if getattr(layer, "sphere", False):
+            raise ValueError(
+                f"layer {name or 'model'!r} keeps its particles on a sphere (sphere=True): they have no density "
+                "on R^D, so their entropy (and F) is not defined there"
+            )
+        b, lam = (beta, 0.0) if optimizer is None else _temperature(optimizer, layer, name)
+        theta = layer.particle_features().to(torch.float64)  # (M, D)
+        M, D = theta.shape
+        if M < 2:
+            raise ValueError(f"layer {name or 'model'!r} has M = {M} particle: the entropy needs M ≥ 2")
+        h = estimate_entropy(theta, method=entropy, **({} if k is None else {"k": k}))
+        penalty = 0.5 * lam * float(theta.square().sum(1).mean())
+        terms.append(LayerEntropy(name, M, D, b, lam, penalty, float(h.value), float(h.se), h.method))
+    penalty = sum(t.penalty for t in terms)
+    entropy_term = sum(t.beta * t.entropy for t in terms)
+    se = math.sqrt(sum((t.beta * t.entropy_se) ** 2 for t in terms))
+    return NetworkFreeEnergy(loss + penalty - entropy_term, loss, penalty, entropy_term, se, tuple(terms))
