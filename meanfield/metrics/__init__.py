@@ -1,7 +1,9 @@
-"""Measures of the particle law: Wasserstein distances, diversity, order parameters.
+"""Measures of the particle law: Wasserstein distances, entropy and KL divergence, diversity, order parameters.
 
 ``meanfield.metrics.wasserstein`` is the module; its ``wasserstein(x, y, ...)`` (the result object with the
-method used) is not re-exported here, so that the name keeps meaning the module.
+method used) is not re-exported here, so that the name keeps meaning the module. The entropy and KL
+estimators live in ``meanfield.metrics.information`` and are re-exported (``meanfield.metrics.entropy`` is the
+function).
 """
 
 from meanfield.metrics.diversity import (
@@ -21,6 +23,14 @@ from meanfield.metrics.diversity import (
     pairwise_cosine,
     teacher_alignment,
     teacher_coverage,
+)
+from meanfield.metrics.information import (
+    ENTROPY_METHODS,
+    EntropyEstimate,
+    KLEstimate,
+    bsy_weights,
+    entropy,
+    kl,
 )
 from meanfield.metrics.wasserstein import (
     EXACT_MAX_POINTS,
@@ -42,7 +52,10 @@ from meanfield.metrics.wasserstein import (
 )
 
 __all__ = [
+    "ENTROPY_METHODS",
     "EXACT_MAX_POINTS",
+    "EntropyEstimate",
+    "KLEstimate",
     "METHODS",
     "SINKHORN_MAX_POINTS",
     "Discrete",
@@ -53,11 +66,14 @@ __all__ = [
     "WassersteinResult",
     "aligned_fraction",
     "attention_similarity",
+    "bsy_weights",
     "collapse_rate",
     "detrended_loss_variance",
     "distinct_modes",
     "effective_rank",
+    "entropy",
     "gradient_variance",
+    "kl",
     "live_particles",
     "mean_abs_loss_change",
     "mean_off_diagonal",
