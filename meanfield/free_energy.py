@@ -37,6 +37,7 @@ import torch
 
 from ._checks import check_finite_tensor
 from ._replicas import at, check_replicas
+from .metrics.information import entropy as estimate_entropy
 from .potentials import Alignment, Interaction, QuadraticInteraction, RadialInteraction
 from .projections import Sphere
 from .schedules import Constant
@@ -165,8 +166,6 @@ def _beta(system, t: float | None, B: int) -> torch.Tensor:
 
 
 def _state_free_energy(system, x: torch.Tensor, beta: torch.Tensor, entropy: str, k: int | None) -> dict:
-    from .metrics.entropy import entropy as estimate_entropy  # the metric imports meanfield's core
-
     B, M, d = x.shape
     system.check_state(x)
     conf, inter, influence = energy_parts(system, x)  # (B,), (B,), (B, M)

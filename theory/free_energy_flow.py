@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from meanfield import MeanFieldLangevin, simulate
-from meanfield.metrics.entropy import entropy
+from meanfield.metrics import entropy
 from meanfield.plotting import figure
 from meanfield.potentials import Quadratic, QuadraticInteraction
 from meanfield.stats import Z, jackknife, mean_se

@@ -22,11 +22,11 @@ certificate at T against 0, tolerance 5·SE + β·|bias| + 5·β·SE(bias) + 2e-
 (iv) Ĉ − gap at T against 0 (5·SE: entropy-free, and second order in the law's error, so the chain's O(η) law
 adds O(η²)).
 Power (fast: M = 400, B = 16): SE(Ĉ − gap) ≈ 3.5e-3 at t = 0 (a violation of 0.017 is detected) and 5e-4 at T
-(detects 2.7e-3); SE(gap at T) ≈ 9e-3 (the k-NN entropy at M = 400: detects 0.045).
+(detects 2.7e-3); SE(gap at T) ≈ 4e-3 (the k-NN entropy at M = 400, k = 3: detects 0.02).
 Negative control (expect="differ"): the would-be bound β·KL(ρ ‖ ρ*), KL to the *fixed* minimiser instead of
 Γ(ρ): gap − β·KL(ρ‖ρ*) = ½∬W d(ρ − ρ*)^{⊗2} ≥ 0 (entropy-free again), so β·KL(ρ‖ρ*) − gap < 0 by far at t = 0
 (it under-bounds). BROKEN: the simulation drops the interaction (it relaxes to exp(−V/β), not ρ*): Ĉ − gap at T
-is 0.032 (12 SE) and Ĉ at T fails too; the static inequality (i) still holds, as it must.
+is 0.032 (12 SE), and the gap and Ĉ at T fail too; the static inequality (i) still holds, as it must.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from meanfield import MeanFieldLangevin, simulate
-from meanfield.metrics.entropy import entropy
+from meanfield.metrics import entropy
 from meanfield.plotting import figure
 from meanfield.potentials import GaussianInteraction, Quadratic
 from meanfield.stats import Z, mean_se

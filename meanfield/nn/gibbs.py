@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from meanfield.metrics.information import entropy as estimate_entropy
 from meanfield.nn.particles import ParticleLayer
 
 __all__ = ["free_energy", "NetworkFreeEnergy", "LayerEntropy"]
@@ -138,8 +139,6 @@ def free_energy(
         TypeError, ValueError: no particle layer, a non-finite loss or β, particles on a sphere, an optimizer
             that does not hold the model's particles.
     """
-    from meanfield.metrics.entropy import entropy as estimate_entropy
-
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module with particle layers, got {type(model).__name__}")
     try:
