@@ -1,0 +1,95 @@
+"""meanfield.nn.free_energy: the free energy of a network's particle layers (loss + λ/2·E|θ|² − β·H per layer)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import meanfield as mf
+from meanfield.nn import FeatureParticles, free_energy
+from meanfield.optim.layers import param_groups_for
+from meanfield.stats import Z
+
+
+def _layer(M: int = 400, seed: int = 0, **kw) -> FeatureParticles:
+    return FeatureParticles(
+        1, M, "identity", generator=torch.Generator().manual_seed(seed), dtype=torch.float64, **kw
+    )
+
+
+def test_gaussian_particles_have_the_closed_form_free_energy():
+    # 40 layers of M = 400 particles θ_i = (a_i, w_i) ~ N(0, S) exactly: F = loss + λ/2·tr S − β/2·log((2πe)² det S)
+    # up to the moment estimator's bias (≈ −d(d+1)/(4M) = −0.004 nats, times β); SE(mean) ≈ 0.002·β…, so 5·SE +
+    # bias detects an error of ≈ 0.004 in F (4 % of β·H); negative control: 1.2β.
+    S = torch.tensor([[1.0, 0.4], [0.4, 0.5]], dtype=torch.float64)
+    beta, lam, loss = 0.3, 0.7, 1.25
+    values = []
+    for seed in range(40):
+        f = _layer(seed=seed)
+        theta = torch.randn(400, 2, generator=torch.Generator().manual_seed(100 + seed), dtype=torch.float64)
+        theta = theta @ torch.linalg.cholesky(S).T  # (M, 2)
+        with torch.no_grad():
+            f.a.copy_(theta[:, 0]), f.w.copy_(theta[:, 1:])
+        opt = mf.Langevin(param_groups_for(f), lr=0.01, beta=beta, weight_decay=lam, seed=seed)
+        values.append(free_energy(f, loss, opt, entropy="gaussian").value)
+    values = torch.tensor(values)
+    exact = (
+        loss
+        + 0.5 * lam * float(S.trace())
+        - 0.5 * beta * (2 * math.log(2 * math.pi * math.e) + float(torch.logdet(S)))
+    )
+    tol = Z * float(values.std()) / math.sqrt(len(values)) + beta * 6 / (4 * 400)
+    assert abs(float(values.mean()) - exact) <= tol
+    wrong = (
+        loss
+        + 0.5 * lam * float(S.trace())
+        - 0.6 * beta * (2 * math.log(2 * math.pi * math.e) + float(torch.logdet(S)))
+    )
+    assert abs(float(values.mean()) - wrong) > tol
+
+
+def test_the_optimizer_sets_beta_weight_decay_and_convention_per_layer():
+    f = _layer()
+    H = float(mf.metrics.entropy(f.particle_features(), method="gaussian").value)
+    theta2 = float(f.particle_features().square().sum(1).mean())
+    plain = free_energy(f, 2.0, 0.1, entropy="gaussian")
+    assert plain.value == pytest.approx(2.0 - 0.1 * H, abs=1e-12) and plain.penalty == 0.0
+    opt = mf.Langevin(param_groups_for(f), lr=0.01, beta=0.1, weight_decay=0.5, seed=0)
+    F = free_energy(f, torch.tensor(2.0, requires_grad=True), opt, entropy="gaussian")
+    assert F.value == pytest.approx(2.0 + 0.25 * theta2 - 0.1 * H, abs=1e-12)
+    assert F.layers[0].beta == 0.1 and F.layers[0].D == 2 and F.layers[0].M == 400
+    loss_convention = mf.Langevin(
+        param_groups_for(f, temperature_convention="loss"), lr=0.01, beta=0.1, seed=0
+    )
+    assert free_energy(f, 2.0, loss_convention).layers[0].beta == pytest.approx(0.1 * 400)  # β_s·M
+    quiet = mf.Langevin(param_groups_for(f, noise=False), lr=0.01, beta=0.1, seed=0)
+    assert free_energy(f, 2.0, quiet).value == 2.0  # no noise: β = 0, no entropy term
+    assert "\n" not in repr(F) and repr(F).startswith("NetworkFreeEnergy(F=")
+
+
+def test_a_model_with_two_particle_layers_sums_their_terms():
+    model = nn.Sequential(_layer(seed=1), _layer(seed=2))
+    F = free_energy(model, 0.0, 0.2, entropy="gaussian")
+    assert [t.name for t in F.layers] == ["0", "1"]
+    assert F.value == pytest.approx(-0.2 * sum(t.entropy for t in F.layers), abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "model, beta, message",
+    [
+        (nn.Linear(2, 1), 0.1, "no particle layer"),
+        (FeatureParticles(3, 10, "relu", sphere=True), 0.1, "sphere"),
+        (_layer(), -1.0, "beta must be a finite number ≥ 0"),
+        (_layer(), "hot", "beta must be a number ≥ 0 or the Langevin optimizer"),
+        (_layer(), mf.Langevin([torch.nn.Parameter(torch.zeros(3))], lr=0.1, beta=0.1, seed=0), "does not hold"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_line(model, beta, message):
+    with pytest.raises((TypeError, ValueError)) as info:
+        free_energy(model, 1.0, beta)
+    assert message in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(ValueError, match="loss must be finite"):
+        free_energy(_layer(), math.nan, 0.1)
