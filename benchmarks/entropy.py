@@ -53,21 +53,31 @@ def gaussian_cloud(R: int, M: int, cov: np.ndarray, seed: int) -> torch.Tensor:
     return torch.randn(R, M, cov.shape[0], generator=g, dtype=torch.float64) @ chol.T  # (R, M, d)
 
 
-def summary(values: np.ndarray, ses: np.ndarray, exact: float) -> dict[str, float]:
-    err = values - exact
+def summary(result, exact: float) -> dict[str, float]:
+    values = result.value.numpy()
     sd = values.std(ddof=1)
+    se, jackknife = result.se.numpy().mean(), result.se_jackknife.numpy().mean()
     return {
-        "bias": err.mean(),
+        "bias": values.mean() - exact,
         "bias_se": sd / math.sqrt(len(values)),
         "sd": sd,
-        "se": ses.mean(),
-        "ratio": sd / ses.mean(),
+        "se": se,
+        "ratio": sd / se,
+        "jackknife": jackknife,
+        "ratio_jackknife": sd / jackknife,
     }
 
 
+def cells(s: dict[str, float]) -> str:
+    return (
+        f"{s['bias']:+.4f} ± {s['bias_se']:.4f} | {s['sd']:.4f} | {s['se']:.4f} | {s['ratio']:.2f} | "
+        f"{s['jackknife']:.4f} | {s['ratio_jackknife']:.2f} |"
+    )
+
+
 def bias_table(dimensions, sizes, replicas) -> tuple[list[str], dict]:
-    header = "| d | M | R | method | k | mean error ± se | sd | mean se | sd/se |"
-    lines = [header, "|---|---|---|---|---|---|---|---|---|"]
+    header = "| d | M | R | method | k | mean error ± se | sd | mean se | sd/se | mean se_jackknife | sd/se_jackknife |"
+    lines = [header, "|---|---|---|---|---|---|---|---|---|---|---|"]
     print(header, flush=True)
     data = {}
     for d in dimensions:
@@ -80,20 +90,20 @@ def bias_table(dimensions, sizes, replicas) -> tuple[list[str], dict]:
                 if method == "gaussian" and M <= d:
                     continue
                 h = entropy(x, method=method)
-                s = summary(h.value.numpy(), h.se.numpy(), exact)
+                s = summary(h, exact)
                 data[(d, M, method)] = s
-                line = (
-                    f"| {d} | {M:.0e} | {R} | {method} | {h.k if h.k is not None else '—'} | "
-                    f"{s['bias']:+.4f} ± {s['bias_se']:.4f} | {s['sd']:.4f} | {s['se']:.4f} | {s['ratio']:.2f} |"
-                )
+                line = f"| {d} | {M:.0e} | {R} | {method} | {h.k if h.k is not None else '—'} | {cells(s)}"
                 lines.append(line)
                 print(line, flush=True)
     return lines, data
 
 
 def calibration_table(M: int, R: int) -> list[str]:
-    header = "| law | d | M | R | estimator | k | mean error ± se | sd | mean se | sd/se |"
-    lines = [header, "|---|---|---|---|---|---|---|---|---|---|"]
+    header = (
+        "| law | d | M | R | estimator | k | mean error ± se | sd | mean se | sd/se | mean se_jackknife "
+        "| sd/se_jackknife |"
+    )
+    lines = [header, "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     print(header, flush=True)
     g = torch.Generator().manual_seed(11)
     gauss2 = torch.randn(R, M, 2, generator=g, dtype=torch.float64)
@@ -112,11 +122,8 @@ def calibration_table(M: int, R: int) -> list[str]:
     ]  # fmt: skip
     for law, x, name, estimate, exact in cases:
         r = estimate(x)
-        s = summary(r.value.numpy(), r.se.numpy(), exact)
-        line = (
-            f"| {law} | {x.shape[-1]} | {M:.0e} | {R} | {name} | {r.k} | {s['bias']:+.4f} ± {s['bias_se']:.4f} | "
-            f"{s['sd']:.4f} | {s['se']:.4f} | {s['ratio']:.2f} |"
-        )
+        s = summary(r, exact)
+        line = f"| {law} | {x.shape[-1]} | {M:.0e} | {R} | {name} | {r.k} | {cells(s)}"
         lines.append(line)
         print(line, flush=True)
     return lines
