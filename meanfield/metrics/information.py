@@ -479,7 +479,8 @@ def kl(
 
     Args:
         x: particles of $\rho$, shape ``(M, d)`` or ``(B, M, d)``.
-        y: particles of $\pi$, shape ``(N, d)`` (one cloud for every replica) or ``(B, N, d)``; or a
+        y: particles of $\pi$, shape ``(N, d)`` (one cloud for every replica) or ``(B, N, d)`` (an ``(M, d)``
+            ``x`` is then compared with every replica); or a
             callable taking ``x`` and returning $\log\pi$ at each particle, shape ``x.shape[:-1]``.
         k: the neighbour rank (default 3; for ``method="weighted"`` the entropy's default).
         method: the entropy method against a log-density (``"auto"``, ``"knn"``, ``"weighted"``,
@@ -510,7 +511,10 @@ def kl(
     ys, y_batched = _numpy_cloud("y", y)
     if ys.shape[2] != d:
         raise ValueError(f"x and y must have the same dimension d, got d={d} and d={ys.shape[2]}")
-    if y_batched and ys.shape[0] != B:
+    if y_batched and not batched:  # one cloud x against every replica of y
+        xs = np.repeat(xs, ys.shape[0], axis=0)  # (B, M, d)
+        B = ys.shape[0]
+    elif y_batched and ys.shape[0] != B:
         raise ValueError(f"y must have shape (N, d) or (B={B}, N, d) like x, got shape {tuple(y.shape)}")
     N = ys.shape[1]
     k = _k(DEFAULT_K["knn"] if k is None else k, M)

@@ -198,6 +198,11 @@ def test_kl_batched_and_broadcast():
         assert float(kl(x[r], y).value) == pytest.approx(float(res.value[r]), abs=1e-12)
     dens = kl(x, lambda z: -0.5 * (z**2).sum(-1) - math.log(2 * math.pi))
     assert dens.value.shape == (3,)
+    yb = _gaussian(700, cov, seed=3, B=3)
+    one_x = kl(x[0], yb)  # one x against every replica of y
+    assert one_x.value.shape == (3,)
+    for r in range(3):
+        assert float(kl(x[0], yb[r]).value) == pytest.approx(float(one_x.value[r]), abs=1e-12)
 
 
 # -------------------------------------------------------------------------------------------- standard error
