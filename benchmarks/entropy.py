@@ -1,6 +1,6 @@
 """meanfield.metrics.entropy: bias against M and d, standard-error calibration, and time.
 
-Three tables, float64 throughout:
+Four tables, float64 throughout:
 
 - **Bias**: a Gaussian target N(0, Σ) with a full, non-diagonal Σ (eigenvalues geometric on [0.25, 4], a fixed
   rotation), exact entropy ½ log det(2πe Σ); d = 1, 2, 5, 10 and M = 1e2, 1e3, 1e4, ``R`` independent replicas
@@ -9,6 +9,8 @@ Three tables, float64 throughout:
   estimate, the mean reported se, and their ratio sd/se (1 = calibrated; > 1: the se is too small).
 - **Calibration**: sd/se over 400 replicas of M = 1000 for laws where the k-NN noise matters most (uniform,
   and the KL of a Gaussian to its own density, where Var log f cancels).
+- **KL** against the closed form for two 2-D Gaussians near each other (KL 0.17) and far apart (axes turned 90°: KL 7.4),
+  both forms, one draw of M = N = 1e4.
 - **Time** of ``entropy(x)`` (``method="auto"``, and ``knn`` at d = 10) at M = 1e4, 1e5 in d = 2, 10: wall time
   and CPU time of the process (one run each; scipy's ``cKDTree`` query runs on one thread), with the load.
 
@@ -53,21 +55,31 @@ def gaussian_cloud(R: int, M: int, cov: np.ndarray, seed: int) -> torch.Tensor:
     return torch.randn(R, M, cov.shape[0], generator=g, dtype=torch.float64) @ chol.T  # (R, M, d)
 
 
-def summary(values: np.ndarray, ses: np.ndarray, exact: float) -> dict[str, float]:
-    err = values - exact
+def summary(result, exact: float) -> dict[str, float]:
+    values = result.value.numpy()
     sd = values.std(ddof=1)
+    se, jackknife = result.se.numpy().mean(), result.se_jackknife.numpy().mean()
     return {
-        "bias": err.mean(),
+        "bias": values.mean() - exact,
         "bias_se": sd / math.sqrt(len(values)),
         "sd": sd,
-        "se": ses.mean(),
-        "ratio": sd / ses.mean(),
+        "se": se,
+        "ratio": sd / se,
+        "jackknife": jackknife,
+        "ratio_jackknife": sd / jackknife,
     }
 
 
+def cells(s: dict[str, float]) -> str:
+    return (
+        f"{s['bias']:+.4f} ± {s['bias_se']:.4f} | {s['sd']:.4f} | {s['se']:.4f} | {s['ratio']:.2f} | "
+        f"{s['jackknife']:.4f} | {s['ratio_jackknife']:.2f} |"
+    )
+
+
 def bias_table(dimensions, sizes, replicas) -> tuple[list[str], dict]:
-    header = "| d | M | R | method | k | mean error ± se | sd | mean se | sd/se |"
-    lines = [header, "|---|---|---|---|---|---|---|---|---|"]
+    header = "| d | M | R | method | k | mean error ± se | sd | mean se | sd/se | mean se_jackknife | sd/se_jackknife |"
+    lines = [header, "|---|---|---|---|---|---|---|---|---|---|---|"]
     print(header, flush=True)
     data = {}
     for d in dimensions:
@@ -80,20 +92,20 @@ def bias_table(dimensions, sizes, replicas) -> tuple[list[str], dict]:
                 if method == "gaussian" and M <= d:
                     continue
                 h = entropy(x, method=method)
-                s = summary(h.value.numpy(), h.se.numpy(), exact)
+                s = summary(h, exact)
                 data[(d, M, method)] = s
-                line = (
-                    f"| {d} | {M:.0e} | {R} | {method} | {h.k if h.k is not None else '—'} | "
-                    f"{s['bias']:+.4f} ± {s['bias_se']:.4f} | {s['sd']:.4f} | {s['se']:.4f} | {s['ratio']:.2f} |"
-                )
+                line = f"| {d} | {M:.0e} | {R} | {method} | {h.k if h.k is not None else '—'} | {cells(s)}"
                 lines.append(line)
                 print(line, flush=True)
     return lines, data
 
 
 def calibration_table(M: int, R: int) -> list[str]:
-    header = "| law | d | M | R | estimator | k | mean error ± se | sd | mean se | sd/se |"
-    lines = [header, "|---|---|---|---|---|---|---|---|---|---|"]
+    header = (
+        "| law | d | M | R | estimator | k | mean error ± se | sd | mean se | sd/se | mean se_jackknife "
+        "| sd/se_jackknife |"
+    )
+    lines = [header, "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     print(header, flush=True)
     g = torch.Generator().manual_seed(11)
     gauss2 = torch.randn(R, M, 2, generator=g, dtype=torch.float64)
@@ -112,13 +124,48 @@ def calibration_table(M: int, R: int) -> list[str]:
     ]  # fmt: skip
     for law, x, name, estimate, exact in cases:
         r = estimate(x)
-        s = summary(r.value.numpy(), r.se.numpy(), exact)
-        line = (
-            f"| {law} | {x.shape[-1]} | {M:.0e} | {R} | {name} | {r.k} | {s['bias']:+.4f} ± {s['bias_se']:.4f} | "
-            f"{s['sd']:.4f} | {s['se']:.4f} | {s['ratio']:.2f} |"
-        )
+        s = summary(r, exact)
+        line = f"| {law} | {x.shape[-1]} | {M:.0e} | {R} | {name} | {r.k} | {cells(s)}"
         lines.append(line)
         print(line, flush=True)
+    return lines
+
+
+def kl_table(M: int) -> list[str]:
+    """Both forms of ``kl`` against the closed form, for two 2-D Gaussians near each other and far apart."""
+    header = "| case | exact KL | form | estimate | se | se_jackknife | error / se_jackknife |"
+    lines = [header, "|---|---|---|---|---|---|---|"]
+    print(header, flush=True)
+    c0 = covariance(2)
+    rotated = (
+        np.array([[0.0, -1.0], [1.0, 0.0]]) @ c0 @ np.array([[0.0, 1.0], [-1.0, 0.0]])
+    )  # axes turned 90°
+    cases = [
+        ("near: Σ1 = 1.3 Σ0 + 0.2 I, m1 = (0.4, −0.2)", 1.3 * c0 + 0.2 * np.eye(2)),
+        ("far: Σ1 = Σ0 turned 90°, m1 = (0.4, −0.2)", rotated),
+    ]
+    m1 = np.array([0.4, -0.2])
+    x = gaussian_cloud(1, M, c0, seed=31)[0]  # (M, 2)
+    for name, c1 in cases:
+        inv = np.linalg.inv(c1)
+        exact = 0.5 * (
+            np.trace(inv @ c0) + m1 @ inv @ m1 - 2 + math.log(np.linalg.det(c1) / np.linalg.det(c0))
+        )
+        y = gaussian_cloud(1, M, c1, seed=32)[0] + torch.as_tensor(m1)  # (M, 2)
+        inv_t, logdet = torch.as_tensor(inv), math.log(np.linalg.det(2 * math.pi * c1))
+
+        def log_pi(z, inv_t=inv_t, logdet=logdet):  # log N(m1, Σ1) at z (..., 2) -> (...)
+            r = z - torch.as_tensor(m1)
+            return -0.5 * ((r @ inv_t) * r).sum(-1) - 0.5 * logdet
+
+        for form, r in (("two samples, N = M", kl(x, y)), ("density", kl(x, log_pi))):
+            err = (float(r.value) - exact) / float(r.se_jackknife)
+            line = (
+                f"| {name} | {exact:.4f} | {form} | {float(r.value):.4f} | {float(r.se):.4f} | "
+                f"{float(r.se_jackknife):.4f} | {err:+.1f} |"
+            )
+            lines.append(line)
+            print(line, flush=True)
     return lines
 
 
@@ -192,10 +239,11 @@ def main(argv: list[str] | None = None) -> str:
     bias_lines, data = bias_table(dims, sizes, replicas)
     figure(data, dims, sizes, fig_path)
     cal_lines = calibration_table(*cal)
+    kl_lines = kl_table(500 if args.smoke else 10_000)
     time_lines = [] if args.skip_time else time_table(*times)
     text = "\n".join(
         [
-            "# entropy",
+            "# Entropy estimators: bias against M and d, standard-error calibration, KL, time",
             "",
             "## Bias against M and d (Gaussian target, full covariance)",
             "",
@@ -204,6 +252,10 @@ def main(argv: list[str] | None = None) -> str:
             "## Standard-error calibration (sd over replicas / mean reported se)",
             "",
             *cal_lines,
+            "",
+            "## KL against the Gaussian closed form (M = N, one draw)",
+            "",
+            *kl_lines,
             "",
             *(["## Time of `entropy(x)` (one call each)", "", *time_lines, ""] if time_lines else []),
         ]

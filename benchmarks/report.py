@@ -98,6 +98,15 @@ slower than GeomLoss at equal accuracy; memory O(n). Which method to use when:
 ModuleNotFoundError`), and the "no slower than GeomLoss" target is then not measured.""",
     ),
     Section(
+        "Entropy and KL estimators",
+        ("entropy",),
+        """\
+`meanfield.metrics.entropy` and `kl` (issue 48): the bias of the k-NN, weighted and Gaussian estimators
+against M and d on a Gaussian with a full covariance, how the replica-to-replica sd compares with `se` and
+`se_jackknife`, KL against the Gaussian closed form, and the time of one `entropy` call at M = 1e4, 1e5 in
+d = 2, 10 (wall and CPU). Read with [Entropy and KL](entropy.md#bias-against-m-and-d-calibration-time).""",
+    ),
+    Section(
         "Large M: interactions and noise",
         ("kernels",),
         """\

@@ -20,6 +20,7 @@ run benchmarks/distributed.py --steps 10
 run benchmarks/parallel_lm.py
 run benchmarks/kinetic.py
 run benchmarks/wasserstein.py
+run benchmarks/entropy.py
 run benchmarks/sde.py --repeats 7
 run benchmarks/sde.py --device cpu --sizes 1e5 1e6 1e7 --repeats 7
 run benchmarks/attention.py --M 8 32 --repeats 15

@@ -56,6 +56,7 @@ def _tables_are_labelled(text: str) -> bool:
     [
         ("sde.py", ["--smoke", "--out", "{tmp}/sde.md"]),
         ("wasserstein.py", ["--smoke", "--out", "{tmp}/wasserstein.md"]),
+        ("entropy.py", ["--smoke", "--out", "{tmp}/entropy.md"]),
         ("sinkhorn.py", ["--smoke", "--out", "{tmp}/sinkhorn.md"]),
         ("kernels.py", ["--smoke", "--out", "{tmp}/kernels.md"]),
         (

@@ -497,6 +497,23 @@ ORACLES: dict[str, list[str]] = {
     ],
     "SinkhornResult": ["test_wasserstein.py::test_sinkhorn_divergence_matches_pot_and_approaches_exact_ot"],
     "resolve_method": ["test_wasserstein.py::test_auto_picks_by_dimension_and_size_and_says_which"],
+    # entropy and KL: closed forms (Gaussians, boxes, products), quadrature (a mixture), brute-force jackknife
+    "entropy": [
+        "metrics/test_entropy.py::test_knn_gaussian_full_covariance",
+        "metrics/test_entropy.py::test_gaussian_high_dimension",
+        "metrics/test_entropy.py::test_uniform_box",
+        "metrics/test_entropy.py::test_product_law",
+        "metrics/test_entropy.py::test_mixture_by_quadrature",
+        "metrics/test_entropy.py::test_jackknife_is_the_leave_one_out_formula",
+    ],
+    "kl": [
+        "metrics/test_entropy.py::test_kl_gaussians_two_forms",
+        "metrics/test_entropy.py::test_jackknife_is_the_leave_one_out_formula",
+    ],
+    "EntropyEstimate": ["metrics/test_entropy.py::test_standard_errors_bracket_the_replica_sd"],
+    "KLEstimate": ["metrics/test_entropy.py::test_standard_errors_bracket_the_replica_sd"],
+    "ENTROPY_METHODS": ["metrics/test_entropy.py::test_gaussian_high_dimension"],
+    "bsy_weights": ["metrics/test_entropy.py::test_bsy_weights_cancel_the_bias_terms"],
     "pairwise_cosine": ["test_diversity.py::test_pairwise_cosine_identical_orthogonal_and_known_angle"],
     "attention_similarity": ["test_diversity.py::test_attention_similarity_identical_and_disjoint_maps"],
     "mean_off_diagonal": ["test_diversity.py::test_pairwise_cosine_identical_orthogonal_and_known_angle"],
