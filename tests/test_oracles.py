@@ -554,6 +554,11 @@ ORACLES: dict[str, list[str]] = {
     "Importance": ["test_nn.py::test_importance_is_gradient_of_a_per_particle_mask"],
     "FarthestPoint": ["test_nn.py::test_farthest_keeps_one_particle_per_cluster"],
     "Medoids": ["test_nn.py::test_medoids_are_cluster_medoids_and_lower_the_quantisation_error"],
+    # the free energy of particle layers: the closed form on exact Gaussian particles
+    **{
+        n: ["nn/test_gibbs.py::test_gaussian_particles_have_the_closed_form_free_energy"]
+        for n in ("free_energy", "NetworkFreeEnergy", "LayerEntropy")
+    },
     # the optimizer's noise (drift oracle: test_optim.py's independent implementation of the step)
     "Langevin": ["test_optim_noise.py::test_optimizer_noise_is_white_across_parameters_groups_and_steps"],
     "convergence_in_m": ["test_oracles.py::test_convergence_in_m_on_midpoint_clouds_is_exact"],
