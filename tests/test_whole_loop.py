@@ -178,8 +178,8 @@ def _equal_states(a: dict, b: dict) -> bool:
 
 def test_train_config_defaults_are_the_documented_values():
     """``TrainConfig()``: 1000 steps of 64, a line every 10, no evaluation but at the end, a checkpoint every
-    200, 2 kept, TensorBoard and figures on."""
-    assert dataclasses.astuple(TrainConfig()) == (1000, 64, 10, 0, 200, 2, True, True)
+    200, 2 kept, TensorBoard and figures on, no free energy logged."""
+    assert dataclasses.astuple(TrainConfig()) == (1000, 64, 10, 0, 200, 2, True, True, False)
     assert [f.name for f in dataclasses.fields(TrainConfig)] == [
         "steps",
         "batch_size",
@@ -189,6 +189,7 @@ def test_train_config_defaults_are_the_documented_values():
         "keep_checkpoints",
         "tensorboard",
         "figures",
+        "free_energy",
     ]
 
 
@@ -1478,7 +1479,7 @@ def test_a_resume_on_another_process_count_warns_from_runs_line(tmp_path):
 def _recording_run(step, *, log=2, evaluate=0, window=None, window_metrics=None):
     evaluated = []
     fake = SimpleNamespace(
-        cfg=SimpleNamespace(train=SimpleNamespace(log_every=log, eval_every=evaluate)),
+        cfg=SimpleNamespace(train=SimpleNamespace(log_every=log, eval_every=evaluate, free_energy=False)),
         window=window if window is not None else {"loss_sum": 3.0, "n": 2, "time": 0.5},
         step=step,
         elapsed=7.25,
