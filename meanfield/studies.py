@@ -283,18 +283,18 @@ class Table:
         )  # fmt: skip
 
 
+def _observed(value: object) -> torch.Tensor:
+    """An observable's value as a tensor: a result object with a ``.value`` (``system.free_energy``, an entropy
+    estimate) gives its ``value``."""
+    return torch.as_tensor(getattr(value, "value", value))
+
+
 def _as_tensor(name: str, value: object) -> torch.Tensor:
     if isinstance(value, np.ndarray) or isinstance(value, (list, tuple)):
         value = torch.as_tensor(np.asarray(value, dtype=np.float64))
     if not torch.is_tensor(value):
         raise TypeError(f"{name} must be a tensor, got {type(value).__name__}")
     return value.detach().to("cpu", torch.float64)
-
-
-def _observed(value: object) -> torch.Tensor:
-    """An observable's value as a tensor: a result object with a ``.value`` (``system.free_energy``, an entropy
-    estimate) gives its ``value``."""
-    return torch.as_tensor(getattr(value, "value", value))
 
 
 def _collect(
@@ -305,9 +305,8 @@ def _collect(
     ``out`` is a state tensor ``(B, M, d)``, a :class:`~meanfield.simulate.Trajectory` (states ``(S, B, M, d)``
     at ``times (S,)``) or a mapping: ``"final"`` → states ``(B, M, d)`` (optional), ``"t"`` → times ``(T,)``
     (optional), any other name → a tensor ``(B,)`` (a scalar per replica) or ``(B, T)`` (a series at the
-    times). Each ``observables[name](x (B, M, d)) -> (B,)`` (or a result with a ``.value (B,)``, such as
-    ``system.free_energy``'s) is applied to the final state (a scalar) or, for a trajectory, to every saved
-    state (a series, and its final value as the scalar of that name).
+    times). Each ``observables[name](x (B, M, d)) -> (B,)`` is applied to the final state (a scalar) or,
+    for a trajectory, to every saved state (a series, and its final value as the scalar of that name).
 
     Returns:
         ``states (B, M, d) | None``, ``scalars {name: (B,)}``, ``series {name: (B, T)}``, ``times (T,) | None``.
@@ -1451,7 +1450,8 @@ def sweep(
         max_batch: the most replicas in one call (batched only).
         memory_budget: bytes one call may use, with ``replica_bytes`` (batched only).
         replica_bytes: bytes per replica (a number, or a function of the call's fixed parameters).
-        observables: functions of the states returned by a batched ``run``.
+        observables: functions of the states returned by a batched ``run`` (each may return a result with a
+            ``.value (B,)``, e.g. ``system.free_energy``).
         progress: show a progress bar over grid × seeds.
 
     Returns:
