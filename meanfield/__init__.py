@@ -8,6 +8,7 @@ from . import kinetic, metrics, nn, optim, potentials, projections, schedules, s
 from .brownian import BrownianIncrements
 from .kinetic import KineticMeanFieldLangevin
 from .optim import KineticLangevin, Langevin
+from .progress import set_progress
 from .simulate import NonFiniteStateError, Trajectory, simulate
 from .solvers import SOLVERS, EulerMaruyama, Solver, TorchSDE, get_solver
 from .studies import StudyResult, SweepResult, convergence_in_m, sweep
@@ -40,6 +41,7 @@ __all__ = [
     "potentials",
     "projections",
     "schedules",
+    "set_progress",
     "simulate",
     "studies",
     "tokens",
