@@ -439,10 +439,8 @@ class RateEstimate:
         }
 
     def __repr__(self) -> str:
-        c = self._cells()
-        return f"RateEstimate({self.estimator}): slope {c['slope']}, " + ", ".join(
-            f"{k} {v}" for k, v in list(c.items())[2:]
-        )
+        cells = ", ".join(f"{k} {v}" for k, v in self._cells().items() if k != "estimator")
+        return f"RateEstimate({self.estimator}): {cells}"
 
     def _repr_html_(self) -> str:
         cells = self._cells()

@@ -6,6 +6,8 @@ call inside another call that has a bar shows none, even after that call was int
 from __future__ import annotations
 
 import io
+import sys
+import types
 
 import pytest
 import torch
@@ -36,9 +38,14 @@ def _run(progress_arg=None):
 
 
 def test_the_default_follows_set_progress_then_the_variable_then_the_terminal(monkeypatch):
-    """Not a terminal (pytest captures stderr): off; a terminal: on; ``MEANFIELD_PROGRESS=1``/``0`` overrides
+    """Not a terminal (pytest captures stderr): off; a Jupyter kernel: on; a terminal: on; ``MEANFIELD_PROGRESS=1``/``0`` overrides
     the terminal test, ``set_progress`` overrides the variable, ``set_progress(None)`` restores it. A value
     other than 0/1, or a non-bool to ``set_progress``, is refused in one line saying what is allowed."""
+    assert progress.progress_default() is False
+    kernel = types.SimpleNamespace(config={"IPKernelApp": {}})  # what a Jupyter kernel's shell holds
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: kernel))
+    assert progress.progress_default() is True
+    kernel.config = {}  # IPython in a terminal whose stderr is captured: no kernel, no terminal
     assert progress.progress_default() is False
     monkeypatch.setattr("sys.stderr", _Terminal())
     assert progress.progress_default() is True
