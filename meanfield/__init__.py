@@ -9,6 +9,7 @@ from .brownian import BrownianIncrements
 from .free_energy import FreeEnergy
 from .kinetic import KineticMeanFieldLangevin
 from .optim import KineticLangevin, Langevin
+from .progress import set_progress
 from .simulate import NonFiniteStateError, Trajectory, simulate
 from .solvers import SOLVERS, EulerMaruyama, Solver, TorchSDE, get_solver
 from .studies import StudyResult, SweepResult, convergence_in_m, sweep
@@ -42,6 +43,7 @@ __all__ = [
     "potentials",
     "projections",
     "schedules",
+    "set_progress",
     "simulate",
     "studies",
     "tokens",

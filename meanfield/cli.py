@@ -374,6 +374,11 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``meanfield`` command. Its figures are only written to files, so it draws with matplotlib's
+    non-interactive ``Agg`` (importing meanfield leaves the backend alone)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -266,6 +266,8 @@ def simulate_sharded(
     noise = BlockNoise(
         tuple(local.shape), dt, seed, start=start, block=block, dtype=local.dtype, device=local.device
     )
+    if rank:
+        kwargs.setdefault("progress", False)  # one bar (meanfield.progress): rank 0's
     return simulate(sharded, local, t1=t1, dt=dt, brownian=noise, **kwargs)
 
 

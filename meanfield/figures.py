@@ -28,7 +28,7 @@ def generate(
     *,
     preset: str = "fast",
     keep_existing: bool = False,
-    progress: bool = True,
+    progress: bool | None = None,
 ) -> list[Path]:
     """Write the documentation figures to ``out`` and return their paths.
 
@@ -36,7 +36,7 @@ def generate(
         out: the folder (created).
         preset: the theory checks' preset (``"fast"`` for CI builds, ``"full"`` for paper figures).
         keep_existing: skip figures already in ``out``.
-        progress: show a progress bar over the checks.
+        progress: show a progress bar over the checks (:mod:`meanfield.progress`).
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

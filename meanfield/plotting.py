@@ -2,6 +2,9 @@
 
 Every figure of the package (theory checks, studies, experiments, benchmarks) is made with
 :func:`figure` and written with :func:`save`, so that the docs look like one piece.
+
+Importing it leaves matplotlib's backend as it is (``%matplotlib inline`` in a notebook stays inline); the
+command line, which only writes files, asks for the non-interactive ``Agg`` (``meanfield.cli.main``).
 """
 
 from __future__ import annotations
@@ -9,12 +12,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
 
 from meanfield._io import write_atomic
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
 __all__ = ["STYLE", "figure", "save"]
 

@@ -10,10 +10,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
-from tqdm.auto import tqdm
 
 from ._checks import check_finite, check_finite_tensor, check_int, check_positive, check_rank
+from ._display import fields_html, html_block, shortlist
 from .brownian import BrownianIncrements, GaussianNoise, NoiseSource, RademacherNoise
+from .progress import progress_bar
 from .seeds import resolve_generator
 from .solvers import Solver, get_solver
 from .systems import ParticleSystem
@@ -50,6 +51,27 @@ class Trajectory:
 
     def __len__(self) -> int:
         return self.times.shape[0]
+
+    def _fields(self) -> list[tuple[str, str]]:
+        named = ", ".join(f"{n}={k}" for n, k in zip("SBMd", self.states.shape, strict=True))  # (S, B, M, d)
+        times, dtype = self.times.tolist(), str(self.states.dtype).removeprefix("torch.")
+        return [
+            ("states", f"({named}) {dtype} on {self.states.device}"),
+            ("t", f"{times[0]:g} … {times[-1]:g}"),
+            ("steps", f"{shortlist(self.steps.tolist(), 4)} of dt = {self.dt:g}"),
+            ("solver", self.solver),
+            ("seed", str(self.seed)),
+        ]
+
+    def __repr__(self) -> str:
+        f = dict(self._fields())
+        return (
+            f"Trajectory: states {f['states']}\n  t = {f['t']} (steps {f['steps']}), solver {self.solver!r}, "
+            f"seed {self.seed}"
+        )
+
+    def _repr_html_(self) -> str:
+        return html_block("Trajectory", fields_html(self._fields()))
 
 
 class NonFiniteStateError(FloatingPointError):
@@ -273,7 +295,7 @@ def simulate(
     noise: str = "gaussian",
     brownian: NoiseSource | None = None,
     check_every: int = 64,
-    progress: bool = False,
+    progress: bool | None = None,
 ) -> Trajectory:
     """Integrate ``system`` from ``x0`` at ``t0`` to ``t1`` with ``n = (t1 − t0)/dt`` steps of size ``dt``.
 
@@ -294,7 +316,8 @@ def simulate(
             another :class:`~meanfield.brownian.NoiseSource` of the system's noise shape (e.g.
             :class:`~meanfield.distributed.BlockNoise`, one generator per block of particles).
         check_every: check the state for NaN/Inf at least this often (and at every saved state).
-        progress: show a progress bar over the steps.
+        progress: show a progress bar over the steps (``None``: when the run lasts over a second in a terminal
+            or a notebook, :mod:`meanfield.progress`).
 
     Returns:
         The :class:`Trajectory`. The run is not recorded by autograd.
@@ -390,7 +413,7 @@ def simulate(
     x, saved = x0.clone(), 1  # (B, M, d): steppers may update it in place; x0 stays the caller's
     with (
         torch.no_grad(),
-        tqdm(total=n_steps, disable=not progress, desc=f"simulate[{solver.name}]", unit="step") as bar,
+        progress_bar(progress, total=n_steps, desc=f"simulate[{solver.name}]", unit="step") as bar,
         _settled(source),
     ):
         for n, n_next in itertools.pairwise(stops):

@@ -32,11 +32,12 @@ import matplotlib.ticker
 import numpy as np
 import torch
 from scipy import stats as _st
-from tqdm.auto import tqdm
 
 from ._checks import check_finite, check_finite_tensor, check_int
+from ._display import dataframe, html_block, number, paragraph, rows_html, rows_text, shortlist
 from .metrics.wasserstein import Law1d, resolve_method, wasserstein, wasserstein_to_law
 from .plotting import figure, save
+from .progress import progress_bar
 from .seeds import derive_seed, resolve_generator
 from .simulate import Trajectory
 from .stats import t_interval
@@ -202,6 +203,23 @@ class Table:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def _title(self) -> str:
+        return (
+            f"Table: {len(self.rows)} rows × {len(self.columns)} columns (keys {', '.join(self.keys)}; values "
+            f"{', '.join(self.values) or 'none'}; replicate {self.replicate!r})"
+        )
+
+    def __repr__(self) -> str:
+        return f"{self._title()}\n{rows_text(self.rows, self.columns)}"
+
+    def _repr_html_(self) -> str:
+        return html_block(self._title(), rows_html(self.rows, self.columns))
+
+    def to_pandas(self):
+        """The table as a ``pandas.DataFrame``, one row per row and the columns in order (a missing cell is
+        NaN, or ``None`` in a column of text); needs pandas (``pip install 'meanfield-sde[pandas]'``)."""
+        return dataframe(self.rows, self.columns)
 
     def column(self, name: str) -> list:
         """The values of one column (``None`` where a row lacks it)."""
@@ -415,6 +433,24 @@ class RateEstimate:
     def intercept(self) -> float:
         """``log|c|``: the excess is ``exp(intercept)·M^{slope}``."""
         return math.log(abs(self.coefficient)) if self.coefficient != 0 else -math.inf
+
+    def _cells(self) -> dict:
+        lo, hi = self.slope_ci
+        return {
+            "estimator": self.estimator,
+            "slope": number(self.slope, 3),
+            f"{self.level:.0%} CI": f"[{number(lo, 3)}, {number(hi, 3)}]",
+            "limit": number(self.limit, 4),
+            "c": number(self.coefficient, 3),
+        }
+
+    def __repr__(self) -> str:
+        cells = ", ".join(f"{k} {v}" for k, v in self._cells().items() if k != "estimator")
+        return f"RateEstimate({self.estimator}): {cells}"
+
+    def _repr_html_(self) -> str:
+        cells = self._cells()
+        return html_block("RateEstimate", rows_html([cells], list(cells)))
 
 
 def _fit_loglog(Ms: torch.Tensor, means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -690,6 +726,43 @@ class StudyResult:
             return torch.zeros(len(self.Ms), dtype=self.values.dtype)
         return self.floor.mean(1)
 
+    def _lines(self) -> list[str]:
+        lo, hi = self.slope_ci
+        what = self.metric if self.method == "observable" else f"{self.metric} ({self.method})"
+        pairs = [f"{number(m, 3)} ± {number(e, 2)}" for m, e in zip(self.mean.tolist(), self.se.tolist())]
+        lines = [
+            f"StudyResult: {what} at M = {shortlist(self.Ms)}; {self.values.shape[1]} replicates each",
+            f"  slope {number(self.slope, 3)}, {self.level:.0%} CI [{number(lo, 3)}, {number(hi, 3)}] "
+            f"({self.estimator}), limit {number(self.limit)}",
+            f"  mean ± SE: {shortlist(pairs)}",
+        ]
+        if self.floor.shape[1] > 0:
+            lines.append(f"  floor: {shortlist(self.floor_mean.tolist(), digits=3)}")
+        lines += [f"  {e!r}" for name, e in self.estimates.items() if name != self.estimator]
+        if self.observed or self.series:
+            times = "" if self.times is None else f" at {len(self.times)} times"
+            series = f"; series {', '.join(self.series)}{times}" if self.series else ""
+            lines.append(f"  observed {', '.join(self.observed) or 'none'}{series}")
+        return lines
+
+    def __repr__(self) -> str:
+        return "\n".join(self._lines())
+
+    def _repr_html_(self) -> str:
+        lines = self._lines()
+        columns = ["M", "mean", "se", *(["floor"] if self.floor.shape[1] > 0 else [])]
+        estimates = [e._cells() for e in self.estimates.values()]
+        return html_block(
+            lines[0],
+            rows_html(self.rows(), columns),
+            rows_html(estimates, list(estimates[0])) if estimates else paragraph(lines[1].strip()),
+            *(paragraph(line.strip()) for line in lines[3:] if line.startswith("  observed")),
+        )
+
+    def to_pandas(self, *, curves: bool = False):
+        """:attr:`table` (or :attr:`curves`) as a ``pandas.DataFrame`` (:meth:`Table.to_pandas`)."""
+        return (self.curves if curves else self.table).to_pandas()
+
     def fit(self, M: float | torch.Tensor) -> torch.Tensor:
         """The fitted power law of the excess, ``exp(intercept) · M^slope``."""
         return math.exp(self.intercept) * torch.as_tensor(M, dtype=self.values.dtype) ** self.slope
@@ -849,7 +922,7 @@ def convergence_in_m(
     floor_reps: int | None = None,
     n_boot: int = 2000,
     level: float = 0.95,
-    progress: bool = True,
+    progress: bool | None = None,
     observables: Mapping[str, Observable] | None = None,
     quantity: str | None = None,
     estimator: str | Sequence[str] = "auto",
@@ -910,7 +983,8 @@ def convergence_in_m(
         floor_reps: pairs of reference clouds for the floor (sampler only); default ``reps``.
         n_boot: bootstrap resamplings.
         level: confidence level of the slope interval.
-        progress: show a progress bar over M.
+        progress: show a progress bar over M (``None``: when it lasts over a second in a terminal or a
+            notebook, :mod:`meanfield.progress`).
         observables: named functions of the states ``(reps, M, d) -> (reps,)`` to collect per replicate.
         quantity: the observable whose approach to its limit is studied (instead of a distance).
         estimator: ``"auto"``, one of :data:`ESTIMATORS`, or a sequence of them.
@@ -1031,7 +1105,7 @@ def convergence_in_m(
     observed: dict[str, list[torch.Tensor]] = {}
     series: dict[str, list[torch.Tensor]] = {}
     times = None
-    for M in tqdm(Ms, desc="convergence in M", disable=not progress):
+    for M in progress_bar(progress, iterable=Ms, desc="convergence in M"):
         x, scalars, curves, t = _collect("sample(M, reps)", sample(M, reps), reps, observables)
         if kind != "quantity" or x is not None:
             if x is None:
@@ -1246,6 +1320,28 @@ class SweepResult:
         """The rows whose run raised."""
         return [row for row in self.rows if row["error"] is not None]
 
+    def _title(self) -> str:
+        points = len({tuple(repr(row.get(p)) for p in self.params) for row in self.rows})
+        seeds = len({repr(row.get("seed")) for row in self.rows})
+        title = f"SweepResult: {len(self.rows)} runs ({points} points × {seeds} seeds), {len(self.failures)} failed"
+        title += f"; outputs {', '.join(self.outputs) or 'none'}"
+        if self.series:
+            title += f"; series {', '.join(self.series)} ({len(self.curve_rows)} rows in curves)"
+        return title
+
+    def _shown(self) -> tuple[str, ...]:  # the error column only when a run failed
+        return self.columns if self.failures else self.columns[:-1]
+
+    def __repr__(self) -> str:
+        return f"{self._title()}\n{rows_text(self.rows, self._shown())}"
+
+    def _repr_html_(self) -> str:
+        return html_block(self._title(), rows_html(self.rows, self._shown()))
+
+    def to_pandas(self, *, curves: bool = False):
+        """:attr:`table` (or :attr:`curves`) as a ``pandas.DataFrame`` (:meth:`Table.to_pandas`)."""
+        return (self.curves if curves else self.table).to_pandas()
+
     def column(self, name: str) -> list:
         """The values of one column (``None`` where a row lacks it)."""
         if name not in self.columns:
@@ -1422,7 +1518,7 @@ def sweep(
     memory_budget: float | None = None,
     replica_bytes: int | Callable[[Mapping[str, object]], int] | None = None,
     observables: Mapping[str, Observable] | None = None,
-    progress: bool = True,
+    progress: bool | None = None,
 ) -> SweepResult:
     """Run ``run`` for every grid point and seed and collect its outputs: scalars, or series at saved times.
 
@@ -1452,7 +1548,8 @@ def sweep(
         replica_bytes: bytes per replica (a number, or a function of the call's fixed parameters).
         observables: functions of the states returned by a batched ``run`` (each may return a result with a
             ``.value (B,)``, e.g. ``system.free_energy``).
-        progress: show a progress bar over grid × seeds.
+        progress: show a progress bar over grid × seeds (``None``: when it lasts over a second in a terminal
+            or a notebook, :mod:`meanfield.progress`).
 
     Returns:
         :class:`SweepResult`: ``rows`` in grid × seed order, series in ``curves``. A run that raises (or
@@ -1494,7 +1591,7 @@ def sweep(
     outputs: dict[str, None] = {}
     series: dict[str, None] = {}
     runs = list(itertools.product(points, seeds))
-    bar = tqdm(total=len(runs), desc="sweep", disable=not progress)
+    bar = progress_bar(progress, total=len(runs), desc="sweep")
     if not batch:
         for point, seed in runs:
             row = {**point, "seed": seed}

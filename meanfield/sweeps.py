@@ -62,6 +62,7 @@ import math
 import multiprocessing
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,8 +72,10 @@ import torch
 from tqdm.auto import tqdm
 
 from meanfield import config as _config
+from meanfield._display import dataframe, html_block, number, rows_html, rows_text
 from meanfield._io import json_clean, write_json_atomic, write_text_atomic
 from meanfield.config import ConfigError
+from meanfield.progress import progress_default
 from meanfield.runs.folder import config_differences
 from meanfield.runs.lock import FolderLock
 from meanfield.runs.loop import StopFlag
@@ -642,6 +645,37 @@ class SweepTable:
         """The summary as a Markdown table, with the legend of its columns."""
         return _markdown(self.summary, list(self.grid), self.metrics, self.options)
 
+    def _title(self) -> str:
+        points = len({tuple(repr(r.get(k)) for k in self.grid) for r in self.rows})
+        seeds = len({repr(r.get("seed")) for r in self.rows})
+        counted = ", ".join(f"{n} {status}" for status, n in Counter(r["status"] for r in self.rows).items())
+        return f"SweepTable: {self.path}, {len(self.rows)} runs ({points} points × {seeds} seeds): {counted}"
+
+    def _cells(self) -> tuple[list[dict], list[str]]:
+        """The summary shown: per point the grid values, ``n`` and each metric's ``mean [lo, hi]``."""
+
+        def interval(e: Mapping[str, Any], m: str) -> str:
+            return f"{number(e[m])} [{number(e[f'{m}:lo'])}, {number(e[f'{m}:hi'])}]" if m in e else ""
+
+        columns = [*self.grid, "n", *self.metrics]
+        cells = [
+            {**{k: e.get(k) for k in (*self.grid, "n")}, **{m: interval(e, m) for m in self.metrics}}
+            for e in self.summary
+        ]
+        return cells, columns
+
+    def __repr__(self) -> str:
+        return f"{self._title()}\n{rows_text(*self._cells())}"
+
+    def _repr_html_(self) -> str:
+        return html_block(self._title(), rows_html(*self._cells()))
+
+    def to_pandas(self, *, summary: bool = False):
+        """:attr:`rows` (or with ``summary=True`` :attr:`summary`) as a ``pandas.DataFrame``, its columns in the
+        order they first appear; needs pandas (``pip install 'meanfield-sde[pandas]'``)."""
+        rows = self.summary if summary else self.rows
+        return dataframe(rows, list(dict.fromkeys(k for row in rows for k in row)))
+
 
 def summarize(
     rows: Sequence[Mapping[str, Any]],
@@ -975,8 +1009,9 @@ def sweep_runs(
                 todo.append(i)
         if order == "seed":  # stable: within a seed, the grid's order
             todo.sort(key=lambda i: seeds.index(points[i]["seed"]))
+        shown = not quiet and progress_default()  # the policy of meanfield.progress
         bar = tqdm(
-            total=len(points), initial=len(points) - len(todo), disable=quiet, unit="run", desc=out.name
+            total=len(points), initial=len(points) - len(todo), disable=not shown, unit="run", desc=out.name
         )
         threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
 

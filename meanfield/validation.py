@@ -258,7 +258,7 @@ def validate(
     preset: str = "fast",
     out: str | os.PathLike = "validate-out",
     theory_dir: str | os.PathLike | None = None,
-    progress: bool = True,
+    progress: bool | None = None,
     echo: Callable[[str], None] | None = print,
     resume: bool = False,
 ) -> ValidationReport:
@@ -273,13 +273,13 @@ def validate(
         preset: ``"fast"`` (the whole suite in minutes, what CI runs) or ``"full"`` (paper-quality figures).
         out: the output folder (created).
         theory_dir: where the checks are (default: see :func:`default_theory_dir`).
-        progress: show a progress bar over the checks.
+        progress: show a progress bar over the checks (``None``: when it lasts over a second in a terminal
+            or a notebook, :mod:`meanfield.progress`).
         echo: where to print the summary table (``None``: nowhere).
         resume: reuse the finished results of an earlier run into the same ``out`` (see above).
     """
-    from tqdm.auto import tqdm
-
     from .plotting import save
+    from .progress import progress_bar
 
     if preset not in PRESETS:
         raise InputError(f"preset must be one of {PRESETS}, got {preset!r}")
@@ -298,7 +298,7 @@ def validate(
         raise InputError(f"cannot create the output folder {out}: {error}") from None
     done = _finished_results(out, preset) if resume else {}
     results = []
-    bar = tqdm(checks.items(), disable=not progress, desc="validate", unit="check")
+    bar = progress_bar(progress, iterable=checks.items(), desc="validate", unit="check")
     for name, path in bar:
         bar.set_postfix_str(name)
         if name in done:
@@ -360,6 +360,9 @@ def run_as_script(file: str) -> None:
     import argparse
     import sys
 
+    import matplotlib
+
+    matplotlib.use("Agg")  # a script that writes its figure to a file: no display needed
     path = Path(file).resolve()
     parser = argparse.ArgumentParser(prog=f"python theory/{path.name}", description=load_check(path).CLAIM)
     parser.add_argument("--preset", choices=PRESETS, default="fast")

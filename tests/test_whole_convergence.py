@@ -1553,7 +1553,16 @@ def test_the_progress_bar_is_shown_only_when_asked(capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_the_default_progress_bar_is_on(capsys):
+def test_the_default_progress_bar_follows_the_policy(capsys, monkeypatch):
+    """``progress=None`` (the default): no bar into captured stderr (no terminal); with bars on
+    (``MEANFIELD_PROGRESS=1``) and no delay, the bar (:mod:`meanfield.progress`)."""
+    from meanfield import progress
+
+    monkeypatch.delenv("MEANFIELD_PROGRESS", raising=False)
+    convergence_in_m(uniform_sample, [4, 8], reps=2, reference=Uniform(), generator=0, n_boot=4)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("MEANFIELD_PROGRESS", "1")
+    monkeypatch.setattr(progress, "DELAY", 0.0)
     convergence_in_m(uniform_sample, [4, 8], reps=2, reference=Uniform(), generator=0, n_boot=4)
     assert "convergence in M" in capsys.readouterr().err
 

@@ -1211,11 +1211,17 @@ def test_on_step_sees_each_step_after_its_line_and_checkpoint(tmp_path, sinks, m
     assert board.args == (folder / "tensorboard", False, 0) and board.written == records and board.closed
 
 
-def test_the_bar_shows_unless_quiet_and_the_sink_is_on_when_configured(tmp_path, sinks, capsys):
-    """``quiet = False``: the bar is enabled; ``train.tensorboard = true``: the sink is enabled."""
+def test_the_bar_shows_unless_quiet_and_the_sink_is_on_when_configured(tmp_path, sinks, capsys, monkeypatch):
+    """``quiet = False`` where bars are on (``MEANFIELD_PROGRESS=1``, :mod:`meanfield.progress`): the bar is
+    enabled; ``train.tensorboard = true``: the sink is enabled. Where they are off (``0``, or stderr not a
+    terminal as under pytest) the bar is disabled although not quiet."""
+    monkeypatch.setenv("MEANFIELD_PROGRESS", "1")
     _run(tmp_path / "r", ["train.tensorboard=true"], quiet=False)
     bars, boards = sinks
     assert bars[0].kwargs["disable"] is False and boards[0].args[1] is True
+    monkeypatch.setenv("MEANFIELD_PROGRESS", "0")
+    _run(tmp_path / "r2", quiet=False)
+    assert bars[1].kwargs["disable"] is True
 
 
 def test_a_resume_continues_the_plain_loop_and_records_where_it_resumed(tmp_path, sinks, rng_kept):

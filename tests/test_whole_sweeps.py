@@ -1195,6 +1195,7 @@ def test_sweep_runs_tables_written_and_printed(tmp_path, monkeypatch, capsys):
     capsys.readouterr()
     (out / names[0] / "point.json").write_text('{"kept": 1}')  # finished, point.json there: left alone
     (out / names[1] / "point.json").unlink()  # finished without point.json: written
+    monkeypatch.setenv("MEANFIELD_PROGRESS", "1")  # bars on, stderr no terminal (meanfield.progress)
     again = sweeps.sweep_runs(TEACHER, grid, [0, 1], out, preset="smoke", overrides=TINY, metrics=None,
                               backend="ray")  # fmt: skip
     err = capsys.readouterr().err

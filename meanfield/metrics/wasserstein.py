@@ -49,6 +49,7 @@ import torch
 from scipy.spatial.distance import cdist
 
 from .._checks import check_finite, check_finite_tensor, check_int, check_positive
+from .._display import fields_html, html_block, number, shortlist
 from ..pairwise import DENSE_MAX_ELEMENTS, cost_matrix, resolve_backend, softmin, softmin_from_cost
 from ..seeds import resolve_generator
 
@@ -108,6 +109,20 @@ class WassersteinResult:
     def squared(self) -> torch.Tensor:
         """``W_p²``."""
         return self.value**2
+
+    def _fields(self) -> list[tuple[str, str]]:
+        name = {"sliced": f"SW_{self.p}", "sinkhorn": f"S_ε^(1/{self.p})"}.get(self.method, f"W_{self.p}")
+        values = self.value.reshape(-1).tolist()
+        value = f"{shortlist(values)} over {len(values)} replicas" if self.value.dim() else number(values[0])
+        how = self.method if self.backend is None else f"{self.method}, {self.backend} backend"
+        return [("distance", f"{name} = {value}"), ("method", how)]
+
+    def __repr__(self) -> str:
+        (_, distance), (_, how) = self._fields()
+        return f"WassersteinResult ({how}): {distance}"
+
+    def _repr_html_(self) -> str:
+        return html_block("WassersteinResult", fields_html(self._fields()))
 
 
 # --------------------------------------------------------------------------------------------------------

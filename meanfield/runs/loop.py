@@ -35,6 +35,7 @@ from meanfield.nn.sharded import (
     sharded_layers,
 )
 from meanfield.optim import Langevin
+from meanfield.progress import progress_default
 from meanfield.runs import parallel
 from meanfield.runs.config import RunConfig, build_optimizer, check_config
 from meanfield.runs.environment import environment, provenance, record_environment
@@ -605,7 +606,7 @@ class _Run:
         bar = tqdm(
             total=cfg.steps,
             initial=self.step,
-            disable=self.quiet or not self.lead,
+            disable=self.quiet or not self.lead or not progress_default(),  # meanfield.progress's policy
             unit="step",
             dynamic_ncols=True,
             desc=self.folder.name,

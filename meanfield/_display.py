@@ -1,0 +1,101 @@
+"""What a result shows in a notebook: a short text (a few lines, never a tensor) and a small HTML table.
+
+The result classes (:class:`~meanfield.simulate.Trajectory`, :class:`~meanfield.studies.StudyResult`, …) build
+their ``__repr__`` and ``_repr_html_`` from these pieces, and their ``to_pandas`` from :func:`dataframe`.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping, Sequence
+
+import torch
+
+__all__ = [
+    "MAX_ROWS",
+    "dataframe",
+    "fields_html",
+    "html_block",
+    "number",
+    "shortlist",
+    "paragraph",
+    "rows_html",
+    "rows_text",
+]
+
+MAX_ROWS = 6
+"""Rows of a table that a repr shows (the first ones; the rest are counted)."""
+
+
+def number(value: object, digits: int = 4) -> str:
+    """A cell: a float to ``digits`` significant digits, a one-element tensor as its number, ``None`` empty."""
+    if torch.is_tensor(value) and value.numel() == 1:
+        value = value.item()
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if math.isfinite(value) else str(value)
+    if isinstance(value, torch.Tensor):
+        return f"tensor of shape {tuple(value.shape)}"
+    return str(value)
+
+
+def shortlist(values: Sequence[object], most: int = MAX_ROWS, digits: int = 4) -> str:
+    """``a, b, c`` — or the first ``most − 1``, ``…`` and the last one when there are more."""
+    cells = [number(v, digits) for v in values]
+    return ", ".join(cells if len(cells) <= most else [*cells[: most - 1], "…", cells[-1]])
+
+
+def _columns(rows: Sequence[Mapping], columns: Sequence[str], most: int) -> list[list[str]]:
+    return [[number(row.get(c)) for c in columns] for row in rows[:most]]
+
+
+def rows_text(
+    rows: Sequence[Mapping], columns: Sequence[str], most: int = MAX_ROWS, indent: str = "  "
+) -> str:
+    """The first ``most`` rows as aligned text columns under a header, then how many rows are left out."""
+    cells = [list(columns), *_columns(rows, columns, most)]
+    widths = [max(len(line[k]) for line in cells) for k in range(len(columns))]
+    lines = [
+        indent + "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in cells
+    ]
+    if len(rows) > most:
+        lines.append(f"{indent}… {len(rows) - most} more rows")
+    return "\n".join(lines)
+
+
+def rows_html(rows: Sequence[Mapping], columns: Sequence[str], most: int = 2 * MAX_ROWS) -> str:
+    """The first ``most`` rows as an HTML table, then how many rows are left out."""
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in line) + "</tr>"
+        for line in _columns(rows, columns, most)
+    )
+    more = f"<p>… {len(rows) - most} more rows</p>" if len(rows) > most else ""
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{more}"
+
+
+def fields_html(fields: Sequence[tuple[str, str]]) -> str:
+    """Name–value pairs as a two-column HTML table."""
+    body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in fields)
+    return f"<table><tbody>{body}</tbody></table>"
+
+
+def paragraph(text: str) -> str:
+    """``text`` as an HTML paragraph (escaped)."""
+    return f"<p>{html.escape(text)}</p>"
+
+
+def html_block(title: str, *parts: str) -> str:
+    """A titled block: the title in bold (escaped), then the HTML ``parts``."""
+    return f"<div><strong>{html.escape(title)}</strong>{''.join(parts)}</div>"
+
+
+def dataframe(rows: Sequence[Mapping], columns: Sequence[str]):
+    """``pandas.DataFrame(rows)`` with the columns in this order (a missing cell is NaN or None)."""
+    try:
+        import pandas
+    except ImportError:
+        raise ModuleNotFoundError("to_pandas needs pandas: pip install 'meanfield-sde[pandas]'") from None
+    return pandas.DataFrame(list(rows), columns=list(columns))

@@ -1,0 +1,238 @@
+"""What the result objects show in a notebook (``meanfield/_display.py`` and the classes that use it): a repr of
+a few lines with the shapes and the numbers that matter, never a tensor or every row; a small, well-formed,
+escaped HTML table; ``to_pandas`` (skipped without pandas) and its one-line error without it."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import torch
+
+import meanfield as mf
+from meanfield._display import number
+from meanfield.metrics.wasserstein import Normal, wasserstein
+from meanfield.studies import Table
+from meanfield.sweeps import SweepTable, summarize
+
+VOID = {"br", "hr", "img", "meta", "link", "input", "col", "wbr"}
+
+
+class _Tags(HTMLParser):
+    """Every start tag closed by its own end tag, in order; the cells' text."""
+
+    def __init__(self):
+        super().__init__()
+        self.open, self.errors, self.tags, self.cells = [], [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        if tag not in VOID:
+            self.open.append(tag)
+
+    def handle_endtag(self, tag):
+        if not self.open or self.open[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.open[-1] if self.open else 'nothing'}")
+        else:
+            self.open.pop()
+
+    def handle_data(self, data):
+        if self.open and self.open[-1] in ("td", "th"):
+            self.cells.append(data)
+
+
+def parsed(text: str) -> _Tags:
+    p = _Tags()
+    p.feed(text)
+    p.close()
+    return p
+
+
+def well_formed(text: str) -> bool:
+    p = parsed(text)
+    return not p.errors and not p.open and "table" in p.tags
+
+
+def dataclass_repr(obj) -> str:
+    """What the dataclass-generated repr printed (every field's repr): the negative control of the checks."""
+    return f"{type(obj).__name__}({', '.join(f'{f.name}={getattr(obj, f.name)!r}' for f in dataclasses.fields(obj))})"
+
+
+def short(text: str, chars: int, lines: int) -> bool:
+    return len(text) <= chars and text.count("\n") + 1 <= lines and "tensor(" not in text
+
+
+@pytest.fixture(scope="module")
+def traj():
+    """The issue's case: 201 saved states (a 201-line tensor dump before)."""
+    system = mf.MeanFieldLangevin(mf.potentials.DoubleWell(), beta=0.25)
+    return mf.simulate(
+        system, torch.zeros(2, 50, 1), t1=2.0, dt=0.01, save_every=1, generator=0, progress=False
+    )
+
+
+@pytest.fixture(scope="module")
+def study():
+    def sample(M, reps):
+        return torch.randn(reps, M, 1, generator=torch.Generator().manual_seed(M))  # (reps, M, 1)
+
+    return mf.convergence_in_m(
+        sample, [8, 16, 32, 64], reps=6, reference=Normal(0.0, 1.0), generator=0, n_boot=100, progress=False,
+        observables={"m2": lambda x: (x**2).mean((1, 2))},
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def swept():
+    def run(beta, seed):
+        if beta == 0.5 and seed == 1:
+            raise ValueError("<diverged> & stopped")
+        return {"y": beta * (seed + 1), "curve": [beta, 2 * beta, 3 * beta]}
+
+    with pytest.warns(RuntimeWarning, match="1 of 12 runs failed"):
+        return mf.sweep(run, {"beta": [0.1, 0.2, 0.5]}, seeds=[0, 1, 2, 3], progress=False)
+
+
+@pytest.fixture(scope="module")
+def sweep_table():
+    rng = random.Random(0)
+    rows = [
+        {"lr": lr, "seed": s, "folder": f"lr={lr}-seed={s}", "status": "finished", "val_loss": rng.random()}
+        for lr in (0.1, 0.2, 0.3)
+        for s in range(4)
+    ]
+    rows[-1]["status"], rows[-1]["val_loss"] = "failed", None
+    return SweepTable(
+        Path("runs/x"), {"lr": [0.1, 0.2, 0.3]}, rows, summarize(rows, ["lr"], ["val_loss"]), ["val_loss"]
+    )
+
+
+def test_trajectory_repr_names_shapes_times_and_solver_in_two_lines(traj):
+    """201 saved states of (B, M, d) = (2, 50, 1): the repr says ``S=201, B=2, M=50, d=1``, the dtype, the times
+    0 … 2, dt = 0.01 over steps 0 … 200, the solver and the seed, in 2 lines under 200 characters. Negative
+    control: the dataclass repr it replaces (every tensor printed) fails the same length check."""
+    text = repr(traj)
+    assert short(text, 200, 2), text
+    for part in (
+        "S=201, B=2, M=50, d=1",
+        "float32",
+        "t = 0 … 2",
+        "dt = 0.01",
+        "0, 1, 2, …, 200",
+        "'euler'",
+        "seed 0",
+    ):
+        assert part in text, (part, text)
+    assert not short(dataclass_repr(traj), 200, 2)
+    html = traj._repr_html_()
+    assert well_formed(html) and "S=201, B=2, M=50, d=1" in "".join(parsed(html).cells)
+
+
+def test_study_result_repr_gives_sizes_slope_interval_and_means(study):
+    """The repr names the metric and method, M = 8, 16, 32, 64, the replicates, the slope and its interval
+    to 3 digits, each M's mean ± SE, and the observables, in ≤ 5 lines; the HTML has one row per M and one per
+    estimator. Negative control: the dataclass repr is over 1000 characters of tensors."""
+    text = repr(study)
+    assert short(text, 400, 5), text
+    lo, hi = study.slope_ci
+    assert "w2_squared (law) at M = 8, 16, 32, 64; 6 replicates each" in text
+    assert f"slope {number(study.slope, 3)}, 95% CI [{number(lo, 3)}, {number(hi, 3)}] (exact)" in text
+    assert f"{number(study.mean[0].item(), 3)} ± {number(study.se[0].item(), 2)}" in text
+    assert "observed w2_squared, m2" in text
+    assert not short(dataclass_repr(study), 1000, 5)
+    p = parsed(study._repr_html_())
+    assert not p.errors and not p.open and p.tags.count("tr") == 1 + 4 + 1 + len(study.estimates)
+    rate = study.estimates["exact"]
+    assert repr(rate) == (
+        f"RateEstimate(exact): slope {number(rate.slope, 3)}, 95% CI [{number(lo, 3)}, {number(hi, 3)}], "
+        f"limit 0, c {number(rate.coefficient, 3)}"
+    )
+    assert well_formed(rate._repr_html_())
+
+
+def test_sweep_result_and_table_show_their_first_rows_and_count_the_rest(swept):
+    """12 runs (3 points × 4 seeds), one failed: the title counts them, the text shows the header and the first
+    6 rows then ``… 6 more rows``; the error column is shown because a run failed, and its ``<`` and ``&`` are
+    escaped in the HTML (read back as text, no ``<diverged>`` tag). A table of 1000 rows shows as much as one of
+    12 (not every row). Negative control: the dataclass repr of the 12 rows is longer than both."""
+    text = repr(swept)
+    assert text.startswith("SweepResult: 12 runs (3 points × 4 seeds), 1 failed; outputs y; series curve")
+    assert text.count("\n") == 1 + 1 + 6 and text.endswith("… 6 more rows") and "error" in text
+    html = swept._repr_html_()
+    p = parsed(html)
+    assert well_formed(html) and "diverged" not in p.tags
+    assert "ValueError: <diverged> & stopped" in p.cells
+    table = swept.table
+    assert repr(table).startswith(
+        "Table: 12 rows × 4 columns (keys beta, seed; values y, error; replicate 'seed')"
+    )
+    rows = [{"k": k, "seed": 0, "v": k / 7} for k in range(1000)]
+    big = Table(rows, ("k", "seed"), ("v",))
+    assert short(repr(big), 300, 9) and repr(big).endswith("… 994 more rows")
+    assert well_formed(big._repr_html_()) and parsed(big._repr_html_()).tags.count("tr") == 1 + 12
+    assert len(dataclass_repr(swept)) > 2 * len(text) and not short(dataclass_repr(big), 300, 9)
+
+
+def test_wasserstein_result_repr_gives_the_distance_and_method():
+    """A batch of 3: ``W_2 = a, b, c over 3 replicas`` with the values of ``.value``; one pair: ``W_1 = x``; the
+    method in brackets. Negative control: the dataclass repr prints a tensor."""
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(3, 20, 2, generator=g), torch.randn(3, 20, 2, generator=g)  # (3, 20, 2)
+    batched = wasserstein(x, y, method="exact")
+    values = ", ".join(number(v) for v in batched.value.tolist())
+    assert repr(batched) == f"WassersteinResult (exact): W_2 = {values} over 3 replicas"
+    single = wasserstein(x[0], y[0], p=1, method="exact")
+    assert repr(single) == f"WassersteinResult (exact): W_1 = {number(single.value.item())}"
+    assert well_formed(single._repr_html_())
+    assert "tensor(" in dataclass_repr(single)
+
+
+def test_sweep_table_shows_the_summary_with_intervals(sweep_table):
+    """A sweep folder's table: its folder, 12 runs (3 points × 4 seeds), 11 finished and 1 failed, and one line
+    per point with ``n`` and the metric's ``mean [lo, hi]`` (the point with the failure has n = 3)."""
+    text = repr(sweep_table)
+    assert text.startswith("SweepTable: runs/x, 12 runs (3 points × 4 seeds): 11 finished, 1 failed")
+    last = sweep_table.summary[-1]
+    assert last["n"] == 3
+    assert (
+        f"{number(last['val_loss'])} [{number(last['val_loss:lo'])}, {number(last['val_loss:hi'])}]" in text
+    )
+    assert short(text, 400, 5) and well_formed(sweep_table._repr_html_())
+
+
+def test_to_pandas_round_trips_the_rows(swept, study, sweep_table):
+    """``to_pandas`` keeps every row and the column order: the records read back equal the rows where every
+    cell is present; a failed run's missing output is NaN beside its error. The curves, a study's table and a
+    sweep folder's rows and summary keep their lengths."""
+    pandas = pytest.importorskip("pandas")
+    df = swept.to_pandas()
+    assert list(df.columns) == list(swept.columns) and len(df) == 12
+    for row, back in zip(swept.rows, df.to_dict("records"), strict=True):
+        present = {k: v for k, v in back.items() if not pandas.isna(v)}  # a missing cell: NaN (or None)
+        assert present == {k: v for k, v in row.items() if v is not None}
+    assert [pandas.isna(v) for v in df["y"]] == [row["error"] is not None for row in swept.rows]
+    assert len(swept.to_pandas(curves=True)) == len(swept.curve_rows) == 11 * 3
+    assert study.to_pandas().shape == (4 * 6, 2 + 2) and len(study.to_pandas(curves=True)) == 0
+    assert sweep_table.to_pandas()["folder"].tolist() == [r["folder"] for r in sweep_table.rows]
+    assert sweep_table.to_pandas(summary=True)["n"].tolist() == [4, 4, 3]
+
+
+def test_to_pandas_without_pandas_says_how_to_install_it(swept, monkeypatch):
+    """Without pandas (its import fails): one line naming the extra to install."""
+    monkeypatch.setitem(sys.modules, "pandas", None)  # `import pandas` raises ImportError
+    with pytest.raises(
+        ModuleNotFoundError, match=r"^to_pandas needs pandas: pip install 'meanfield-sde\[pandas\]'$"
+    ):
+        swept.table.to_pandas()
+
+
+def test_the_html_check_fails_on_a_broken_table():
+    """Negative control of :func:`well_formed`: an unclosed cell, a crossed tag and no table fail it."""
+    assert well_formed("<div><table><tr><td>x</td></tr></table></div>")
+    assert not well_formed("<table><tr><td>x</table>")
+    assert not well_formed("<div><table></div></table>")
+    assert not well_formed("<div>x</div>")
