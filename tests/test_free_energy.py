@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -212,3 +213,20 @@ def test_a_run_logs_the_free_energy_when_asked(tmp_path):
     run(TEACHER, tmp_path / "off", overrides=TINY, quiet=True)  # negative control: off by default
     off = [json.loads(s) for s in (tmp_path / "off" / "metrics.jsonl").read_text().splitlines()]
     assert off and not any("free_energy" in r for r in off)
+
+
+@pytest.mark.slow
+def test_the_network_experiment_runs_small(tmp_path, monkeypatch):
+    # experiments/free_energy/network.py cut down (M = 200, 3 seeds, T = 3): it draws its figure and its F̂ at the
+    # end is within 0.01 of the closed-form F*
+    import runpy
+
+    module = runpy.run_path(str(Path(__file__).parents[1] / "experiments" / "free_energy" / "network.py"))
+    main = module["main"]
+    main.__globals__.update(M=200, SEEDS=3, T=3.0)
+    main(str(tmp_path / "network.png"))
+    assert (tmp_path / "network.png").stat().st_size > 0
+    f = main.__globals__
+    F_star = float(f["free_energy"](f["minimiser"]()))
+    t, values = f["train"](0)
+    assert abs(values[-1] - F_star) < 0.01 and values[0] > F_star + 1.0
