@@ -7,8 +7,10 @@ a replica only. The mean-field drift of particle ``i`` is
 
 Confinements implement ``energy(x) -> (B, M)`` and ``grad(x) -> (B, M, d)``; interactions implement
 ``energy(x) -> (B, M)`` (the per-particle interaction ``1/M Σ_j W(x_i − x_j)``) and
-``mean_field_grad(x) -> (B, M, d)`` (``1/M Σ_j ∇W(x_i − x_j)``). The free energy of the empirical law is
-``Σ_i [V(x_i) + ½ · 1/M Σ_j W(x_i − x_j)] / M`` plus the entropy term.
+``mean_field_grad(x) -> (B, M, d)`` (``1/M Σ_j ∇W(x_i − x_j)``). The energy of the empirical law is
+``Σ_i [V(x_i) + ½ · 1/M Σ_j W(x_i − x_j)] / M`` (:meth:`~meanfield.systems.MeanFieldLangevin.energy`); the free
+energy of the particles' law (:mod:`meanfield.free_energy`) estimates ``½ E_{ρ⊗ρ} W`` by the sum over ``j ≠ i``
+with ``1/(M − 1)`` instead, and adds ``−β·H``.
 
 **Per-replica parameters.** Every numeric parameter (``Quadratic(a)``, ``DoubleWell``'s coefficients,
 ``QuadraticInteraction(k)``, ``Alignment(kappa)``, the strength and width of the radial interactions) is a
