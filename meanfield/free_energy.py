@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import torch
 
 from ._checks import check_finite_tensor
+from ._display import fields_html, html_block, shortlist
 from ._replicas import at, check_replicas
 from .metrics.information import entropy as estimate_entropy
 from .potentials import Alignment, Interaction, QuadraticInteraction, RadialInteraction
@@ -84,34 +85,29 @@ class FreeEnergy:
         """``E_ρ V + ½ E_{ρ⊗ρ} W``: the confinement and interaction parts together."""
         return self.confinement + self.interaction
 
-    def __repr__(self) -> str:
-        def show(v: torch.Tensor) -> str:
-            return f"{float(v):.6g}" if v.numel() == 1 else f"<{tuple(v.shape)}>"
+    def _fields(self) -> list[tuple[str, str]]:
+        def cells(v: torch.Tensor, digits: int = 4) -> str:
+            v = v[:, -1] if v.dim() == 2 else v  # along a trajectory: the last saved state
+            return shortlist(v.reshape(-1).tolist(), digits=digits)
 
-        where = "" if self.times is None else f", S={self.times.numel()}"
-        return (
-            f"FreeEnergy(F={show(self.value)} ± {show(self.se)}, energy={show(self.energy)}, "
-            f"entropy={show(self.entropy)}, beta={show(self.beta)}, method={self.method!r}, "
-            f"M={self.M}, d={self.d}{where})"
+        when = (
+            ""
+            if self.times is None
+            else f" at t = {float(self.times[-1]):g} (last of {self.times.numel()} times)"
         )
+        return [
+            ("F", f"{cells(self.value)} ± {cells(self.se, 2)}{when}"),
+            ("energy", f"{cells(self.energy)} (confinement {cells(self.confinement)}, interaction {cells(self.interaction)})"),
+            ("entropy", f"{cells(self.entropy)} ± {cells(self.entropy_se, 2)} ({self.method}, M = {self.M}, d = {self.d})"),
+            ("beta", cells(self.beta)),
+        ]  # fmt: skip
+
+    def __repr__(self) -> str:
+        fields = dict(self._fields())
+        return f"FreeEnergy ({self.value.shape[0]} replicas): F = {fields['F']}; entropy {fields['entropy']}"
 
     def _repr_html_(self) -> str:
-        rows = [("F", self.value, self.se), ("E V", self.confinement, None), ("½ E W", self.interaction, None),
-                ("H", self.entropy, self.entropy_se), ("β", self.beta, None)]  # fmt: skip
-        if self.value.dim() != 1 or self.value.numel() > 8:
-            return f"<pre>{self!r}</pre>"
-        head = "".join(f"<th>replica {b}</th>" for b in range(self.value.numel()))
-        body = "".join(
-            f"<tr><td>{name}</td>"
-            + "".join(
-                f"<td>{float(v[b]):.5g}" + ("" if se is None else f" ± {float(se[b]):.2g}") + "</td>"
-                for b in range(v.numel())
-            )
-            + "</tr>"
-            for name, v, se in rows
-        )
-        note = f"entropy: {self.method}, M = {self.M}, d = {self.d}"
-        return f"<table><tr><th></th>{head}</tr>{body}</table><p>{note}</p>"
+        return html_block("FreeEnergy", fields_html(self._fields()))
 
 
 def self_pair_energy(interaction: Interaction, x: torch.Tensor) -> torch.Tensor:

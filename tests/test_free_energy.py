@@ -87,7 +87,7 @@ def test_the_parts_add_up_and_the_repr_is_short():
     assert torch.equal(F.value, F.confinement + F.interaction - F.beta * F.entropy)
     assert torch.equal(F.energy, F.confinement + F.interaction)
     assert torch.allclose(F.se, (F.energy_se.square() + (F.beta * F.entropy_se).square()).sqrt())
-    assert "\n" not in repr(F) and repr(F).startswith("FreeEnergy(F=") and "<table>" in F._repr_html_()
+    assert "\n" not in repr(F) and repr(F).startswith("FreeEnergy (3 replicas): F = ") and "<table>" in F._repr_html_()
     # no interaction: the interaction part is exactly 0
     G = mf.MeanFieldLangevin(DoubleWell(), None, beta=0.3).free_energy(x)
     assert torch.equal(G.interaction, torch.zeros(3, dtype=torch.float64))

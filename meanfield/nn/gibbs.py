@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from meanfield._display import fields_html, html_block, number
 from meanfield.metrics.information import entropy as estimate_entropy
 from meanfield.nn.particles import ParticleLayer
 
@@ -78,14 +79,19 @@ class NetworkFreeEnergy:
     se: float
     layers: tuple[LayerEntropy, ...]
 
+    def _fields(self) -> list[tuple[str, str]]:
+        rows = [("F", f"{number(self.value)} ± {number(self.se, 2)}"), ("loss", number(self.loss)),
+                ("penalty", number(self.penalty)), ("Σ β·H", number(self.entropy_term))]  # fmt: skip
+        for t in self.layers:
+            rows.append((f"layer {t.name or 'model'}", f"M = {t.M}, D = {t.D}, β = {number(t.beta)}, "
+                         f"H = {number(t.entropy)} ± {number(t.entropy_se, 2)} ({t.method})"))  # fmt: skip
+        return rows
+
     def __repr__(self) -> str:
-        names = ", ".join(
-            f"{layer.name or 'model'}: β={layer.beta:g}, H={layer.entropy:.4g}" for layer in self.layers
-        )
-        return (
-            f"NetworkFreeEnergy(F={self.value:.6g} ± {self.se:.2g}, loss={self.loss:.6g}, "
-            f"penalty={self.penalty:.4g}, β·H={self.entropy_term:.4g}; {names})"
-        )
+        return "NetworkFreeEnergy: " + "; ".join(f"{name} {value}" for name, value in self._fields())
+
+    def _repr_html_(self) -> str:
+        return html_block("NetworkFreeEnergy", fields_html(self._fields()))
 
 
 def _group_of(optimizer: torch.optim.Optimizer, p: torch.Tensor) -> tuple[int, dict] | None:

@@ -67,7 +67,7 @@ def test_the_optimizer_sets_beta_weight_decay_and_convention_per_layer():
     assert free_energy(f, 2.0, loss_convention).layers[0].beta == pytest.approx(0.1 * 400)  # β_s·M
     quiet = mf.Langevin(param_groups_for(f, noise=False), lr=0.01, beta=0.1, seed=0)
     assert free_energy(f, 2.0, quiet).value == 2.0  # no noise: β = 0, no entropy term
-    assert "\n" not in repr(F) and repr(F).startswith("NetworkFreeEnergy(F=")
+    assert "\n" not in repr(F) and repr(F).startswith("NetworkFreeEnergy: F ")
 
 
 def test_a_model_with_two_particle_layers_sums_their_terms():
