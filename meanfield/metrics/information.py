@@ -45,15 +45,19 @@ $\tfrac12 (X_i - \bar X)^\top \hat\Sigma^{-1} (X_i - \bar X)$ for ``"gaussian"``
   $k \to \infty$ with $M$, and then $\mathrm{sd}(t)^2 \to \operatorname{Var}\log f(X)$ too. At a fixed small
   $k$ neighbouring particles share neighbours, which makes the $t_i$ positively correlated: the true
   variance is larger than $\mathrm{sd}(t)^2 / M$, most where $\operatorname{Var}\log f$ is small (a uniform
-  law; a KL with $\rho \approx \pi$, where it cancels). Measured sd/se: 1.1–1.5 (``docs/entropy.md``).
+  law; a KL with $\rho \approx \pi$, where it cancels). Measured (400 replicas of $M = 10^3$,
+  ``benchmarks/entropy.py``): replica sd / se = 1.15–1.26.
 * ``se_jackknife`` $= \big(\frac{M-1}{M} \sum_m (\hat H_{(-m)} - \hat H_{(\cdot)})^2\big)^{1/2}$, the jackknife
   over particles, exact and cheap here: deleting particle $m$ removes $t_m$ and moves the $j$-th neighbour
   of each particle that had $m$ among its $j$ nearest to the $(j+1)$-th, so one extra neighbour per particle
   gives all $M$ deletions. By the Efron–Stein inequality it is too large in expectation (for the estimator
-  at $M - 1$ particles). Measured sd/se_jackknife: 0.55–0.85. For ``"gaussian"`` it equals ``se``.
+  at $M - 1$ particles). Measured: replica sd / se_jackknife = 0.61–0.80. For ``"gaussian"`` it equals
+  ``se``.
 
-In every measured case the replica-to-replica sd lay between the two (``tests/metrics/test_entropy.py``
-asserts it for five laws and estimators): read ``se`` as optimistic and ``se_jackknife`` as conservative.
+Over 400 replicas the replica-to-replica sd lay between the two for every law and estimator measured
+(a Gaussian and a uniform law, ``"weighted"`` in $d = 5$, both KL forms at $\rho = \pi$;
+``tests/metrics/test_entropy.py`` asserts it): read ``se`` as optimistic and ``se_jackknife`` as
+conservative (``docs/entropy.md`` has the tables).
 
 Duplicate particles: a particle with $k$ or more exact copies has $\varepsilon_{(k),i} = 0$ and the
 estimate would be $-\infty$ (the law has an atom, its differential entropy is $-\infty$); the $k$-NN methods
@@ -145,15 +149,14 @@ class EntropyEstimate(_Scalar):
 
     Attributes:
         value: the estimate, shape ``()`` for one ``(M, d)`` cloud or ``(B,)``.
-        se: its standard error $\mathrm{sd}(t_i)/\sqrt M$, same shape; at a fixed $k$ measured 5–45% too
-            small (module docstring).
+        se: its standard error $\mathrm{sd}(t_i)/\sqrt M$, same shape; optimistic at a fixed $k$ (the
+            replica sd measured 1.15–1.26 times it, module docstring).
         method: ``"knn"``, ``"weighted"`` or ``"gaussian"``.
         k: the neighbour rank (``"knn"``) or the largest rank (``"weighted"``); ``None`` for ``"gaussian"``.
         M: particles per replica.
         d: dimension.
-        se_jackknife: the jackknife standard error, same shape: too large in expectation (Efron–Stein),
-            measured 10–90% too large; the true sd lay between ``se`` and it in every measured case. Equal to
-            ``se`` for ``"gaussian"``.
+        se_jackknife: the jackknife standard error, same shape: too large in expectation (Efron–Stein;
+            the replica sd measured 0.61–0.80 times it). Equal to ``se`` for ``"gaussian"``.
     """
 
     value: torch.Tensor
@@ -473,8 +476,8 @@ def kl(
 
     ``se`` is $\mathrm{sd}(t_i)/\sqrt M$ over the per-particle terms $t_i$ of the mean
     ($d \log(\nu_k(i)/\rho_k(i))$; $-\log\pi(x_i) - t^H_i$ with $t^H_i$ the entropy's term): it leaves out
-    the correlation of neighbouring terms and, for two samples, the noise of $y$ (measured sd/se about 1.2–1.5
-    at $\rho = \pi$). ``se_jackknife`` deletes each particle of $x$ (and, for two samples, of $y$: the two
+    the correlation of neighbouring terms and, for two samples, the noise of $y$ (replica sd / se measured
+    1.17–1.24 at $\rho = \pi$). ``se_jackknife`` deletes each particle of $x$ (and, for two samples, of $y$: the two
     jackknife variances add), conservative in expectation; see the module docstring.
 
     Args:
