@@ -16,7 +16,7 @@ from them:
   ``1/(M − 1)``, **not** the ``1/M Σ_j`` of the drift and of :meth:`MeanFieldLangevin.energy`. It is unbiased
   for ``½ E_{ρ⊗ρ} W`` when the particles are independent draws of ``ρ``; the drift's ``1/M`` sum with the
   diagonal ``j = i`` (kept for a smooth kernel) would add ``(W(0) − E_{ρ⊗ρ} W)/(2M)`` — for
-  ``QuadraticInteraction(k)`` it is ``k·(M − 1)/M`` times the variance instead of ``k`` times it. The
+  ``QuadraticInteraction(k)`` its mean is ``k/2·(M − 1)/M`` times the variance instead of ``k/2`` times it. The
   diagonal term is taken out exactly as the interaction includes it (:func:`self_pair_energy`);
 * entropy: :func:`meanfield.metrics.entropy` (k-nearest-neighbour, weighted, or the Gaussian moment
   estimate), with its own standard error and its finite-M bias (see its docs).
