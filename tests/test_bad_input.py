@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from meanfield import SDE, BrownianIncrements, MeanFieldLangevin, simulate
+from meanfield.metrics import entropy, kl
 from meanfield.metrics.wasserstein import (
     METHODS,
     Normal,
@@ -410,6 +411,58 @@ def test_w2_gaussian(case):
     out = call(w2_gaussian, (name, "m1", "m2"), **kw)
     if out is not None:
         assert bool(torch.isfinite(out).all()) and bool((out >= 0).all())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# entropy and KL
+
+E_VALID = {
+    "x": torch.randn(2, 9, 2, generator=torch.Generator().manual_seed(3), dtype=torch.float64),
+    "method": "auto",
+    "k": None,
+}
+E_POOLS = {
+    "x": st.one_of(tensors(size=9), NONSENSE),
+    "method": st.one_of(st.sampled_from(["auto", "knn", "weighted", "gaussian", "kde", "KNN"]), BAD),
+    "k": st.one_of(SIZES, st.none()),
+}
+E_NAMES = {"x": ("x",), "method": ("method",), "k": ("k must", "k + 2", "takes no k")}
+"""What an error for each argument must name (a k too large for the cloud is reported as M < k + 2)."""
+LOG_DENSITIES = st.sampled_from(
+    [
+        lambda z: -0.5 * (z**2).sum(-1),  # a valid (unnormalised) log-density: a result
+        lambda z: z,  # wrong shape
+        lambda z: torch.full(z.shape[:-1], math.nan),
+        lambda z: torch.full(z.shape[:-1], -math.inf),
+        lambda z: (z**2).sum(-1).numpy(),  # not a tensor
+        lambda z: "x",
+    ]
+)
+
+
+@SETTINGS
+@given(one_bad(E_VALID, E_POOLS))
+def test_entropy(case):
+    name, kw = case
+    result = call(entropy, E_NAMES[name], **kw)
+    if result is not None:
+        assert bool(torch.isfinite(result.value).all()) and bool((result.se >= 0).all())
+        assert bool((result.se_jackknife >= 0).all()) and result.method in ("knn", "weighted", "gaussian")
+
+
+@SETTINGS
+@given(
+    one_bad(
+        {**E_VALID, "y": E_VALID["x"][0] + 0.5},
+        {**E_POOLS, "y": st.one_of(tensors(size=9), NONSENSE, LOG_DENSITIES)},
+    )
+)
+def test_kl(case):
+    name, kw = case
+    result = call(kl, {**E_NAMES, "y": ("y",)}[name], **kw)
+    if result is not None:
+        assert bool(torch.isfinite(result.value).all()) and bool((result.se >= 0).all())
+        assert bool(torch.isfinite(result.se_jackknife).all())
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -69,6 +69,7 @@ All computations run in float64 NumPy on the CPU (not differentiable); results a
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -223,6 +224,8 @@ def _cloud(name: str, x: object) -> torch.Tensor:
 
 
 def _k(k: object, M: int, name: str = "x") -> int:
+    if isinstance(k, numbers.Integral) and not isinstance(k, bool):
+        k = int(k)  # a numpy integer reads as the int it holds
     check_int("k", k)
     if M < k + 2:
         raise ValueError(
@@ -394,14 +397,15 @@ def entropy(x: torch.Tensor, *, method: str = "auto", k: int | None = None) -> E
         method: ``"auto"`` (``"knn"`` for $d \le 3$, ``"weighted"`` for $d \ge 4$), ``"knn"``,
             ``"weighted"`` or ``"gaussian"``; see the module docstring for the formulas.
         k: the neighbour rank of ``"knn"`` (default 3), or the largest rank of ``"weighted"`` (default
-            :func:`default_weighted_k`); needs $M > k$. Not for ``"gaussian"``.
+            :func:`default_weighted_k`); needs $M \ge k + 2$ (one neighbour more for the jackknife). Not
+            for ``"gaussian"``.
 
     Returns:
         :class:`EntropyEstimate`: ``value`` and ``se`` of shape ``()`` for an ``(M, d)`` cloud, else ``(B,)``;
         ``method`` is the method used (never ``"auto"``).
 
     Raises:
-        ValueError: wrong shape, NaN/Inf, $M \le k$, duplicate particles (k-NN), a singular covariance
+        ValueError: wrong shape, NaN/Inf, $M < k + 2$, duplicate particles (k-NN), a singular covariance
             (``"gaussian"``).
     """
     xs, batched = _numpy_cloud("x", x)
