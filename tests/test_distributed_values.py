@@ -374,7 +374,8 @@ def test_simulate_sharded_refuses_a_state_of_neither_size(monkeypatch):
 def test_simulate_sharded_hands_simulate_the_shard_and_its_block_noise(monkeypatch, dtype):
     """Rank 1 of 2 with blocks of 4: ``simulate`` gets the rows [8, 16) of x0, a ShardedSystem of all 16
     particles, and the noise of blocks 2 and 3, made where x0 is (CPU, its dtype) even when the default
-    device is another one, and the other arguments as they were given."""
+    device is another one, the other arguments as they were given, and no progress bar (rank 0 shows the one
+    bar)."""
     import meanfield.distributed as distributed
 
     fake = FakeWorld(2).install(monkeypatch)
@@ -394,7 +395,7 @@ def test_simulate_sharded_hands_simulate_the_shard_and_its_block_noise(monkeypat
     assert isinstance(system, ShardedSystem) and (system.M, system.world, system.rank) == (16, 2, 1)
     assert torch.equal(local, x0[:, 8:16])
     noise = kw.pop("brownian")
-    assert kw == {"t1": 0.2, "dt": 0.05, "save_every": 2}
+    assert kw == {"t1": 0.2, "dt": 0.05, "save_every": 2, "progress": False}
     assert isinstance(noise, BlockNoise) and noise.dt == 0.05 and tuple(noise.shape) == (B, 8, D)
     assert noise._buffer.device.type == "cpu" and noise._buffer.dtype == dtype
     gens = [torch.Generator().manual_seed(block_seed(2, j)) for j in (2, 3)]
