@@ -129,7 +129,10 @@ def unstable_step(system: ParticleSystem, x0: torch.Tensor, dt: float, solver: s
         if isinstance(W, QuadraticInteraction):
             rates, what = torch.maximum(a, a + _values(W.k)), f"Quadratic(a) with {W!r}: rates a and a + k"
         elif isinstance(W, Alignment):
-            rates, what = torch.maximum(a, a - _values(W.kappa)), f"Quadratic(a) with {W!r}: rates a and a − κ"
+            rates, what = (
+                torch.maximum(a, a - _values(W.kappa)),
+                f"Quadratic(a) with {W!r}: rates a and a − κ",
+            )
         else:
             rates, what = a, f"{V!r}: rate a"
     elif isinstance(V, DoubleWell) and W is None:
@@ -208,7 +211,9 @@ class CollapseWatch:
         self.radius = resolution_radius(system, x0.shape[1], dt)  # (B,) or None
         self.every, self.action, self.t0, self.dt = every, action, t0, dt
         self.threshold = max(1, math.ceil(COLLAPSE_PAIRS * x0.shape[1]))
-        self.max_elements = getattr(system.interaction, "max_elements", 1 << 22) if self.radius is not None else 0
+        self.max_elements = (
+            getattr(system.interaction, "max_elements", 1 << 22) if self.radius is not None else 0
+        )
         self.pending: list[tuple[int, torch.Tensor, torch.Tensor]] = []
         self.done = self.radius is None or action == "ignore"
 
@@ -233,7 +238,9 @@ class CollapseWatch:
         b = replicas[0]
         r = float(self.radius[b if self.radius.numel() > 1 else 0])
         time = self.t0 + step * self.dt
-        others = f" (and {len(replicas) - 1} more replicas: {replicas[1:6]}{'…' if len(replicas) > 6 else ''})"
+        others = (
+            f" (and {len(replicas) - 1} more replicas: {replicas[1:6]}{'…' if len(replicas) > 6 else ''})"
+        )
         message = (
             f"particles collapsed at t = {time:g} (step {step}) in replica {b}"
             f"{others if len(replicas) > 1 else ''}: {int(count[b])} pairs are closer than r⋆ = {r:.3g}, the "

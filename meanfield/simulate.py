@@ -404,10 +404,7 @@ def simulate(
     # where the loop stops to save or check, merged lazily (a long run does not build a list of its checks)
     looks = range(0, n_steps, collapse_every) if not watch.done else ()
     stops = (
-        n
-        for n, _ in itertools.groupby(
-            heapq.merge([0], save_steps, range(0, n_steps, check_every), looks)
-        )
+        n for n, _ in itertools.groupby(heapq.merge([0], save_steps, range(0, n_steps, check_every), looks))
     )
     stepper = solver.stepper(system, source, t0, dt)
 
