@@ -41,7 +41,7 @@ class Trajectory:
     """The saved states of one simulation.
 
     Attributes:
-        times: ``(S,)`` the saved times, ``t0`` first and ``t1`` last.
+        times: ``(S,)`` the saved times, ``t0`` (or ``save_from``) first and ``t1`` last.
         states: ``(S, B, M, d)`` the states at those times.
         steps: ``(S,)`` the step indices of the saved states.
         dt: the step size.
@@ -317,7 +317,8 @@ def simulate(
         t0: the initial time.
         solver: a name from :data:`meanfield.solvers.SOLVERS` or a solver object; ``"euler"`` is the native
             Euler–Maruyama.
-        save_every: keep the state every this many steps (the initial and final states are always kept).
+        save_every: keep the state every this many steps (the initial and final states are always kept,
+            the initial one only without ``save_from``).
         save_from: a burn-in: keep states from this time on only — the state at ``save_from`` (a whole
             number of steps after ``t0``, ``t0 ≤ save_from ≤ t1``), then every ``save_every`` steps from there,
             and the final state; ``Trajectory.times`` are their times. ``None``: from ``t0``.

@@ -497,6 +497,14 @@ def test_supercritical_keller_segel_says_once_that_it_collapsed_and_when():
     assert quiet == []
 
 
+def test_a_collapse_read_lazily_is_said_at_the_same_step(monkeypatch):
+    # on an accelerator the censuses are queued and read every check_every steps: the same look says it
+    _, eager = _keller_segel(6.0, B=2, seed=1)
+    monkeypatch.setattr(sys.modules["meanfield.simulate"], "_EAGER_CHECKS", frozenset())
+    _, lazy = _keller_segel(6.0, B=2, seed=1)
+    assert len(lazy) == 1 and (lazy[0].step, lazy[0].replicas) == (eager[0].step, eager[0].replicas)
+
+
 @pytest.mark.parametrize("chi", [2.0, 3.5, -6.0])  # subcritical (χ < 4.04), and repulsive (c = +6 > 0)
 def test_subcritical_or_repulsive_keller_segel_says_nothing(chi):
     # the negative control of the test above: the same run below the critical χ, or with the sign flipped;

@@ -6,14 +6,15 @@ so c = −χ < 0 attracts):
 
     dX_i = −χ/N · Σ_{j≠i} (X_i − X_j)/|X_i − X_j|² dt + sqrt(2β) dW_i.
 
-Virial identity (e.g. Fournier & Jourdain 2017, Ann. Appl. Probab. 27; Bertozzi, Carrillo & Laurent 2009): with
+Virial identity (e.g. Fournier & Jourdain 2017, Ann. Appl. Probab. 27, for this particle system): with
 m2 = 1/N Σ_i |X_i|², Itô's formula gives dm2 = (2/N)Σ_i X_i·dX_i + 2dβ dt, and pairing i with j,
 Σ_i X_i·Σ_{j≠i}(X_i − X_j)/|X_i − X_j|² = Σ_{i<j} 1 = N(N−1)/2 exactly, so in d = 2
 
     d/dt E m2 = 4β − χ(N−1)/N
 
 (a constant, whatever the law). Subcritical χ < χ_c(N) = 4βN/(N−1) (→ 4β, the 8π critical mass of the
-classical normalisation ∂ρ = Δρ − ∇·(ρ∇c), −Δc = ρ, whose mass m corresponds to χ = βm/(2π)): m2 grows;
+classical normalisation ∂ρ = Δρ − ∇·(ρ∇c), −Δc = ρ, whose mass m corresponds to χ = βm/(2π); Blanchet,
+Dolbeault & Perthame 2006): m2 grows;
 supercritical: E m2 reaches 0 at t* = E m2(0)/(χ(N−1)/N − 4β) (1.03 for χ = 6, β = 1, N = 100 from
 x_i ~ N(0, I₂)), so the particles must collapse by then, and the SDE has no solution past the collapse.
 
