@@ -18,13 +18,13 @@ Two things :func:`meanfield.simulate` says about a run that its NaN/Inf check wo
 
   A single pair below ``r⋆`` is no collapse: the noise brings pairs that close by chance and moves them apart
   again within one step (it moves a pair by ``≈ sqrt(4βd·dt) ≫ r⋆``). Measured on 2-D Keller–Segel
-  (``LogInteraction(−χ)``, ``β = 1``, ``M = 100``, ``dt = 1e-3``, 8 replicas, checks every 16 steps): the
-  closest pair fell below ``r⋆`` in every *subcritical* replica (χ = 2, 3.5) by t = 0.43, and the expected
-  number of such chance pairs grows like ``M·|c|·dt·∫ρ²``, so the closest pair alone would cry wolf; the
-  number of pairs below ``r⋆`` never exceeded 3 there (also at M = 400), while in every *supercritical*
-  replica (χ = 6) it climbed to 0.5–0.8·M as the cluster formed (``tools``-free script in
-  ``docs/simulation.md``). A collapse is therefore declared when at least :data:`COLLAPSE_PAIRS` ``· M``
-  pairs are closer than ``r⋆`` — a finite fraction of the particles sits in a cluster the step cannot
+  (``LogInteraction(−χ)``, ``β = 1``, ``dt = 1e-3``, 8 replicas, a look every 16 steps;
+  ``experiments/keller_segel/collapse_census.py``): the closest pair fell below ``r⋆`` in every *subcritical*
+  replica (χ = 2, 3.5; M = 100 and 400) by t = 0.58, and the expected number of such chance pairs grows like
+  ``M·|c|·dt·∫ρ²``, so the closest pair alone would cry wolf; the number of pairs below ``r⋆`` never exceeded 3
+  there, while in every *supercritical* replica (χ = 6) it climbed to 0.6–0.75·M as the cluster formed. A
+  collapse is therefore declared when at least :data:`COLLAPSE_PAIRS` ``· M`` pairs are closer than ``r⋆`` — a
+  finite fraction of the particles sits in a cluster the step cannot
   resolve — and it is reported with the closest pair's distance.
 """
 
