@@ -87,6 +87,10 @@ class CollapseWarning(RuntimeWarning):
         self.replica = replicas[0]
         self.distance, self.radius, self.pairs = distance, radius, pairs
 
+    def __reduce__(self):  # picklable (a sweep's worker process sends it back)
+        args = (str(self), self.step, self.time, self.replicas, self.distance, self.radius, self.pairs)
+        return type(self), args
+
 
 class CollapseError(FloatingPointError):
     """``simulate(..., collapse="raise")``: as :class:`CollapseWarning`, raised, with ``trajectory`` the
@@ -94,6 +98,7 @@ class CollapseError(FloatingPointError):
 
     def __init__(self, warning: CollapseWarning, trajectory) -> None:
         super().__init__(str(warning))
+        self.warning = warning
         self.step, self.time, self.replicas, self.replica = (
             warning.step,
             warning.time,
@@ -102,6 +107,9 @@ class CollapseError(FloatingPointError):
         )
         self.distance, self.radius, self.pairs = warning.distance, warning.radius, warning.pairs
         self.trajectory = trajectory
+
+    def __reduce__(self):  # picklable (a sweep's worker process sends it back)
+        return type(self), (self.warning, self.trajectory)
 
 
 def _values(value: Param) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """simulate: reproducibility, the torchsde adapter, saving, and clear errors for bad input."""
 
 import math
+import pickle
 import sys
 import time
 import warnings
@@ -493,6 +494,9 @@ def test_supercritical_keller_segel_says_once_that_it_collapsed_and_when():
         _keller_segel(6.0, B=2, seed=1, save_every=25, collapse="raise")
     assert error.value.time == w.time and error.value.replica == w.replica
     assert float(error.value.trajectory.times[-1]) <= w.time
+    again = pickle.loads(pickle.dumps(error.value))  # a worker process can send it back
+    assert (str(again), again.step, again.pairs) == (str(error.value), w.step, w.pairs)
+    assert torch.equal(again.trajectory.states, error.value.trajectory.states)
     _, quiet = _keller_segel(6.0, B=2, seed=1, collapse="ignore")
     assert quiet == []
 
