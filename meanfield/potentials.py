@@ -381,7 +381,8 @@ def _gaussian_kernel(u):
 
 
 class LogInteraction(RadialInteraction):
-    """``W(z) = −c·log|z| = −c/2·log(|z|²)``: logarithmic repulsion (``c > 0``), singular at ``z = 0``.
+    r"""``W(z) = −c·log|z| = −c/2·log(|z|²)``: logarithmic repulsion (``c > 0``) or attraction (``c < 0``),
+    singular at ``z = 0``.
 
     ``ψ(r²) = −c/2·log r²`` and ``2ψ'(r²) = −c/r²``, so the drift's pair term is
     ``−1/M Σ_{j≠i} ∇W(x_i − x_j) = c/M Σ_{j≠i} (x_i − x_j)/|x_i − x_j|²``. In d = 1 this is the interaction
@@ -389,8 +390,20 @@ class LogInteraction(RadialInteraction):
     of radius ``R = sqrt(2c/a)`` (variance ``R²/4 = c/(2a)``); in d = 2 it is the Coulomb (log-gas)
     interaction. The self-pair ``j = i`` is always left out (see :class:`RadialInteraction`).
 
+    **The sign: c > 0 repels, c < 0 attracts.** ``LogInteraction(−χ)`` in d = 2 is the Keller–Segel
+    (chemotaxis) particle system ``dX_i = −χ/M Σ_{j≠i}(X_i − X_j)/|X_i − X_j|² dt + sqrt(2β) dW_i``. Its virial
+    identity (``V = 0``; pair the terms ``i``, ``j``): with ``m2 = 1/M Σ_i |X_i|²``,
+
+    $$ \frac{d}{dt}\,\mathbb E\, m_2 = 4\beta - \chi\,\frac{M-1}{M}, $$
+
+    so the **critical value** is ``χ_c = 4β·M/(M − 1)`` (``4β`` as M → ∞; the critical mass ``8π`` of the
+    classical normalisation ``∂ρ = Δρ − ∇·(ρ∇c)``, ``−Δc = ρ``, whose mass ``m`` is ``χ = βm/(2π)`` here).
+    Above it ``E m2`` reaches 0 at ``t* = E m2(0)/(χ(M−1)/M − 4β)``: the particles collapse, and
+    :func:`meanfield.simulate` says so (:mod:`meanfield.resolution`); the check ``theory/keller_segel.py``
+    measures the slope on both sides.
+
     Args:
-        c: strength, a number or one per replica (shape ``(B,)``); ``c > 0`` repels.
+        c: strength, a number or one per replica (shape ``(B,)``); ``c > 0`` repels, ``c < 0`` attracts.
         max_elements: the largest block of the torch backend.
         backend: ``"auto"``, ``"torch"`` or ``"keops"``.
     """
@@ -418,15 +431,16 @@ class LogInteraction(RadialInteraction):
 
 
 class RieszInteraction(RadialInteraction):
-    """``W(z) = c·|z|^{−s}/s`` for ``s > 0``: Riesz repulsion (``c > 0``), singular at ``z = 0``; ``s = d − 2``
-    is Coulomb's in ``d ≥ 3`` (``s → 0`` gives :class:`LogInteraction`).
+    """``W(z) = c·|z|^{−s}/s`` for ``s > 0``: Riesz repulsion (``c > 0``) or attraction (``c < 0``, watched for a
+    collapse by :func:`meanfield.simulate`), singular at ``z = 0``; ``s = d − 2`` is Coulomb's in ``d ≥ 3``
+    (``s → 0`` gives :class:`LogInteraction`).
 
     ``ψ(r²) = c/s·(r²)^{−s/2}`` and ``2ψ'(r²) = −c·(r²)^{−s/2−1}``, so ``∇W(z) = −c·z/|z|^{s+2}``. The
     self-pair ``j = i`` is always left out (see :class:`RadialInteraction`).
 
     Args:
         s: the exponent ``s > 0`` (a number: it sets the kernel's formula).
-        c: strength, a number or one per replica (shape ``(B,)``).
+        c: strength, a number or one per replica (shape ``(B,)``); ``c > 0`` repels, ``c < 0`` attracts.
         max_elements: the largest block of the torch backend.
         backend: ``"auto"``, ``"torch"`` or ``"keops"``.
     """

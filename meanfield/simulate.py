@@ -6,6 +6,7 @@ import contextlib
 import heapq
 import itertools
 import math
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -15,13 +16,25 @@ from ._checks import check_finite, check_finite_tensor, check_int, check_positiv
 from ._display import fields_html, html_block, shortlist
 from .brownian import BrownianIncrements, GaussianNoise, NoiseSource, RademacherNoise
 from .progress import progress_bar
+from .resolution import CollapseError, CollapseWarning, CollapseWatch, UnstableStepWarning, unstable_step
 from .seeds import resolve_generator
 from .solvers import Solver, get_solver
 from .systems import ParticleSystem
 
-__all__ = ["simulate", "Trajectory", "NonFiniteStateError", "NOISES"]
+__all__ = [
+    "simulate",
+    "Trajectory",
+    "NonFiniteStateError",
+    "CollapseError",
+    "CollapseWarning",
+    "UnstableStepWarning",
+    "NOISES",
+    "COLLAPSE_ACTIONS",
+]
 
 NOISES = {"gaussian": GaussianNoise, "rademacher": RademacherNoise}
+COLLAPSE_ACTIONS = ("warn", "raise", "ignore")
+"""What ``simulate`` does when particles of an attractive singular interaction collapse."""
 
 
 @dataclass(frozen=True)
@@ -29,7 +42,7 @@ class Trajectory:
     """The saved states of one simulation.
 
     Attributes:
-        times: ``(S,)`` the saved times, ``t0`` first and ``t1`` last.
+        times: ``(S,)`` the saved times, ``t0`` (or ``save_from``) first and ``t1`` last.
         states: ``(S, B, M, d)`` the states at those times.
         steps: ``(S,)`` the step indices of the saved states.
         dt: the step size.
@@ -234,6 +247,22 @@ class _Anchor:
         return None
 
 
+def _burn_in_steps(save_from: object, t0: float, t1: float, dt: float, n_steps: int) -> int:
+    """The step index of ``save_from``: a time on the grid ``t0 + n·dt`` between ``t0`` and ``t1``."""
+    try:
+        start = check_finite("save_from", save_from)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{error} (the time from which states are saved, t0 ≤ save_from ≤ t1)") from None
+    n_float = (start - t0) / dt
+    n = round(n_float)
+    if not t0 <= start <= t1 or abs(n_float - n) > 1e-6 * max(1.0, n_float) or not 0 <= n <= n_steps:
+        raise ValueError(
+            f"save_from must be a time t0 + n·dt on the step grid with t0 = {t0:g} ≤ save_from ≤ t1 = {t1:g} "
+            f"(dt = {dt:g}), got {save_from}"
+        )
+    return n
+
+
 GROWTH = 1e8
 """A state whose largest entry grew above ``GROWTH × max(1, max|x0|)`` before a non-finite step is read as a
 blow-up (reduce dt, check the drift's sign), a moderate one whose drift is non-finite as a singular drift."""
@@ -296,6 +325,9 @@ def simulate(
     brownian: NoiseSource | None = None,
     check_every: int = 64,
     progress: bool | None = None,
+    save_from: float | None = None,
+    collapse: str = "warn",
+    collapse_every: int = 16,
 ) -> Trajectory:
     """Integrate ``system`` from ``x0`` at ``t0`` to ``t1`` with ``n = (t1 − t0)/dt`` steps of size ``dt``.
 
@@ -307,7 +339,11 @@ def simulate(
         t0: the initial time.
         solver: a name from :data:`meanfield.solvers.SOLVERS` or a solver object; ``"euler"`` is the native
             Euler–Maruyama.
-        save_every: keep the state every this many steps (the initial and final states are always kept).
+        save_every: keep the state every this many steps (the initial and final states are always kept,
+            the initial one only without ``save_from``).
+        save_from: a burn-in: keep states from this time on only — the state at ``save_from`` (a whole
+            number of steps after ``t0``, ``t0 ≤ save_from ≤ t1``), then every ``save_every`` steps from there,
+            and the final state; ``Trajectory.times`` are their times. ``None``: from ``t0``.
         generator: the ``torch.Generator`` the noise is drawn from, an int seed (a Python or numpy integer),
             or ``None`` for a fresh random seed (recorded in ``Trajectory.seed``); read by
             :func:`meanfield.seeds.resolve_generator`, as in every entry point.
@@ -318,6 +354,20 @@ def simulate(
         check_every: check the state for NaN/Inf at least this often (and at every saved state).
         progress: show a progress bar over the steps (``None``: when the run lasts over a second in a terminal
             or a notebook, :mod:`meanfield.progress`).
+        collapse: ``"warn"`` (a :class:`~meanfield.resolution.CollapseWarning`, once per run), ``"raise"``
+            (a :class:`~meanfield.resolution.CollapseError` carrying the states saved so far) or ``"ignore"``,
+            when the particles of an attractive singular interaction (``LogInteraction(c)`` or
+            ``RieszInteraction(s, c)`` with ``c < 0``) collapse: at least a quarter as many pairs as
+            particles are closer than ``r⋆ = (2|c|·dt/M)^{1/(s+2)}``, the distance below which one step moves a
+            pair by more than its separation (:mod:`meanfield.resolution` derives it). The warning names the
+            time, the replica and the closest pair's distance.
+        collapse_every: look for a collapse every this many steps: one pass over the pairs, as costly as one
+            evaluation of the interaction's drift, so about ``1/collapse_every`` of the run's time (and only
+            for such interactions).
+
+    Before the first step, an :class:`~meanfield.resolution.UnstableStepWarning` says when a known linear part
+    of the drift makes the explicit step unstable (``a·dt ≥ 2`` for ``Quadratic(a)``; see
+    :func:`meanfield.resolution.unstable_step`), instead of an overflow many steps later.
 
     Returns:
         The :class:`Trajectory`. The run is not recorded by autograd.
@@ -327,6 +377,7 @@ def simulate(
         NonFiniteStateError: when the state becomes NaN/Inf: the first non-finite step (found by replaying
             the steps since the last check, for meanfield's noise sources) and advice for the cause seen at the
             step before (a blow-up, a singular drift, a non-finite diffusion).
+        CollapseError: with ``collapse="raise"``, when the particles collapse (above).
     """
     if not isinstance(system, ParticleSystem):
         raise TypeError(
@@ -355,16 +406,30 @@ def simulate(
         )
     save_every = n_steps if save_every is None else check_int("save_every", save_every)
     check_every = check_int("check_every", check_every)
+    collapse_every = check_int("collapse_every", collapse_every)
+    if not isinstance(collapse, str) or collapse not in COLLAPSE_ACTIONS:
+        raise ValueError(f"collapse must be one of {COLLAPSE_ACTIONS}, got {collapse!r}")
+    first_save = 0 if save_from is None else _burn_in_steps(save_from, t0, t1, dt, n_steps)
     solver = get_solver(solver)
     source, seed = _noise_source(system, x0, dt, n_steps, noise, generator, brownian)
     solver.check(system, source)
     system.check_state(x0)  # e.g. per-replica parameters for another number of replicas
+    unstable = unstable_step(system, x0, dt, solver.name)
+    if unstable is not None:
+        warnings.warn(unstable, UnstableStepWarning, stacklevel=2)
+    watch = CollapseWatch(system, x0, dt, t0, collapse_every, collapse)
 
-    save_steps = [*range(0, n_steps, save_every), n_steps]
+    save_steps = [*range(first_save, n_steps, save_every), n_steps]
     states = torch.empty((len(save_steps), *x0.shape), dtype=x0.dtype, device=x0.device)  # (S, B, M, d)
-    states[0] = x0.detach()  # the run is not recorded by autograd
+    saved = 0
+    if first_save == 0:
+        states[0] = x0.detach()  # the run is not recorded by autograd
+        saved = 1
     # where the loop stops to save or check, merged lazily (a long run does not build a list of its checks)
-    stops = (n for n, _ in itertools.groupby(heapq.merge(save_steps, range(0, n_steps, check_every))))
+    looks = range(0, n_steps, collapse_every) if not watch.done else ()
+    stops = (
+        n for n, _ in itertools.groupby(heapq.merge([0], save_steps, range(0, n_steps, check_every), looks))
+    )
     stepper = solver.stepper(system, source, t0, dt)
 
     def trajectory(n_saved: int) -> Trajectory:
@@ -410,7 +475,15 @@ def simulate(
             raise non_finite(n, n_next, n_saved, f"found when checked after step {flags[-1][1]}")
         flags.clear()
 
-    x, saved = x0.clone(), 1  # (B, M, d): steppers may update it in place; x0 stays the caller's
+    def collapsed(n_saved: int) -> None:
+        found = watch.read()
+        if found is None:
+            return
+        if collapse == "raise":
+            raise CollapseError(found, trajectory(n_saved))
+        warnings.warn(found, stacklevel=3)
+
+    x = x0.clone()  # (B, M, d): steppers may update it in place; x0 stays the caller's
     with (
         torch.no_grad(),
         progress_bar(progress, total=n_steps, desc=f"simulate[{solver.name}]", unit="step") as bar,
@@ -428,10 +501,15 @@ def simulate(
                 raise non_finite(n, n_next, saved, f"{int((~torch.isfinite(x)).sum())} NaN/Inf entries")
             elif n_next % check_every == 0:
                 anchor.set(n_next, x)
+            if n_next % collapse_every == 0 or n_next == n_steps:
+                watch.observe(n_next, x)
+                if not lazy or n_next % check_every == 0:
+                    collapsed(saved)
             if n_next == save_steps[saved]:
                 states[saved] = x
                 saved += 1
             bar.update(n_next - n)
         if flags:
             read_flags()
+        collapsed(saved)
     return trajectory(saved)

@@ -12,11 +12,25 @@ r"""Studies over many runs: convergence in the number of particles M, and sweeps
 
 Both return tidy tables (:class:`Table`: one row per point × seed [× time]) with CSV/JSON export and plots of
 mean curves with labelled confidence bands (Student-t over seeds or replicates).
+
+**One seeding convention.** A study hands the user's function the seeds it must draw from, as the keyword
+``seed``, and never draws for it: ``sweep`` calls ``run(**point, seed=s)`` (one run: an int) or
+``run(**point, seed=[s_1, …, s_B])`` (batched: replica ``b``'s seed); ``convergence_in_m`` calls
+``sample(M, reps, seed=[s_1, …, s_reps])`` when ``sample`` takes a ``seed`` (replicate ``r`` of every M has
+seed ``seeds[r]``, as a sweep's seed ``s`` is the same at every grid point). In every case: draw what belongs
+to one replica (its initial state) from ``torch.Generator().manual_seed(s)`` of its own seed, and the noise
+of a call over several replicas from :func:`batch_seed` of the list (``simulate(..., generator=
+batch_seed(seed))``). So a function called with equal seeds draws equal numbers in both studies.
+
+**A time window.** A series (an observable on a :class:`~meanfield.simulate.Trajectory`'s saved states, or a
+returned ``(B, T)``/1-D series) also gives one scalar per replica: its value at the last saved time, or,
+with ``window=(t_a, t_b)``, its mean over the saved times ``t_a ≤ t ≤ t_b`` (a time average after a burn-in).
 """
 
 from __future__ import annotations
 
 import csv
+import inspect
 import io
 import itertools
 import json
@@ -315,8 +329,37 @@ def _as_tensor(name: str, value: object) -> torch.Tensor:
     return value.detach().to("cpu", torch.float64)
 
 
+def _check_window(window: object) -> tuple[float, float] | None:
+    """``window`` as ``(t_a, t_b)`` with finite ``t_a ≤ t_b``, or ``None``."""
+    if window is None:
+        return None
+    if isinstance(window, (str, bytes)) or not isinstance(window, Sequence) or len(window) != 2:
+        raise TypeError(f"window must be a pair of times (t_a, t_b) or None, got {window!r}")
+    lo, hi = check_finite("window[0]", window[0]), check_finite("window[1]", window[1])
+    if not lo <= hi:
+        raise ValueError(f"window must be (t_a, t_b) with t_a ≤ t_b, got {window!r}")
+    return lo, hi
+
+
+def _window_mean(
+    name: str, values: torch.Tensor, times: torch.Tensor, window: tuple[float, float]
+) -> torch.Tensor:
+    """The mean of a series ``values (B, T)`` over its times ``times (T,)`` in ``window``: ``(B,)``."""
+    inside = (times >= window[0]) & (times <= window[1])  # (T,)
+    if not bool(inside.any()):
+        raise ValueError(
+            f"window={window} holds none of the saved times of {name!r} "
+            f"({float(times[0]):g} … {float(times[-1]):g}, {times.numel()} times)"
+        )
+    return values[:, inside].mean(1)  # (B,)
+
+
 def _collect(
-    what: str, out: object, reps: int, observables: Mapping[str, Observable] | None
+    what: str,
+    out: object,
+    reps: int,
+    observables: Mapping[str, Observable] | None,
+    window: tuple[float, float] | None = None,
 ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor | None]:
     """Split a sampler's or batched run's output into (final states, scalars, series, times).
 
@@ -324,7 +367,8 @@ def _collect(
     at ``times (S,)``) or a mapping: ``"final"`` → states ``(B, M, d)`` (optional), ``"t"`` → times ``(T,)``
     (optional), any other name → a tensor ``(B,)`` (a scalar per replica) or ``(B, T)`` (a series at the
     times). Each ``observables[name](x (B, M, d)) -> (B,)`` is applied to the final state (a scalar) or,
-    for a trajectory, to every saved state (a series, and its final value as the scalar of that name).
+    for a trajectory, to every saved state (a series, and its final value as the scalar of that name). With
+    ``window``, every series' scalar is its mean over the saved times in the window instead.
 
     Returns:
         ``states (B, M, d) | None``, ``scalars {name: (B,)}``, ``series {name: (B, T)}``, ``times (T,) | None``.
@@ -383,6 +427,14 @@ def _collect(
             times = torch.arange(T, dtype=torch.float64)  # (T,) the save index
         elif times.shape[0] != T:
             raise ValueError(f"{what}: 't' has {times.shape[0]} times, the series have {T}")
+    if window is not None:
+        if not series:
+            raise ValueError(
+                f"window={window} averages series over time, but {what} returned none (return a Trajectory "
+                "or (B, T) series with their times 't')"
+            )
+        for name, v in series.items():
+            scalars[name] = _window_mean(name, v, times, window)  # (B,)
     return states, scalars, series, times
 
 
@@ -862,7 +914,10 @@ def _distance(metric: str | Metric, method: str, x: torch.Tensor, ref) -> torch.
 
 
 def _reference_values(
-    reference: object, quantity: str, observables: Mapping[str, Observable] | None
+    reference: object,
+    quantity: str,
+    observables: Mapping[str, Observable] | None,
+    window: tuple[float, float] | None = None,
 ) -> tuple[float | None, torch.Tensor]:
     """A quantity study's reference: ``(exact limit, values (R,))``; both empty for a reference-free study."""
     empty = torch.zeros(0, dtype=torch.float64)
@@ -899,7 +954,7 @@ def _reference_values(
             f"values (R,), or a reference run's output (states, Trajectory or mapping), got "
             f"{type(reference).__name__}"
         )
-    _, scalars, series, _ = _collect("reference", reference, R, observables)
+    _, scalars, series, _ = _collect("reference", reference, R, observables, window)
     if quantity in scalars:
         return None, scalars[quantity]
     if quantity in series:
@@ -907,6 +962,37 @@ def _reference_values(
     raise ValueError(
         f"the reference run has no observable {quantity!r}; it has {sorted({*scalars, *series})}"
     )
+
+
+def _seed_list(seeds: object, name: str = "seeds") -> list[int]:
+    """A number of seeds ``n`` (``0, …, n − 1``) or the seeds themselves, as a non-empty list of ints."""
+    if isinstance(seeds, bool) or not isinstance(seeds, (int, Sequence)) or isinstance(seeds, (str, bytes)):
+        raise TypeError(
+            f"{name} must be an int (a number of seeds) or a sequence of ints, got {type(seeds).__name__}"
+        )
+    seeds = list(range(check_int(name, seeds))) if isinstance(seeds, int) else [_cell(s) for s in seeds]
+    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise ValueError(f"{name} must be a non-empty sequence of ints, got {seeds}")
+    return seeds
+
+
+def _sample_seeds(sample: Callable, seeds: object, reps: int) -> list[int] | None:
+    """The replicates' seeds when ``sample`` takes ``seed`` (``None`` when it does not)."""
+    try:
+        takes_seed = "seed" in inspect.signature(sample).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        takes_seed = False
+    if not takes_seed:
+        if seeds is not None:
+            raise TypeError(
+                "seeds= is handed to sample(M, reps, seed): give sample a seed parameter (the replicates' "
+                "seeds), or leave seeds out"
+            )
+        return None
+    out = _seed_list(reps if seeds is None else seeds)
+    if len(out) != reps:
+        raise ValueError(f"seeds must hold one seed per replicate (reps = {reps}), got {len(out)}")
+    return out
 
 
 def convergence_in_m(
@@ -926,6 +1012,8 @@ def convergence_in_m(
     observables: Mapping[str, Observable] | None = None,
     quantity: str | None = None,
     estimator: str | Sequence[str] = "auto",
+    seeds: int | Sequence[int] | None = None,
+    window: tuple[float, float] | None = None,
 ) -> StudyResult:
     r"""How fast a quantity of M particles approaches its limit: ``|E Y_M − Y_∞| ≈ |c| M^{slope}``.
 
@@ -967,10 +1055,17 @@ def convergence_in_m(
     the law (a fixed cloud, or a sampler with ``reference_size``): there the rate measures the reference.
     ``method="auto"`` is resolved once, at the largest sizes, so that every M is measured by the same distance.
 
+    **Seeds.** ``sample(M, reps, seed)`` (a ``seed`` parameter) is called with ``seed`` the list of the
+    ``reps`` replicates' seeds, the same at every M: ``seeds`` (a number ``n`` means ``0, …, n − 1``; default
+    ``reps``). It is the convention of a batched :func:`sweep` (module docstring): replicate ``r``'s initial
+    state from ``torch.Generator().manual_seed(seed[r])``, the call's noise from ``batch_seed(seed)``; then
+    the same function gives the same draws in a sweep and here. A ``sample(M, reps)`` without ``seed`` draws
+    from generators of its own.
+
     Args:
-        sample: ``sample(M, reps)`` → states, a trajectory or a mapping (above); e.g.
-            ``simulate(system, x0, ...)`` with ``B = reps``. It draws from its own generator (seeded apart
-            from ``generator``: equal seeds give equal clouds).
+        sample: ``sample(M, reps)`` or ``sample(M, reps, seed)`` → states, a trajectory or a mapping (above);
+            e.g. ``simulate(system, x0, ..., generator=batch_seed(seed))`` with ``B = reps``. ``generator``
+            does not seed it.
         Ms: numbers of particles, at least 2 distinct, increasing.
         reps: replicates per M (≥ 2).
         reference: see above.
@@ -988,6 +1083,10 @@ def convergence_in_m(
         observables: named functions of the states ``(reps, M, d) -> (reps,)`` to collect per replicate.
         quantity: the observable whose approach to its limit is studied (instead of a distance).
         estimator: ``"auto"``, one of :data:`ESTIMATORS`, or a sequence of them.
+        seeds: the replicates' seeds for a ``sample`` that takes ``seed`` (above): ``reps`` ints, or a number
+            ``reps`` (``0, …, reps − 1``, the default).
+        window: ``(t_a, t_b)``: each series' scalar (and a ``quantity`` that is a series) is its mean over the
+            saved times in ``[t_a, t_b]`` per replicate, not its last value.
 
     Returns:
         :class:`StudyResult` (``estimator`` says where the interval comes from).
@@ -1004,6 +1103,8 @@ def convergence_in_m(
     if not 0 < check_finite("level", level) < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
     generator, _ = resolve_generator(generator, name="generator", allow_none=False)
+    window = _check_window(window)
+    replicate_seeds = _sample_seeds(sample, seeds, reps)
     if observables is not None and (
         not isinstance(observables, Mapping) or not all(callable(f) for f in observables.values())
     ):
@@ -1030,7 +1131,7 @@ def convergence_in_m(
     exact_limit, ref_values = None, torch.zeros(0, dtype=torch.float64)
     if quantity is not None:
         kind = "quantity"
-        exact_limit, ref_values = _reference_values(reference, quantity, observables)
+        exact_limit, ref_values = _reference_values(reference, quantity, observables, window)
     elif reference is None:
         raise TypeError("reference is required for a distance study (or name an observable with quantity=)")
     elif isinstance(reference, Law1d):
@@ -1106,7 +1207,8 @@ def convergence_in_m(
     series: dict[str, list[torch.Tensor]] = {}
     times = None
     for M in progress_bar(progress, iterable=Ms, desc="convergence in M"):
-        x, scalars, curves, t = _collect("sample(M, reps)", sample(M, reps), reps, observables)
+        out = sample(M, reps) if replicate_seeds is None else sample(M, reps, seed=list(replicate_seeds))
+        x, scalars, curves, t = _collect("sample(M, reps)", out, reps, observables, window)
         if kind != "quantity" or x is not None:
             if x is None:
                 raise ValueError("sample(M, reps) returned no states ('final'): a distance needs them")
@@ -1465,8 +1567,17 @@ def _is_number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _store(row: dict, result: object, rows: list, curve_rows: list, outputs: dict, series: dict) -> None:
-    """Add one run's outputs (a mapping name → scalar or 1-D series, ``"t"`` the series' times)."""
+def _store(
+    row: dict,
+    result: object,
+    rows: list,
+    curve_rows: list,
+    outputs: dict,
+    series: dict,
+    window: tuple[float, float] | None = None,
+) -> None:
+    """Add one run's outputs (a mapping name → scalar or 1-D series, ``"t"`` the series' times); with
+    ``window``, each series' mean over it as a scalar of the same name."""
     result = dict(result) if isinstance(result, Mapping) else {"value": result}
     times = result.pop("t", None)
     cells, curves = {}, {}
@@ -1486,6 +1597,12 @@ def _store(row: dict, result: object, rows: list, curve_rows: list, outputs: dic
         ts = list(range(T)) if times is None else _as_tensor("output 't'", times).reshape(-1).tolist()
         if len(ts) != T:
             raise ValueError(f"output 't' has {len(ts)} times, the series have {T}")
+        if window is not None:
+            at = torch.tensor(ts, dtype=torch.float64)  # (T,)
+            for key, v in curves.items():
+                cells[key] = float(_window_mean(key, torch.tensor([v], dtype=torch.float64), at, window)[0])
+    elif window is not None:
+        raise ValueError(f"window={window} averages series over time, but run returned none")
     outputs.update(dict.fromkeys(cells))
     series.update(dict.fromkeys(curves))
     rows.append({**row, **cells, "error": None})
@@ -1519,6 +1636,7 @@ def sweep(
     replica_bytes: int | Callable[[Mapping[str, object]], int] | None = None,
     observables: Mapping[str, Observable] | None = None,
     progress: bool | None = None,
+    window: tuple[float, float] | None = None,
 ) -> SweepResult:
     """Run ``run`` for every grid point and seed and collect its outputs: scalars, or series at saved times.
 
@@ -1550,23 +1668,23 @@ def sweep(
             ``.value (B,)``, e.g. ``system.free_energy``).
         progress: show a progress bar over grid × seeds (``None``: when it lasts over a second in a terminal
             or a notebook, :mod:`meanfield.progress`).
+        window: ``(t_a, t_b)``: each series also gives a scalar column of its name, its mean over the saved
+            times in ``[t_a, t_b]`` per run (replica), in place of an observable's final value.
+
+    Seeds follow the convention of the module docstring (the seed is handed over, never drawn here).
 
     Returns:
         :class:`SweepResult`: ``rows`` in grid × seed order, series in ``curves``. A run that raises (or
         returns a non-scalar, non-series) is recorded with ``error = "Type: message"`` and the sweep goes on —
         batched, every replica of the failed call; a warning counts the failures, and if every run fails a
-        ``RuntimeError`` carries the first error.
+        ``RuntimeError`` names the first error and is raised from it (``__cause__``: its traceback reaches
+        ``run``).
     """
     if not callable(run):
         raise TypeError(f"run must be callable, got {type(run).__name__}")
     points, names = _grid_points(grid)
-    if isinstance(seeds, bool) or not isinstance(seeds, (int, Sequence)):
-        raise TypeError(
-            f"seeds must be an int (a number of seeds) or a sequence of ints, got {type(seeds).__name__}"
-        )
-    seeds = list(range(check_int("seeds", seeds))) if isinstance(seeds, int) else [_cell(s) for s in seeds]
-    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
-        raise ValueError(f"seeds must be a non-empty sequence of ints, got {seeds}")
+    seeds = _seed_list(seeds)
+    window = _check_window(window)
     if isinstance(batch, bool):
         batched = tuple(n for n in names if all(_is_number(p.get(n)) for p in points)) if batch else ()
     elif isinstance(batch, Sequence) and not isinstance(batch, (str, bytes)):
@@ -1591,13 +1709,15 @@ def sweep(
     outputs: dict[str, None] = {}
     series: dict[str, None] = {}
     runs = list(itertools.product(points, seeds))
+    first_error: Exception | None = None  # the cause of the RuntimeError when every run fails
     bar = progress_bar(progress, total=len(runs), desc="sweep")
     if not batch:
         for point, seed in runs:
             row = {**point, "seed": seed}
             try:
-                _store(row, run(**point, seed=seed), rows, curve_rows, outputs, series)
+                _store(row, run(**point, seed=seed), rows, curve_rows, outputs, series, window)
             except Exception as exc:  # noqa: BLE001 — a failed point is recorded and the sweep goes on
+                first_error = first_error or exc
                 rows.append({**row, "error": f"{type(exc).__name__}: {exc}"})
             bar.update(1)
     else:
@@ -1623,7 +1743,7 @@ def sweep(
                 chunk_seeds = [runs[i][1] for i in idx]
                 try:
                     out = run(**fixed, **args, seed=chunk_seeds)
-                    _, scalars, curves, times = _collect("run(...)", out, B, observables)
+                    _, scalars, curves, times = _collect("run(...)", out, B, observables, window)
                     for key in (*scalars, *curves):
                         if key in names or key in ("seed", "error"):
                             raise ValueError(
@@ -1645,6 +1765,7 @@ def sweep(
                     outputs.update(dict.fromkeys(scalars))
                     series.update(dict.fromkeys(curves))
                 except Exception as exc:  # noqa: BLE001 — a failed call is recorded and the sweep goes on
+                    first_error = first_error or exc
                     for i in idx:
                         point, seed = runs[i]
                         slots[i] = {**point, "seed": seed, "error": f"{type(exc).__name__}: {exc}"}
@@ -1662,7 +1783,7 @@ def sweep(
     )
     failed = result.failures
     if len(failed) == len(rows):
-        raise RuntimeError(f"every run of the sweep failed; the first: {failed[0]['error']}")
+        raise RuntimeError(f"every run of the sweep failed; the first: {failed[0]['error']}") from first_error
     if failed:
         warnings.warn(
             f"{len(failed)} of {len(rows)} runs failed (see SweepResult.failures); the first: {failed[0]['error']}",

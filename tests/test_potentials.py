@@ -7,9 +7,11 @@ from meanfield.potentials import (
     Alignment,
     DoubleWell,
     GaussianInteraction,
+    LogInteraction,
     Quadratic,
     QuadraticInteraction,
     RadialInteraction,
+    RieszInteraction,
 )
 
 
@@ -140,3 +142,14 @@ def test_bad_potentials():
         RadialInteraction(lambda r: r, lambda r: r, self_pair="no")
     with pytest.raises(ValueError, match="quartic must be > 0"):
         DoubleWell(quartic=0.0)
+
+
+@pytest.mark.parametrize("W", [LogInteraction, lambda c: RieszInteraction(1.0, c)])
+def test_singular_kernels_attract_for_negative_c_and_repel_for_positive_c(W):
+    # the documented sign convention: the drift −1/M Σ_j ∇W(x_i − x_j) moves two particles towards each other
+    # for c < 0 (the Keller–Segel kernel LogInteraction(−χ)) and apart for c > 0
+    x = torch.tensor([[[0.0, 0.0], [1.0, 0.0]]], dtype=torch.float64)  # (1, 2, 2): particle 1 right of 0
+    for c, sign in ((-2.0, 1.0), (2.0, -1.0)):
+        drift = -W(c).mean_field_grad(x)  # (1, 2, 2)
+        assert sign * float(drift[0, 0, 0]) > 0 and sign * float(drift[0, 1, 0]) < 0  # towards / away
+        assert float(drift[0, 0, 0]) == pytest.approx(sign * 2.0 / 2)  # |c|/(M r) = 2/(2·1), r = 1

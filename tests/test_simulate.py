@@ -1,14 +1,17 @@
 """simulate: reproducibility, the torchsde adapter, saving, and clear errors for bad input."""
 
 import math
+import pickle
 import sys
 import time
+import warnings
 
 import pytest
 import torch
 
 from meanfield import SDE, BrownianIncrements, MeanFieldLangevin, NonFiniteStateError, TorchSDE, simulate
 from meanfield.potentials import DoubleWell, GaussianInteraction, Quadratic, QuadraticInteraction
+from meanfield.resolution import CollapseError, CollapseWarning, UnstableStepWarning
 from meanfield.schedules import Linear
 
 SYSTEM = MeanFieldLangevin(DoubleWell(), QuadraticInteraction(0.5), beta=0.3)
@@ -459,3 +462,142 @@ def test_a_source_that_cannot_be_replayed_names_the_checks_that_bracket_the_step
             check_every=64,
         )
     assert err.value.step % 64 == 0 and err.value.last_finite_step == err.value.step - 64
+
+
+# --------------------------------------------------------------------------------------------------------
+# What the step can resolve: the stability warning before the run, the collapse watch, and save_from
+
+
+def _keller_segel(chi, B, seed, dt=4e-3, t1=1.6, **kwargs):
+    """2-D Keller–Segel: ``LogInteraction(−χ)``, no confinement, β = 1, M = 100, x0 ~ N(0, I₂) (E m2(0) = 2)."""
+    from meanfield.potentials import LogInteraction
+
+    system = MeanFieldLangevin(Quadratic(0.0), LogInteraction(-chi), beta=1.0)
+    x = torch.randn(B, 100, 2, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trajectory = simulate(system, x, t1=t1, dt=dt, generator=seed, **kwargs)
+    return trajectory, [w.message for w in caught if issubclass(w.category, CollapseWarning)]
+
+
+def test_supercritical_keller_segel_says_once_that_it_collapsed_and_when():
+    # χ = 6 > χ_c = 4β·N/(N−1) = 4.04: d/dt E m2 = 4 − 6·0.99 = −1.94, so E m2 hits 0 at t* = 2/1.94 = 1.03
+    _, said = _keller_segel(6.0, B=2, seed=1)
+    assert len(said) == 1, "one warning per run"
+    w = said[0]
+    assert 0.3 < w.time <= 1.25 * 2 / 1.94 and w.step == round(w.time / 4e-3)  # at the collapse, not at t = 0
+    assert w.replica in (0, 1) and w.replicas[0] == w.replica
+    r_star = math.sqrt(2 * 6.0 * 4e-3 / 100)  # (2|c|·dt/M)^{1/2}
+    assert w.radius == pytest.approx(r_star) and w.distance < r_star and w.pairs >= 25  # ≥ M/4 pairs below r⋆
+    assert f"t = {w.time:g}" in str(w) and f"replica {w.replica}" in str(w)
+    with pytest.raises(CollapseError) as error:  # collapse="raise": the same event, and the states so far
+        _keller_segel(6.0, B=2, seed=1, save_every=25, collapse="raise")
+    assert error.value.time == w.time and error.value.replica == w.replica
+    assert float(error.value.trajectory.times[-1]) <= w.time
+    again = pickle.loads(pickle.dumps(error.value))  # a worker process can send it back
+    assert (str(again), again.step, again.pairs) == (str(error.value), w.step, w.pairs)
+    assert torch.equal(again.trajectory.states, error.value.trajectory.states)
+    _, quiet = _keller_segel(6.0, B=2, seed=1, collapse="ignore")
+    assert quiet == []
+
+
+def test_a_collapse_read_lazily_is_said_at_the_same_step(monkeypatch):
+    # on an accelerator the censuses are queued and read every check_every steps: the same look says it
+    _, eager = _keller_segel(6.0, B=2, seed=1)
+    monkeypatch.setattr(sys.modules["meanfield.simulate"], "_EAGER_CHECKS", frozenset())
+    _, lazy = _keller_segel(6.0, B=2, seed=1)
+    assert len(lazy) == 1 and (lazy[0].step, lazy[0].replicas) == (eager[0].step, eager[0].replicas)
+
+
+@pytest.mark.parametrize("chi", [2.0, 3.5, -6.0])  # subcritical (χ < 4.04), and repulsive (c = +6 > 0)
+def test_subcritical_or_repulsive_keller_segel_says_nothing(chi):
+    # the negative control of the test above: the same run below the critical χ, or with the sign flipped;
+    # chance pairs closer than r⋆ occur here in every replica (≤ 3 at a time), a collapse holds ≥ M/4
+    _, said = _keller_segel(chi, B=4, seed=1)
+    assert said == []
+
+
+def test_close_pairs_counts_the_pairs_of_a_brute_force_distance_matrix():
+    from meanfield.resolution import close_pairs
+
+    x = torch.randn(3, 37, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    x[1, 5] = x[1, 9] + 1e-6  # a near-collision
+    radius = torch.tensor([0.1, 0.2, 0.0], dtype=torch.float64)
+    d = torch.cdist(x, x) + torch.diag(torch.full((37,), math.inf, dtype=torch.float64))  # (3, 37, 37)
+    for max_elements in (1 << 22, 3 * 5 * 37):  # one block, and blocks of 5 rows
+        closest, count = close_pairs(x, radius, max_elements)
+        assert torch.allclose(closest, d.amin((1, 2)), atol=1e-9)
+        assert count.tolist() == [int((d[b] < radius[b]).sum()) // 2 for b in range(3)]
+    assert float(closest[1]) < 1e-5 and int(count[2]) == 0
+
+
+def test_resolution_radius_is_where_one_step_moves_a_pair_by_its_distance():
+    from meanfield.potentials import GaussianInteraction, LogInteraction, RieszInteraction
+    from meanfield.resolution import resolution_radius
+
+    def system(W):
+        return MeanFieldLangevin(Quadratic(1.0), W, beta=1.0)
+
+    # dt·2|c|·r^{−s−1}/M = r at r⋆: check the defining equation, not the formula
+    for W, s in ((LogInteraction(-6.0), 0.0), (RieszInteraction(1.0, -2.0), 1.0)):
+        r = float(resolution_radius(system(W), 100, 1e-3)[0])
+        assert 1e-3 * 2 * abs(float(W.c)) * r ** (-s - 1) / 100 == pytest.approx(r)
+    per_replica = resolution_radius(system(LogInteraction(torch.tensor([-6.0, 0.0, 6.0]))), 100, 1e-3)
+    assert per_replica[0] > 0 and per_replica[1:].tolist() == [0.0, 0.0]
+    for W in (LogInteraction(6.0), GaussianInteraction(-1.0), None):  # repulsive, not singular, none
+        assert resolution_radius(system(W), 100, 1e-3) is None
+
+
+def _unstable(system, dt, x=None, solver="euler"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        simulate(system, x0(B=2, M=4) if x is None else x, t1=dt, dt=dt, generator=0, solver=solver)
+    said = [str(w.message) for w in caught if issubclass(w.category, UnstableStepWarning)]
+    assert len(said) <= 1
+    return said[0] if said else None
+
+
+def test_unstable_step_is_said_before_the_run():
+    from meanfield.potentials import Alignment
+
+    # the issue's case: Quadratic(1) at dt = 3 overflows only after ~1000 steps; the warning comes with one step
+    said = _unstable(MeanFieldLangevin(Quadratic(1.0)), 3.0)
+    assert said is not None and "λ·dt = 3" in said and "997 steps" in said and "dt < 2" in said
+    assert _unstable(MeanFieldLangevin(Quadratic(1.0)), 2.0) is not None  # |1 − a·dt| = 1: no contraction
+    assert _unstable(MeanFieldLangevin(Quadratic(1.0)), 1.9) is None  # negative control: stable
+    assert _unstable(MeanFieldLangevin(Quadratic(torch.tensor([0.5, 1.5]))), 1.5) is not None  # replica 1
+    assert "replica 1" in _unstable(MeanFieldLangevin(Quadratic(torch.tensor([0.5, 1.5]))), 1.5)
+    assert _unstable(MeanFieldLangevin(Quadratic(0.5), QuadraticInteraction(1.0)), 1.5) is not None  # a + k
+    assert _unstable(MeanFieldLangevin(Quadratic(0.5), QuadraticInteraction(-0.4)), 1.5) is None
+    assert _unstable(MeanFieldLangevin(Quadratic(0.5), Alignment(-1.0)), 1.5) is not None  # a − κ on the mean
+    assert _unstable(MeanFieldLangevin(Quadratic(1.0)), 3.0, solver="heun") is not None  # RK2: the same 2
+    assert _unstable(MeanFieldLangevin(Quadratic(1.0)), 3.0, solver="srk") is None  # another region: not said
+    far = torch.full((1, 4, 1), 3.0, dtype=torch.float64)  # x⁴/4 − x²/2 at |x| = 3: rate x² − 1 = 8
+    assert _unstable(MeanFieldLangevin(DoubleWell()), 0.3, far) is not None  # 8·0.3 = 2.4 ≥ 2
+    assert _unstable(MeanFieldLangevin(DoubleWell()), 0.2, far) is None  # 1.6 < 2
+
+
+def test_save_from_keeps_the_states_after_a_burn_in():
+    x = x0()
+    full = simulate(SYSTEM, x, t1=1.0, dt=0.01, save_every=10, generator=4)
+    late = simulate(SYSTEM, x, t1=1.0, dt=0.01, save_every=10, save_from=0.5, generator=4)
+    assert late.steps.tolist() == [50, 60, 70, 80, 90, 100]
+    assert torch.allclose(late.times, 0.01 * late.steps.to(torch.float64)) and float(late.times[0]) == 0.5
+    assert torch.equal(late.states, full.states[5:])  # the same path, saved from t = 0.5 on
+    odd = simulate(SYSTEM, x, t1=1.0, dt=0.01, save_every=30, save_from=0.25, generator=4, t0=0.0)
+    assert odd.steps.tolist() == [25, 55, 85, 100]  # every save_every steps from save_from, and the end
+    assert simulate(SYSTEM, x, t1=1.0, dt=0.01, save_from=1.0, generator=4).steps.tolist() == [100]
+    shifted = simulate(SYSTEM, x, t0=2.0, t1=3.0, dt=0.01, save_every=50, save_from=2.5, generator=4)
+    assert shifted.times.tolist() == pytest.approx([2.5, 3.0])
+    for bad in (0.505, -0.1, 1.5, math.nan, "0.5"):
+        with pytest.raises((ValueError, TypeError), match="save_from") as error:
+            simulate(SYSTEM, x, t1=1.0, dt=0.01, save_from=bad, generator=4)
+        assert "\n" not in str(error.value)
+
+
+def test_collapse_arguments_are_checked():
+    for bad, kind in (("loud", ValueError), (None, ValueError)):
+        with pytest.raises(kind, match="collapse must be one of"):
+            simulate(SYSTEM, x0(), t1=0.1, dt=0.01, collapse=bad)
+    with pytest.raises(ValueError, match="collapse_every"):
+        simulate(SYSTEM, x0(), t1=0.1, dt=0.01, collapse_every=0)

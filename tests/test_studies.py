@@ -19,7 +19,7 @@ from meanfield import MeanFieldLangevin, simulate
 from meanfield.metrics.wasserstein import SINKHORN_MAX_POINTS, Normal, Uniform, w2_squared, wasserstein_to_law
 from meanfield.potentials import Quadratic, QuadraticInteraction
 from meanfield.stats import Estimate, Z, mean_se
-from meanfield.studies import StudyResult, SweepResult, convergence_in_m, sweep
+from meanfield.studies import StudyResult, SweepResult, batch_seed, convergence_in_m, sweep
 
 DT = torch.float64
 
@@ -502,3 +502,107 @@ def test_a_metric_whose_resampled_means_reach_zero_gives_a_nan_interval_not_a_cl
     assert result.slope == pytest.approx(-1.0, abs=1e-9)
     assert all(_math.isnan(b) for b in result.slope_ci)
     assert any("bootstrap resample" in str(w.message) for w in caught)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Time windows, one seeding convention, the cause of a sweep that failed everywhere
+
+
+def _decay(a, seed, M=3):
+    """Batched, noiseless: x ← (1 − a·dt)·x from x0 = 1, saved at t = 0, 0.1, …, 1 (exact: (1 − a dt)^n)."""
+    system = MeanFieldLangevin(Quadratic(a), beta=0.0)
+    x0 = torch.ones(len(seed), M, 1, dtype=DT)
+    return simulate(system, x0, t1=1.0, dt=0.01, save_every=10, generator=batch_seed(seed))
+
+
+def test_a_window_averages_each_series_over_its_saved_times_per_replica():
+    a = torch.tensor([0.5, 2.0], dtype=DT)
+    exact = torch.stack([(1 - a * 0.01) ** (10 * k) for k in range(11)], 1)  # (2, 11): x̄ at t = 0.1·k
+    want = exact[:, 5:9].mean(1)  # t = 0.5, 0.6, 0.7, 0.8 (0.85 lies between saved times)
+    mean = {"mean": lambda x: x.mean((1, 2))}
+    result = sweep(_decay, {"a": a.tolist()}, seeds=1, batch=True, observables=mean, window=(0.45, 0.85),
+                   progress=False)  # fmt: skip
+    assert result.column("mean") == pytest.approx(want.tolist(), rel=1e-12)
+    plain = sweep(_decay, {"a": a.tolist()}, seeds=1, batch=True, observables=mean, progress=False)
+    assert plain.column("mean") == pytest.approx(exact[:, -1].tolist(), rel=1e-12)  # default: the last value
+    assert plain.column("mean") != pytest.approx(want.tolist(), rel=1e-3)  # negative control: they differ
+    assert len(result.curves) == len(plain.curves) == 22  # the series are kept as they were
+
+    def one(a, seed):  # one call per run, a returned 1-D series and its times
+        return {"x": exact[int(a == 2.0)].tolist(), "t": [0.1 * k for k in range(11)]}
+
+    unbatched = sweep(one, {"a": [0.5, 2.0]}, seeds=[0], window=(0.45, 0.85), progress=False)
+    assert unbatched.column("x") == pytest.approx(want.tolist(), rel=1e-12)
+
+    def sample(M, reps):  # a quantity that is a series: its window mean per replicate
+        return _decay(torch.full((reps,), 0.5, dtype=DT), list(range(reps)), M)
+
+    with warnings.catch_warnings():  # the rate of a constant is not the point here
+        warnings.simplefilter("ignore", RuntimeWarning)
+        study = convergence_in_m(sample, [2, 4, 8], reps=3, quantity="mean", observables=mean,
+                                 window=(0.45, 0.85), estimator="differences", generator=0, progress=False)  # fmt: skip
+    assert torch.allclose(study.values, torch.full((3, 3), float(want[0]), dtype=DT), rtol=1e-12)
+    with pytest.raises(RuntimeError, match="holds none of the saved times") as error:
+        sweep(
+            _decay, {"a": [0.5]}, seeds=1, batch=True, observables=mean, window=(0.42, 0.48), progress=False
+        )
+    assert isinstance(error.value.__cause__, ValueError)
+    for bad, kind in (((1.0, 0.5), ValueError), ((0.0, math.nan), ValueError), (0.5, TypeError)):
+        with pytest.raises(kind, match="window"):
+            sweep(one, {"a": [0.5]}, seeds=1, window=bad, progress=False)
+
+
+def _draw(M, seed):
+    """The convention: replica b's x0 from its own seed, the call's noise from batch_seed of the list."""
+    x0 = torch.stack([torch.randn(M, 1, generator=gen(s), dtype=DT) for s in seed])  # (B, M, 1)
+    system = MeanFieldLangevin(Quadratic(1.0), QuadraticInteraction(0.5), beta=0.5)
+    return simulate(system, x0, t1=0.2, dt=0.02, generator=batch_seed(seed)).final  # (B, M, 1)
+
+
+@pytest.mark.filterwarnings(
+    "ignore:.*(bootstrap fits|power-law fit).*:RuntimeWarning"
+)  # 3 replicates: no rate
+def test_equal_seeds_give_equal_draws_in_a_sweep_and_in_convergence_in_m():
+    m2 = {"m2": lambda x: x.square().mean((1, 2))}
+    swept = sweep(lambda M, beta, seed: _draw(M, seed), {"M": [4, 8, 16], "beta": [0.5]}, seeds=3, batch=["beta"],
+                  observables=m2, progress=False)  # fmt: skip
+    calls = []
+
+    def sample(M, reps, seed):
+        calls.append((M, reps, seed))
+        return _draw(M, seed)
+
+    study = convergence_in_m(sample, [4, 8, 16], reps=3, quantity="m2", observables=m2, estimator="differences",
+                             generator=0, progress=False)  # fmt: skip
+    assert calls == [
+        (M, 3, [0, 1, 2]) for M in (4, 8, 16)
+    ]  # default seeds: 0 … reps − 1, the same at every M
+    by_seed = torch.tensor(swept.column("m2"), dtype=DT).view(3, 3)  # grid × seed order: (M, seed)
+    assert torch.equal(study.values, by_seed)  # bit for bit
+    other = convergence_in_m(sample, [4, 8, 16], reps=3, quantity="m2", observables=m2, estimator="differences",
+                             generator=0, progress=False, seeds=[5, 6, 7])  # fmt: skip
+    assert not torch.isclose(other.values, by_seed).any()  # negative control: other seeds, other draws
+    assert calls[-1] == (16, 3, [5, 6, 7])
+    with pytest.raises(ValueError, match="one seed per replicate"):
+        convergence_in_m(sample, [4, 8], reps=3, quantity="m2", observables=m2, generator=0, seeds=2,
+                         progress=False)  # fmt: skip
+    with pytest.raises(TypeError, match="give sample a seed parameter"):
+        convergence_in_m(lambda M, reps: _draw(M, [0] * reps), [4, 8], reps=3, quantity="m2", observables=m2,
+                         generator=0, seeds=3, progress=False)  # fmt: skip
+
+
+def test_a_sweep_that_fails_everywhere_raises_from_the_first_error():
+    import traceback
+
+    def batched_run(beta, M, seed):  # one call per M (β on the replica axis)
+        raise ValueError(f"no run at M = {M}")
+
+    for run, kwargs, first in ((noisy_run, {}, "got -1.0"), (batched_run, {"batch": ["beta"]}, "M = 5")):
+        with pytest.raises(RuntimeError, match="every run of the sweep failed") as error:
+            sweep(run, {"beta": [-1.0, -2.0], "M": [5, 6]}, seeds=2, progress=False, **kwargs)
+        cause = error.value.__cause__
+        assert isinstance(cause, ValueError) and first in str(cause)  # the first, not a later one
+        frames = [f.name for f in traceback.extract_tb(cause.__traceback__)]
+        assert frames[-1] == run.__name__  # the traceback reaches the user's function
+    with pytest.warns(RuntimeWarning, match="1 of 2 runs failed"):  # not every run: no exception
+        sweep(noisy_run, {"beta": [-1.0, 1.0], "M": [5]}, seeds=1, progress=False)
