@@ -45,3 +45,4 @@ for path in range(30):
 right.set_xlabel("t")
 right.set_ylabel("x")
 right.set_title("30 of the paths")
+fig.tight_layout()

@@ -39,3 +39,4 @@ print(f"E W2² ~ M^{study.slope:.2f}, 95% CI {study.slope_ci}")
 # %%
 fig, ax = figure(width=6.0, height=3.6)
 study.plot(ax=ax)
+fig.tight_layout()

@@ -34,3 +34,4 @@ for b in range(0, len(betas), 2):
 right.set_xlabel("t")
 right.set_ylabel("m(t)")
 right.legend(fontsize=8)
+fig.tight_layout()

@@ -35,3 +35,4 @@ for t, marker in ((0, "o"), (len(traj) // 4, "s"), (-1, "^")):
 right.set_aspect("equal")
 right.set_title("one replica, projected on the first two axes")
 right.legend(fontsize=8)
+fig.tight_layout()

@@ -13,6 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .plotting import page_layout
 from .shipped import source_root
 from .validation import default_theory_dir, discover, validate
 
@@ -42,6 +43,13 @@ def generate(
     out.mkdir(parents=True, exist_ok=True)
     theory = default_theory_dir()
     names = [n for n in discover(theory) if not (keep_existing and (out / f"{n}.png").exists())]
+    with page_layout():  # readable at the page's width: ≤ 2 panels a row, ≤ 8.4 in, 11-pt text
+        _draw(out, names, preset, keep_existing, progress)
+    return sorted(out.glob("*.png"))
+
+
+def _draw(out: Path, names: list[str], preset: str, keep_existing: bool, progress: bool) -> None:
+    theory = default_theory_dir()
     if names:
         with tempfile.TemporaryDirectory() as tmp:
             report = validate(names, preset=preset, out=tmp, theory_dir=theory, progress=progress, echo=None)
@@ -63,4 +71,3 @@ def generate(
             runpy.run_path(str(path), run_name="__main__")
         finally:
             sys.argv = argv
-    return sorted(out.glob("*.png"))

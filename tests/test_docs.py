@@ -361,6 +361,24 @@ def test_reader_pages_typeset_their_formulas_rather_than_showing_code_spans(site
     assert not math_is_typeset(dom) and math_report(dom)[0] == 0
 
 
+def png_width(path):
+    """The width in pixels of a PNG, from its IHDR chunk."""
+    header = path.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n", path
+    return int.from_bytes(header[16:20], "big")
+
+
+@pytest.mark.slow
+def test_generated_figures_are_readable_at_the_page_width(site):
+    """The figures the build draws (``meanfield figures``, inside ``plotting.page_layout``) are at most 8.4 in
+    wide at 130 dpi, so on a 690-px content column their 11-pt text shows at ≥ 9 pt (tests/test_plotting.py
+    has the arithmetic and, as negative control, the 1638-px three-panel row that shows it at 5.5 pt)."""
+    figures = sorted((site / "figures").glob("*.png"))
+    assert len(figures) >= 15
+    too_wide = {f.name: png_width(f) for f in figures if png_width(f) > 8.4 * 130 + 1}
+    assert too_wide == {}, too_wide
+
+
 SEARCH_SHIM = re.compile(r'<script src="[^"]*javascripts/vendor/iframe-worker/shim\.js"></script>')
 
 
