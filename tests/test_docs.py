@@ -20,7 +20,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 MATH_PAGE = "testing"  # a page known to hold formulas (docs/testing.md, "The documentation site")
 # pages a reader meets first, whose formulas must be typeset rather than left in code spans
-READER_PAGES = ["index", "getting-started", "simulation", "theory/chain_bias", "theory/token_dynamics"]
+READER_PAGES = [
+    "index",
+    "getting-started",
+    "simulation",
+    "theory/chain_bias",
+    "theory/token_dynamics",
+    "notebooks/simulate",
+]
 # a code span that holds a formula: Greek letters, math operators, Unicode sub/superscripts, or a TeX group
 FORMULA_CODE = re.compile(r"[α-ωΓΔΘΛΞΠΣΦΨΩ−·≤≥∈∉∑∫∇∂√‖²³⁴⁻₀₁₂ᵢⱼₙ∝≈⟨⟩]|[_^]\{")
 MATHJAX_SCRIPT = re.compile(r'<script src="[^"]*javascripts/vendor/mathjax/tex-svg-full\.js"></script>')
