@@ -4,7 +4,7 @@ Every parameter of a potential, an interaction, a system or a temperature is eit
 as before, the same numbers bit for bit) or one value per replica: a tensor (or array, or sequence) of
 shape ``(B,)``, or one that broadcasts to ``(B, 1, 1)`` as given, i.e. ``(B, 1, 1)``. Such values are kept
 as a float64 tensor of shape ``(B,)`` (what a user reads back) and handed to the arithmetic as
-``(B, 1, 1)`` in the state's dtype and device (:func:`at`), so that ``a · x`` scales replica ``b`` by
+``(B, 1, 1)`` in the state's dtype and device ([`at`][meanfield._replicas.at]), so that ``a · x`` scales replica ``b`` by
 ``a[b]``. A tensor holding a single number counts as a number.
 
 This module is a foundation: it imports nothing of meanfield.

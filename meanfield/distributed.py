@@ -12,7 +12,7 @@ The drift of mean-field Langevin dynamics needs only averages over the particle 
 The noise of particle ``i`` is drawn from the generator of its **block** (``block`` consecutive particles,
 seeded by ``derive_seed(seed, "noise/block/<j>")``), so a particle gets the same increments whichever rank
 holds it: a run's law — its increments, particle by particle — does not depend on the number of ranks, and a
-sharded run equals the single-process run with the same :class:`BlockNoise` up to the summation order of the
+sharded run equals the single-process run with the same `BlockNoise` up to the summation order of the
 collectives (round-off, ~1e-15 relative); for a fixed world size it is bit for bit reproducible.
 
 Launch (one process per rank, gloo on CPU, NCCL on GPU)::
@@ -131,7 +131,7 @@ class BlockNoise(NoiseSource):
 
 
 class ShardedSystem(ParticleSystem):
-    """A :class:`~meanfield.MeanFieldLangevin` whose M particles are sharded over the ranks of ``group``.
+    """A [`MeanFieldLangevin`][meanfield.systems.MeanFieldLangevin] whose M particles are sharded over the ranks of ``group``.
 
     ``drift(t, x)`` takes this rank's shard ``(B, m, d)`` and returns its drift ``−∇V(x_i) − 1/M Σ_j ∇W(x_i −
     x_j)`` with the sum over all M particles, by collectives (module docstring). Every rank must call it at
@@ -237,7 +237,7 @@ def simulate_sharded(
     M: int | None = None,
     **kwargs: Any,
 ) -> Trajectory:
-    """:func:`~meanfield.simulate` of ``system`` with its M particles sharded over ``group``.
+    """[`simulate`][meanfield.simulate] of ``system`` with its M particles sharded over ``group``.
 
     Args:
         system: the global system.

@@ -1,6 +1,6 @@
 """``meanfield figures``: regenerate every documentation figure by the code users run.
 
-Each theory check's ``plot()`` (through :func:`meanfield.validation.validate`) gives ``<check>.png``; the
+Each theory check's ``plot()`` (through [`meanfield.validation.validate`][meanfield.validation.validate]) gives ``<check>.png``; the
 scripts ``experiments/overview.py`` and ``experiments/quickstart.py`` give ``overview.png`` (the landing page's
 picture) and ``quickstart.png``. Nothing here draws a figure of its own.
 """

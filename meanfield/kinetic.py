@@ -7,16 +7,16 @@ Each particle has a position ``x_i`` and a velocity ``v_i`` (unit mass):
     ∇(δF/δρ)(x_i) = ∇V(x_i) + 1/M Σ_j ∇W(x_i − x_j),
 
 with friction ``γ ≥ 0`` and temperature ``β ≥ 0``. For constant β the M-particle system has the stationary law
-``∝ exp(−(M·F(ρ_M) + Σ_i |v_i|²/2)/β)``: positions as in the overdamped :class:`~meanfield.MeanFieldLangevin`,
+``∝ exp(−(M·F(ρ_M) + Σ_i |v_i|²/2)/β)``: positions as in the overdamped [`MeanFieldLangevin`][meanfield.systems.MeanFieldLangevin],
 velocities Maxwellian ``N(0, β I)``.
 
 **The state is one tensor** ``z`` of shape ``(B, M, 2d)``: ``z[..., :d]`` the positions, ``z[..., d:]`` the
-velocities (:func:`pair`, :func:`positions`, :func:`velocities`). So :func:`meanfield.simulate`, its
-:class:`~meanfield.Trajectory` ``(S, B, M, 2d)``, its seeds, checkpoints and NaN checks work unchanged, and the
+velocities ([`pair`][meanfield.kinetic.pair], [`positions`][meanfield.kinetic.positions], [`velocities`][meanfield.kinetic.velocities]). So [`meanfield.simulate`][meanfield.simulate], its
+[`Trajectory`][meanfield.simulate.Trajectory] ``(S, B, M, 2d)``, its seeds, checkpoints and NaN checks work unchanged, and the
 system *is* the first-order SDE ``dz = b(z) dt + Σ dW`` with ``b = (v, −∇δF/δρ − γv)`` and the additive
-``Σ = diag(0, sqrt(2γβ))`` on ``W = (W_x, W_v) ∈ R^{2d}``: every solver of :data:`meanfield.solvers.SOLVERS`
+``Σ = diag(0, sqrt(2γβ))`` on ``W = (W_x, W_v) ∈ R^{2d}``: every solver of [`meanfield.solvers.SOLVERS`][meanfield.solvers.SOLVERS]
 (native Euler–Maruyama, torchsde's ``srk``, ``heun``, …) integrates it, and the splitting schemes of
-:mod:`meanfield.solvers.kinetic` (BAOAB, OBABO, ABOBA) read the same noise: the ``W_v`` slot is the
+[`meanfield.solvers.kinetic`][meanfield.solvers.kinetic] (BAOAB, OBABO, ABOBA) read the same noise: the ``W_v`` slot is the
 increment of the Brownian motion that drives the velocities, the ``W_x`` slot (which ``Σ`` ignores) gives
 the splitting schemes the Brownian-bridge midpoint of ``W_v`` over the step (see that module).
 """
@@ -76,12 +76,12 @@ class KineticMeanFieldLangevin(ParticleSystem):
 
     Stationary law (constant β): ``∝ exp(−(Σ_i V(x_i) + 1/(2M) Σ_ij W(x_i − x_j) + Σ_i |v_i|²/2)/β)``. As an
     SDE on ``z`` it has additive noise ``Σ = diag(0, sqrt(2γβ_t))`` on a Brownian motion of dimension 2d (the
-    first d components unused by ``Σ``), so every solver of :data:`meanfield.solvers.SOLVERS` integrates it;
-    the splitting schemes ``"baoab"``, ``"obabo"``, ``"aboba"`` (:mod:`meanfield.solvers.kinetic`) are the
+    first d components unused by ``Σ``), so every solver of [`meanfield.solvers.SOLVERS`][meanfield.solvers.SOLVERS] integrates it;
+    the splitting schemes ``"baoab"``, ``"obabo"``, ``"aboba"`` ([`meanfield.solvers.kinetic`][meanfield.solvers.kinetic]) are the
     ones made for it.
 
     Args:
-        confinement: ``V`` (see :mod:`meanfield.potentials`).
+        confinement: ``V`` (see [`meanfield.potentials`][meanfield.potentials]).
         interaction: ``W``, or ``None`` for independent particles.
         friction: ``γ ≥ 0`` (``γ = 0``: Hamiltonian dynamics, no noise).
         beta: the temperature ``β ≥ 0``, a number or a schedule ``t -> β_t``.

@@ -2,9 +2,9 @@ r"""Pairwise reductions without an ``M × N`` matrix in memory: one backend for 
 
 Two reductions over the pairs of two clouds ``x (B, M, d)`` and ``y (B, N, d)`` (replicas never mix):
 
-* :func:`radial_sum`: ``out_i = Σ_j φ(|x_i − y_j|²) v_j`` for a function ``φ`` of the squared distance and
+* [`radial_sum`][meanfield.pairwise.radial_sum]: ``out_i = Σ_j φ(|x_i − y_j|²) v_j`` for a function ``φ`` of the squared distance and
   values ``v_j`` (``(B, N, k)``): the drift and energy of a radial interaction (``v_j = (1, y_j)``);
-* :func:`softmin`: ``f_i = −ε log Σ_j exp(h_j − |x_i − y_j|^p / ε)``: the ``c``-transform of Sinkhorn's
+* [`softmin`][meanfield.pairwise.softmin]: ``f_i = −ε log Σ_j exp(h_j − |x_i − y_j|^p / ε)``: the ``c``-transform of Sinkhorn's
   log-domain iterations.
 
 Each has two implementations, which give the same numbers to round-off:
@@ -18,7 +18,7 @@ Each has two implementations, which give the same numbers to round-off:
   ``O(B(M + N)d)``. Present when ``pykeops`` is installed (``pip install 'meanfield-sde[keops]'``); the
   first call of each formula compiles it (seconds, then cached on disk).
 
-``backend="auto"`` (:func:`resolve_backend`) takes KeOps for tensors on a GPU (when KeOps was built with
+``backend="auto"`` ([`resolve_backend`][meanfield.pairwise.resolve_backend]) takes KeOps for tensors on a GPU (when KeOps was built with
 CUDA) and the blocked torch path on the CPU (``benchmarks/kernels.py``, 2-core CPU, float32: the torch
 soft-minimum was 2–4× faster than KeOps at d ≤ 10 and 20× at d = 100; the Gaussian drift 1.6–3.9× faster at
 M = 1e3…1e5; and each new KeOps formula compiles for seconds).
@@ -46,14 +46,14 @@ __all__ = [
 ]
 
 BACKENDS = ("torch", "keops")
-"""The implementations of the reductions; ``"auto"`` picks one of them (:func:`resolve_backend`)."""
+"""The implementations of the reductions; ``"auto"`` picks one of them ([`resolve_backend`][meanfield.pairwise.resolve_backend])."""
 
 MAX_ELEMENTS = 1 << 20
 """Default block of the torch path: ``B × rows × N`` numbers (4 MiB in float32; cache-sized passes)."""
 
 DENSE_MAX_ELEMENTS = 3 << 22
-"""Sinkhorn on the torch backend computes its three cost matrices once (:func:`cost_matrix`,
-:func:`softmin_from_cost`) when they hold at most this many numbers in all, ``B(MN + M² + N²)`` (two clouds of
+"""Sinkhorn on the torch backend computes its three cost matrices once ([`cost_matrix`][meanfield.pairwise.cost_matrix],
+[`softmin_from_cost`][meanfield.pairwise.softmin_from_cost]) when they hold at most this many numbers in all, ``B(MN + M² + N²)`` (two clouds of
 2048 points: 48 MiB in float32), instead of recomputing the distances in every soft-minimum. Measured per
 soft-minimum here (float32, n = 1000 and 2000): 1.1–1.4× faster at d ≤ 32, 2.3–2.8× at d = 100."""
 
@@ -290,10 +290,10 @@ def cost_matrix(x: torch.Tensor, y: torch.Tensor, p: int = 2) -> torch.Tensor:
 def softmin_from_cost(
     cost: torch.Tensor, h: torch.Tensor, epsilon: float | torch.Tensor, work: torch.Tensor | None = None
 ) -> torch.Tensor:
-    r""":func:`softmin` from a cost matrix computed once: ``f_i = −ε log Σ_j exp(h_j − C_ij/ε)``.
+    r"""[`softmin`][meanfield.pairwise.softmin] from a cost matrix computed once: ``f_i = −ε log Σ_j exp(h_j − C_ij/ε)``.
 
     Args:
-        cost: ``C`` of shape ``(B, M, N)`` (:func:`cost_matrix`; a transposed view is fine).
+        cost: ``C`` of shape ``(B, M, N)`` ([`cost_matrix`][meanfield.pairwise.cost_matrix]; a transposed view is fine).
         h: ``(B, N)``.
         epsilon: ``ε > 0``, a number or one per replica ``(B,)``.
         work: a contiguous ``(B, M, N)`` buffer to compute in (reused across calls; a fresh one if ``None``).
@@ -309,7 +309,9 @@ def softmin_from_cost(
 def _logsumexp_(z: torch.Tensor) -> torch.Tensor:
     r"""``log Σ_j e^{z_j}`` over the last axis, overwriting ``z`` (a block this module owns).
 
-    .. math::  m + \log \sum_j e^{\max(z_j − m,\ −80)},\qquad m = \max_j z_j
+    $$
+    m + \log \sum_j e^{\max(z_j − m,\ −80)},\qquad m = \max_j z_j
+    $$
 
     in float32 (and lower): a term below ``e^{−80}`` times the largest is raised to it, a relative error
     below ``N e^{−80}`` (``2·10^{−29}`` for a million terms); left alone such terms are subnormal numbers,
@@ -350,7 +352,9 @@ def softmin(
 ) -> tuple[torch.Tensor, str]:
     r"""The soft minimum over ``j`` of ``C_ij − ε h_j`` with ``C_ij = |x_i − y_j|^p``:
 
-    .. math::  f_i = −ε \log \sum_j \exp\big(h_j − |x_i − y_j|^p / ε\big)
+    $$
+    f_i = −ε \log \sum_j \exp\big(h_j − |x_i − y_j|^p / ε\big)
+    $$
 
     (with ``h_j = log b_j + g_j/ε`` this is Sinkhorn's update of the potential ``f`` in the log domain).
 

@@ -1,7 +1,7 @@
 """One look for every figure: a style, a figure factory and an atomic PNG writer.
 
 Every figure of the package (theory checks, studies, experiments, benchmarks) is made with
-:func:`figure` and written with :func:`save`, so that the docs look like one piece.
+[`figure`][meanfield.plotting.figure] and written with [`save`][meanfield.plotting.save], so that the docs look like one piece.
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ class Confinement(ABC):
 
 class Interaction(ABC):
     """A symmetric pair potential, averaged over the particles of a replica: usually ``W(x_i − x_j)`` with
-    ``W(z) = W(−z)``, but any ``W(x_i, x_j) = W(x_j, x_i)`` works (e.g. :class:`Alignment`), since the
+    ``W(z) = W(−z)``, but any ``W(x_i, x_j) = W(x_j, x_i)`` works (e.g. [`Alignment`][meanfield.potentials.Alignment]), since the
     drift only uses ``mean_field_grad``."""
 
     def parameters(self) -> dict[str, Param]:
@@ -197,13 +197,13 @@ class RadialInteraction(Interaction):
     """A radial pair potential ``W(z) = ψ(|z|²)``, so ``∇W(z) = 2ψ'(|z|²)·z``.
 
     ``1/M Σ_j 2ψ'(r²_ij)(x_i − x_j) = 1/M [x_i Σ_j g_ij − Σ_j g_ij x_j]`` with ``g_ij = 2ψ'(r²_ij)``: one
-    pairwise reduction ``Σ_j g_ij (1, x_j)`` (:func:`meanfield.pairwise.radial_sum`), never an
+    pairwise reduction ``Σ_j g_ij (1, x_j)`` ([`meanfield.pairwise.radial_sum`][meanfield.pairwise.radial_sum]), never an
     ``M × M × d`` tensor. The ``"torch"`` backend works in blocks of ``B × rows × M ≤ max_elements``
     numbers, one matrix product each; ``"keops"`` (when ``pykeops`` is installed) keeps memory ``O(BMd)``
-    and is what ``"auto"`` picks on a GPU and in low dimension (:func:`meanfield.pairwise.resolve_backend`).
+    and is what ``"auto"`` picks on a GPU and in low dimension ([`meanfield.pairwise.resolve_backend`][meanfield.pairwise.resolve_backend]).
     KeOps needs ``ψ`` and ``ψ'`` written with operators and tensor methods (``(-r2).exp()``, ``1 / (1 + r2)``),
     which apply to its symbolic tensors too; where they do not (``torch.exp(r2)``) the torch backend is used.
-    :attr:`backend_used` says which backend the last call used. Writing ``ψ`` in ``|z|²`` keeps the gradient
+    `backend_used` says which backend the last call used. Writing ``ψ`` in ``|z|²`` keeps the gradient
     smooth at ``z = 0``.
 
     **The self-pair.** The sums run over all ``j``, ``i`` included, where ``z = 0``: for a smooth kernel that
@@ -264,7 +264,7 @@ class RadialInteraction(Interaction):
         return self.psi, (lambda r2: 2.0 * self.dpsi(r2)), 1.0, 1.0, 1.0
 
     def _pair_sums(self, x: torch.Tensor, phi: Callable, values: torch.Tensor, scale: Param) -> torch.Tensor:
-        """``Σ_j φ(s·|x_i − x_j|²) v_j`` (``j ≠ i`` unless :attr:`self_pair`), shape ``(B, M, k)``."""
+        """``Σ_j φ(s·|x_i − x_j|²) v_j`` (``j ≠ i`` unless `self_pair`), shape ``(B, M, k)``."""
         backend = resolve_backend(self.backend, x.shape[-1], x.device)
         if backend == "keops" and (self._keops_fails or not self.self_pair) and self.backend == "auto":
             backend = "torch"
@@ -385,7 +385,7 @@ class LogInteraction(RadialInteraction):
     ``−1/M Σ_{j≠i} ∇W(x_i − x_j) = c/M Σ_{j≠i} (x_i − x_j)/|x_i − x_j|²``. In d = 1 this is the interaction
     of Dyson Brownian motion: with ``V = a x²/2`` the mean-field law at low temperature is the semicircle
     of radius ``R = sqrt(2c/a)`` (variance ``R²/4 = c/(2a)``); in d = 2 it is the Coulomb (log-gas)
-    interaction. The self-pair ``j = i`` is always left out (see :class:`RadialInteraction`).
+    interaction. The self-pair ``j = i`` is always left out (see [`RadialInteraction`][meanfield.potentials.RadialInteraction]).
 
     Args:
         c: strength, a number or one per replica (shape ``(B,)``); ``c > 0`` repels.
@@ -417,10 +417,10 @@ class LogInteraction(RadialInteraction):
 
 class RieszInteraction(RadialInteraction):
     """``W(z) = c·|z|^{−s}/s`` for ``s > 0``: Riesz repulsion (``c > 0``), singular at ``z = 0``; ``s = d − 2``
-    is Coulomb's in ``d ≥ 3`` (``s → 0`` gives :class:`LogInteraction`).
+    is Coulomb's in ``d ≥ 3`` (``s → 0`` gives [`LogInteraction`][meanfield.potentials.LogInteraction]).
 
     ``ψ(r²) = c/s·(r²)^{−s/2}`` and ``2ψ'(r²) = −c·(r²)^{−s/2−1}``, so ``∇W(z) = −c·z/|z|^{s+2}``. The
-    self-pair ``j = i`` is always left out (see :class:`RadialInteraction`).
+    self-pair ``j = i`` is always left out (see [`RadialInteraction`][meanfield.potentials.RadialInteraction]).
 
     Args:
         s: the exponent ``s > 0`` (a number: it sets the kernel's formula).
@@ -465,10 +465,10 @@ class RieszInteraction(RadialInteraction):
 
 
 def _log_kernel(r2):
-    """``−½ log r²`` (``ψ`` of :class:`LogInteraction` with ``c = 1``)."""
+    """``−½ log r²`` (``ψ`` of [`LogInteraction`][meanfield.potentials.LogInteraction] with ``c = 1``)."""
     return -0.5 * r2.log()
 
 
 def _inverse_kernel(r2):
-    """``1/r²`` (``2ψ'`` of :class:`LogInteraction` is ``−c/r²``)."""
+    """``1/r²`` (``2ψ'`` of [`LogInteraction`][meanfield.potentials.LogInteraction] is ``−c/r²``)."""
     return 1.0 / r2

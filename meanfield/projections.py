@@ -1,12 +1,12 @@
 """Projections ``Π`` applied after every step: ``θ_i ← Π(θ_i − η·∇_i + sqrt(2β_t η)·ξ_i)``.
 
-One projection serves both steppers: :func:`meanfield.simulate` applies it to the state ``(B, M, d)``
-after every step, :class:`meanfield.optim.Langevin` to every parameter of a group after every step.
+One projection serves both steppers: [`meanfield.simulate`][meanfield.simulate] applies it to the state ``(B, M, d)``
+after every step, [`meanfield.optim.Langevin`][meanfield.optim.langevin.Langevin] to every parameter of a group after every step.
 ``project_(x)`` projects one tensor in place and returns it; ``project_all_(tensors)`` does a list.
 
 **Projections are data.** ``to_dict()`` gives plain data with a ``"kind"`` (``{"kind": "clip", "A": 2.0}``,
-``{"kind": "sphere", "radius": 1.0, "dim": [-1]}``) and :func:`projection_from_dict` rebuilds the
-projection (:data:`PROJECTIONS`: the kinds it knows), for TOML configs and ``weights_only`` checkpoints.
+``{"kind": "sphere", "radius": 1.0, "dim": [-1]}``) and [`projection_from_dict`][meanfield.projections.projection_from_dict] rebuilds the
+projection ([`PROJECTIONS`][meanfield.projections.PROJECTIONS]: the kinds it knows), for TOML configs and ``weights_only`` checkpoints.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class Clip(Projection):
         return f"Clip(A={self.A})"
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "clip", "A": A}`` (see :func:`projection_from_dict`)."""
+        """``{"kind": "clip", "A": A}`` (see [`projection_from_dict`][meanfield.projections.projection_from_dict])."""
         return {"kind": "clip", "A": self.A}
 
 
@@ -111,15 +111,15 @@ class Sphere(Projection):
         return f"Sphere(radius={self.radius}, dim={self.dim if len(self.dim) > 1 else self.dim[0]})"
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "sphere", "radius": r, "dim": [axes]}`` (see :func:`projection_from_dict`)."""
+        """``{"kind": "sphere", "radius": r, "dim": [axes]}`` (see [`projection_from_dict`][meanfield.projections.projection_from_dict])."""
         return {"kind": "sphere", "radius": self.radius, "dim": list(self.dim)}
 
 
 PROJECTIONS: dict[str, type] = {"clip": Clip, "sphere": Sphere}
-"""The projection classes that :func:`projection_from_dict` rebuilds, by the ``"kind"`` of their ``to_dict()``.
+"""The projection classes that [`projection_from_dict`][meanfield.projections.projection_from_dict] rebuilds, by the ``"kind"`` of their ``to_dict()``.
 
-Two other kinds exist only as descriptions: ``"layer"`` (:class:`meanfield.optim.LayerProjection`, which holds
-a module: its owner rebuilds it, e.g. :meth:`meanfield.optim.Langevin.param_groups_for`) and ``"custom"``.
+Two other kinds exist only as descriptions: ``"layer"`` ([`meanfield.optim.LayerProjection`][meanfield.optim.layers.LayerProjection], which holds
+a module: its owner rebuilds it, e.g. [`meanfield.optim.Langevin.param_groups_for`][meanfield.optim.langevin.Langevin.param_groups_for]) and ``"custom"``.
 """
 
 _PROJECTION_FIELDS = {"clip": ("A",), "sphere": ("radius", "dim")}
@@ -131,7 +131,7 @@ def projection_from_dict(data: Mapping[str, Any]) -> Projection:
 
     Raises:
         TypeError: ``data`` is not a mapping.
-        ValueError: an unknown kind (the message lists :data:`PROJECTIONS`; ``"layer"`` and ``"custom"``
+        ValueError: an unknown kind (the message lists [`PROJECTIONS`][meanfield.projections.PROJECTIONS]; ``"layer"`` and ``"custom"``
             say who rebuilds them), a missing or extra field, or a field value the projection refuses.
     """
     if not isinstance(data, Mapping):

@@ -1,7 +1,7 @@
 """Step-size studies on one Brownian path: the same system at steps ``k·η`` (k = 1, 2, 4, …), coupled.
 
 Runs at ``η`` and ``2η`` driven by the same Brownian path (the coarse increments are sums of the fine ones,
-:meth:`~meanfield.brownian.BrownianIncrements.coarsen`) have strongly correlated errors, so the Richardson
+[`coarsen`][meanfield.brownian.BrownianIncrements.coarsen]) have strongly correlated errors, so the Richardson
 extrapolation ``2·v(η) − v(2η)`` removes the O(η) bias of a weak-order-1 scheme at a small cost in variance,
 and ``v(2η) − v(η)`` measures that bias directly.
 """

@@ -37,7 +37,7 @@ def resolve_generator(
     * an ``int`` or a numpy integer (``np.int64(3)``, an element of ``np.arange``): a fresh
       ``torch.Generator(device).manual_seed(seed)``, the seed returned;
     * a ``torch.Generator``: used as it is (it must be on ``device``'s type), seed ``None``;
-    * ``None`` (when ``allow_none``): a fresh random seed from :mod:`secrets`, returned so the run can be
+    * ``None`` (when ``allow_none``): a fresh random seed from `secrets`, returned so the run can be
       repeated.
 
     ``bool`` (``True`` is an ``int`` to Python) and anything else are refused.

@@ -1,4 +1,4 @@
-"""``simulate``: integrate a particle system on a fixed grid and keep a :class:`Trajectory`."""
+"""``simulate``: integrate a particle system on a fixed grid and keep a [`Trajectory`][meanfield.simulate.Trajectory]."""
 
 from __future__ import annotations
 
@@ -283,21 +283,21 @@ def simulate(
         t1: the final time (``> t0``; ``t1 − t0`` must be a whole number of steps).
         dt: the step size ``> 0``.
         t0: the initial time.
-        solver: a name from :data:`meanfield.solvers.SOLVERS` or a solver object; ``"euler"`` is the native
+        solver: a name from [`meanfield.solvers.SOLVERS`][meanfield.solvers.SOLVERS] or a solver object; ``"euler"`` is the native
             Euler–Maruyama.
         save_every: keep the state every this many steps (the initial and final states are always kept).
         generator: the ``torch.Generator`` the noise is drawn from, an int seed (a Python or numpy integer),
             or ``None`` for a fresh random seed (recorded in ``Trajectory.seed``); read by
-            :func:`meanfield.seeds.resolve_generator`, as in every entry point.
+            [`meanfield.seeds.resolve_generator`][meanfield.seeds.resolve_generator], as in every entry point.
         noise: ``"gaussian"`` or ``"rademacher"`` (±1 increments: weak order 1, Euler–Maruyama only).
         brownian: pre-drawn increments instead of a generator (e.g. a coarsened path for order tests), or
-            another :class:`~meanfield.brownian.NoiseSource` of the system's noise shape (e.g.
-            :class:`~meanfield.distributed.BlockNoise`, one generator per block of particles).
+            another [`NoiseSource`][meanfield.brownian.NoiseSource] of the system's noise shape (e.g.
+            `BlockNoise`, one generator per block of particles).
         check_every: check the state for NaN/Inf at least this often (and at every saved state).
         progress: show a progress bar over the steps.
 
     Returns:
-        The :class:`Trajectory`. The run is not recorded by autograd.
+        The [`Trajectory`][meanfield.simulate.Trajectory]. The run is not recorded by autograd.
 
     Raises:
         ValueError, TypeError: for bad arguments (the message says which and what is allowed).

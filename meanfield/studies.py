@@ -1,16 +1,16 @@
 r"""Studies over many runs: convergence in the number of particles M, and sweeps over a parameter grid.
 
-* :func:`convergence_in_m` measures how a quantity of the M-particle system approaches its limit,
+* [`convergence_in_m`][meanfield.studies.convergence_in_m] measures how a quantity of the M-particle system approaches its limit,
   ``E Y_M ≈ Y_∞ + c·M^{slope}``: a distance ``Y_M = D(μ_M, μ)`` to a reference law (``Y_∞ = 0``), or a named
   observable (a loss, a moment) with a limit ``Y_∞`` that is known, estimated by replicated reference runs, or
   fitted. Replicas run on the batch axis; the slope comes with a bootstrap interval from a named
-  *estimator* (:data:`ESTIMATORS`), which says whether a finite reference was treated as exact
+  *estimator* ([`ESTIMATORS`][meanfield.studies.ESTIMATORS]), which says whether a finite reference was treated as exact
   (``"exact"``), resampled with the replicates (``"reference"``), or not used at all (``"fit"``,
   ``"differences"``).
-* :func:`sweep` runs a function over a parameter grid × seeds — one call per point, or batched over the
+* [`sweep`][meanfield.studies.sweep] runs a function over a parameter grid × seeds — one call per point, or batched over the
   replica axis with per-replica parameters — and collects named observables, scalars or series at saved times.
 
-Both return tidy tables (:class:`Table`: one row per point × seed [× time]) with CSV/JSON export and plots of
+Both return tidy tables ([`Table`][meanfield.studies.Table]: one row per point × seed [× time]) with CSV/JSON export and plots of
 mean curves with labelled confidence bands (Student-t over seeds or replicates).
 """
 
@@ -61,7 +61,7 @@ METRICS: dict[str, tuple[int, Callable[[torch.Tensor], torch.Tensor]]] = {
 """Metric name → (order p, map from the cost ``W_p^p`` to the reported distance)."""
 
 ESTIMATORS = ("exact", "reference", "fit", "differences")
-"""How :func:`convergence_in_m` estimates the rate of ``E Y_M → Y_∞`` (see :class:`RateEstimate`)."""
+"""How [`convergence_in_m`][meanfield.studies.convergence_in_m] estimates the rate of ``E Y_M → Y_∞`` (see [`RateEstimate`][meanfield.studies.RateEstimate])."""
 
 Sampler = Callable[[int, int], object]
 Metric = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -228,7 +228,7 @@ class Table:
 
     @classmethod
     def from_json(cls, source: str | os.PathLike) -> Table:
-        """Read a table written by :meth:`to_json` (a path or the JSON text)."""
+        """Read a table written by [`to_json`][meanfield.studies.Table.to_json] (a path or the JSON text)."""
         text = str(source)
         if not text.lstrip().startswith("{"):
             text = Path(source).read_text()
@@ -296,7 +296,7 @@ def _collect(
 ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor | None]:
     """Split a sampler's or batched run's output into (final states, scalars, series, times).
 
-    ``out`` is a state tensor ``(B, M, d)``, a :class:`~meanfield.simulate.Trajectory` (states ``(S, B, M, d)``
+    ``out`` is a state tensor ``(B, M, d)``, a [`Trajectory`][meanfield.simulate.Trajectory] (states ``(S, B, M, d)``
     at ``times (S,)``) or a mapping: ``"final"`` → states ``(B, M, d)`` (optional), ``"t"`` → times ``(T,)``
     (optional), any other name → a tensor ``(B,)`` (a scalar per replica) or ``(B, T)`` (a series at the
     times). Each ``observables[name](x (B, M, d)) -> (B,)`` is applied to the final state (a scalar) or,
@@ -390,7 +390,7 @@ class RateEstimate:
     percentile interval of the same draws (``theory/rate_coverage.py``).
 
     Attributes:
-        estimator: one of :data:`ESTIMATORS`.
+        estimator: one of [`ESTIMATORS`][meanfield.studies.ESTIMATORS].
         slope: ``−α``.
         slope_ci: its ``level`` bootstrap percentile interval (NaN when a resample has no logarithm).
         limit: ``Y_∞`` used or estimated.
@@ -452,7 +452,7 @@ def _fit_power(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     r"""Weighted least squares ``means (..., K) ≈ L + c·M^{−α}`` (``L = 0`` unless ``free_limit``).
 
-    α is scanned on :data:`_ALPHA_GRID` (the best (L, c) of each α in closed form, :func:`_profile`; with
+    α is scanned on [`_ALPHA_GRID`][meanfield.studies._ALPHA_GRID] (the best (L, c) of each α in closed form, [`_profile`][meanfield.studies._profile]; with
     ``L = 0``: ``c = Σw x m/Σw x²``, ``RSS = Σw m² − (Σw x m)²/Σw x²``) and refined by the parabola through
     the three grid points around the minimum.
 
@@ -510,7 +510,7 @@ def _t_interval(estimate: float, boot: torch.Tensor, level: float, df: int) -> t
 
 
 def _edge_notes(edge: bool, boot_edge: float, level: float) -> list[str]:
-    """Warnings for a power-law fit whose α sits at an end of :data:`_ALPHA_GRID`."""
+    """Warnings for a power-law fit whose α sits at an end of [`_ALPHA_GRID`][meanfield.studies._ALPHA_GRID]."""
     span = f"[{float(_ALPHA_GRID[0]):g}, {float(_ALPHA_GRID[-1]):g}]"
     notes = []
     if edge:
@@ -630,18 +630,18 @@ class StudyResult:
             observable's name).
         method: how (``"law"``, ``"1d"``, ``"exact"``, ``"sliced"``, ``"sinkhorn"``, ``"custom"``,
             ``"observable"``), the same for every M.
-        slope: the slope ``−α`` of ``|E Y_M − Y_∞| ≈ |c| M^{slope}`` from :attr:`estimator`.
+        slope: the slope ``−α`` of ``|E Y_M − Y_∞| ≈ |c| M^{slope}`` from `estimator`.
         intercept: ``log|c|``: the excess ``≈ exp(intercept) · M^slope``.
-        slope_ci: the bootstrap interval of the slope from :attr:`estimator` (:class:`RateEstimate` says how).
+        slope_ci: the bootstrap interval of the slope from `estimator` ([`RateEstimate`][meanfield.studies.RateEstimate] says how).
         level: the confidence level of ``slope_ci``.
-        estimator: which estimator gave ``slope`` and ``slope_ci`` (:data:`ESTIMATORS`).
-        estimates: every estimator that was asked for, by name (:class:`RateEstimate`).
-        limit: ``Y_∞`` used or estimated by :attr:`estimator` (0 for a distance with ``"exact"``; with
+        estimator: which estimator gave ``slope`` and ``slope_ci`` ([`ESTIMATORS`][meanfield.studies.ESTIMATORS]).
+        estimates: every estimator that was asked for, by name ([`RateEstimate`][meanfield.studies.RateEstimate]).
+        limit: ``Y_∞`` used or estimated by `estimator` (0 for a distance with ``"exact"``; with
             ``"fit"``, a finite reference's floor).
         reference_values: the reference's values of the observable, shape ``(R,)`` (empty for a distance,
             an exact limit or a reference-free study).
         observed: every scalar observable per replicate, ``{name: (len(Ms), reps)}`` (``values`` among them).
-        series: every series per replicate, ``{name: (len(Ms), reps, T)}``, at :attr:`times`.
+        series: every series per replicate, ``{name: (len(Ms), reps, T)}``, at `times`.
         times: ``(T,)`` the saved times of the series (``None`` without series).
     """
 
@@ -669,7 +669,7 @@ class StudyResult:
 
     @property
     def se(self) -> torch.Tensor:
-        """Standard error of :attr:`mean`, ``std / sqrt(reps)``, shape ``(len(Ms),)``."""
+        """Standard error of [`mean`][meanfield.studies.StudyResult.mean], ``std / sqrt(reps)``, shape ``(len(Ms),)``."""
         return self.values.std(1) / math.sqrt(self.values.shape[1])
 
     @property
@@ -689,7 +689,7 @@ class StudyResult:
         return math.exp(self.intercept) * torch.as_tensor(M, dtype=self.values.dtype) ** self.slope
 
     def rows(self) -> list[dict]:
-        """One dict per M: ``M``, ``mean``, ``se``, ``floor`` (a table for :class:`SweepResult`-style export)."""
+        """One dict per M: ``M``, ``mean``, ``se``, ``floor`` (a table for [`SweepResult`][meanfield.studies.SweepResult]-style export)."""
         return [
             {"M": M, "mean": float(m), "se": float(s), "floor": float(f)}
             for M, m, s, f in zip(self.Ms, self.mean, self.se, self.floor_mean, strict=True)
@@ -723,7 +723,7 @@ class StudyResult:
         return Table(rows, ("M", "replicate", "t"), names, replicate="replicate")
 
     def to_csv(self, path: str | os.PathLike | None = None, *, curves: bool = False) -> str:
-        """:attr:`table` (or :attr:`curves`) as CSV; written to ``path`` when given. Returns the text."""
+        """[`table`][meanfield.studies.StudyResult.table] (or [`curves`][meanfield.studies.StudyResult.curves]) as CSV; written to ``path`` when given. Returns the text."""
         return (self.curves if curves else self.table).to_csv(path)
 
     def plot(
@@ -738,7 +738,7 @@ class StudyResult:
         Args:
             ax: an Axes to draw on (default: a new figure).
             path: also write the figure there (and close it).
-            label: the name of this study in the legend (default: :attr:`metric`), so that two studies on
+            label: the name of this study in the legend (default: `metric`), so that two studies on
                 one axis can be told apart.
 
         Returns the figure. The error bars are the replicates' ±1.96 SE; the reference's own uncertainty is in
@@ -773,7 +773,7 @@ class StudyResult:
 
 
 def _distance(metric: str | Metric, method: str, x: torch.Tensor, ref) -> torch.Tensor:
-    """``D(x_b, ref_b)`` per replica, shape ``(B,)``; ``ref`` is a :class:`Law1d` or a cloud."""
+    """``D(x_b, ref_b)`` per replica, shape ``(B,)``; ``ref`` is a [`Law1d`][meanfield.metrics.wasserstein.Law1d] or a cloud."""
     if callable(metric):
         return torch.as_tensor(metric(x, ref)).reshape(x.shape[0])
     p, finish = METRICS[metric]
@@ -851,15 +851,15 @@ def convergence_in_m(
     r"""How fast a quantity of M particles approaches its limit: ``|E Y_M − Y_∞| ≈ |c| M^{slope}``.
 
     For each M, ``sample(M, reps)`` gives ``reps`` independent replicates: states ``(reps, M, d)``, a
-    :class:`~meanfield.simulate.Trajectory`, or a mapping of observables (``{"final": states, "t": times,
+    [`Trajectory`][meanfield.simulate.Trajectory], or a mapping of observables (``{"final": states, "t": times,
     "loss": (reps,) or (reps, T), ...}``). ``observables`` (``name → f(x (reps, M, d)) -> (reps,)``) are
     evaluated on the final states, or on every saved state of a trajectory (a series); every scalar and
-    series is kept per replicate (:attr:`StudyResult.table`, :attr:`StudyResult.curves`).
+    series is kept per replicate ([`StudyResult.table`][meanfield.studies.StudyResult.table], [`StudyResult.curves`][meanfield.studies.StudyResult.curves]).
 
     **What is studied.** Without ``quantity``, ``Y_M = D(μ_M, μ)`` (``Y_∞ = 0``), the distance of the final
     states to ``reference``:
 
-    * an exact law (:class:`~meanfield.metrics.wasserstein.Law1d`, 1-D): ``D(μ_M, μ)`` in closed form,
+    * an exact law ([`Law1d`][meanfield.metrics.wasserstein.Law1d], 1-D): ``D(μ_M, μ)`` in closed form,
       floor 0;
     * a fixed cloud of shape ``(N, d)`` (e.g. a large-M run): ``D(μ_M, μ_N)``; floor ``D`` between two
       random halves of it;
@@ -875,7 +875,7 @@ def convergence_in_m(
     one long or large run cut into R independent blocks, each block's value one entry. They should also be
     unbiased for ``Y_∞`` to within the interval (a reference at ``M_ref`` carries ``c·M_ref^{−α}``).
 
-    **Estimators** (:class:`RateEstimate`; ``estimator`` names one, or several — the first gives ``slope`` and
+    **Estimators** ([`RateEstimate`][meanfield.studies.RateEstimate]; ``estimator`` names one, or several — the first gives ``slope`` and
     ``slope_ci``, all are in ``estimates``): ``"exact"`` (the reference as exact: right for an exact law or
     limit; for a finite reference the naive interval), ``"reference"`` (the reference values' uncertainty
     propagated: their mean, redrawn from its t law in every bootstrap draw, is the point ``M = ∞`` of a
@@ -907,10 +907,10 @@ def convergence_in_m(
         progress: show a progress bar over M.
         observables: named functions of the states ``(reps, M, d) -> (reps,)`` to collect per replicate.
         quantity: the observable whose approach to its limit is studied (instead of a distance).
-        estimator: ``"auto"``, one of :data:`ESTIMATORS`, or a sequence of them.
+        estimator: ``"auto"``, one of [`ESTIMATORS`][meanfield.studies.ESTIMATORS], or a sequence of them.
 
     Returns:
-        :class:`StudyResult` (``estimator`` says where the interval comes from).
+        [`StudyResult`][meanfield.studies.StudyResult] (``estimator`` says where the interval comes from).
     """
     if not callable(sample):
         raise TypeError(f"sample must be a callable (M, reps) -> (reps, M, d), got {type(sample).__name__}")
@@ -1202,14 +1202,14 @@ def _series(name: str, value: object) -> list[float] | None:
 @dataclass(frozen=True)
 class SweepResult:
     """A table of runs: one dict row per (grid point, seed), with the point, ``seed``, the scalar outputs and
-    ``error``; series outputs in :attr:`curves` (one row per point × seed × saved time).
+    ``error``; series outputs in [`curves`][meanfield.studies.SweepResult.curves] (one row per point × seed × saved time).
 
     Attributes:
         rows: the table; ``error`` is ``None`` or ``"ExceptionType: message"`` (then the outputs are absent).
         params: the grid's parameter names.
         outputs: the scalar output names, in order of first appearance.
         series: the series output names.
-        curve_rows: the rows of :attr:`curves`.
+        curve_rows: the rows of [`curves`][meanfield.studies.SweepResult.curves].
         batched: the parameters that ran on the replica axis (empty for one call per point and seed).
     """
 
@@ -1227,12 +1227,12 @@ class SweepResult:
 
     @property
     def table(self) -> Table:
-        """:attr:`rows` as a :class:`Table` (failed rows included, with their ``error``)."""
+        """[`rows`][meanfield.studies.StudyResult.rows] as a [`Table`][meanfield.studies.Table] (failed rows included, with their ``error``)."""
         return Table(self.rows, (*self.params, "seed"), (*self.outputs, "error"), replicate="seed")
 
     @property
     def curves(self) -> Table:
-        """The series: a tidy :class:`Table` with one row per point × seed × saved time ``t``."""
+        """The series: a tidy [`Table`][meanfield.studies.Table] with one row per point × seed × saved time ``t``."""
         return Table(self.curve_rows, (*self.params, "seed", "t"), self.series, replicate="seed")
 
     @property
@@ -1271,7 +1271,7 @@ class SweepResult:
 
     @classmethod
     def from_json(cls, source: str | os.PathLike) -> SweepResult:
-        """Read a table written by :meth:`to_json` (a path or the JSON text)."""
+        """Read a table written by [`to_json`][meanfield.studies.SweepResult.to_json] (a path or the JSON text)."""
         text = str(source)
         if not text.lstrip().startswith("{"):
             text = Path(source).read_text()
@@ -1320,7 +1320,7 @@ class SweepResult:
         path: str | os.PathLike | None = None,
     ):
         """Mean of ``y`` against ``x`` over seeds, one line per ``hue``, with a labelled ``level`` band; a
-        series ``y`` is drawn against ``x = "t"`` from :attr:`curves`.
+        series ``y`` is drawn against ``x = "t"`` from [`curves`][meanfield.studies.SweepResult.curves].
 
         Returns the figure; with ``path`` it is also written there (and closed).
         """
@@ -1429,7 +1429,7 @@ def sweep(
     batched parameter as a float64 tensor of shape ``(B,)`` (replica ``b`` runs at ``values[b]``), the
     others as plain values, and ``seed`` as a list of ``B`` ints (replica ``b``'s seed); it returns a
     mapping name → ``(B,)`` (a scalar per replica) or ``(B, T)`` (a series at times ``"t"``, ``(T,)``), a
-    state tensor ``(B, M, d)`` or a :class:`~meanfield.simulate.Trajectory`, on which ``observables``
+    state tensor ``(B, M, d)`` or a [`Trajectory`][meanfield.simulate.Trajectory], on which ``observables``
     (``name → f(x (B, M, d)) -> (B,)``) are evaluated (at every saved time for a trajectory). ``batch=True``
     batches every parameter whose grid values are all numbers (leave a size such as M out by naming the
     others). A call holds at most ``max_batch`` replicas, or ``memory_budget // replica_bytes`` (bytes;
@@ -1448,7 +1448,7 @@ def sweep(
         progress: show a progress bar over grid × seeds.
 
     Returns:
-        :class:`SweepResult`: ``rows`` in grid × seed order, series in ``curves``. A run that raises (or
+        [`SweepResult`][meanfield.studies.SweepResult]: ``rows`` in grid × seed order, series in ``curves``. A run that raises (or
         returns a non-scalar, non-series) is recorded with ``error = "Type: message"`` and the sweep goes on —
         batched, every replica of the failed call; a warning counts the failures, and if every run fails a
         ``RuntimeError`` carries the first error.

@@ -46,7 +46,7 @@ class ParticleSystem(ABC):
     Attributes:
         noise: ``"additive"``, ``"diagonal"`` or ``"general"`` (see the module docstring).
         brownian_dim: for ``"general"`` noise, the number ``m`` of Brownian motions per particle.
-        projection: ``Π`` applied after every step (e.g. :class:`~meanfield.projections.Sphere`), or ``None``.
+        projection: ``Π`` applied after every step (e.g. [`Sphere`][meanfield.projections.Sphere]), or ``None``.
     """
 
     noise: str = "additive"
@@ -78,7 +78,7 @@ class ParticleSystem(ABC):
 
     def check_state(self, x: torch.Tensor) -> None:
         """Raise ``ValueError`` if this system cannot move the state ``x`` (``(B, M, d)``), e.g. per-replica
-        parameters for another number of replicas. :func:`meanfield.simulate` calls it before the first step."""
+        parameters for another number of replicas. [`meanfield.simulate`][meanfield.simulate] calls it before the first step."""
         return None
 
     def noise_shape(self, shape: torch.Size) -> tuple[int, ...]:
@@ -95,7 +95,7 @@ def _is_values(value: object) -> bool:
 
 def _temperature(beta: object) -> Schedule:
     """``beta`` as a schedule: a number or per-replica values checked to be ≥ 0 now (as numbers always were);
-    a schedule's values are checked at each step (:meth:`MeanFieldLangevin.temperature`), so one that goes
+    a schedule's values are checked at each step ([`MeanFieldLangevin.temperature`][meanfield.systems.MeanFieldLangevin.temperature]), so one that goes
     negative mid-run stops there, naming the time and the replica."""
     if _is_values(beta) and not callable(beta):
         return Constant(per_replica("beta", beta, minimum=0.0))
@@ -114,12 +114,12 @@ class MeanFieldLangevin(ParticleSystem):
 
     **Per replica.** β, and every parameter of ``V`` and ``W``, is a number or one value per replica (a
     tensor of shape ``(B,)``): replica ``b`` then runs with ``β[b]`` (and ``a[b]``, ``κ[b]``, …), so a grid
-    of parameter values × seeds is one state ``(B, M, d)`` and one :func:`~meanfield.simulate` call. A
+    of parameter values × seeds is one state ``(B, M, d)`` and one [`simulate`][meanfield.simulate] call. A
     scheduled per-replica temperature is a schedule whose levels are ``(B,)`` tensors (``Cosine(start=…,
     end=…, T)``) or any callable returning a ``(B,)`` tensor.
 
     Args:
-        confinement: ``V`` (see :mod:`meanfield.potentials`).
+        confinement: ``V`` (see [`meanfield.potentials`][meanfield.potentials]).
         interaction: ``W``, or ``None`` for independent particles.
         beta: the temperature β ≥ 0: a number, one per replica (shape ``(B,)``), or a schedule ``t -> β_t``
             returning a number or a ``(B,)`` tensor (checked at every step: a value < 0 or NaN stops the run

@@ -8,8 +8,8 @@ heads ``θ_m = (Q_m, K_m, V_m, O_m)``, averaged (Geshkovski, Letrouit, Polyanski
 with ``Z^m_i = Σ_j exp(β⟨Q_m x_i, K_m x_j⟩)`` (normalised self-attention, "SA": the softmax) or ``Z^m_i = n``
 (unnormalised, "USA"), the sum over ``j ≤ i`` under a causal mask, and ``P_x = I − x xᵀ`` on the sphere
 (``P_x = I`` in R^d). A residual stack ``x^{ℓ+1} = x^ℓ + Δt · 1/H Σ_m v_{θ_m}(x^ℓ)`` with shared weights is the
-Euler scheme of this ODE with step ``Δt`` (:func:`attention_system` and :func:`attention_layer` convert between
-a :class:`~meanfield.nn.ParticleAttention` and the system). An optional noise ``sqrt(2τ) dW`` makes it an SDE.
+Euler scheme of this ODE with step ``Δt`` ([`attention_system`][meanfield.tokens.attention_system] and [`attention_layer`][meanfield.tokens.attention_layer] convert between
+a [`ParticleAttention`][meanfield.nn.attention.ParticleAttention] and the system). An optional noise ``sqrt(2τ) dW`` makes it an SDE.
 
 The state is ``(B, n, d)``: B independent replicas of n tokens (the particle axis holds the tokens).
 
@@ -20,8 +20,8 @@ around the uniform law grows the Fourier mode ``k`` of ``μ`` at the rate (deriv
     λ_k = k² I_k(β) / (β · I_0(β))   (SA),        λ_k = k² I_k(β) / β   (USA),
 
 (``I_k`` the modified Bessel function), and the fastest-growing mode ``k* = argmax_k k² I_k(β)`` (≈ sqrt(2β) for
-large β) is the number of metastable clusters that appears from a near-uniform cloud (:func:`growth_rate`,
-:func:`fastest_mode`).
+large β) is the number of metastable clusters that appears from a near-uniform cloud ([`growth_rate`][meanfield.tokens.growth_rate],
+[`fastest_mode`][meanfield.tokens.fastest_mode]).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class SelfAttentionDynamics(ParticleSystem):
 
     ``V(x)_i = 1/H Σ_m O_m Σ_j A^m_ij V_m x_j``, ``A^m_ij = exp(β⟨Q_m x_i, K_m x_j⟩)/Z^m_i``. The pairwise sum runs
     in chunks of query rows (``B·H·c·n`` logits at a time, never an ``n × n × d`` tensor). On the circle with
-    identity weights (:meth:`identity` with ``d = 2``, ``sphere=True``) the kernel has the Fourier series
+    identity weights ([`identity`][meanfield.tokens.SelfAttentionDynamics.identity] with ``d = 2``, ``sphere=True``) the kernel has the Fourier series
     ``exp(β cos φ) = I_0(β) + 2 Σ_k I_k(β) cos kφ``, and ``method="fourier"`` evaluates the velocity in
     ``O(n·K)`` with ``K`` modes, truncated where ``K·I_K(β)/I_0(β) < 1e-15`` (exact to float64 rounding).
 
@@ -88,7 +88,7 @@ class SelfAttentionDynamics(ParticleSystem):
         normalized: ``True`` for SA (softmax), ``False`` for USA (``Z = n``).
         causal: token i attends to tokens ``j ≤ i`` only.
         sphere: tokens on ``S^{d−1}``: the velocity is projected on the tangent space and every step ends
-            with :class:`~meanfield.projections.Sphere` (the initial tokens must be unit vectors).
+            with [`Sphere`][meanfield.projections.Sphere] (the initial tokens must be unit vectors).
         temperature: τ ≥ 0 of the noise ``sqrt(2τ) dW`` (0: the deterministic flow of a network).
         method: ``"pairwise"`` (any weights), ``"fourier"`` (circle with identity weights) or ``"auto"``
             (Fourier where it applies and ``n ≥ 256``).
@@ -159,7 +159,7 @@ class SelfAttentionDynamics(ParticleSystem):
             d: the token dimension.
             beta: the attention's inverse temperature.
             dtype: of the weights.
-            **kwargs: the other options of :class:`SelfAttentionDynamics` (``sphere``, ``normalized``, …).
+            **kwargs: the other options of [`SelfAttentionDynamics`][meanfield.tokens.SelfAttentionDynamics] (``sphere``, ``normalized``, …).
         """
         eye = torch.eye(check_int("d", d), dtype=dtype)  # (d, d)
         system = cls(eye, eye, eye, beta=beta, **kwargs)
@@ -310,13 +310,13 @@ class SelfAttentionDynamics(ParticleSystem):
 def attention_system(layer: torch.nn.Module, **kwargs: Any) -> SelfAttentionDynamics:
     """The ODE whose Euler step of size Δt is the residual block ``x + Δt·layer(x)`` of a frozen attention layer.
 
-    For :class:`~meanfield.nn.ParticleAttention` (M heads of width h, ``Y = 1/M Σ_m softmax(q kᵀ/√h) v W_O^m``):
+    For [`ParticleAttention`][meanfield.nn.attention.ParticleAttention] (M heads of width h, ``Y = 1/M Σ_m softmax(q kᵀ/√h) v W_O^m``):
     ``Q_m = W_Q^mᵀ``, ``K_m = W_K^mᵀ``, ``V_m = W_V^mᵀ``, ``O_m = W_O^mᵀ``, ``β = 1/√h``, SA, causal iff the layer
-    is :class:`~meanfield.nn.CausalParticleAttention`, tokens in R^d. The weights are copied (detached).
+    is [`CausalParticleAttention`][meanfield.nn.attention.CausalParticleAttention], tokens in R^d. The weights are copied (detached).
 
     Args:
         layer: a ``ParticleAttention`` (or ``CausalParticleAttention``).
-        **kwargs: passed to :class:`SelfAttentionDynamics` (e.g. ``temperature``, ``sphere``); ``beta`` and
+        **kwargs: passed to [`SelfAttentionDynamics`][meanfield.tokens.SelfAttentionDynamics] (e.g. ``temperature``, ``sphere``); ``beta`` and
             ``causal`` override the layer's (e.g. ``beta = r²/√h`` for tokens held at radius r on the sphere).
     """
     from .nn.attention import ParticleAttention
@@ -330,8 +330,8 @@ def attention_system(layer: torch.nn.Module, **kwargs: Any) -> SelfAttentionDyna
 
 
 def attention_layer(system: SelfAttentionDynamics) -> torch.nn.Module:
-    """The frozen :class:`~meanfield.nn.ParticleAttention` whose output is ``system``'s velocity (the inverse of
-    :func:`attention_system`): ``layer(x) == system.velocity(x)`` for tokens in R^d.
+    """The frozen [`ParticleAttention`][meanfield.nn.attention.ParticleAttention] whose output is ``system``'s velocity (the inverse of
+    [`attention_system`][meanfield.tokens.attention_system]): ``layer(x) == system.velocity(x)`` for tokens in R^d.
 
     β is folded into the queries (``W_Q = β·√h·Q``); query/key and value widths are padded with zero rows to one
     head width ``h = max(h_qk, h_v)`` (zero rows change no dot product and no output). USA and sphere systems

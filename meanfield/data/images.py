@@ -81,7 +81,7 @@ class ImageDataset:
     def normalized(self, split: str) -> torch.Tensor:
         """The images of ``split`` as ``float32``, standardised per channel with the *training* statistics.
 
-        ``z = (x / 255 − mean_c) / std_c`` where ``mean_c`` and ``std_c`` are :attr:`mean` and :attr:`std`
+        ``z = (x / 255 − mean_c) / std_c`` where ``mean_c`` and ``std_c`` are [`mean`][meanfield.data.images.ImageDataset.mean] and [`std`][meanfield.data.images.ImageDataset.std]
         (of the training split, whichever split is returned). Measured: Fashion-MNIST mean 0.2860, std 0.3530;
         the lossy CIFAR-10 JPEG copy (``../shared/data/cifar10-jpeg``) mean (0.4913, 0.4821, 0.4465), std
         (0.2452, 0.2428, 0.2606). The canonical CIFAR-10 pickles have the train mean

@@ -39,7 +39,7 @@ DIRECTIONS = ("orthonormal", "random")
 
 @dataclass
 class TeacherStudent:
-    """A teacher–student regression data set (see :func:`teacher_student`).
+    """A teacher–student regression data set (see [`teacher_student`][meanfield.data.teacher.teacher_student]).
 
     Attributes:
         x_train: inputs, shape ``(n_train, d)``.
@@ -127,7 +127,7 @@ def teacher_student(
         n_train: number of training samples.
         n_test: number of test samples.
         k: number of teacher directions (indices); ``k ≤ d`` for orthonormal directions.
-        activation: ``g``, a name in :data:`ACTIVATIONS` (``relu``, ``tanh``, ``sigmoid``, ``abs``,
+        activation: ``g``, a name in [`ACTIVATIONS`][meanfield.data.teacher.ACTIVATIONS] (``relu``, ``tanh``, ``sigmoid``, ``abs``,
             ``identity``, Hermite ``he1`` … ``he4``).
         directions: ``"orthonormal"`` (QR of a Gaussian matrix) or ``"random"`` (independent unit vectors).
         coefficients: ``c``, k finite numbers; default ``1/√k`` each.
@@ -138,7 +138,7 @@ def teacher_student(
         dtype: floating dtype of the returned tensors.
 
     Returns:
-        A :class:`TeacherStudent`.
+        A [`TeacherStudent`][meanfield.data.teacher.TeacherStudent].
 
     Raises:
         ValueError: a bad size, an unknown activation or kind of directions, ``k > d`` with orthonormal

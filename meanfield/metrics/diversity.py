@@ -4,20 +4,20 @@ Particles that collapse onto each other waste the width of a mean-field layer; n
 them apart. These metrics measure how far apart they are, on their parameters, their outputs, or their
 attention maps, and how noisy training is:
 
-- :func:`pairwise_cosine`, :func:`attention_similarity`, :func:`mean_off_diagonal`: cosine similarities.
-- :func:`output_covariance`, :func:`effective_rank`: how many directions the particle outputs span.
-- :func:`teacher_alignment`, :func:`aligned_fraction`: recovery of teacher directions by the ``w_i``
+- [`pairwise_cosine`][meanfield.metrics.diversity.pairwise_cosine], [`attention_similarity`][meanfield.metrics.diversity.attention_similarity], [`mean_off_diagonal`][meanfield.metrics.diversity.mean_off_diagonal]: cosine similarities.
+- [`output_covariance`][meanfield.metrics.diversity.output_covariance], [`effective_rank`][meanfield.metrics.diversity.effective_rank]: how many directions the particle outputs span.
+- [`teacher_alignment`][meanfield.metrics.diversity.teacher_alignment], [`aligned_fraction`][meanfield.metrics.diversity.aligned_fraction]: recovery of teacher directions by the ``w_i``
   (per particle: how many particles sit on *some* teacher direction).
-- :func:`teacher_coverage`: recovery per teacher direction (how many of the K directions have a particle on
-  them): the complement of :func:`aligned_fraction`, which is 1.0 when every particle sits on one direction.
-- :func:`teacher_overlap`: the intensive order parameter ``q = 1/M Σ_i ‖P ŵ_i‖²`` (plain or weighted, e.g.
+- [`teacher_coverage`][meanfield.metrics.diversity.teacher_coverage]: recovery per teacher direction (how many of the K directions have a particle on
+  them): the complement of [`aligned_fraction`][meanfield.metrics.diversity.aligned_fraction], which is 1.0 when every particle sits on one direction.
+- [`teacher_overlap`][meanfield.metrics.diversity.teacher_overlap]: the intensive order parameter ``q = 1/M Σ_i ‖P ŵ_i‖²`` (plain or weighted, e.g.
   by ``|a_i|``), ``P`` the projector on the teacher span; no threshold, no extreme over particles.
-- :func:`live_particles`: the mask of particles whose output weight is not ≈ 0.
-- :func:`distinct_modes`, :func:`mode_labels`: clusters of particle directions (single linkage at a cosine
+- [`live_particles`][meanfield.metrics.diversity.live_particles]: the mask of particles whose output weight is not ≈ 0.
+- [`distinct_modes`][meanfield.metrics.diversity.distinct_modes], [`mode_labels`][meanfield.metrics.diversity.mode_labels]: clusters of particle directions (single linkage at a cosine
   radius), counted among the live particles.
-- :func:`collapse_rate`: the fraction of (live) particles within a cosine radius of another (sign-aware).
-- :func:`minibatch_gradients`, :func:`gradient_variance`: gradient noise across minibatches.
-- :func:`mean_abs_loss_change`, :func:`detrended_loss_variance`: smoothness of a training-loss curve.
+- [`collapse_rate`][meanfield.metrics.diversity.collapse_rate]: the fraction of (live) particles within a cosine radius of another (sign-aware).
+- [`minibatch_gradients`][meanfield.metrics.diversity.minibatch_gradients], [`gradient_variance`][meanfield.metrics.diversity.gradient_variance]: gradient noise across minibatches.
+- [`mean_abs_loss_change`][meanfield.metrics.diversity.mean_abs_loss_change], [`detrended_loss_variance`][meanfield.metrics.diversity.detrended_loss_variance]: smoothness of a training-loss curve.
 
 Convention: the cosine of a zero vector with anything is 0. Metrics on particle sets accept leading
 replica axes ``(…, M, D)`` and return one value per replica; scalar results are 0-d tensors.
@@ -151,7 +151,7 @@ def effective_rank(C: torch.Tensor) -> torch.Tensor:
     (no variance at all) has effective rank 0 by convention.
 
     Args:
-        C: ``(…, M, M)``, e.g. :func:`output_covariance`.
+        C: ``(…, M, M)``, e.g. [`output_covariance`][meanfield.metrics.diversity.output_covariance].
 
     Returns:
         ``(…)``.
@@ -221,12 +221,12 @@ def aligned_fraction(
 
         aligned = 1/|L| Σ_{i∈L} 1[ max_k c_ik ≥ τ ],   c_ik = A_ik (or |A_ik| when ``symmetric``)
 
-    with ``A`` from :func:`teacher_alignment` and ``L`` the live particles (all of them by default; an empty
+    with ``A`` from [`teacher_alignment`][meanfield.metrics.diversity.teacher_alignment] and ``L`` the live particles (all of them by default; an empty
     ``L`` gives 0). Use ``symmetric=True`` when ``w`` and ``−w`` are the same feature (an odd activation with
     the sign absorbed by ``a_i``).
 
     **Blind spot.** The scalar counts particles, not directions: it is 1.0 when every particle sits on *one*
-    of K teacher directions. Read it with :func:`teacher_coverage` (how many directions are found), or ask
+    of K teacher directions. Read it with [`teacher_coverage`][meanfield.metrics.diversity.teacher_coverage] (how many directions are found), or ask
     for ``by_teacher=True``: the fraction ``1/|L| Σ_{i∈L} 1[c_ik ≥ τ and k = argmax_l c_il]`` for each k,
     which shows where the aligned particles went (it sums to ``aligned`` over k).
 
@@ -235,7 +235,7 @@ def aligned_fraction(
         teacher: ``(K, d)``.
         threshold: ``τ ∈ [−1, 1]``.
         symmetric: compare ``|cos|`` instead of ``cos``.
-        live: optional boolean mask ``(…, M)`` of the particles to count (e.g. :func:`live_particles`).
+        live: optional boolean mask ``(…, M)`` of the particles to count (e.g. [`live_particles`][meanfield.metrics.diversity.live_particles]).
         by_teacher: return one fraction per teacher direction.
 
     Returns:
@@ -267,8 +267,8 @@ def teacher_coverage(
 
         coverage = 1/K Σ_k 1[ max_{i∈L} c_ik ≥ τ ],   c_ik = |A_ik| (``symmetric``, default) or A_ik
 
-    with ``A`` from :func:`teacher_alignment` and ``L`` the live particles. ``K · coverage`` is the number of
-    directions found. Unlike :func:`aligned_fraction`, all particles on one of two directions give 1/2.
+    with ``A`` from [`teacher_alignment`][meanfield.metrics.diversity.teacher_alignment] and ``L`` the live particles. ``K · coverage`` is the number of
+    directions found. Unlike [`aligned_fraction`][meanfield.metrics.diversity.aligned_fraction], all particles on one of two directions give 1/2.
     Sign-symmetric by default (``w`` and ``−w`` recover the same direction ``span(u_k)``).
 
     Args:
@@ -302,8 +302,8 @@ def teacher_overlap(
         q = Σ_i ω_i ‖P ŵ_i‖² / Σ_i ω_i,   ŵ_i = w_i/‖w_i‖,   ω_i = 1 (default) or ``weights`` (e.g. ``|a_i|``)
 
     with ``P`` the orthogonal projector on ``span(u_1, …, u_K)``. For orthonormal teacher directions
-    ``‖P ŵ‖² = Σ_k (ŵ·u_k)²``, so for K = 1 this is ``1/M Σ_i (w_i·w*)²``. Unlike :func:`aligned_fraction`
-    and :func:`teacher_coverage` it has no threshold, and unlike :func:`teacher_coverage` it is an average over
+    ``‖P ŵ‖² = Σ_k (ŵ·u_k)²``, so for K = 1 this is ``1/M Σ_i (w_i·w*)²``. Unlike [`aligned_fraction`][meanfield.metrics.diversity.aligned_fraction]
+    and [`teacher_coverage`][meanfield.metrics.diversity.teacher_coverage] it has no threshold, and unlike [`teacher_coverage`][meanfield.metrics.diversity.teacher_coverage] it is an average over
     particles, not an extreme: its value for i.i.d. particles does not depend on M (an *intensive* order
     parameter; the mean-field law's ``E_ρ‖P w‖²``). Uniform directions on ``S^{d−1}`` give ``K/d``; every
     particle in the teacher span gives 1. Sign-symmetric (``w`` and ``−w`` give the same value).
@@ -415,7 +415,7 @@ def distinct_modes(
     live: torch.Tensor | None = None,
     min_fraction: float = 0.05,
 ) -> torch.Tensor:
-    """Number of distinct modes of the particle law: clusters of :func:`mode_labels` holding at least a
+    """Number of distinct modes of the particle law: clusters of [`mode_labels`][meanfield.metrics.diversity.mode_labels] holding at least a
     fraction ``min_fraction`` of the live particles.
 
         modes = #{ clusters C : |C| ≥ max(2, min_fraction · |L|) }
@@ -459,13 +459,13 @@ def collapse_rate(
 ) -> torch.Tensor:
     """Fraction of (live) particles within cosine radius ``r`` of another live particle.
 
-        collapse = 1/|L| Σ_{i∈L} 1[ ∃ j ∈ L, j ≠ i : 1 − S_ij ≤ r ],   S from :func:`pairwise_cosine`
+        collapse = 1/|L| Σ_{i∈L} 1[ ∃ j ∈ L, j ≠ i : 1 − S_ij ≤ r ],   S from [`pairwise_cosine`][meanfield.metrics.diversity.pairwise_cosine]
 
     (``|S|`` when ``symmetric``). Identical particles give 1, pairwise orthogonal ones give 0 (for
     ``r < 1``). **Sign:** with ``symmetric=False`` (ReLU and other non-odd activations) ``w`` and ``−w`` are
     different features and are not a collapse; with ``symmetric=True`` (odd activations, where
     ``a σ(−w·x) = (−a) σ(w·x)``) they are the same neuron. **Dead particles** (``live`` False, e.g.
-    ``a_i ≈ 0``: :func:`live_particles`) are neither counted nor neighbours; fewer than two live particles
+    ``a_i ≈ 0``: [`live_particles`][meanfield.metrics.diversity.live_particles]) are neither counted nor neighbours; fewer than two live particles
     give 0.
 
     Args:
@@ -535,7 +535,7 @@ def gradient_variance(grads: torch.Tensor) -> torch.Tensor:
         V = 1/(S−1) Σ_s ‖g_s − ḡ‖²,   ḡ = 1/S Σ_s g_s
 
     Args:
-        grads: ``(S, *P)``, one gradient per minibatch (e.g. :func:`minibatch_gradients`).
+        grads: ``(S, *P)``, one gradient per minibatch (e.g. [`minibatch_gradients`][meanfield.metrics.diversity.minibatch_gradients]).
 
     Returns:
         0-d tensor ``V ≥ 0``.

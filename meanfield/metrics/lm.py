@@ -1,18 +1,18 @@
 """Metrics of a Transformer language model's heads: similarity, output diversity, gradient noise, robustness.
 
-Heads of a multi-head block are particles too: :func:`as_particle_model` rewrites a multi-head
-:class:`~meanfield.nn.TransformerLM` as the particle model that computes the same function (head ``j`` of
+Heads of a multi-head block are particles too: [`as_particle_model`][meanfield.metrics.lm.as_particle_model] rewrites a multi-head
+[`TransformerLM`][meanfield.nn.transformer.TransformerLM] as the particle model that computes the same function (head ``j`` of
 width ``h = d/H`` is particle ``j`` with ``W_O^j = H·W_out[:, jh:(j+1)h]ᵀ``), so every metric below is
 computed the same way for the baseline and the particle models.
 
-- :func:`head_similarity`: the mean pairwise cosine of the heads' attention maps, on the rows that have
+- [`head_similarity`][meanfield.metrics.lm.head_similarity]: the mean pairwise cosine of the heads' attention maps, on the rows that have
   attended to at least ``min_context`` tokens (row ``s`` of a causal map has ``s + 1`` non-zero entries, and
   the first rows are identical for every head: row 0 is ``e_0`` for all of them).
-- :func:`output_effective_rank`: ``erank`` (Roy & Vetterli) of the heads' output covariance across tokens.
-- :class:`StreamingGradientVariance`: ``Σ_k Var_t(g_k) / Σ_k E_t[g_k²]`` over the steps of a window, from
+- [`output_effective_rank`][meanfield.metrics.lm.output_effective_rank]: ``erank`` (Roy & Vetterli) of the heads' output covariance across tokens.
+- [`StreamingGradientVariance`][meanfield.metrics.lm.StreamingGradientVariance]: ``Σ_k Var_t(g_k) / Σ_k E_t[g_k²]`` over the steps of a window, from
   running sums (two tensors the size of the parameters; no samples × parameters matrix).
-- :func:`corrupt_tokens`: replace a fraction of the input tokens by uniformly random ones.
-- :func:`token_mean_loss`: the next-token loss over batches, weighted by tokens.
+- [`corrupt_tokens`][meanfield.metrics.lm.corrupt_tokens]: replace a fraction of the input tokens by uniformly random ones.
+- [`token_mean_loss`][meanfield.metrics.lm.token_mean_loss]: the next-token loss over batches, weighted by tokens.
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ def token_mean_loss(model: TransformerLM, batches: Iterable[tuple[torch.Tensor, 
     counts by its tokens, not as one batch).
 
     Args:
-        model: anything with ``loss(x, y) -> scalar tensor`` (a :class:`~meanfield.nn.TransformerLM`).
+        model: anything with ``loss(x, y) -> scalar tensor`` (a [`TransformerLM`][meanfield.nn.transformer.TransformerLM]).
         batches: ``(x, y)`` pairs, ``x`` ``(B, T)`` int64 inputs and ``y`` ``(B, T)`` int64 targets, on the
             model's device.
 

@@ -2,27 +2,29 @@ r"""Wasserstein distances between particle clouds, to exact 1-D laws, and betwee
 
 The p-Wasserstein distance between two laws is
 
-.. math::  W_p(\mu, \nu)^p = \min_{\gamma \in \Pi(\mu, \nu)} \int |x - y|^p \, d\gamma(x, y).
+$$
+W_p(\mu, \nu)^p = \min_{\gamma \in \Pi(\mu, \nu)} \int |x - y|^p \, d\gamma(x, y).
+$$
 
-Names say what is returned: :func:`w2` returns ``W2`` and :func:`w2_squared` returns ``W2²`` (POT's
+Names say what is returned: [`w2`][meanfield.metrics.wasserstein.w2] returns ``W2`` and [`w2_squared`][meanfield.metrics.wasserstein.w2_squared] returns ``W2²`` (POT's
 ``ot.emd2`` returns the *cost* ``W2²`` for a squared-Euclidean cost matrix: never take it for ``W2``).
-:func:`wasserstein` returns a :class:`WassersteinResult` that also says which method computed it.
+[`wasserstein`][meanfield.metrics.wasserstein.wasserstein] returns a [`WassersteinResult`][meanfield.metrics.wasserstein.WassersteinResult] that also says which method computed it.
 
-Methods (one registry, :data:`METHODS`):
+Methods (one registry, [`METHODS`][meanfield.metrics.wasserstein.METHODS]):
 
 * ``"1d"``: exact in one dimension by sorting, ``W_p^p = ∫_0^1 |F_μ^{-1}(u) − F_ν^{-1}(u)|^p du``.
 * ``"exact"``: exact discrete OT, POT's network simplex ``ot.emd2`` (``O(n³)``: small clouds).
 * ``"sliced"``: sliced Wasserstein ``SW_p^p = E_θ W_p^p(θ_#μ, θ_#ν)`` over ``n_projections`` fixed
   directions θ uniform on the sphere (seeded). It is a *different* distance: ``SW_2 ≤ W_2`` and for a
   translation by ``v``, ``SW_2² = |v|²/d`` in expectation over θ while ``W_2² = |v|²``.
-* ``"sinkhorn"``: debiased Sinkhorn divergence (:func:`sinkhorn_divergence`: ε-scaling in the log domain,
-  then Sinkhorn updates until the marginals are within :data:`SINKHORN_TOL`; ``O(n)`` memory, blocked torch
+* ``"sinkhorn"``: debiased Sinkhorn divergence ([`sinkhorn_divergence`][meanfield.metrics.wasserstein.sinkhorn_divergence]: ε-scaling in the log domain,
+  then Sinkhorn updates until the marginals are within [`SINKHORN_TOL`][meanfield.metrics.wasserstein.SINKHORN_TOL]; ``O(n)`` memory, blocked torch
   or KeOps)
   ``S_ε = OT_ε(μ, ν) − ½ OT_ε(μ, μ) − ½ OT_ε(ν, ν)`` with ``OT_ε`` including the ``ε KL(γ | μ⊗ν)`` term;
   ``S_ε → W_p^p`` as ``ε → 0``. Computed in the inputs' dtype, on their device; the result's ``backend``
   says which pairwise backend ran.
 * ``"auto"``: ``"1d"`` when ``d == 1``; ``"exact"`` when both clouds have at most
-  :data:`EXACT_MAX_POINTS` points; ``"sinkhorn"`` up to :data:`SINKHORN_MAX_POINTS` (the measured
+  [`EXACT_MAX_POINTS`][meanfield.metrics.wasserstein.EXACT_MAX_POINTS] points; ``"sinkhorn"`` up to [`SINKHORN_MAX_POINTS`][meanfield.metrics.wasserstein.SINKHORN_MAX_POINTS] (the measured
   crossovers: ``benchmarks/sinkhorn.py``, ``docs/wasserstein.md``); ``"sliced"`` beyond, where one Sinkhorn
   call would take minutes on a CPU. The result names the method it picked.
 
@@ -322,7 +324,7 @@ class SinkhornResult:
         iterations: Sinkhorn updates made (four soft-minima each while annealing, six at the target ε).
         converged: whether the marginals met ``tol`` (L1) at the target ε; ``None`` with ``tol=None`` (the
             ε-scaling schedule only, as GeomLoss).
-        backend: ``"torch"`` or ``"keops"`` (:mod:`meanfield.pairwise`).
+        backend: ``"torch"`` or ``"keops"`` ([`meanfield.pairwise`][meanfield.pairwise]).
     """
 
     divergence: torch.Tensor
@@ -507,8 +509,10 @@ def sinkhorn_divergence(
 ) -> SinkhornResult:
     r"""Debiased Sinkhorn divergence, ε-scaling in the log domain, without an ``M × N`` matrix in memory.
 
-    .. math::  S_ε(μ, ν) = OT_ε(μ, ν) − ½ OT_ε(μ, μ) − ½ OT_ε(ν, ν),\qquad
-               OT_ε(μ, ν) = \min_{γ ∈ Π(μ, ν)} \sum_{ij} γ_{ij} |x_i − y_j|^p + ε\, KL(γ \,|\, μ ⊗ ν)
+    $$
+    S_ε(μ, ν) = OT_ε(μ, ν) − ½ OT_ε(μ, μ) − ½ OT_ε(ν, ν),\qquad
+    OT_ε(μ, ν) = \min_{γ ∈ Π(μ, ν)} \sum_{ij} γ_{ij} |x_i − y_j|^p + ε\, KL(γ \,|\, μ ⊗ ν)
+    $$
 
     computed from the dual potentials, ``S_ε = ⟨a, f_{ba} − f_{aa}⟩ + ⟨b, g_{ab} − g_{bb}⟩``, where
     ``softmin_ε(C, h)_i = −ε log Σ_j exp(h_j − C_ij/ε)``. First GeomLoss's annealing (Feydy et al., 2019):
@@ -525,7 +529,7 @@ def sinkhorn_divergence(
     (unbalanced OT): each update is damped by ``1/(1 + ε/ρ)`` and
     ``S = ⟨a, (ρ + ε/2)(e^{−f_{aa}/ρ} − e^{−f_{ba}/ρ})⟩ + ⟨b, (ρ + ε/2)(e^{−g_{bb}/ρ} − e^{−g_{ab}/ρ})⟩``.
 
-    The pairwise reductions (:func:`meanfield.pairwise.softmin`) run blocked in torch or in KeOps, memory
+    The pairwise reductions ([`meanfield.pairwise.softmin`][meanfield.pairwise.softmin]) run blocked in torch or in KeOps, memory
     ``O(n)``; the computation is in the inputs' dtype (float32 is about twice as fast as float64 and agrees
     with it to ~1e-5 relative).
 
@@ -538,14 +542,14 @@ def sinkhorn_divergence(
         epsilon: the target ε in units of the cost; default ``0.01 · mean |z − z̄|^p`` over the pooled
             particles of each replica.
         reach: ``ρ > 0`` in units of the cost for unbalanced OT; ``None`` (default) for balanced.
-        scaling: ε-scaling factor in ``(0, 1)`` (:data:`SINKHORN_SCALING`; 0.5 is GeomLoss's default).
+        scaling: ε-scaling factor in ``(0, 1)`` ([`SINKHORN_SCALING`][meanfield.metrics.wasserstein.SINKHORN_SCALING]; 0.5 is GeomLoss's default).
         tol: the stopping tolerance at the target ε: the largest L1 error of the three plans' marginals
-            (:data:`SINKHORN_TOL`); ``None``: the annealing schedule only, as GeomLoss.
+            ([`SINKHORN_TOL`][meanfield.metrics.wasserstein.SINKHORN_TOL]); ``None``: the annealing schedule only, as GeomLoss.
         max_iter: the most updates in all (``converged`` is ``False`` if reached).
-        backend: ``"auto"``, ``"torch"`` or ``"keops"`` (:func:`meanfield.pairwise.resolve_backend`).
+        backend: ``"auto"``, ``"torch"`` or ``"keops"`` ([`meanfield.pairwise.resolve_backend`][meanfield.pairwise.resolve_backend]).
 
     Returns:
-        :class:`SinkhornResult`.
+        [`SinkhornResult`][meanfield.metrics.wasserstein.SinkhornResult].
     """
     p = _check_p(p)
     if epsilon is not None:
@@ -635,7 +639,9 @@ def wasserstein(
 ) -> WassersteinResult:
     r"""``W_p`` between the empirical laws ``μ = Σ_i a_i δ_{x_i}`` and ``ν = Σ_j b_j δ_{y_j}``.
 
-    .. math::  W_p^p(μ, ν) = \min_{γ ≥ 0,\ γ 1 = a,\ γ^T 1 = b} \sum_{ij} γ_{ij} |x_i − y_j|^p
+    $$
+    W_p^p(μ, ν) = \min_{γ ≥ 0,\ γ 1 = a,\ γ^T 1 = b} \sum_{ij} γ_{ij} |x_i − y_j|^p
+    $$
 
     Args:
         x: particles, shape ``(M, d)`` or ``(B, M, d)``.
@@ -650,7 +656,7 @@ def wasserstein(
             ``0.01 · mean |z − z̄|^p`` over the pooled particles.
 
     Returns:
-        :class:`WassersteinResult` with ``cost = W_p^p`` of shape ``()`` (two 2-D clouds) or ``(B,)``,
+        [`WassersteinResult`][meanfield.metrics.wasserstein.WassersteinResult] with ``cost = W_p^p`` of shape ``()`` (two 2-D clouds) or ``(B,)``,
         and the method used.
     """
     return _wasserstein(
@@ -671,7 +677,7 @@ def _wasserstein(
     seed: int = 0,
     epsilon: float | None = None,
 ) -> WassersteinResult:
-    """:func:`wasserstein` itself, called by every public function directly (so that a warning two frames
+    """[`wasserstein`][meanfield.metrics.wasserstein.wasserstein] itself, called by every public function directly (so that a warning two frames
     below, ``stacklevel=4``, names the caller of whichever was called)."""
     p = _check_p(p)
     check_int("n_projections", n_projections)
@@ -694,17 +700,17 @@ def _wasserstein(
 
 
 def w2_squared(x: torch.Tensor, y: torch.Tensor, **kwargs) -> torch.Tensor:
-    """``W2²(μ, ν)``, the optimal squared-Euclidean transport cost; arguments as :func:`wasserstein`."""
+    """``W2²(μ, ν)``, the optimal squared-Euclidean transport cost; arguments as [`wasserstein`][meanfield.metrics.wasserstein.wasserstein]."""
     return _wasserstein(x, y, p=2, **kwargs).cost
 
 
 def w2(x: torch.Tensor, y: torch.Tensor, **kwargs) -> torch.Tensor:
-    """``W2(μ, ν) = sqrt(W2²)``; arguments as :func:`wasserstein`."""
+    """``W2(μ, ν) = sqrt(W2²)``; arguments as [`wasserstein`][meanfield.metrics.wasserstein.wasserstein]."""
     return _wasserstein(x, y, p=2, **kwargs).value
 
 
 def w1(x: torch.Tensor, y: torch.Tensor, **kwargs) -> torch.Tensor:
-    """``W1(μ, ν) = min_γ Σ γ_ij |x_i − y_j|``; arguments as :func:`wasserstein`."""
+    """``W1(μ, ν) = min_γ Σ γ_ij |x_i − y_j|``; arguments as [`wasserstein`][meanfield.metrics.wasserstein.wasserstein]."""
     return _wasserstein(x, y, p=1, **kwargs).value
 
 
@@ -716,11 +722,11 @@ class Law1d(ABC):
     r"""A law on R known through its quantile function ``Q = F^{-1}``.
 
     Subclasses give ``Q``, ``F`` and the integrals ``∫_a^b Q(u)^k du`` (``k = 1, 2``), from which
-    :func:`wasserstein_to_law` computes ``W_p`` to an empirical law exactly.
+    [`wasserstein_to_law`][meanfield.metrics.wasserstein.wasserstein_to_law] computes ``W_p`` to an empirical law exactly.
 
-    Closed forms: :class:`Normal`, :class:`Uniform`. Any other law: :meth:`from_quantile` (a quantile
-    function), :meth:`from_density` (a density on an interval) or :meth:`from_sample` (a large sample, e.g. a
-    long reference run), each a :class:`Discrete` law whose integrals are exact (``W_p`` to it is exact; the
+    Closed forms: [`Normal`][meanfield.metrics.wasserstein.Normal], [`Uniform`][meanfield.metrics.wasserstein.Uniform]. Any other law: [`from_quantile`][meanfield.metrics.wasserstein.Law1d.from_quantile] (a quantile
+    function), [`from_density`][meanfield.metrics.wasserstein.Law1d.from_density] (a density on an interval) or [`from_sample`][meanfield.metrics.wasserstein.Law1d.from_sample] (a large sample, e.g. a
+    long reference run), each a [`Discrete`][meanfield.metrics.wasserstein.Discrete] law whose integrals are exact (``W_p`` to it is exact; the
     approximation of the law you meant is the constructor's, stated there).
     """
 
@@ -781,10 +787,10 @@ class Law1d(ABC):
 
         ``F`` is tabulated on ``grid`` (default ``4n + 1``) equally spaced points by the trapezoid rule,
         ``F(x_j) = Σ_{i<j} h (p_i + p_{i+1})/2 / Z``, and inverted at the cell midpoints ``(k + ½)/n`` by linear
-        interpolation: the atoms of :meth:`from_quantile` for that ``F``. Measured at the defaults
+        interpolation: the atoms of [`from_quantile`][meanfield.metrics.wasserstein.Law1d.from_quantile] for that ``F``. Measured at the defaults
         (``tests/test_laws1d.py``): the semicircle of radius 2 has second moment ``1 − 4.9e-10`` (exact: 1);
         the normal density on ``[−12, 12]`` gives the same ``W_2²`` from 500 particles as
-        :meth:`from_quantile` of ``Φ^{-1}`` to ``1e-11``. Building took 0.4 s here. Mass outside
+        [`from_quantile`][meanfield.metrics.wasserstein.Law1d.from_quantile] of ``Φ^{-1}`` to ``1e-11``. Building took 0.4 s here. Mass outside
         ``[low, high]`` is left out: choose the interval to hold the law.
 
         Args:
@@ -828,7 +834,7 @@ class Law1d(ABC):
 
     def sample(self, shape: int | tuple[int, ...], generator: torch.Generator | int) -> torch.Tensor:
         """I.i.d. draws ``Q(U)``, ``U ~ U(0, 1)``, float64 of shape ``(*shape, 1)``; ``generator`` a
-        ``torch.Generator`` or an int seed (Python or numpy integer: :func:`meanfield.seeds.resolve_generator`)."""
+        ``torch.Generator`` or an int seed (Python or numpy integer: [`meanfield.seeds.resolve_generator`][meanfield.seeds.resolve_generator])."""
         generator, _ = resolve_generator(generator, allow_none=False)
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         u = torch.rand(shape, generator=generator, dtype=torch.float64)  # (*shape)
@@ -900,8 +906,8 @@ class Discrete(Law1d):
     atoms sorted and ``c_k`` their cumulative masses.
 
     Its quantile integrals are exact, ``∫_0^u Q^m = S_m(j − 1) + x_(j)^m (u − c_{j−1})`` with
-    ``S_m(j) = Σ_{k≤j} w_k x_(k)^m`` and ``j`` the cell of ``u``, so :func:`wasserstein_to_law` to it is exact.
-    Made by :meth:`Law1d.from_sample`, :meth:`Law1d.from_quantile` and :meth:`Law1d.from_density`.
+    ``S_m(j) = Σ_{k≤j} w_k x_(k)^m`` and ``j`` the cell of ``u``, so [`wasserstein_to_law`][meanfield.metrics.wasserstein.wasserstein_to_law] to it is exact.
+    Made by [`Law1d.from_sample`][meanfield.metrics.wasserstein.Law1d.from_sample], [`Law1d.from_quantile`][meanfield.metrics.wasserstein.Law1d.from_quantile] and [`Law1d.from_density`][meanfield.metrics.wasserstein.Law1d.from_density].
 
     Args:
         values: the atoms, shape ``(n,)`` or ``(n, 1)``, finite.
@@ -987,21 +993,23 @@ def wasserstein_to_law(
 
     With the particles sorted, ``x_(1) ≤ … ≤ x_(M)``, and cumulative weights ``c_0 = 0 < … < c_M = 1``,
 
-    .. math::  W_p^p = \sum_i \int_{c_{i-1}}^{c_i} |x_{(i)} − Q(u)|^p \, du,
+    $$
+    W_p^p = \sum_i \int_{c_{i-1}}^{c_i} |x_{(i)} − Q(u)|^p \, du,
+    $$
 
     each cell integrated in closed form: for ``p = 2``, ``w_i (x_(i) − m_i)² + (∫Q² − w_i m_i²)`` with
     ``m_i = ∫Q / w_i``; for ``p = 1`` the cell is split at ``u* = F(x_(i))``.
 
     Args:
         x: particles, shape ``(M, 1)`` or ``(B, M, 1)``.
-        law: the reference law (:class:`Normal`, :class:`Uniform`, a :class:`Discrete` law from
-            :meth:`Law1d.from_quantile`, :meth:`Law1d.from_density` or :meth:`Law1d.from_sample`, or any
-            :class:`Law1d`).
+        law: the reference law ([`Normal`][meanfield.metrics.wasserstein.Normal], [`Uniform`][meanfield.metrics.wasserstein.Uniform], a [`Discrete`][meanfield.metrics.wasserstein.Discrete] law from
+            [`Law1d.from_quantile`][meanfield.metrics.wasserstein.Law1d.from_quantile], [`Law1d.from_density`][meanfield.metrics.wasserstein.Law1d.from_density] or [`Law1d.from_sample`][meanfield.metrics.wasserstein.Law1d.from_sample], or any
+            [`Law1d`][meanfield.metrics.wasserstein.Law1d]).
         p: order, 1 or 2.
         weights: masses, shape ``(M,)`` or ``(B, M)``, divided by their sum; default uniform.
 
     Returns:
-        :class:`WassersteinResult` with ``method="law"`` and ``cost = W_p^p`` of shape ``()`` or ``(B,)``.
+        [`WassersteinResult`][meanfield.metrics.wasserstein.WassersteinResult] with ``method="law"`` and ``cost = W_p^p`` of shape ``()`` or ``(B,)``.
     """
     p = _check_p(p)
     if not isinstance(law, Law1d):
@@ -1061,8 +1069,10 @@ def _covariance(name: str, S: torch.Tensor, d: int) -> torch.Tensor:
 def w2_gaussian(m1: torch.Tensor, S1: torch.Tensor, m2: torch.Tensor, S2: torch.Tensor) -> torch.Tensor:
     r"""``W2`` between ``N(m1, S1)`` and ``N(m2, S2)`` in closed form (Bures–Wasserstein).
 
-    .. math::  W_2^2 = |m_1 − m_2|^2 + \operatorname{tr} S_1 + \operatorname{tr} S_2
-               − 2 \operatorname{tr}\big(S_1^{1/2} S_2 S_1^{1/2}\big)^{1/2}
+    $$
+    W_2^2 = |m_1 − m_2|^2 + \operatorname{tr} S_1 + \operatorname{tr} S_2
+    − 2 \operatorname{tr}\big(S_1^{1/2} S_2 S_1^{1/2}\big)^{1/2}
+    $$
 
     Singular (collapsed) covariances are allowed. Returns ``W2`` (square it for ``W2²``), batched over
     leading axes.

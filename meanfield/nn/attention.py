@@ -175,7 +175,7 @@ class ParticleAttention(ParticleLayer):
 
 
 class CausalParticleAttention(ParticleAttention):
-    """:class:`ParticleAttention` with a causal mask: token ``s`` attends only to tokens ``t ≤ s``.
+    """[`ParticleAttention`][meanfield.nn.attention.ParticleAttention] with a causal mask: token ``s`` attends only to tokens ``t ≤ s``.
 
     ``v_θ(X) = softmax(X W_Q (X W_K)^T / √h + C) X W_V W_O`` with ``C[s, t] = −∞`` for ``t > s``, else 0.
     """

@@ -1,18 +1,20 @@
 r"""A particle system as a particle layer: M points in R^d whose loss is the mean-field energy.
 
-:class:`ParticleCloud` holds ``x`` of shape ``(M, d)`` as one stacked parameter. Its particle outputs are the
+[`ParticleCloud`][meanfield.nn.cloud.ParticleCloud] holds ``x`` of shape ``(M, d)`` as one stacked parameter. Its particle outputs are the
 features ``(V(x_i), |x_i|², x_i)`` and its output their average, from which the energy of a confinement ``V``
 and the quadratic interaction ``W(z) = k/2·|z|²`` is
 
-.. math::  E(ρ_M) = \frac1M \sum_i V(x_i) + \frac{1}{2M^2}\sum_{ij} W(x_i − x_j)
-                  = \overline{V} + \frac k2 \big(\overline{|x|^2} − |\bar x|^2\big).
+$$
+E(ρ_M) = \frac1M \sum_i V(x_i) + \frac{1}{2M^2}\sum_{ij} W(x_i − x_j)
+= \overline{V} + \frac k2 \big(\overline{|x|^2} − |\bar x|^2\big).
+$$
 
-Its gradient is ``∂E/∂x_i = (1/M)(∇V(x_i) + k(x_i − x̄))``, so :class:`~meanfield.optim.Langevin` with an SGD
+Its gradient is ``∂E/∂x_i = (1/M)(∇V(x_i) + k(x_i − x̄))``, so [`Langevin`][meanfield.optim.langevin.Langevin] with an SGD
 drift, ``n_particles = M`` (the ×M scaling) and time step ``lr = η`` makes the Euler–Maruyama step of the
 McKean–Vlasov particle system ``MeanFieldLangevin(V, QuadraticInteraction(k), β)``:
-``x_i ← x_i − η(∇V(x_i) + k(x_i − x̄)) + sqrt(2βη) ξ_i`` — the same chain as :func:`meanfield.simulate`, now a
+``x_i ← x_i − η(∇V(x_i) + k(x_i − x̄)) + sqrt(2βη) ξ_i`` — the same chain as [`meanfield.simulate`][meanfield.simulate], now a
 ``meanfield run`` with a run folder, checkpoints, sweeps, and particles sharded over ranks (the energy needs only
-averages, which :mod:`meanfield.nn.sharded` all-reduces).
+averages, which [`meanfield.nn.sharded`][meanfield.nn.sharded] all-reduces).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class ParticleCloud(ParticleLayer):
     Args:
         n_particles: ``M``.
         d: the dimension.
-        confinement: ``V`` (a :class:`~meanfield.potentials.Confinement`).
+        confinement: ``V`` (a [`Confinement`][meanfield.potentials.Confinement]).
         k: interaction strength (``k > 0`` attracts to the centre of mass).
         init_scale: the initial particles are ``N(0, init_scale² I)``.
         generator: random generator of the initial particles (``None``: torch's global one).
@@ -42,7 +44,7 @@ class ParticleCloud(ParticleLayer):
 
     Shapes:
         ``particle_outputs()``: ``(1, M, 2 + d)`` = ``(V(x_i), |x_i|², x_i)``; ``forward()``: their mean
-        ``(1, 2 + d)``; :meth:`energy` of that mean: ``()``.
+        ``(1, 2 + d)``; [`energy`][meanfield.nn.cloud.ParticleCloud.energy] of that mean: ``()``.
     """
 
     particle_parameter_names = ("x",)
@@ -81,7 +83,7 @@ class ParticleCloud(ParticleLayer):
         return self.particle_outputs(X).mean(1)  # (1, 2 + d)
 
     def energy(self, means: torch.Tensor) -> torch.Tensor:
-        """``E = V̄ + k/2 (mean |x|² − |x̄|²)`` from :meth:`forward`'s averages: ``()``."""
+        """``E = V̄ + k/2 (mean |x|² − |x̄|²)`` from [`forward`][meanfield.nn.cloud.ParticleCloud.forward]'s averages: ``()``."""
         centre = means[0, 2:]  # (d,)
         return means[0, 0] + 0.5 * self.k * (means[0, 1] - centre.square().sum())
 

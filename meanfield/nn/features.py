@@ -3,7 +3,7 @@
     f(x) = 1/M Σ_i a_i σ(w_i · x + b_i),   a_i ∈ R (or R^k),  w_i ∈ R^{d_in},  b_i ∈ R (or none)
 
 with the optional projection ``Π`` of the particles onto the constraint set
-``{|a_i| ≤ A} × {‖w_i‖ = 1}`` (clip and/or sphere), applied by :meth:`FeatureParticles.project_`.
+``{|a_i| ≤ A} × {‖w_i‖ = 1}`` (clip and/or sphere), applied by [`FeatureParticles.project_`][meanfield.nn.features.FeatureParticles.project_].
 With vector outputs ``a_i ∈ R^k`` the layer is the hidden layer and read-out of an MLP (``k`` classes) or the
 expansion of a transformer MLP block (``k = d_model``, inputs ``(B, T, d_model)``).
 """
@@ -49,7 +49,7 @@ class FeatureParticles(ParticleLayer):
     Args:
         d_in: input width.
         n_particles: number of neurons ``M``.
-        activation: ``σ``, a callable on tensors or a name in :data:`ACTIVATIONS`.
+        activation: ``σ``, a callable on tensors or a name in `ACTIVATIONS`.
         A: clip bound of the projection ``|a_i| ≤ A`` (entrywise for vector ``a_i``; ``None``: no clip).
         sphere: whether ``w_i`` lives on the unit sphere (the projection renormalises it).
         out_features: ``k``, the width of ``a_i`` (``None``: scalar ``a_i``).

@@ -8,14 +8,14 @@ Keeping a subset ``S`` of the particles is indexing every stacked tensor with ``
 computes ``1/|S| Σ_{i∈S} φ_{θ_i}(X)``, the same layer for the empirical law of the kept particles.
 
 Subsampling strategies choose ``S`` (``|S| = k``); they are objects registered by name in
-:data:`SUBSAMPLE_STRATEGIES`:
+`SUBSAMPLE_STRATEGIES`:
 
-- ``"random"`` (:class:`Random`): ``k`` particles drawn uniformly without replacement.
-- ``"importance"`` (:class:`Importance`): the ``k`` particles with the largest mask importance
+- ``"random"`` ([`Random`][meanfield.nn.particles.Random]): ``k`` particles drawn uniformly without replacement.
+- ``"importance"`` ([`Importance`][meanfield.nn.particles.Importance]): the ``k`` particles with the largest mask importance
   ``I_i = Σ_n |∂ℓ_n/∂ξ_i|`` (Michel et al., 2019, *Are sixteen heads really better than one?*).
-- ``"farthest"`` (:class:`FarthestPoint`): greedy farthest-point sampling of the particles' features
+- ``"farthest"`` ([`FarthestPoint`][meanfield.nn.particles.FarthestPoint]): greedy farthest-point sampling of the particles' features
   (their outputs on ``X``, or their flattened parameters), which keeps the most diverse particles.
-- ``"medoids"`` (:class:`Medoids`): an OT quantisation of the particle law: the ``k`` particles ``S``
+- ``"medoids"`` ([`Medoids`][meanfield.nn.particles.Medoids]): an OT quantisation of the particle law: the ``k`` particles ``S``
   that (locally) minimise ``Σ_i min_{j∈S} ‖φ_i − φ_j‖²``, which is ``M · W2²`` between ``ρ_M`` and the
   best law supported on ``S``.
 """
@@ -120,8 +120,8 @@ class ParticleLayer(nn.Module):
 
         Args:
             k: how many particles to keep, ``1 ≤ k ≤ M``.
-            strategy: a name in :data:`SUBSAMPLE_STRATEGIES` (``"random"``, ``"importance"``,
-                ``"farthest"``, ``"medoids"``) or a :class:`SubsampleStrategy` instance.
+            strategy: a name in `SUBSAMPLE_STRATEGIES` (``"random"``, ``"importance"``,
+                ``"farthest"``, ``"medoids"``) or a [`SubsampleStrategy`][meanfield.nn.particles.SubsampleStrategy] instance.
             X: layer inputs; needed by ``"importance"``, used as features by ``"farthest"`` and
                 ``"medoids"`` (without it those use the flattened particle parameters).
             loss: for ``"importance"``: the loss as a function of the layer output ``Y = forward(X)``.
@@ -141,7 +141,7 @@ class ParticleLayer(nn.Module):
         loss: Loss | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """The sorted indices ``(k,)`` of the particles that :meth:`subsample` keeps (same arguments)."""
+        """The sorted indices ``(k,)`` of the particles that [`subsample`][meanfield.nn.particles.ParticleLayer.subsample] keeps (same arguments)."""
         k = check_int("k", k)
         M = self.n_particles
         if k > M:
@@ -257,7 +257,7 @@ class Random(SubsampleStrategy):
 
 
 class Importance(SubsampleStrategy):
-    """The ``k`` particles with the largest mask importance ``I_i`` (:meth:`ParticleLayer.importance`)."""
+    """The ``k`` particles with the largest mask importance ``I_i`` ([`ParticleLayer.importance`][meanfield.nn.particles.ParticleLayer.importance])."""
 
     name = "importance"
 

@@ -5,8 +5,8 @@ through depth by ``x ← x + Δt·V(x)``):
 
     x ← x + Δt · Attn(LN(x)),        x ← x + Δt · MLP(LN(x)),
 
-where ``Attn`` is ordinary causal multi-head attention (:class:`CausalSelfAttention`, the baseline) or
-:class:`~meanfield.nn.CausalParticleAttention` (``1/M Σ_i v_{θ_i}``, the heads as particles). Token and
+where ``Attn`` is ordinary causal multi-head attention ([`CausalSelfAttention`][meanfield.nn.transformer.CausalSelfAttention], the baseline) or
+[`CausalParticleAttention`][meanfield.nn.attention.CausalParticleAttention] (``1/M Σ_i v_{θ_i}``, the heads as particles). Token and
 position embeddings are learned, the output head is tied to the token embedding (nanoGPT's GPT without
 biases or dropout).
 """
@@ -34,10 +34,10 @@ __all__ = [
 ]
 
 ATTENTIONS: tuple[str, ...] = ("mha", "particle")
-"""The attention kinds of :class:`TransformerLM`."""
+"""The attention kinds of [`TransformerLM`][meanfield.nn.transformer.TransformerLM]."""
 
 INITS: tuple[str, ...] = ("native", "matched", "coupled")
-"""Initialisations of the particle heads of :class:`TransformerLM` (see its docstring)."""
+"""Initialisations of the particle heads of [`TransformerLM`][meanfield.nn.transformer.TransformerLM] (see its docstring)."""
 
 
 class CausalSelfAttention(nn.Module):
@@ -101,12 +101,12 @@ class TransformerLM(nn.Module):
         d_model: token width ``d``.
         n_layers: number of blocks ``L``.
         n_heads: heads ``H`` of multi-head attention, or particles ``M`` of particle attention.
-        attention: ``"mha"`` or ``"particle"`` (:data:`ATTENTIONS`).
+        attention: ``"mha"`` or ``"particle"`` ([`ATTENTIONS`][meanfield.nn.transformer.ATTENTIONS]).
         d_head: head width of particle attention (default ``d/M``: the same parameters as MHA).
         mlp_ratio: MLP hidden width ``mlp_ratio·d``.
         dt: the residual step ``Δt`` (1 for the usual Transformer).
-        init: initialisation of the particle heads (:data:`INITS`): ``"native"`` keeps
-            :class:`~meanfield.nn.CausalParticleAttention`'s own (``W_QKV ~ N(0, 1/d)``, ``W_O ~ N(0, 1/h)``:
+        init: initialisation of the particle heads ([`INITS`][meanfield.nn.transformer.INITS]): ``"native"`` keeps
+            [`CausalParticleAttention`][meanfield.nn.attention.CausalParticleAttention]'s own (``W_QKV ~ N(0, 1/d)``, ``W_O ~ N(0, 1/h)``:
             each head O(1), the 1/M average O(M^{-1/2}), about 20× the GPT-2-initialised baseline block at
             d = 128, M = 8); ``"matched"`` matches the baseline block's output law at init:
             ``W_QKV ~ N(0, σ²)`` and ``W_O ~ N(0, σ_o² · M d / h)`` with ``σ = 0.02``,
@@ -276,7 +276,7 @@ def drop_particles(
 ) -> TransformerLM:
     """A copy of ``model`` keeping ``k`` particles in every particle attention layer (the model is unchanged).
 
-    Each layer ``ℓ`` becomes ``1/k Σ_{i∈S_ℓ} v_{θ_i}`` (:meth:`~meanfield.nn.ParticleLayer.subsample`), the
+    Each layer ``ℓ`` becomes ``1/k Σ_{i∈S_ℓ} v_{θ_i}`` ([`subsample`][meanfield.nn.particles.ParticleLayer.subsample]), the
     same layer for the empirical law of the kept particles, so the copy is ready to evaluate and to train:
     its particle parameters are new tensors, so build the optimizer's groups again
     (``Langevin.param_groups_for(copy)``).
@@ -289,7 +289,7 @@ def drop_particles(
     - ``"farthest"`` / ``"medoids"``: diversity-keeping, on the particles' outputs on ``idx``.
 
     Args:
-        model: a particle :class:`TransformerLM`.
+        model: a particle [`TransformerLM`][meanfield.nn.transformer.TransformerLM].
         keep: the fraction of particles kept (a float in ``(0, 1]``, ``k = max(1, round(keep·M))``) or the
             number ``k`` (an int).
         strategy: ``"random"``, ``"importance"``, ``"farthest"`` or ``"medoids"``.
@@ -298,7 +298,7 @@ def drop_particles(
         generator: for ``"random"``.
 
     Returns:
-        A new :class:`TransformerLM` (deep copy) with fewer particles per layer.
+        A new [`TransformerLM`][meanfield.nn.transformer.TransformerLM] (deep copy) with fewer particles per layer.
 
     Raises:
         ValueError: for a model without particle layers, a bad ``keep`` or a missing ``idx``/``targets``.

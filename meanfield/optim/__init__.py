@@ -1,6 +1,6 @@
 """The Langevin optimizer: one Euler–Maruyama step of (preconditioned) mean-field Langevin dynamics per call.
 
-For every parameter ``θ`` of a param group with noise, one :meth:`Langevin.step` is
+For every parameter ``θ`` of a param group with noise, one [`Langevin.step`][meanfield.optim.langevin.Langevin.step] is
 
     θ ← Π( θ − η_eff ⊙ g + sqrt(2 · β_t · η_eff) ⊙ ξ ),   ξ ~ N(0, I),
 
@@ -9,8 +9,8 @@ For every parameter ``θ`` of a param group with noise, one :meth:`Langevin.step
   coordinate: preconditioned Langevin; for a group with noise the defaults are ``β1 = 0``, so ``m̂ = g``,
   the RMSprop-preconditioned drift of pSGLD, and ``ε = 1``, so ``η_eff ≤ lr``),
 - ``M`` is the number of particles of the group (the mean-field scaling, below),
-- ``β_t`` is the temperature at step ``t`` (a number or a schedule from :mod:`meanfield.schedules`),
-- ``Π`` is an optional projection (:class:`Clip`, :class:`Sphere`, or a particle layer's own ``project_``).
+- ``β_t`` is the temperature at step ``t`` (a number or a schedule from [`meanfield.schedules`][meanfield.schedules]),
+- ``Π`` is an optional projection ([`Clip`][meanfield.projections.Clip], [`Sphere`][meanfield.projections.Sphere], or a particle layer's own ``project_``).
 
 Groups without noise (embeddings, norms) take the plain SGD/Adam step ``θ ← θ − η_eff ⊙ g``.
 
@@ -33,7 +33,7 @@ the SGD chain at ``lr``, and a first step with small gradients is the SGD step (
 
 *Momentum.* With ``β1 > 0`` the drift uses the running mean ``m̂`` of past gradients and the chain is no
 longer Euler–Maruyama: on ``F = a/2 θ²`` with a constant step ``h = η_eff`` and ``u = h·a``, the linear chain
-``(θ, m)`` has the stationary variance (the discrete Lyapunov solution, :func:`momentum_variance_factor`)
+``(θ, m)`` has the stationary variance (the discrete Lyapunov solution, [`momentum_variance_factor`][meanfield.optim.conventions.momentum_variance_factor])
 
     Var θ = β/a · 2(1 − β1² + 2β1u)/((1 − β1)(2(1 + β1) − (1 − β1)u)) = β/a · (1 + (u/2)(1+β1)/(1−β1) + O(u²)),
 
@@ -70,15 +70,15 @@ which samples ``∝ exp(−L/β_s)``. It is this optimizer's chain with ``lr = �
 ``_foreach_addcmul_`` for the preconditioned noise, after one reduction that checks the gradients are finite.
 torch's CPU ``normal_`` runs on one thread and dominates the step, so on the CPU a large draw runs in a
 background thread while the caller's thread applies the drift (the numbers drawn are the same either way).
-:attr:`Langevin.last_stats` is computed when read, not during the step.
+[`Langevin.last_stats`][meanfield.optim.langevin.Langevin.last_stats] is computed when read, not during the step.
 
-**Layout.** One module per job: :mod:`~meanfield.optim.langevin` (the optimizer: param groups, the order of
-a step, checkpoints), :mod:`~meanfield.optim.drift` (SGD; Adam and its preconditioner),
-:mod:`~meanfield.optim.noise` (the draw, counter-based blocks, the background draw), :mod:`~meanfield.optim.stats`
-(:class:`LangevinStats`), :mod:`~meanfield.optim.conventions` (drift rules, temperature conventions, defaults,
-:func:`momentum_variance_factor`), :mod:`~meanfield.optim.groups` (a group's options),
-:mod:`~meanfield.optim.buckets` (the flat layout), :mod:`~meanfield.optim.layers` (the groups of a model with
-particle layers); :mod:`~meanfield.optim.kinetic` (:class:`KineticLangevin`: kinetic Langevin, BAOAB steps with
+**Layout.** One module per job: `langevin` (the optimizer: param groups, the order of
+a step, checkpoints), `drift` (SGD; Adam and its preconditioner),
+`noise` (the draw, counter-based blocks, the background draw), `stats`
+([`LangevinStats`][meanfield.optim.stats.LangevinStats]), `conventions` (drift rules, temperature conventions, defaults,
+[`momentum_variance_factor`][meanfield.optim.conventions.momentum_variance_factor]), `groups` (a group's options),
+`buckets` (the flat layout), `layers` (the groups of a model with
+particle layers); `kinetic` ([`KineticLangevin`][meanfield.optim.kinetic.KineticLangevin]: kinetic Langevin, BAOAB steps with
 a velocity per parameter; heavy-ball momentum SGD at β = 0).
 """
 

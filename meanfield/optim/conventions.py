@@ -1,5 +1,5 @@
 """The laws and conventions of the Langevin optimizer: drift rules, what β means, the defaults a group with or
-without noise takes, and the stationary law of the momentum chain (:func:`momentum_variance_factor`).
+without noise takes, and the stationary law of the momentum chain ([`momentum_variance_factor`][meanfield.optim.conventions.momentum_variance_factor]).
 
 With an Adam drift, momentum ``β1 > 0`` makes the chain's stationary law on ``F = a/2 θ²`` (constant step
 ``h = η_eff``, ``u = h·a``)
@@ -7,7 +7,7 @@ With an Adam drift, momentum ``β1 > 0`` makes the chain's stationary law on ``F
     Var θ = β/a · 2(1 − β1² + 2β1u)/((1 − β1)(2(1 + β1) − (1 − β1)u)) = β/a · (1 + (u/2)(1+β1)/(1−β1) + O(u²)),
 
 the Euler–Maruyama bias ``u/2`` multiplied by ``(1 + β1)/(1 − β1)``; groups with noise therefore default to
-``β1 = 0`` (:data:`NOISY_BETAS`) and ``ε = 1`` (:data:`NOISY_EPS`: ``η_eff ≤ lr``).
+``β1 = 0`` ([`NOISY_BETAS`][meanfield.optim.conventions.NOISY_BETAS]) and ``ε = 1`` ([`NOISY_EPS`][meanfield.optim.conventions.NOISY_EPS]: ``η_eff ≤ lr``).
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ DRIFTS: tuple[str, ...] = ("sgd", "adam")
 
 TEMPERATURE_CONVENTIONS: tuple[str, ...] = ("mean_field", "loss")
 """What a group's ``β`` means: the temperature of the mean-field law (``"mean_field"``, the default) or of the
-raw loss ``L`` (``"loss"``, the seeds' convention ``θ ← θ − η∇L + sqrt(2βη)ξ``); see :class:`Langevin`."""
+raw loss ``L`` (``"loss"``, the seeds' convention ``θ ← θ − η∇L + sqrt(2βη)ξ``); see [`Langevin`][meanfield.optim.langevin.Langevin]."""
 
 NOISY_BETAS: tuple[float, float] = (0.0, 0.999)
 """Adam's ``(β1, β2)`` for a group with noise when ``betas`` is not given: no momentum (see
-:func:`momentum_variance_factor`), i.e. the RMSprop-preconditioned drift of pSGLD."""
+[`momentum_variance_factor`][meanfield.optim.conventions.momentum_variance_factor]), i.e. the RMSprop-preconditioned drift of pSGLD."""
 PLAIN_BETAS: tuple[float, float] = (0.9, 0.999)
 """Adam's ``(β1, β2)`` for a group without noise when ``betas`` is not given (torch's default)."""
 NOISY_EPS: float = 1.0

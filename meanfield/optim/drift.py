@@ -5,7 +5,7 @@
   ``torch._fused_adam_`` per bucket on the raw gradients ``g``: Adam of ``M·g`` is Adam of ``g`` with ``ε/M``
   and ``λ/M``), ``v̂`` bias-corrected with each parameter's own step count.
 
-For preconditioned noise :func:`precondition` leaves ``t = 1/sqrt(sqrt(v) + ε·√bias2/M)`` in the bucket's work
+For preconditioned noise [`precondition`][meanfield.optim.drift.precondition] leaves ``t = 1/sqrt(sqrt(v) + ε·√bias2/M)`` in the bucket's work
 buffer, so that ``η_eff = (lr·√bias2/M)·t²`` and the noise is ``sqrt(2β_t·lr·√bias2/M)·t ⊙ ξ``.
 """
 

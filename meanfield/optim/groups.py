@@ -1,10 +1,10 @@
 """The options of a param group: data forms become objects, defaults resolve, bad values are refused.
 
-A group of :class:`~meanfield.optim.Langevin` is a ``torch.optim`` param-group dict with the keys of
+A group of [`Langevin`][meanfield.optim.langevin.Langevin] is a ``torch.optim`` param-group dict with the keys of
 ``Langevin.__init__`` (``lr``, ``beta``, ``drift``, ``betas``, ``eps``, ``weight_decay``, ``noise``,
 ``n_particles``, ``mean_field_scaling``, ``noise_preconditioned``, ``projection``, ``temperature_convention``,
 ``noise_block``) plus its step count ``step`` and, for a sharded layer, ``particle_rows``. A group multiplies
-its gradients by ``M`` (:func:`scale`: the Wasserstein gradient ``M·∂L/∂θ_i = ∇(δF/δρ)(θ_i)``).
+its gradients by ``M`` ([`scale`][meanfield.optim.groups.scale]: the Wasserstein gradient ``M·∂L/∂θ_i = ∇(δF/δρ)(θ_i)``).
 """
 
 from __future__ import annotations
@@ -166,10 +166,10 @@ def beta_value(group: dict[str, Any], gi: int) -> float:
 
 
 def beta_at(group: dict[str, Any], gi: int) -> float:
-    """:func:`beta_value`, for a Langevin step whose noise variance is ``2·β_t·lr``.
+    """[`beta_value`][meanfield.optim.groups.beta_value], for a Langevin step whose noise variance is ``2·β_t·lr``.
 
     Raises:
-        TypeError, ValueError: as :func:`beta_value`; also ValueError when ``2·β_t·lr`` overflows.
+        TypeError, ValueError: as [`beta_value`][meanfield.optim.groups.beta_value]; also ValueError when ``2·β_t·lr`` overflows.
     """
     value = beta_value(group, gi)
     if not math.isfinite(2.0 * value * group["lr"]):

@@ -1,6 +1,6 @@
 r"""Splitting schemes for kinetic Langevin dynamics: BAOAB, OBABO, ABOBA, with the exact Ornstein–Uhlenbeck O.
 
-The generator of :class:`~meanfield.kinetic.KineticMeanFieldLangevin` splits into three exactly solvable pieces, each
+The generator of [`KineticMeanFieldLangevin`][meanfield.kinetic.KineticMeanFieldLangevin] splits into three exactly solvable pieces, each
 a map on the paired state ``z = (x, v)`` over a time ``τ``:
 
     A(τ):  x ← x + τ·v                                     (free flight)
@@ -23,7 +23,7 @@ all stable for ``h²a < 4``. A scheduled temperature is read once per step, at i
 halves of an OBABO step).
 
 **Noise.** A step reads one normalised increment ``ξ = (ξ_x, ξ_v)`` of shape ``(B, M, 2d)`` from the noise
-source (a generator, or :class:`~meanfield.BrownianIncrements` of the kinetic system's noise shape): ``ξ_v``
+source (a generator, or [`BrownianIncrements`][meanfield.brownian.BrownianIncrements] of the kinetic system's noise shape): ``ξ_v``
 is the step's increment of the Brownian motion ``W_v`` that drives the velocities (the one the first-order
 form's ``Σ`` reads, so torchsde's methods and the native Euler–Maruyama driven by the same increments follow
 the same path), and ``ξ_x`` the Brownian-bridge midpoint of ``W_v`` over the step: the half-step increments
@@ -56,11 +56,11 @@ class Splitting(Solver):
     """A symmetric A/B/O splitting of kinetic Langevin dynamics (see the module docstring).
 
     Args:
-        name: ``"baoab"``, ``"obabo"`` or ``"aboba"`` (a key of :data:`SPLITTINGS`).
+        name: ``"baoab"``, ``"obabo"`` or ``"aboba"`` (a key of [`SPLITTINGS`][meanfield.solvers.kinetic.SPLITTINGS]).
 
     Raises:
         ValueError: an unknown scheme; at simulation time, a system that is not a
-            :class:`~meanfield.kinetic.KineticMeanFieldLangevin`, or non-Gaussian noise.
+            [`KineticMeanFieldLangevin`][meanfield.kinetic.KineticMeanFieldLangevin], or non-Gaussian noise.
     """
 
     strong_orders = {"additive": 1.0, "diagonal": None, "general": None}

@@ -137,7 +137,7 @@ class _SystemAsSDE:
 
 
 class _GridBrownian(BaseBrownian):
-    """torchsde's Brownian-motion interface over a :class:`NoiseSource`, for steps on the grid only."""
+    """torchsde's Brownian-motion interface over a [`NoiseSource`][meanfield.brownian.NoiseSource], for steps on the grid only."""
 
     def __init__(
         self,

@@ -1,6 +1,6 @@
 """The ``mean_field`` task: a McKean–Vlasov particle system run by ``meanfield run``.
 
-The model is a :class:`~meanfield.nn.cloud.ParticleCloud` — ``M`` particles in ``R^d`` in a confinement ``V``
+The model is a [`ParticleCloud`][meanfield.nn.cloud.ParticleCloud] — ``M`` particles in ``R^d`` in a confinement ``V``
 (``a/2·|x|²`` or the double well ``Σ_k x_k⁴/4 − x_k²/2``) with the interaction ``W(z) = k/2·|z|²`` — and the loss
 its mean-field energy. With ``[optim] drift = "sgd"`` the Langevin step is the Euler–Maruyama step of
 ``dx_i = −(∇V(x_i) + k(x_i − x̄)) dt + sqrt(2β) dW_i`` with ``dt = lr`` (``docs/scaling.md``): the simulation gets

@@ -8,7 +8,7 @@ the deterministic baseline trained by plain Adam or SGD).
 
 ``image_classification``: Fashion-MNIST or CIFAR-10 (the lossy JPEG copy when that is what the data folder
 holds: the loader says so in the description), flattened and standardised per channel, classified by an MLP
-whose hidden layer is :class:`~meanfield.nn.FeatureParticles` with vector outputs ``a_i ∈ R^10``
+whose hidden layer is [`FeatureParticles`][meanfield.nn.features.FeatureParticles] with vector outputs ``a_i ∈ R^10``
 (``f(x) = 1/M Σ_i a_i σ(w_i·x + b_i)``, the logits) or by the same-width ``nn.Linear → σ → nn.Linear`` MLP.
 
 Both count the same multiply–adds per sample for both model kinds (``2·M·(d + k)`` forward), so equal steps
@@ -65,14 +65,14 @@ class WideMLP(nn.Module):
 
         f(x) = Σ_i a_i σ(w_i·x + b_i) + c,   (torch's default initialisation of ``nn.Linear``)
 
-    It has no ``n_particles`` attribute, so :meth:`Langevin.param_groups_for` puts all its parameters in the
+    It has no ``n_particles`` attribute, so [`Langevin.param_groups_for`][meanfield.optim.langevin.Langevin.param_groups_for] puts all its parameters in the
     group without noise (``[optim.others]``). ``w`` and ``a`` expose the weights in the layout of
-    :class:`FeatureParticles` (``(M, d)`` and ``(M,)`` or ``(M, k)``) for the diversity metrics.
+    [`FeatureParticles`][meanfield.nn.features.FeatureParticles] (``(M, d)`` and ``(M,)`` or ``(M, k)``) for the diversity metrics.
 
     Args:
         d_in: input width ``d``.
         width: hidden width ``M``.
-        activation: a name in :data:`meanfield.nn.features.ACTIVATIONS`.
+        activation: a name in `meanfield.nn.features.ACTIVATIONS`.
         out_features: ``k`` (``None``: scalar output, shape ``(N,)``).
         bias: biases in both layers.
         generator: random generator of the initialisation.
@@ -126,7 +126,7 @@ def particle_metrics(
 ) -> dict[str, float]:
     """Diversity and teacher-recovery metrics of a network's hidden units ``(a_i, w_i)``.
 
-    With ``L`` the live units (:func:`~meanfield.metrics.diversity.live_particles`, ``‖a_i‖`` above 5 % of
+    With ``L`` the live units ([`live_particles`][meanfield.metrics.diversity.live_particles], ``‖a_i‖`` above 5 % of
     the mean) and sign symmetry ``|cos|`` for the teacher metrics (``w`` and ``−w`` span the same direction):
 
     - ``aligned``: fraction of live units with ``max_k |cos(w_i, w*_k)| ≥ τ`` (τ = ``threshold``);
@@ -139,7 +139,7 @@ def particle_metrics(
     - ``q``: the intensive overlap ``1/M Σ_i ‖P ŵ_i‖²`` over all M units, ``P`` the projector on the span of
       the K teacher directions (``1/M Σ_i Σ_k (ŵ_i·w*_k)²`` for orthonormal ones; ``K/d`` for uniform
       directions, 1 when every unit lies in the span): no threshold and no extreme over units, so its
-      mean-field value does not depend on M (:func:`~meanfield.metrics.diversity.teacher_overlap`);
+      mean-field value does not depend on M ([`teacher_overlap`][meanfield.metrics.diversity.teacher_overlap]);
     - ``q_abs_a``: the same average weighted by ``‖a_i‖`` (units that carry output count more).
     """
     w = particle_parameter(net, "w")  # (M, d) all M units, also when the layer is sharded over ranks
@@ -167,7 +167,7 @@ def particle_metrics(
 
 @dataclass
 class TeacherStudentData:
-    """``[data]`` of ``teacher_student`` (see :func:`meanfield.data.teacher_student`)."""
+    """``[data]`` of ``teacher_student`` (see [`meanfield.data.teacher_student`][meanfield.data.teacher.teacher_student])."""
 
     d: int = 16
     k: int = 1
@@ -183,8 +183,8 @@ class TeacherStudentData:
 class FeatureModel:
     """``[model]`` of ``teacher_student``.
 
-    ``kind = "particles"``: ``f(x) = 1/M Σ a_i σ(w_i·x)`` (:class:`FeatureParticles`, the particle group);
-    ``kind = "mlp"``: the ordinary network of the same width (:class:`WideMLP`, ``bias`` in both layers,
+    ``kind = "particles"``: ``f(x) = 1/M Σ a_i σ(w_i·x)`` ([`FeatureParticles`][meanfield.nn.features.FeatureParticles], the particle group);
+    ``kind = "mlp"``: the ordinary network of the same width ([`WideMLP`][meanfield.tasks.regression.WideMLP], ``bias`` in both layers,
     trained by ``[optim.others]``; ``A`` and ``sphere`` do not apply).
     """
 
@@ -292,7 +292,7 @@ class ImageData:
 
     ``n_val``: a validation split held out of the training set, for choosing hyperparameters without the
     test set (0: none, the default). ``n_val`` of the (first ``n_train``) training images, drawn uniformly
-    without replacement by a fixed permutation (:data:`VAL_SPLIT_SEED`, the same for every run seed and
+    without replacement by a fixed permutation ([`VAL_SPLIT_SEED`][meanfield.tasks.regression.VAL_SPLIT_SEED], the same for every run seed and
     every arm), are removed from training; the others are trained on in their original order. Not "the
     last ``n_val``": the CIFAR-10 JPEG copy is ordered by class, so those would all be trucks.
     ``evaluate()`` then also reports ``val_loss`` (mean cross-entropy) and ``val_error`` on them, defined as
@@ -320,7 +320,7 @@ class ImageModel:
     """``[model]`` of ``image_classification``: a one-hidden-layer MLP of width ``n_particles``.
 
     ``kind = "particles"``: ``f(x) = 1/M Σ_i a_i σ(w_i·x + b_i)``, ``a_i ∈ R^{classes}``
-    (:class:`FeatureParticles` with ``out_features`` and ``bias``); ``kind = "mlp"``: :class:`WideMLP`.
+    ([`FeatureParticles`][meanfield.nn.features.FeatureParticles] with ``out_features`` and ``bias``); ``kind = "mlp"``: [`WideMLP`][meanfield.tasks.regression.WideMLP].
     """
 
     n_particles: int = 256
@@ -330,7 +330,7 @@ class ImageModel:
 
 
 VAL_SPLIT_SEED = 20_281
-"""Seed of the permutation that picks the validation images (:func:`validation_split`): a constant, so that
+"""Seed of the permutation that picks the validation images ([`validation_split`][meanfield.tasks.regression.validation_split]): a constant, so that
 every run seed and every arm holds out the same images."""
 
 
@@ -338,7 +338,7 @@ def validation_split(n: int, n_val: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Indices of ``n_val`` validation examples among ``n``, and of the ``n − n_val`` others, each sorted.
 
     The validation indices are the first ``n_val`` of ``torch.randperm(n)`` drawn from a generator seeded with
-    :data:`VAL_SPLIT_SEED` (uniform without replacement, independent of the run's seed).
+    [`VAL_SPLIT_SEED`][meanfield.tasks.regression.VAL_SPLIT_SEED] (uniform without replacement, independent of the run's seed).
 
     Raises:
         ConfigError: unless ``0 < n_val < n`` (naming ``data.n_val`` and the number of training examples).

@@ -7,12 +7,12 @@ later position is redrawn from the ``V − 1`` other symbols. Solving it needs c
 position 0 to the matching tokens.
 
 Model: learned token and position embeddings ``x ∈ R^{T×d}``, one residual particle-attention block
-``x ← x + Δt · 1/M Σ_i v_{θ_i}(LN x)`` (:class:`~meanfield.nn.ParticleAttention`, M heads of width ``d/M``,
+``x ← x + Δt · 1/M Σ_i v_{θ_i}(LN x)`` ([`ParticleAttention`][meanfield.nn.attention.ParticleAttention], M heads of width ``d/M``,
 not causal), then ``logits = W · LN(x_0)`` read at the query position (2 classes).
 
 Evaluation: loss and accuracy on a held-out set, accuracy and loss after keeping half of the particles
 (``random`` with a fixed generator, ``importance``, ``farthest``), and the mean pairwise cosine of the
-heads' attention maps (:func:`meanfield.metrics.diversity.attention_similarity`).
+heads' attention maps ([`meanfield.metrics.diversity.attention_similarity`][meanfield.metrics.diversity.attention_similarity]).
 """
 
 from __future__ import annotations
