@@ -1,4 +1,4 @@
-"""Projections ``Π`` applied after every step: ``θ_i ← Π(θ_i − η·∇_i + sqrt(2β_t η)·ξ_i)``.
+r"""Projections $\Pi$ applied after every step: $\theta_i \leftarrow \Pi(\theta_i - \eta\cdot\nabla_i + \sqrt{2\beta_t \eta}\cdot \xi_i)$.
 
 One projection serves both steppers: [`meanfield.simulate`][meanfield.simulate] applies it to the state ``(B, M, d)``
 after every step, [`meanfield.optim.Langevin`][meanfield.optim.langevin.Langevin] to every parameter of a group after every step.
@@ -47,7 +47,7 @@ class Projection:
 
 
 class Clip(Projection):
-    """``Π(θ) = clip(θ, −A, A)`` coordinate-wise: the Euclidean projection onto the box ``[−A, A]^d``.
+    r"""$\Pi(\theta) = \operatorname{clip}(\theta, -A, A)$ coordinate-wise: the Euclidean projection onto the box $[-A, A]^d$.
 
     Args:
         A: the bound, ``A > 0``.
@@ -68,17 +68,17 @@ class Clip(Projection):
 
 
 class Sphere(Projection):
-    """``Π(θ_i) = r·θ_i/|θ_i|``: each particle renormalised onto the sphere of radius ``r``.
+    r"""$\Pi(\theta_i) = r\cdot \theta_i/|\theta_i|$: each particle renormalised onto the sphere of radius ``r``.
 
     A particle's coordinates are the axes ``dim`` (default the last one): for a state ``(B, M, d)`` each
-    of the B·M particles lands on ``S^{d−1}``; for a stacked parameter ``(M, d)`` each row; pass
-    ``dim=(1, 2)`` for a parameter ``(M, d, h)`` whose particle is a whole ``d × h`` block, ``dim=0`` for
+    of the B·M particles lands on $S^{d-1}$; for a stacked parameter ``(M, d)`` each row; pass
+    ``dim=(1, 2)`` for a parameter ``(M, d, h)`` whose particle is a whole $d \times h$ block, ``dim=0`` for
     a single vector. A zero particle stays zero.
 
-    With this projection after an Euler–Maruyama step, ``x + b·dt + sqrt(2β·dt)·ξ`` then ``x/|x|`` is the
-    standard projected scheme for Langevin dynamics on ``S^{d−1}``: its invariant law converges to
-    ``∝ exp(−V/β)`` with respect to the uniform measure on the sphere as ``dt → 0`` (the normalisation
-    supplies the Itô drift ``−β(d−1)θ``).
+    With this projection after an Euler–Maruyama step, $x + b\cdot dt + \sqrt{2\beta\cdot dt}\cdot \xi$ then ``x/|x|`` is the
+    standard projected scheme for Langevin dynamics on $S^{d-1}$: its invariant law converges to
+    $\propto \exp(-V/\beta)$ with respect to the uniform measure on the sphere as $dt \to 0$ (the normalisation
+    supplies the Itô drift $-\beta(d-1)\theta$).
 
     Args:
         radius: ``r > 0``.

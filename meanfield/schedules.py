@@ -74,7 +74,7 @@ def _check_horizon(T: float) -> float:
 
 @dataclass(frozen=True)
 class Constant:
-    """``λ_s = value`` for every ``s`` (a number, or per-replica values ``(B,)``)."""
+    r"""$\lambda_s = \text{ value }$ for every ``s`` (a number, or per-replica values ``(B,)``)."""
 
     value: float | torch.Tensor
 
@@ -127,9 +127,9 @@ class _Anneal:
 
 
 class Cosine(_Anneal):
-    """Cosine annealing ``λ_s = λ_end + ½(λ_start − λ_end)(1 + cos(π s/T))`` for ``0 ≤ s ≤ T``.
+    r"""Cosine annealing $\lambda_s = \lambda_{\mathrm{end}} + \tfrac12(\lambda_{\mathrm{start}} - \lambda_{\mathrm{end}})(1 + \cos(\pi s/T))$ for $0 \le s \le T$.
 
-    With ``start = λ_max`` and ``end = λ_min`` this is the usual ``λ_max → λ_min`` anneal.
+    With $\text{ start } = \lambda_{\max}$ and $\text{ end } = \lambda_{\min}$ this is the usual $\lambda_{\max} \to \lambda_{\min}$ anneal.
     """
 
     def __call__(self, s: float) -> float:
@@ -137,14 +137,14 @@ class Cosine(_Anneal):
 
 
 class Linear(_Anneal):
-    """Linear interpolation ``λ_s = λ_start + (λ_end − λ_start)·s/T`` for ``0 ≤ s ≤ T``."""
+    r"""Linear interpolation ``λ_s = λ_start + (λ_end − λ_start)·s/T`` for $0 \le s \le T$."""
 
     def __call__(self, s: float) -> float:
         return self.start + (self.end - self.start) * self._progress(s)
 
 
 class Exponential(_Anneal):
-    """Geometric interpolation ``λ_s = λ_start·(λ_end/λ_start)^(s/T)`` for ``0 ≤ s ≤ T``.
+    r"""Geometric interpolation ``λ_s = λ_start·(λ_end/λ_start)^(s/T)`` for $0 \le s \le T$.
 
     Both ends must be > 0 (the schedule decays or grows by a constant factor per unit of ``s``).
     """
@@ -167,7 +167,7 @@ class Exponential(_Anneal):
 
 @dataclass(frozen=True)
 class Step:
-    """Piecewise constant: ``λ_s = values[k]`` where ``k`` is the number of ``boundaries`` ≤ ``s``.
+    r"""Piecewise constant: $\lambda_s = \mathrm{values}[k]$ where ``k`` is the number of ``boundaries`` ≤ ``s``.
 
     Args:
         values: ``len(boundaries) + 1`` levels.

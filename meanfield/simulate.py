@@ -195,7 +195,7 @@ class _Anchor:
     def first_bad_step(
         self, solver: Solver, system: ParticleSystem, t0: float, dt: float, until: int
     ) -> tuple[int, torch.Tensor] | None:
-        """``(k, x_{k−1})``: the first step ``k ≤ until`` whose state is non-finite, and the finite state
+        r"""$(k, x_{k-1})$: the first step $k \le \text{ until }$ whose state is non-finite, and the finite state
         before it, by replaying the steps from the anchor one at a time; ``None`` when it cannot."""
         if not self.replayable:
             return None
@@ -213,7 +213,7 @@ class _Anchor:
 
 
 GROWTH = 1e8
-"""A state whose largest entry grew above ``GROWTH × max(1, max|x0|)`` before a non-finite step is read as a
+r"""A state whose largest entry grew above $\text{ GROWTH } \times \max(1, \max|x_0|)$ before a non-finite step is read as a
 blow-up (reduce dt, check the drift's sign), a moderate one whose drift is non-finite as a singular drift."""
 
 
@@ -275,12 +275,12 @@ def simulate(
     check_every: int = 64,
     progress: bool = False,
 ) -> Trajectory:
-    """Integrate ``system`` from ``x0`` at ``t0`` to ``t1`` with ``n = (t1 − t0)/dt`` steps of size ``dt``.
+    """Integrate ``system`` from ``x0`` at ``t0`` to ``t1`` with $n = (t_1 - t_0)/dt$ steps of size ``dt``.
 
     Args:
         system: the particle system (drift, diffusion, noise type).
         x0: the initial state, ``(B, M, d)``, finite; it is not modified.
-        t1: the final time (``> t0``; ``t1 − t0`` must be a whole number of steps).
+        t1: the final time (``> t0``; $t_1 - t_0$ must be a whole number of steps).
         dt: the step size ``> 0``.
         t0: the initial time.
         solver: a name from [`meanfield.solvers.SOLVERS`][meanfield.solvers.SOLVERS] or a solver object; ``"euler"`` is the native

@@ -225,8 +225,8 @@ def point_name(point: Mapping[str, Any]) -> str:
 
 
 def _legacy_point_name(point: Mapping[str, Any]) -> str:
-    """The folder name sweeps gave a point before [`point_name`][meanfield.sweeps.point_name] (``key=value`` joined by ``,``; up to 120
-    characters of ``[A-Za-z0-9._=,+-]`` and ``~``): for finding and migrating old sweep folders only."""
+    r"""The folder name sweeps gave a point before [`point_name`][meanfield.sweeps.point_name] (``key=value`` joined by ``,``; up to 120
+    characters of ``[A-Za-z0-9._=,+-]`` and $\sim$): for finding and migrating old sweep folders only."""
     name = ",".join(f"{k}={_value_text(v)}" for k, v in point.items())
     name = re.sub(r"[^A-Za-z0-9._=,+-]", "_", name)
     if len(name) > 120:
@@ -559,10 +559,10 @@ HOLM_FAMILIES = ("table", "metric")
 
 @dataclass(frozen=True)
 class TableOptions:
-    """How [`summarize`][meanfield.sweeps.summarize] computes the table (``meanfield sweep`` flags in brackets).
+    r"""How [`summarize`][meanfield.sweeps.summarize] computes the table (``meanfield sweep`` flags in brackets).
 
     Attributes:
-        level: the confidence level of every interval; the tests' α is ``1 − level`` (0.95, α = 0.05).
+        level: the confidence level of every interval; the tests' α is $1 - \text{ level }$ (0.95, α = 0.05).
         power: the power of the detectable difference and of the pairs needed [``--power``, 0.8].
         detect: named differences D, each adding "pairs for Δ = D" [``--detect D``, repeatable]. For a
             log-scale metric D is a difference of natural logs (D = 0.1: a ratio of e^0.1 = 1.105).
@@ -651,7 +651,7 @@ def summarize(
     level: float = 0.95,
     options: TableOptions | None = None,
 ) -> list[dict[str, Any]]:
-    """Per grid point: ``n`` and, per metric, the mean with its t interval over the seeds that finished.
+    r"""Per grid point: ``n`` and, per metric, the mean with its t interval over the seeds that finished.
 
     Per metric ``m`` the entry has ``m``, ``m:lo``, ``m:hi``: the mean and its Student-t interval (df = n − 1);
     for a log-scale metric (``options.log_metrics``, every value > 0) the geometric mean and the t interval of
@@ -666,10 +666,10 @@ def summarize(
     - ``m:pairs``: the number of pairs; ``m:sd``: the sample sd of the paired differences;
     - ``m:p``: the two-sided paired t-test's p-value; ``m:p_holm``: Holm's adjustment of it over the family
       ``options.holm`` (every test of the table, or of the metric), NaN p-values left out of the family;
-    - ``m:detectable``: the smallest ``|Δ|`` the same test detects with power ``options.power`` at α =
-      ``1 − level`` if the paired sd is ``m:sd`` ([`detectable_difference`][meanfield.stats.detectable_difference], noncentral
+    - ``m:detectable``: the smallest $|\Delta|$ the same test detects with power ``options.power`` at α =
+      $1 - \text{ level }$ if the paired sd is ``m:sd`` ([`detectable_difference`][meanfield.stats.detectable_difference], noncentral
       t);
-    - ``m:pairs_for_D`` for each ``D`` of ``options.detect``: the pairs that give that power for ``|Δ| = D``
+    - ``m:pairs_for_D`` for each ``D`` of ``options.detect``: the pairs that give that power for $|\Delta| = D$
       at ``m:sd`` ([`pairs_needed`][meanfield.stats.pairs_needed]).
 
     ``options.level`` is used when ``options`` is given (``level`` otherwise).
@@ -766,7 +766,7 @@ def _markdown(
     metrics: Sequence[str],
     options: TableOptions | None = None,
 ) -> str:
-    """The table of [`summarize`][meanfield.sweeps.summarize] with a legend that says what every interval, ``±`` and p is."""
+    r"""The table of [`summarize`][meanfield.sweeps.summarize] with a legend that says what every interval, $\pm$ and p is."""
     options = options if options is not None else TableOptions()
     level, power = _pct(options.level), _pct(options.power)
     paired = any(f"{m}:diff" in e for e in summary for m in metrics)

@@ -1,4 +1,4 @@
-"""Theory checks: results, discovery and the ``meanfield validate`` run.
+r"""Theory checks: results, discovery and the ``meanfield validate`` run.
 
 A *check* is a script ``theory/<name>.py`` (installed with the package: [`meanfield.shipped`][meanfield.shipped]) with
 
@@ -7,7 +7,7 @@ A *check* is a script ``theory/<name>.py`` (installed with the package: [`meanfi
 - ``plot(result: CheckResult) -> matplotlib.figure.Figure``.
 
 A [`CheckResult`][meanfield.validation.CheckResult] is a list of [`Comparison`][meanfield.validation.Comparison] rows: a measured value, the analytic reference,
-the tolerance (``z·SE`` plus any known deterministic bias), the smallest error the comparison can detect,
+the tolerance ($z\cdot\operatorname{SE}$ plus any known deterministic bias), the smallest error the comparison can detect,
 and whether the two must agree (``expect="agree"``) or must be told apart (``expect="differ"``: a negative
 control, or a bias the check is meant to show). The check passes when every row does.
 """
@@ -53,13 +53,13 @@ class NoTheoryFolder(InputError, FileNotFoundError):
 
 @dataclass(frozen=True)
 class Comparison:
-    """One measured quantity against its analytic reference.
+    r"""One measured quantity against its analytic reference.
 
     Attributes:
         quantity: what is compared (e.g. ``"Var x_T"``).
         value: the measured value.
         reference: the analytic value.
-        tolerance: the allowed ``|value − reference|`` (``z·SE + bias``).
+        tolerance: the allowed ``|value − reference|`` ($z\cdot\operatorname{SE} + \text{ bias }$).
         detectable: the smallest ``|value − reference|`` the comparison detects (its power), in the same unit.
         expect: ``"agree"`` (pass iff within tolerance) or ``"differ"`` (pass iff outside it).
         note: how the tolerance was set, in words.

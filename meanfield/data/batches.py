@@ -1,6 +1,6 @@
-"""Minibatch order with its own generator, saved in checkpoints.
+r"""Minibatch order with its own generator, saved in checkpoints.
 
-* [`Batches`][meanfield.data.batches.Batches] shuffles indices ``0 … n−1`` afresh every epoch (samples indexed along dim 0).
+* [`Batches`][meanfield.data.batches.Batches] shuffles indices $0 \dots n-1$ afresh every epoch (samples indexed along dim 0).
 * [`TokenBatches`][meanfield.data.batches.TokenBatches] draws random windows of a token stream, as nanoGPT's ``get_batch`` does.
 * [`iter_blocks`][meanfield.data.batches.iter_blocks] cuts a token stream into contiguous evaluation blocks, deterministically.
 

@@ -1,6 +1,6 @@
 r"""Particle layers sharded over the ranks of ``torch.distributed``: each rank owns ``M/world`` particles.
 
-A particle layer computes ``Y = 1/M Σ_i φ_{θ_i}(X)``. Sharded, rank ``r`` holds the particles
+A particle layer computes $Y = 1/M \sum_i \varphi_{\theta_i}(X)$. Sharded, rank ``r`` holds the particles
 ``[start_r, stop_r)`` of every particle layer (its rows of each stacked parameter) and the whole batch; the
 layer's output is
 
@@ -19,7 +19,7 @@ The Langevin noise of a sharded parameter is drawn at its full ``(M, …)`` size
 (the same on every rank) and each rank takes its rows ([`Langevin`][meanfield.optim.langevin.Langevin], group key
 ``particle_rows``): a sharded run makes the single-process run's moves, particle by particle, for any number of
 ranks, up to the summation order of the all-reduces (round-off). Drawing the whole noise on every rank costs
-``O(M·p)`` numbers per step per rank (``p`` parameters per particle), small beside the forward pass of
+$O(M\cdot p)$ numbers per step per rank (``p`` parameters per particle), small beside the forward pass of
 ``M`` heads; checkpoints hold the full tensors ([`full_state_dict`][meanfield.nn.sharded.full_state_dict], [`full_optimizer_state`][meanfield.nn.sharded.full_optimizer_state]),
 so a run resumes on any number of ranks.
 
@@ -155,7 +155,7 @@ def shard_particles(model: nn.Module) -> nn.Module:
 
 
 def _gather_rows(t: torch.Tensor) -> torch.Tensor:
-    """Every rank's equal shard ``(m, …)`` stacked in rank order: ``(world·m, …)`` on every rank."""
+    r"""Every rank's equal shard ``(m, …)`` stacked in rank order: $(\mathrm{world}\cdot m, \dots)$ on every rank."""
     parts = [torch.empty_like(t) for _ in range(_world()[0])]
     dist.all_gather(parts, t.contiguous())
     return torch.cat(parts, 0)

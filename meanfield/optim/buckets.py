@@ -55,7 +55,7 @@ class Bucket:
         return out
 
     def covers(self, index: Sequence[int]) -> bool:
-        """Whether ``index`` is every parameter of the bucket in its own order (``0, 1, …, n − 1``): then
+        r"""Whether ``index`` is every parameter of the bucket in its own order ($0, 1, \dots, n - 1$): then
         a flat buffer of the bucket *is* the buffer of ``index``, and per-parameter lists line up with it."""
         return len(index) == len(self.params) and all(i == k for k, i in enumerate(index))
 

@@ -1,7 +1,7 @@
-"""Param groups of a model with particle layers: particles with noise and the ×M scaling, the rest plain.
+r"""Param groups of a model with particle layers: particles with noise and the ×M scaling, the rest plain.
 
 A *particle layer* is a module with ``n_particles = M`` ([`meanfield.nn.ParticleLayer`][meanfield.nn.particles.ParticleLayer]): it computes
-``1/M Σ_i φ(θ_i)``, so its particles' gradients are multiplied by ``M`` and get the Langevin noise;
+$1/M \sum_i \varphi(\theta_i)$, so its particles' gradients are multiplied by ``M`` and get the Langevin noise;
 [`LayerProjection`][meanfield.optim.layers.LayerProjection] calls the layer's own ``project_()`` after each step.
 """
 

@@ -1,10 +1,10 @@
-"""The noise of a Langevin step: one flat standard normal draw, counter-based blocks, and its addition.
+r"""The noise of a Langevin step: one flat standard normal draw, counter-based blocks, and its addition.
 
-Per step, the buckets with noise share one flat draw ``ξ ~ N(0, I)`` per (device, dtype) from the optimizer's
+Per step, the buckets with noise share one flat draw $\xi \sim N(0, I)$ per (device, dtype) from the optimizer's
 own generator ([`start_noise`][meanfield.optim.noise.start_noise]), split into views, one per bucket; a bucket of a sharded layer takes its
 rows of the draw of all ``M`` particles ([`local_noise`][meanfield.optim.noise.local_noise]), so that every particle moves as in one process.
 With ``noise_block = k`` a bucket's noise comes instead from counter-based generators, one per block of ``k``
-particles and step ([`block_noise`][meanfield.optim.noise.block_noise]). [`add_noise`][meanfield.optim.noise.add_noise] adds ``sqrt(2β_t η_eff) ⊙ ξ``.
+particles and step ([`block_noise`][meanfield.optim.noise.block_noise]). [`add_noise`][meanfield.optim.noise.add_noise] adds $\sqrt{2\beta_t \eta_{\mathrm{eff}}} \odot \xi$.
 
 torch's CPU ``normal_`` runs on one thread and dominates a step on the CPU, so a large CPU draw runs in a
 background thread ([`meanfield._background`][meanfield._background]) while the caller applies the drift ([`NoiseDraw`][meanfield.optim.noise.NoiseDraw]); the
@@ -151,7 +151,7 @@ def start_noise(
 
 
 def add_noise(record: Record, xi: torch.Tensor) -> None:
-    """Add ``sqrt(2β_t η_eff) ξ`` (or ``sqrt(2β_t lr) ξ``) to the record's parameters; ``xi``: ``(n,)``."""
+    r"""Add $\sqrt{2\beta_t \eta_{\mathrm{eff}}} \xi$ (or $\sqrt{2\beta_t \operatorname{lr}} \xi$) to the record's parameters; ``xi``: ``(n,)``."""
     b, index = record.bucket, record.index
     record.noise = xi
     params = [b.params[i] for i in index]

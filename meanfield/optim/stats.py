@@ -28,7 +28,7 @@ STATS_CHUNK = 1 << 18
 
 @dataclass(frozen=True)
 class LangevinStats:
-    """What the last [`Langevin.step`][meanfield.optim.langevin.Langevin.step] did to the parameters of the groups with noise (or of one group).
+    r"""What the last [`Langevin.step`][meanfield.optim.langevin.Langevin.step] did to the parameters of the groups with noise (or of one group).
 
     [`Langevin.last_stats`][meanfield.optim.langevin.Langevin.last_stats] covers the ``n`` coordinates that received noise (groups with ``noise=True``
     and a gradient); [`Langevin.last_group_stats`][meanfield.optim.langevin.Langevin.last_group_stats] has one per param group (a group without noise: its
@@ -37,14 +37,14 @@ class LangevinStats:
 
     Attributes:
         step: the number of steps taken (the step described is the ``step``-th).
-        beta: the temperature ``β_t`` the schedule gave, in the group's ``temperature_convention`` (the
+        beta: the temperature $\beta_t$ the schedule gave, in the group's ``temperature_convention`` (the
             largest one if the noisy groups differ).
-        eta_eff_mean: mean of the per-coordinate step ``η_eff`` (``lr`` for an SGD drift,
-            ``lr/(M·sqrt(v̂) + ε)`` for an Adam drift, ``M`` the group's particle count when scaled).
+        eta_eff_mean: mean of the per-coordinate step $\eta_{\mathrm{eff}}$ (``lr`` for an SGD drift,
+            $\operatorname{lr}/(M\cdot\sqrt{\hat{v}} + \varepsilon)$ for an Adam drift, ``M`` the group's particle count when scaled).
         eta_eff_min: its minimum.
         eta_eff_max: its maximum.
-        noise_rms: root mean square of the noise increment ``sqrt(2β_t η_eff) ξ`` (or ``sqrt(2β_t lr) ξ``).
-        drift_rms: root mean square of the drift increment ``η_eff ⊙ g``.
+        noise_rms: root mean square of the noise increment $\sqrt{2\beta_t \eta_{\mathrm{eff}}} \xi$ (or $\sqrt{2\beta_t \operatorname{lr}} \xi$).
+        drift_rms: root mean square of the drift increment $\eta_{\mathrm{eff}} \odot g$.
         drift_to_noise: ``drift_rms / noise_rms`` (``inf`` without noise): below 1 the step is noise-driven.
         n: the number of coordinates.
     """

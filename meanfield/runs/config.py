@@ -185,7 +185,7 @@ def build_optimizer(model: torch.nn.Module, cfg: RunConfig) -> Langevin:
 
 
 def _check_temperatures(cfg: RunConfig) -> None:
-    """``β_t`` must be a finite number ≥ 0 at every step ``0 … steps − 1`` the run will take.
+    r"""$\beta_t$ must be a finite number ≥ 0 at every step $0 \dots \text{ steps } - 1$ the run will take.
 
     A schedule is evaluated at every step (at 100,001 evenly spaced steps beyond that many), so a schedule
     that goes negative mid-run is refused before the run starts, not at that step.

@@ -275,7 +275,7 @@ class MetricsLog:
         return records
 
     def truncate(self, step: int) -> None:
-        """Keep only the records of steps ``≤ step`` (atomically): what a resumed run continues from."""
+        r"""Keep only the records of steps $\le \text{ step }$ (atomically): what a resumed run continues from."""
         kept = [r for r in self.read() if r.get("step", 0) <= step]
         write_text_atomic(self.path, "".join(json.dumps(json_clean(r)) + "\n" for r in kept))
 

@@ -1,12 +1,12 @@
-"""Tasks: what ``meanfield run`` trains. A task turns the ``[data]`` and ``[model]`` tables into an experiment.
+r"""Tasks: what ``meanfield run`` trains. A task turns the ``[data]`` and ``[model]`` tables into an experiment.
 
 A task has two dataclass schemas (``Data`` and ``Model``, checked strictly by [`meanfield.config.from_dict`][meanfield.config.from_dict])
 and a ``build`` function returning an [`Experiment`][meanfield.tasks.Experiment]: the model, the batch sampler (with
 ``state_dict``/``load_state_dict``, so a resumed run sees the same data order) and its ``next_batch``, the
 loss of a batch, an evaluation, and the unit of throughput. Built in:
 
-- ``teacher_student``: regression of a single- or multi-index teacher ``y = Σ_k c_k g(w*_k·x)`` on
-  Gaussian inputs by the mean-field network ``f(x) = 1/M Σ_i a_i σ(w_i·x)``
+- ``teacher_student``: regression of a single- or multi-index teacher $y = \sum_k c_k g(w^*_k\cdot x)$ on
+  Gaussian inputs by the mean-field network $f(x) = 1/M \sum_i a_i \sigma(w_i\cdot x)$
   ([`FeatureParticles`][meanfield.nn.features.FeatureParticles]); evaluation: test MSE and teacher alignment.
 - ``image_classification``: Fashion-MNIST or CIFAR-10 by an MLP whose hidden layer is
   [`FeatureParticles`][meanfield.nn.features.FeatureParticles] with vector outputs (or the same-width ordinary MLP); evaluation:
