@@ -1,7 +1,7 @@
-"""meanfield: mean-field Langevin dynamics — neural-network training as an interacting-particle SDE.
+r"""meanfield: mean-field Langevin dynamics — neural-network training as an interacting-particle SDE.
 
-Mean-field here means *particles*: M particles ``θ_i`` (points, attention heads, neurons) form the empirical
-law ``ρ_M = 1/M Σ δ_{θ_i}`` and move by ``dθ = −∇(δL/δρ) dt + sqrt(2β) dW``.
+Mean-field here means *particles*: M particles $\theta_i$ (points, attention heads, neurons) form the empirical
+law $\rho_M = 1/M \sum \delta_{\theta_i}$ and move by $d\theta = -\nabla(\delta L/\delta \rho) dt + \sqrt{2\beta} dW$.
 """
 
 from . import kinetic, metrics, nn, optim, potentials, projections, schedules, studies, tokens

@@ -37,7 +37,7 @@ def pays(n: int) -> bool:
 
 
 class Pending:
-    """A task running in the background thread; :meth:`result` waits for it (and re-raises its error)."""
+    """A task running in the background thread; [`result`][meanfield._background.Pending.result] waits for it (and re-raises its error)."""
 
     __slots__ = ("_done", "_outcome")
 

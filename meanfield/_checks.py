@@ -44,7 +44,7 @@ def check_positive(name: str, value: object) -> float:
 
 
 def check_nonnegative(name: str, value: object) -> float:
-    """Return ``float(value)``; raise unless it is a finite number ``≥ 0``."""
+    r"""Return ``float(value)``; raise unless it is a finite number $\ge 0$."""
     value = _real(name, value)
     if value < 0:
         raise ValueError(f"{name} must be ≥ 0, got {value}")
@@ -52,7 +52,7 @@ def check_nonnegative(name: str, value: object) -> float:
 
 
 def check_int(name: str, value: object, minimum: int = 1) -> int:
-    """Return ``value``; raise unless it is an integer ``≥ minimum``."""
+    r"""Return ``value``; raise unless it is an integer $\ge \text{ minimum }$."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < minimum:

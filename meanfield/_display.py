@@ -1,7 +1,7 @@
 """What a result shows in a notebook: a short text (a few lines, never a tensor) and a small HTML table.
 
-The result classes (:class:`~meanfield.simulate.Trajectory`, :class:`~meanfield.studies.StudyResult`, …) build
-their ``__repr__`` and ``_repr_html_`` from these pieces, and their ``to_pandas`` from :func:`dataframe`.
+The result classes ([`Trajectory`][meanfield.simulate.Trajectory], [`StudyResult`][meanfield.studies.StudyResult], …) build
+their ``__repr__`` and ``_repr_html_`` from these pieces, and their ``to_pandas`` from ``dataframe``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Per-replica parameters: a number, or one value per replica of a state ``(B, M, d)``.
+r"""Per-replica parameters: a number, or one value per replica of a state ``(B, M, d)``.
 
 Every parameter of a potential, an interaction, a system or a temperature is either a plain number (used
 as before, the same numbers bit for bit) or one value per replica: a tensor (or array, or sequence) of
 shape ``(B,)``, or one that broadcasts to ``(B, 1, 1)`` as given, i.e. ``(B, 1, 1)``. Such values are kept
 as a float64 tensor of shape ``(B,)`` (what a user reads back) and handed to the arithmetic as
-``(B, 1, 1)`` in the state's dtype and device (:func:`at`), so that ``a · x`` scales replica ``b`` by
+``(B, 1, 1)`` in the state's dtype and device ([`at`][meanfield._replicas.at]), so that $a \cdot x$ scales replica ``b`` by
 ``a[b]``. A tensor holding a single number counts as a number.
 
 This module is a foundation: it imports nothing of meanfield.
@@ -38,14 +38,14 @@ def per_replica(
     minimum: float | None = None,
     strict: bool = False,
 ) -> Param:
-    """Check a parameter: ``float(value)`` for a number, a float64 ``(B,)`` tensor for per-replica values.
+    r"""Check a parameter: ``float(value)`` for a number, a float64 ``(B,)`` tensor for per-replica values.
 
     Args:
         name: the argument's name for the error message (e.g. ``"kappa"``).
         value: a real number (``int``, ``float``, a numpy scalar, a one-element tensor), or per-replica
             values: a tensor, numpy array or sequence of numbers of shape ``(B,)`` or ``(B, 1, 1)``.
         minimum: the smallest value allowed (``None``: any finite value).
-        strict: require ``value > minimum`` instead of ``≥``.
+        strict: require ``value > minimum`` instead of $\ge$.
 
     Returns:
         ``float`` for a number (bit for bit the number given), or a detached float64 tensor of shape

@@ -1,14 +1,14 @@
-"""Brownian increments on a fixed grid ``t_n = t0 + n·dt``: drawn from a generator, or pre-drawn.
+r"""Brownian increments on a fixed grid $t_n = t_0 + n\cdot dt$: drawn from a generator, or pre-drawn.
 
 Every solver reads its noise through one of these sources, step by step:
 
-- :class:`GaussianNoise` draws ``ξ_n ~ N(0, I)`` from the caller's ``torch.Generator`` (into one reused
-  buffer, already scaled), so ``dW_n = sqrt(dt)·ξ_n``. Same seed, same path, whichever solver consumes it.
-- :class:`RademacherNoise` draws ``ξ_n ∈ {−1, +1}`` with probability ½ each: the same mean and covariance as
+- [`GaussianNoise`][meanfield.brownian.GaussianNoise] draws $\xi_n \sim N(0, I)$ from the caller's ``torch.Generator`` (into one reused
+  buffer, already scaled), so $dW_n = \sqrt{dt}\cdot \xi_n$. Same seed, same path, whichever solver consumes it.
+- [`RademacherNoise`][meanfield.brownian.RademacherNoise] draws $\xi_n \in \{-1, +1\}$ with probability ½ each: the same mean and covariance as
   a Gaussian, so Euler–Maruyama keeps **weak order 1**, but its paths are not Brownian (no strong order,
   no exact one-step laws). It is for expectations only.
-- :class:`BrownianIncrements` holds pre-drawn increments ``dW`` of shape ``(N, *noise_shape)`` (and
-  optionally the space-time Lévy areas ``H``); :meth:`BrownianIncrements.coarsen` sums them onto a grid
+- [`BrownianIncrements`][meanfield.brownian.BrownianIncrements] holds pre-drawn increments ``dW`` of shape ``(N, *noise_shape)`` (and
+  optionally the space-time Lévy areas ``H``); [`BrownianIncrements.coarsen`][meanfield.brownian.BrownianIncrements.coarsen] sums them onto a grid
   ``k`` times coarser, which is how strong-order tests share one Brownian path over nested step sizes.
 """
 
@@ -27,12 +27,12 @@ __all__ = ["NoiseSource", "GaussianNoise", "RademacherNoise", "BrownianIncrement
 
 
 class NoiseSource(ABC):
-    """Increments of the driving noise on the grid ``t_n = t0 + n·dt``.
+    r"""Increments of the driving noise on the grid $t_n = t_0 + n\cdot dt$.
 
-    ``increment(n, scale)`` is ``scale·ξ_n`` with ``ξ_n = dW_n / sqrt(dt)`` the normalised increment (so
-    ``increment(n, sqrt(dt)) = dW_n``); ``space_time_area(n)`` is
-    ``H_n = 1/dt ∫ (W_s − W_{t_n} − (s − t_n)/dt · dW_n) ds`` over the step, ``N(0, dt/12)`` and independent
-    of ``dW_n`` (only higher-order solvers ask for it).
+    ``increment(n, scale)`` is $\mathrm{scale}\cdot \xi_n$ with $\xi_n = dW_n / \sqrt{dt}$ the normalised increment (so
+    $\mathrm{increment}(n, \sqrt{dt}) = dW_n$); ``space_time_area(n)`` is
+    $H_n = 1/dt \int (W_s - W_{t_n} - (s - t_n)/dt \cdot dW_n) ds$ over the step, ``N(0, dt/12)`` and independent
+    of $dW_n$ (only higher-order solvers ask for it).
     """
 
     gaussian: bool = True
@@ -42,19 +42,19 @@ class NoiseSource(ABC):
 
     @abstractmethod
     def increment(self, n: int, scale: float = 1.0) -> torch.Tensor:
-        """``scale·ξ_n``, shape ``noise_shape``. The tensor may be reused by the next call: consume it at once."""
+        r"""$\mathrm{scale}\cdot \xi_n$, shape ``noise_shape``. The tensor may be reused by the next call: consume it at once."""
 
     def dW(self, n: int) -> torch.Tensor:
-        """``dW_n = sqrt(dt)·ξ_n``."""
+        r"""$dW_n = \sqrt{dt}\cdot \xi_n$."""
         return self.increment(n, self.sqrt_dt)
 
     @property
     def prefetches(self) -> bool:
-        """Whether :meth:`prefetch` can do anything in this run (so a stepper can skip preparing hints)."""
+        """Whether [`prefetch`][meanfield.brownian.NoiseSource.prefetch] can do anything in this run (so a stepper can skip preparing hints)."""
         return False
 
     def will_prefetch(self, n: int) -> bool:
-        """Whether :meth:`prefetch` ``(n)`` would start a draw now."""
+        """Whether [`prefetch`][meanfield.brownian.NoiseSource.prefetch] ``(n)`` would start a draw now."""
         return False
 
     def prefetch(self, n: int, scale: float = 1.0) -> None:
@@ -65,7 +65,7 @@ class NoiseSource(ABC):
         return None
 
     def settle(self) -> None:
-        """Finish any draw started by :meth:`prefetch` (after which nothing runs in the background)."""
+        """Finish any draw started by [`prefetch`][meanfield.brownian.NoiseSource.prefetch] (after which nothing runs in the background)."""
         return None
 
     def space_time_area(self, n: int) -> torch.Tensor:
@@ -79,10 +79,10 @@ class _SequentialNoise(NoiseSource):
     """Draws step ``n`` when first asked, in order ``n = 0, 1, 2, …``, already scaled (one pass over the
     buffer); asking again for step ``n`` returns the same increment.
 
-    :meth:`prefetch` (``n`` the step after the current one) draws step ``n`` into a second buffer in the
-    background thread of :mod:`meanfield._background` when the buffer is on the CPU and holds at least
+    [`prefetch`][meanfield.brownian._SequentialNoise.prefetch] (``n`` the step after the current one) draws step ``n`` into a second buffer in the
+    background thread of [`meanfield._background`][meanfield._background] when the buffer is on the CPU and holds at least
     ``OVERLAP_MIN`` numbers (and torch may use two threads or more), so that the caller's update of step
-    ``n − 1`` runs while step ``n`` is drawn. The generator is read in the same order, so the increments
+    $n - 1$ runs while step ``n`` is drawn. The generator is read in the same order, so the increments
     are the same, bit for bit:
 
     - a prefetch made with the scale that ``increment(n, scale)`` then asks for is used as drawn; one made
@@ -111,7 +111,7 @@ class _SequentialNoise(NoiseSource):
 
     @abstractmethod
     def _draw(self, out: torch.Tensor, scale: float) -> None:
-        """Fill ``out`` with ``scale·ξ`` for a fresh ``ξ``."""
+        r"""Fill ``out`` with $\mathrm{scale}\cdot \xi$ for a fresh $\xi$."""
 
     def _advance(self, n: int, scale: float) -> None:
         if n != self._n + 1:
@@ -175,8 +175,8 @@ class _SequentialNoise(NoiseSource):
 
 
 class GaussianNoise(_SequentialNoise):
-    """``ξ_n ~ N(0, I)`` from ``generator`` (``normal_(0, scale)``: the scaling costs nothing);
-    ``H_n ~ N(0, dt/12)`` drawn after ``ξ_n`` when asked for."""
+    r"""$\xi_n \sim N(0, I)$ from ``generator`` (``normal_(0, scale)``: the scaling costs nothing);
+    $H_n \sim N(0, dt/12)$ drawn after $\xi_n$ when asked for."""
 
     def _draw(self, out: torch.Tensor, scale: float) -> None:
         out.normal_(0.0, scale, generator=self.generator)
@@ -194,11 +194,11 @@ class GaussianNoise(_SequentialNoise):
 
 
 class RademacherNoise(_SequentialNoise):
-    """``ξ_n`` with independent entries ``±1`` (probability ½ each): weak order 1 only.
+    r"""$\xi_n$ with independent entries $\pm 1$ (probability ½ each): weak order 1 only.
 
-    Uses one random bit per entry, not a Gaussian draw: ``⌈n/8⌉`` random bytes, each looked up in a
-    ``256 × 8`` table of signs times the scale, ``table[b, j] = scale·(2·bit_j(b) − 1)``, so that the draw
-    is one write of the output (entry ``k`` is bit ``k mod 8`` of byte ``⌊k/8⌋``).
+    Uses one random bit per entry, not a Gaussian draw: $\lceil n/8\rceil$ random bytes, each looked up in a
+    $256 \times 8$ table of signs times the scale, ``table[b, j] = scale·(2·bit_j(b) − 1)``, so that the draw
+    is one write of the output (entry ``k`` is bit ``k mod 8`` of byte $\lfloor k/8\rfloor$).
     """
 
     gaussian = False
@@ -233,9 +233,9 @@ class BrownianIncrements(NoiseSource):
     """Pre-drawn Brownian increments ``dW`` on a grid of step ``dt``.
 
     Args:
-        dW: ``(N, *noise_shape)``, the increments ``W(t_{n+1}) − W(t_n)``.
+        dW: ``(N, *noise_shape)``, the increments $W(t_{n+1}) - W(t_n)$.
         dt: the grid step.
-        H: optional ``(N, *noise_shape)``, the space-time Lévy areas (see :class:`NoiseSource`).
+        H: optional ``(N, *noise_shape)``, the space-time Lévy areas (see [`NoiseSource`][meanfield.brownian.NoiseSource]).
     """
 
     def __init__(self, dW: torch.Tensor, dt: float, H: torch.Tensor | None = None) -> None:
@@ -262,7 +262,7 @@ class BrownianIncrements(NoiseSource):
         device: str | torch.device = "cpu",
         levy_area: bool = False,
     ) -> BrownianIncrements:
-        """Draw ``n_steps`` increments ``dW_n ~ N(0, dt·I)`` (and ``H_n ~ N(0, dt/12·I)`` if ``levy_area``);
+        r"""Draw ``n_steps`` increments $dW_n \sim N(0, dt\cdot I)$ (and $H_n \sim N(0, dt/12\cdot I)$ if ``levy_area``);
         ``generator`` a ``torch.Generator`` on ``device`` or an int seed (Python or numpy integer)."""
         n_steps, dt = check_int("n_steps", n_steps), check_positive("dt", dt)
         generator, _ = resolve_generator(generator, device, allow_none=False)
@@ -282,16 +282,16 @@ class BrownianIncrements(NoiseSource):
 
     @property
     def path(self) -> torch.Tensor:
-        """``W(t_n) − W(t_0)`` for ``n = 0 … N``: ``(N + 1, *noise_shape)``."""
+        """$W(t_n) - W(t_0)$ for ``n = 0 … N``: ``(N + 1, *noise_shape)``."""
         zero = torch.zeros_like(self.increments[:1])
         return torch.cat([zero, self.increments.cumsum(0)])
 
     def coarsen(self, k: int) -> BrownianIncrements:
-        """The same Brownian path on the grid of step ``k·dt``: increments summed in blocks of ``k``.
+        r"""The same Brownian path on the grid of step $k\cdot dt$: increments summed in blocks of ``k``.
 
         The space-time areas combine exactly: over a block of sub-steps of length ``h`` with increments
-        ``w_j`` and areas ``H_j``, ``∫ (W_s − W_start) ds = Σ_j h·(W_{j−1} + w_j/2 + H_j)`` where ``W_{j−1}`` is the
-        increment accumulated before sub-step ``j``, and ``H = ∫(…)ds/(k·h) − ΔW/2``.
+        $w_j$ and areas $H_j$, $\int (W_s - W_{\mathrm{start}}) ds = \sum_j h\cdot(W_{j-1} + w_j/2 + H_j)$ where $W_{j-1}$ is the
+        increment accumulated before sub-step ``j``, and $H = \int(\dots)ds/(k\cdot h) - \Delta W/2$.
         """
         k = check_int("k", k)
         N = len(self)

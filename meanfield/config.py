@@ -11,11 +11,11 @@ CPU, ``full`` for a GPU), merged key by key over the base::
     [presets.smoke]
     train.steps = 20
 
-:func:`resolve` applies a preset and then the overrides (``train.steps=50``; the value is read as a TOML
+[`resolve`][meanfield.config.resolve] applies a preset and then the overrides (``train.steps=50``; the value is read as a TOML
 value, or as a string when it is not one, so ``data.dataset=wikitext2`` needs no quotes) and returns a plain
-dict. :func:`from_dict` checks a table against a dataclass schema: an unknown key is an error that lists the
+dict. [`from_dict`][meanfield.config.from_dict] checks a table against a dataclass schema: an unknown key is an error that lists the
 valid keys and suggests the nearest one; a value of the wrong type names the key, the value and the type
-allowed. :func:`to_toml` writes the resolved configuration back as TOML (the run folder's ``config.toml``).
+allowed. [`to_toml`][meanfield.config.to_toml] writes the resolved configuration back as TOML (the run folder's ``config.toml``).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class ConfigError(ValueError):
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
-    """Read a TOML file; a missing file or a syntax error is a :class:`ConfigError` naming the file."""
+    """Read a TOML file; a missing file or a syntax error is a [`ConfigError`][meanfield.config.ConfigError] naming the file."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"configuration file {path} does not exist")
@@ -69,7 +69,7 @@ def load_toml(path: str | Path) -> dict[str, Any]:
 
 
 def load_toml_text(text: str) -> dict[str, Any]:
-    """Parse TOML text (as :func:`load_toml`, for text already in memory)."""
+    """Parse TOML text (as [`load_toml`][meanfield.config.load_toml], for text already in memory)."""
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
@@ -155,7 +155,7 @@ def _suggest(key: str, valid: Iterable[str]) -> str:
 
 
 def check_keys(table: Mapping[str, Any], valid: Iterable[str], where: str) -> None:
-    """Raise a :class:`ConfigError` for the first key of ``table`` not in ``valid``.
+    """Raise a [`ConfigError`][meanfield.config.ConfigError] for the first key of ``table`` not in ``valid``.
 
     The message lists the valid keys and suggests the nearest one (``difflib``).
     """

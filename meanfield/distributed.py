@@ -3,25 +3,25 @@ r"""One particle system over many processes: particles sharded over the ranks of
 Each rank holds the particles ``[start, stop)`` of every replica, a state ``(B, m, d)`` with ``m = M/world``.
 The drift of mean-field Langevin dynamics needs only averages over the particle law, which are collectives:
 
-- ``QuadraticInteraction``/``Alignment``: the centre of mass ``x̄ = 1/M Σ_j x_j`` is one ``all_reduce`` of
-  ``B·d`` numbers per step;
-- a ``RadialInteraction`` (any pair potential ``ψ(|z|²)``): ``1/M Σ_j 2ψ'(r²_ij)(x_i − x_j)`` is accumulated
-  while the shards travel around a ring of ``send``/``recv`` (``world − 1`` hops of ``B·m·d`` numbers per step),
+- ``QuadraticInteraction``/``Alignment``: the centre of mass $\bar{x} = 1/M \sum_j x_j$ is one ``all_reduce`` of
+  $B\cdot d$ numbers per step;
+- a ``RadialInteraction`` (any pair potential $\psi(|z|^2)$): $1/M \sum_j 2\psi'(r^2_{ij})(x_i - x_j)$ is accumulated
+  while the shards travel around a ring of ``send``/``recv`` ($\text{ world } - 1$ hops of $B\cdot m\cdot d$ numbers per step),
   each rank holding two shards at a time, never all M particles.
 
 The noise of particle ``i`` is drawn from the generator of its **block** (``block`` consecutive particles,
 seeded by ``derive_seed(seed, "noise/block/<j>")``), so a particle gets the same increments whichever rank
 holds it: a run's law — its increments, particle by particle — does not depend on the number of ranks, and a
-sharded run equals the single-process run with the same :class:`BlockNoise` up to the summation order of the
+sharded run equals the single-process run with the same `BlockNoise` up to the summation order of the
 collectives (round-off, ~1e-15 relative); for a fixed world size it is bit for bit reproducible.
 
 Launch (one process per rank, gloo on CPU, NCCL on GPU)::
 
     torchrun --nproc_per_node=2 my_script.py      # the script calls init_process_group and simulate_sharded
 
-Bytes moved per step and rank (float64): ``8·B·d·2`` for a mean (all-reduce of a ``(B, d)`` sum; a ring
-all-reduce moves about twice its size), ``8·B·m·d·(world − 1)`` for a pair potential (the ring), against
-``O(B·m·M·d)`` flops of pair work per rank: the pair kernel is compute-bound for ``M ≫ world``.
+Bytes moved per step and rank (float64): $8\cdot B\cdot d\cdot 2$ for a mean (all-reduce of a ``(B, d)`` sum; a ring
+all-reduce moves about twice its size), $8\cdot B\cdot m\cdot d\cdot(\mathrm{world} - 1)$ for a pair potential (the ring), against
+$O(B\cdot m\cdot M\cdot d)$ flops of pair work per rank: the pair kernel is compute-bound for $M \gg \text{ world }$.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class BlockNoise(NoiseSource):
 
 
 class ShardedSystem(ParticleSystem):
-    """A :class:`~meanfield.MeanFieldLangevin` whose M particles are sharded over the ranks of ``group``.
+    """A [`MeanFieldLangevin`][meanfield.systems.MeanFieldLangevin] whose M particles are sharded over the ranks of ``group``.
 
     ``drift(t, x)`` takes this rank's shard ``(B, m, d)`` and returns its drift ``−∇V(x_i) − 1/M Σ_j ∇W(x_i −
     x_j)`` with the sum over all M particles, by collectives (module docstring). Every rank must call it at
@@ -172,7 +172,7 @@ class ShardedSystem(ParticleSystem):
         return dist.get_global_rank(self.group, rank) if self.group is not None else rank
 
     def _ring_pair_sums(self, x: torch.Tensor) -> torch.Tensor:
-        """``Σ_j g_ij (1, x_j)`` over all M particles, ``g_ij = 2ψ'(|x_i − x_j|²)``: ``(B, m, 1 + d)``."""
+        r"""$\sum_j g_{ij} (1, x_j)$ over all M particles, $g_{ij} = 2\psi'(|x_i - x_j|^2)$: ``(B, m, 1 + d)``."""
         from ._replicas import at
         from .pairwise import radial_sum
 
@@ -237,7 +237,7 @@ def simulate_sharded(
     M: int | None = None,
     **kwargs: Any,
 ) -> Trajectory:
-    """:func:`~meanfield.simulate` of ``system`` with its M particles sharded over ``group``.
+    """[`simulate`][meanfield.simulate] of ``system`` with its M particles sharded over ``group``.
 
     Args:
         system: the global system.
@@ -298,16 +298,16 @@ def sliced_w2_sharded(
 ) -> torch.Tensor:
     r"""Sliced W2 between two sharded clouds by distributed quantiles, without gathering them.
 
-    ``SW2² = E_u ∫_0^1 (F_{u·x}^{-1}(s) − F_{u·y}^{-1}(s))² ds`` over directions ``u`` uniform on the sphere,
+    $SW2^2 = \mathbb{E}_u \int_0^1 (F_{u\cdot x}^{-1}(s) - F_{u\cdot y}^{-1}(s))^2 ds$ over directions ``u`` uniform on the sphere,
     estimated with ``n_projections`` directions (the same on every rank) and the midpoint rule at
-    ``s_q = (q + ½)/Q``, ``Q = n_quantiles``. Each quantile is found by bisection on the value: one
-    ``all_reduce`` of the counts ``#{u·x_i ≤ v}`` per iteration, for all directions and levels at once
+    $s_q = (q + \tfrac12)/Q$, ``Q = n_quantiles``. Each quantile is found by bisection on the value: one
+    ``all_reduce`` of the counts $#\{u\cdot x_i \le v\}$ per iteration, for all directions and levels at once
     (``iterations`` halvings of the projected range: error ``range·2^{−iterations}``). The midpoint rule's
     error is ``O(1/Q)`` for smooth laws; when both clouds have exactly ``Q`` points in all, the levels hit the
     order statistics and the result is the exact sliced W2 of the two clouds along those directions.
 
     Args:
-        x, y: this rank's shards ``(B, m_x, d)``, ``(B, m_y, d)``.
+        x, y: this rank's shards $(B, m_x, d)$, $(B, m_y, d)$.
 
     Returns:
         ``SW2`` per replica, ``(B,)``, equal on every rank.

@@ -1,6 +1,6 @@
 """``meanfield figures``: regenerate every documentation figure by the code users run.
 
-Each theory check's ``plot()`` (through :func:`meanfield.validation.validate`) gives ``<check>.png``; the
+Each theory check's ``plot()`` (through [`meanfield.validation.validate`][meanfield.validation.validate]) gives ``<check>.png``; the
 scripts ``experiments/overview.py`` and ``experiments/quickstart.py`` give ``overview.png`` (the landing page's
 picture) and ``quickstart.png``. Nothing here draws a figure of its own.
 """
@@ -13,6 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .plotting import page_layout
 from .shipped import source_root
 from .validation import default_theory_dir, discover, validate
 
@@ -36,12 +37,19 @@ def generate(
         out: the folder (created).
         preset: the theory checks' preset (``"fast"`` for CI builds, ``"full"`` for paper figures).
         keep_existing: skip figures already in ``out``.
-        progress: show a progress bar over the checks (:mod:`meanfield.progress`).
+        progress: show a progress bar over the checks ([`meanfield.progress`][meanfield.progress]).
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     theory = default_theory_dir()
     names = [n for n in discover(theory) if not (keep_existing and (out / f"{n}.png").exists())]
+    with page_layout():  # readable at the page's width: ≤ 2 panels a row, ≤ 8.4 in, 11-pt text
+        _draw(out, names, preset, keep_existing, progress)
+    return sorted(out.glob("*.png"))
+
+
+def _draw(out: Path, names: list[str], preset: str, keep_existing: bool, progress: bool) -> None:
+    theory = default_theory_dir()
     if names:
         with tempfile.TemporaryDirectory() as tmp:
             report = validate(names, preset=preset, out=tmp, theory_dir=theory, progress=progress, echo=None)
@@ -63,4 +71,3 @@ def generate(
             runpy.run_path(str(path), run_name="__main__")
         finally:
             sys.argv = argv
-    return sorted(out.glob("*.png"))

@@ -1,6 +1,6 @@
 r"""The free energy of a particle law, estimated from its particles, with each part and its standard error.
 
-For a :class:`~meanfield.systems.MeanFieldLangevin` system ``dx_i = −∇V(x_i) dt − 1/M Σ_j ∇W(x_i − x_j) dt +
+For a [`MeanFieldLangevin`][meanfield.systems.MeanFieldLangevin] system ``dx_i = −∇V(x_i) dt − 1/M Σ_j ∇W(x_i − x_j) dt +
 sqrt(2β) dW_i``, the free energy of the one-particle law ``ρ`` is
 
 $$F(\rho) = \mathbb{E}_\rho V + \tfrac12\,\mathbb{E}_{\rho\otimes\rho} W + \beta \int \rho\log\rho
@@ -13,12 +13,12 @@ from them:
 
 * confinement: ``1/M Σ_i V(x_i)``, unbiased;
 * interaction: the U-statistic ``1/(2M(M − 1)) Σ_{i≠j} W(x_i − x_j)``: the sum over pairs ``j ≠ i`` with
-  ``1/(M − 1)``, **not** the ``1/M Σ_j`` of the drift and of :meth:`MeanFieldLangevin.energy`. It is unbiased
+  ``1/(M − 1)``, **not** the ``1/M Σ_j`` of the drift and of ``energy``. It is unbiased
   for ``½ E_{ρ⊗ρ} W`` when the particles are independent draws of ``ρ``; the drift's ``1/M`` sum with the
   diagonal ``j = i`` (kept for a smooth kernel) would add ``(W(0) − E_{ρ⊗ρ} W)/(2M)`` — for
   ``QuadraticInteraction(k)`` its mean is ``k/2·(M − 1)/M`` times the variance instead of ``k/2`` times it. The
-  diagonal term is taken out exactly as the interaction includes it (:func:`self_pair_energy`);
-* entropy: :func:`meanfield.metrics.entropy` (k-nearest-neighbour, weighted, or the Gaussian moment
+  diagonal term is taken out exactly as the interaction includes it ([`self_pair_energy`][meanfield.free_energy.self_pair_energy]);
+* entropy: ``meanfield.metrics.entropy`` (k-nearest-neighbour, weighted, or the Gaussian moment
   estimate), with its own standard error and its finite-M bias (see its docs).
 
 The standard error of ``F`` combines the energy's, ``sd_i(V(x_i) + w_i)/sqrt(M)`` with
@@ -51,7 +51,7 @@ class FreeEnergy:
     r"""The free energy ``F = confinement + interaction − β·entropy`` per replica, with its parts.
 
     Every tensor has shape ``(B,)`` for a state ``(B, M, d)``, or ``(B, S)`` along a trajectory of ``S``
-    saved states (then :attr:`times` holds the ``S`` times).
+    saved states (then ``times`` holds the ``S`` times).
 
     Attributes:
         value: ``F``.
@@ -114,7 +114,7 @@ def self_pair_energy(interaction: Interaction, x: torch.Tensor) -> torch.Tensor:
     """The ``j = i`` term ``W(x_i, x_i)`` that ``interaction.energy(x)`` includes in its ``1/M Σ_j``, per
     particle: ``(B, M, d) -> (B, M)`` (0 where the sum leaves the self-pair out, as a singular kernel's does).
 
-    Exact for the package's interactions; for any other :class:`~meanfield.potentials.Interaction` it is
+    Exact for the package's interactions; for any other [`Interaction`][meanfield.potentials.Interaction] it is
     ``interaction.energy`` of each particle alone (a one-particle cloud's ``1/1 Σ_j`` is its self-pair),
     one call per particle.
     """
@@ -195,17 +195,17 @@ def free_energy(
     r"""``F(ρ) = E_ρ V + ½ E_{ρ⊗ρ} W − β H(ρ)`` of each replica of ``x``, from its particles (module docstring).
 
     Args:
-        system: a :class:`~meanfield.systems.MeanFieldLangevin`.
-        x: a state ``(B, M, d)`` (``M ≥ 2``, finite), or a :class:`~meanfield.simulate.Trajectory` (``F`` at
+        system: a [`MeanFieldLangevin`][meanfield.systems.MeanFieldLangevin].
+        x: a state ``(B, M, d)`` (``M ≥ 2``, finite), or a [`Trajectory`][meanfield.simulate.Trajectory] (``F`` at
             every saved state, with ``β_t`` at its time).
         t: the time at which to take ``β_t`` for a scheduled temperature (required then, for a state); a
             constant ``β`` (a number or one per replica) needs none.
-        entropy: the method of :func:`meanfield.metrics.entropy`: ``"auto"``, ``"knn"``, ``"weighted"`` or
+        entropy: the method of ``meanfield.metrics.entropy``: ``"auto"``, ``"knn"``, ``"weighted"`` or
             ``"gaussian"`` (exact in mean up to its known finite-M bias when ``ρ`` is Gaussian).
         k: the neighbour order of the k-NN estimators (``None``: the estimator's default).
 
     Returns:
-        :class:`FreeEnergy`, tensors ``(B,)`` (``(B, S)`` along a trajectory), float64 on the CPU.
+        [`FreeEnergy`][meanfield.free_energy.FreeEnergy], tensors ``(B,)`` (``(B, S)`` along a trajectory), float64 on the CPU.
 
     Raises:
         TypeError, ValueError: a system other than ``MeanFieldLangevin``, a state that is not ``(B, M, d)``

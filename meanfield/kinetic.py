@@ -1,24 +1,28 @@
 r"""Kinetic (underdamped) mean-field Langevin dynamics on a paired phase-space state.
 
-Each particle has a position ``x_i`` and a velocity ``v_i`` (unit mass):
+Each particle has a position $x_i$ and a velocity $v_i$ (unit mass):
 
-    dx_i = v_i dt,
-    dv_i = −∇(δF/δρ)(x_i) dt − γ v_i dt + sqrt(2γβ_t) dW_i,
-    ∇(δF/δρ)(x_i) = ∇V(x_i) + 1/M Σ_j ∇W(x_i − x_j),
+$$
+\begin{aligned}
+dx_i = v_i dt, \\
+dv_i = -\nabla(\delta F/\delta \rho)(x_i) dt - \gamma v_i dt + \sqrt{2\gamma \beta_t} dW_i, \\
+\nabla(\delta F/\delta \rho)(x_i) = \nabla V(x_i) + 1/M \sum_j \nabla W(x_i - x_j),
+\end{aligned}
+$$
 
-with friction ``γ ≥ 0`` and temperature ``β ≥ 0``. For constant β the M-particle system has the stationary law
-``∝ exp(−(M·F(ρ_M) + Σ_i |v_i|²/2)/β)``: positions as in the overdamped :class:`~meanfield.MeanFieldLangevin`,
-velocities Maxwellian ``N(0, β I)``.
+with friction $\gamma \ge 0$ and temperature $\beta \ge 0$. For constant β the M-particle system has the stationary law
+$\propto \exp(-(M\cdot F(\rho_M) + \sum_i |v_i|^2/2)/\beta)$: positions as in the overdamped [`MeanFieldLangevin`][meanfield.systems.MeanFieldLangevin],
+velocities Maxwellian $N(0, \beta I)$.
 
 **The state is one tensor** ``z`` of shape ``(B, M, 2d)``: ``z[..., :d]`` the positions, ``z[..., d:]`` the
-velocities (:func:`pair`, :func:`positions`, :func:`velocities`). So :func:`meanfield.simulate`, its
-:class:`~meanfield.Trajectory` ``(S, B, M, 2d)``, its seeds, checkpoints and NaN checks work unchanged, and the
-system *is* the first-order SDE ``dz = b(z) dt + Σ dW`` with ``b = (v, −∇δF/δρ − γv)`` and the additive
-``Σ = diag(0, sqrt(2γβ))`` on ``W = (W_x, W_v) ∈ R^{2d}``: every solver of :data:`meanfield.solvers.SOLVERS`
+velocities ([`pair`][meanfield.kinetic.pair], [`positions`][meanfield.kinetic.positions], [`velocities`][meanfield.kinetic.velocities]). So [`meanfield.simulate`][meanfield.simulate], its
+[`Trajectory`][meanfield.simulate.Trajectory] ``(S, B, M, 2d)``, its seeds, checkpoints and NaN checks work unchanged, and the
+system *is* the first-order SDE $dz = b(z) dt + \Sigma dW$ with $b = (v, -\nabla \delta F/\delta \rho - \gamma v)$ and the additive
+$\Sigma = \operatorname{diag}(0, \sqrt{2\gamma \beta})$ on $W = (W_x, W_v) \in \mathbb{R}^{2d}$: every solver of [`meanfield.solvers.SOLVERS`][meanfield.solvers.SOLVERS]
 (native Euler–Maruyama, torchsde's ``srk``, ``heun``, …) integrates it, and the splitting schemes of
-:mod:`meanfield.solvers.kinetic` (BAOAB, OBABO, ABOBA) read the same noise: the ``W_v`` slot is the
-increment of the Brownian motion that drives the velocities, the ``W_x`` slot (which ``Σ`` ignores) gives
-the splitting schemes the Brownian-bridge midpoint of ``W_v`` over the step (see that module).
+[`meanfield.solvers.kinetic`][meanfield.solvers.kinetic] (BAOAB, OBABO, ABOBA) read the same noise: the $W_v$ slot is the
+increment of the Brownian motion that drives the velocities, the $W_x$ slot (which $\Sigma$ ignores) gives
+the splitting schemes the Brownian-bridge midpoint of $W_v$ over the step (see that module).
 """
 
 from __future__ import annotations
@@ -72,19 +76,21 @@ def velocities(z: torch.Tensor) -> torch.Tensor:
 class KineticMeanFieldLangevin(ParticleSystem):
     r"""Kinetic mean-field Langevin dynamics on the paired state ``z = (x, v)`` of shape ``(B, M, 2d)``:
 
-        dx_i = v_i dt,   dv_i = −[∇V(x_i) + 1/M Σ_j ∇W(x_i − x_j)] dt − γ v_i dt + sqrt(2γβ_t) dW_i.
+    $$
+    dx_i = v_i dt, \qquad dv_i = -[\nabla V(x_i) + 1/M \sum_j \nabla W(x_i - x_j)] dt - \gamma v_i dt + \sqrt{2\gamma \beta_t} dW_i.
+    $$
 
-    Stationary law (constant β): ``∝ exp(−(Σ_i V(x_i) + 1/(2M) Σ_ij W(x_i − x_j) + Σ_i |v_i|²/2)/β)``. As an
-    SDE on ``z`` it has additive noise ``Σ = diag(0, sqrt(2γβ_t))`` on a Brownian motion of dimension 2d (the
-    first d components unused by ``Σ``), so every solver of :data:`meanfield.solvers.SOLVERS` integrates it;
-    the splitting schemes ``"baoab"``, ``"obabo"``, ``"aboba"`` (:mod:`meanfield.solvers.kinetic`) are the
+    Stationary law (constant β): $\propto \exp(-(\sum_i V(x_i) + 1/(2M) \sum_{ij} W(x_i - x_j) + \sum_i |v_i|^2/2)/\beta)$. As an
+    SDE on ``z`` it has additive noise $\Sigma = \operatorname{diag}(0, \sqrt{2\gamma \beta_t})$ on a Brownian motion of dimension 2d (the
+    first d components unused by $\Sigma$), so every solver of [`meanfield.solvers.SOLVERS`][meanfield.solvers.SOLVERS] integrates it;
+    the splitting schemes ``"baoab"``, ``"obabo"``, ``"aboba"`` ([`meanfield.solvers.kinetic`][meanfield.solvers.kinetic]) are the
     ones made for it.
 
     Args:
-        confinement: ``V`` (see :mod:`meanfield.potentials`).
+        confinement: ``V`` (see [`meanfield.potentials`][meanfield.potentials]).
         interaction: ``W``, or ``None`` for independent particles.
-        friction: ``γ ≥ 0`` (``γ = 0``: Hamiltonian dynamics, no noise).
-        beta: the temperature ``β ≥ 0``, a number or a schedule ``t -> β_t``.
+        friction: $\gamma \ge 0$ ($\gamma = 0$: Hamiltonian dynamics, no noise).
+        beta: the temperature $\beta \ge 0$, a number or a schedule $t -> \beta_t$.
 
     Raises:
         TypeError, ValueError: a confinement/interaction of the wrong type, a negative or non-finite
@@ -112,7 +118,7 @@ class KineticMeanFieldLangevin(ParticleSystem):
         self._constant_beta = self.beta.value if isinstance(self.beta, Constant) else None
 
     def temperature(self, t: float) -> float:
-        """``β_t``, checked to be a finite number ≥ 0 (one for every replica)."""
+        r"""$\beta_t$, checked to be a finite number ≥ 0 (one for every replica)."""
         if self._constant_beta is not None:
             return self._constant_beta
         value = self.force_field.temperature(t)
@@ -130,17 +136,17 @@ class KineticMeanFieldLangevin(ParticleSystem):
             check(z[..., :d])
 
     def force(self, t: float, x: torch.Tensor) -> torch.Tensor:
-        """``−∇V(x_i) − 1/M Σ_j ∇W(x_i − x_j)``: positions ``(B, M, d) -> (B, M, d)``."""
+        r"""$-\nabla V(x_i) - 1/M \sum_j \nabla W(x_i - x_j)$: positions ``(B, M, d) -> (B, M, d)``."""
         return self.force_field.drift(t, x)  # (B, M, d)
 
     def drift(self, t: float, z: torch.Tensor) -> torch.Tensor:
-        """``b(z) = (v, force(x) − γv)``: ``(B, M, 2d) -> (B, M, 2d)``."""
+        r"""$b(z) = (v, \mathrm{force}(x) - \gamma v)$: ``(B, M, 2d) -> (B, M, 2d)``."""
         d = _check_paired(z)
         x, v = z[..., :d], z[..., d:]  # (B, M, d) each
         return torch.cat([v, torch.add(self.force(t, x), v, alpha=-self.friction)], dim=-1)  # (B, M, 2d)
 
     def diffusion(self, t: float, z: torch.Tensor) -> torch.Tensor:
-        """``Σ = (0, …, 0, s, …, s)`` with ``s = sqrt(2γβ_t)``: shape ``(2d,)``, broadcast over ``(B, M)``."""
+        r"""$\Sigma = (0, \dots, 0, s, \dots, s)$ with $s = \sqrt{2\gamma \beta_t}$: shape ``(2d,)``, broadcast over ``(B, M)``."""
         d = _check_paired(z)
         s = math.sqrt(2.0 * self.friction * self.temperature(t))
         sigma = torch.zeros(2 * d, dtype=z.dtype, device=z.device)  # (2d,)
@@ -152,7 +158,7 @@ class KineticMeanFieldLangevin(ParticleSystem):
         return tuple(shape)
 
     def energy(self, z: torch.Tensor) -> torch.Tensor:
-        """Energy per particle and replica ``1/M Σ_i [V(x_i) + ½·1/M Σ_j W(x_i − x_j) + |v_i|²/2]``:
+        r"""Energy per particle and replica $1/M \sum_i [V(x_i) + \tfrac12\cdot 1/M \sum_j W(x_i - x_j) + |v_i|^2/2]$:
         ``(B, M, 2d) -> (B,)``."""
         d = _check_paired(z)
         x, v = z[..., :d], z[..., d:]

@@ -1,16 +1,16 @@
-r"""Pairwise reductions without an ``M × N`` matrix in memory: one backend for interactions and Sinkhorn.
+r"""Pairwise reductions without an $M \times N$ matrix in memory: one backend for interactions and Sinkhorn.
 
 Two reductions over the pairs of two clouds ``x (B, M, d)`` and ``y (B, N, d)`` (replicas never mix):
 
-* :func:`radial_sum`: ``out_i = Σ_j φ(|x_i − y_j|²) v_j`` for a function ``φ`` of the squared distance and
-  values ``v_j`` (``(B, N, k)``): the drift and energy of a radial interaction (``v_j = (1, y_j)``);
-* :func:`softmin`: ``f_i = −ε log Σ_j exp(h_j − |x_i − y_j|^p / ε)``: the ``c``-transform of Sinkhorn's
+* [`radial_sum`][meanfield.pairwise.radial_sum]: $\mathrm{out}_i = \sum_j \varphi(|x_i - y_j|^2) v_j$ for a function $\varphi$ of the squared distance and
+  values $v_j$ (``(B, N, k)``): the drift and energy of a radial interaction ($v_j = (1, y_j)$);
+* [`softmin`][meanfield.pairwise.softmin]: $f_i = -\varepsilon \log \sum_j \exp(h_j - |x_i - y_j|^p / \varepsilon)$: the ``c``-transform of Sinkhorn's
   log-domain iterations.
 
 Each has two implementations, which give the same numbers to round-off:
 
 * ``"torch"``: blocks of rows, ``B × rows × N ≤ max_elements`` numbers at a time, in one reused work buffer;
-  the squared distances come from one matrix product per block, ``|x|² + |y|² − 2 x·y``, and the clouds are
+  the squared distances come from one matrix product per block, $|x|^2 + |y|^2 - 2 x\cdot y$, and the clouds are
   centred on their common mean first (the cost is translation invariant, and centring keeps that difference
   accurate). Memory ``O(max_elements + B(M + N)d)``: linear in the number of points (a differentiable
   ``radial_sum`` keeps one small result per block for autograd).
@@ -18,7 +18,7 @@ Each has two implementations, which give the same numbers to round-off:
   ``O(B(M + N)d)``. Present when ``pykeops`` is installed (``pip install 'meanfield-sde[keops]'``); the
   first call of each formula compiles it (seconds, then cached on disk).
 
-``backend="auto"`` (:func:`resolve_backend`) takes KeOps for tensors on a GPU (when KeOps was built with
+``backend="auto"`` ([`resolve_backend`][meanfield.pairwise.resolve_backend]) takes KeOps for tensors on a GPU (when KeOps was built with
 CUDA) and the blocked torch path on the CPU (``benchmarks/kernels.py``, 2-core CPU, float32: the torch
 soft-minimum was 2–4× faster than KeOps at d ≤ 10 and 20× at d = 100; the Gaussian drift 1.6–3.9× faster at
 M = 1e3…1e5; and each new KeOps formula compiles for seconds).
@@ -46,14 +46,14 @@ __all__ = [
 ]
 
 BACKENDS = ("torch", "keops")
-"""The implementations of the reductions; ``"auto"`` picks one of them (:func:`resolve_backend`)."""
+"""The implementations of the reductions; ``"auto"`` picks one of them ([`resolve_backend`][meanfield.pairwise.resolve_backend])."""
 
 MAX_ELEMENTS = 1 << 20
-"""Default block of the torch path: ``B × rows × N`` numbers (4 MiB in float32; cache-sized passes)."""
+r"""Default block of the torch path: $B \times \text{ rows } \times N$ numbers (4 MiB in float32; cache-sized passes)."""
 
 DENSE_MAX_ELEMENTS = 3 << 22
-"""Sinkhorn on the torch backend computes its three cost matrices once (:func:`cost_matrix`,
-:func:`softmin_from_cost`) when they hold at most this many numbers in all, ``B(MN + M² + N²)`` (two clouds of
+"""Sinkhorn on the torch backend computes its three cost matrices once ([`cost_matrix`][meanfield.pairwise.cost_matrix],
+[`softmin_from_cost`][meanfield.pairwise.softmin_from_cost]) when they hold at most this many numbers in all, $B(MN + M^2 + N^2)$ (two clouds of
 2048 points: 48 MiB in float32), instead of recomputing the distances in every soft-minimum. Measured per
 soft-minimum here (float32, n = 1000 and 2000): 1.1–1.4× faster at d ≤ 32, 2.3–2.8× at d = 100."""
 
@@ -100,7 +100,7 @@ def _rows(B: int, N: int, max_elements: int) -> int:
 
 
 def _centred(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x − c``, ``y − c`` with ``c`` the mean of both clouds per replica (distances unchanged)."""
+    """$x - c$, $y - c$ with ``c`` the mean of both clouds per replica (distances unchanged)."""
     c = 0.5 * (x.mean(1, keepdim=True) + y.mean(1, keepdim=True))  # (B, 1, d)
     return x - c, y - c  # (B, M, d), (B, N, d)
 
@@ -108,14 +108,14 @@ def _centred(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 def _squared_distances(
     x: torch.Tensor, y: torch.Tensor, y2: torch.Tensor, out: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """``|x_i − y_j|²`` for a block ``x (B, c, d)`` against ``y (B, N, d)`` with ``y2 = |y|² (B, N)``, into
+    """$|x_i - y_j|^2$ for a block ``x (B, c, d)`` against ``y (B, N, d)`` with $y_2 = |y|^2 (B, N)$, into
     ``out`` (a contiguous ``(B, c, N)`` work buffer) when given."""
     r2 = torch.baddbmm(y2.unsqueeze(1), x, y.transpose(1, 2), alpha=-2.0, out=out)  # (B, c, N) |y|² − 2x·y
     return r2.add_(x.square().sum(-1, keepdim=True)).clamp_(min=0.0)  # (B, c, N)
 
 
 class _Blocks:
-    """One work buffer of ``B × rows × N`` numbers, reused by every block of rows.
+    r"""One work buffer of $B \times \text{ rows } \times N$ numbers, reused by every block of rows.
 
     A fresh multi-MiB block per iteration lets glibc's allocator (whose mmap threshold grows after the first
     large free) interleave them with the small per-block results and never give the memory back: the blocked
@@ -128,7 +128,7 @@ class _Blocks:
         self.flat = torch.empty(B * rows * N, dtype=like.dtype, device=like.device)  # (B·rows·N,)
 
     def take(self, c: int) -> torch.Tensor:
-        """A contiguous ``(B, c, N)`` view of the buffer (``c ≤ rows``)."""
+        r"""A contiguous ``(B, c, N)`` view of the buffer ($c \le \text{ rows }$)."""
         return self.flat[: self.B * c * self.N].view(self.B, c, self.N)
 
 
@@ -184,7 +184,7 @@ def _radial_sum_keops(x, y, phi, values, scale):
 
 
 def _root(scale: float | torch.Tensor, x: torch.Tensor) -> float | torch.Tensor:
-    """``√s`` as a number, or per replica as ``(B, 1, 1)`` in ``x``'s dtype and device."""
+    r"""$\sqrt{s}$ as a number, or per replica as ``(B, 1, 1)`` in ``x``'s dtype and device."""
     if not torch.is_tensor(scale):
         return scale**0.5
     if scale.numel() != x.shape[0]:
@@ -203,22 +203,22 @@ def radial_sum(
     max_elements: int = MAX_ELEMENTS,
     exclude_self: bool = False,
 ) -> tuple[torch.Tensor, str]:
-    r"""``out_i = Σ_j φ(s·|x_i − y_j|²) v_j`` per replica, without the ``M × N`` matrix.
+    r"""$\mathrm{out}_i = \sum_j \varphi(s\cdot|x_i - y_j|^2) v_j$ per replica, without the $M \times N$ matrix.
 
-    With ``exclude_self`` (``y`` the same cloud as ``x``) the sum is over ``j ≠ i``: the self-pair, where
-    the distance is 0 and a kernel singular there (``−log r``, ``1/r``) has no value, is left out — the
-    block's entries ``(i, i)`` are set to 0 after ``φ``, so ``φ(0) = ±∞`` or NaN never reaches the sum.
+    With ``exclude_self`` (``y`` the same cloud as ``x``) the sum is over $j \ne i$: the self-pair, where
+    the distance is 0 and a kernel singular there ($-\log r$, ``1/r``) has no value, is left out — the
+    block's entries ``(i, i)`` are set to 0 after $\varphi$, so $\varphi(0) = \pm\infty$ or NaN never reaches the sum.
 
     Args:
         x: ``(B, M, d)``.
         y: ``(B, N, d)``.
-        phi: ``φ``, applied elementwise to a tensor of scaled squared distances (torch) or to a KeOps
+        phi: $\varphi$, applied elementwise to a tensor of scaled squared distances (torch) or to a KeOps
             ``LazyTensor`` (so write it with operators and methods, ``(-r2).exp()``, not ``torch.exp``).
         values: ``v``, shape ``(B, N, k)``.
-        scale: ``s > 0``, multiplies the squared distances before ``φ``: a number, or one per replica
+        scale: ``s > 0``, multiplies the squared distances before $\varphi$: a number, or one per replica
             (shape ``(B,)``).
         backend: ``"auto"``, ``"torch"`` or ``"keops"``.
-        max_elements: block size of the torch path (``B × rows × N``).
+        max_elements: block size of the torch path ($B \times \text{ rows } \times N$).
         exclude_self: leave out the pairs ``j = i`` (needs ``M = N``: ``y`` is ``x``); torch backend only.
 
     Returns:
@@ -248,13 +248,13 @@ def radial_sum(
 
 
 def _per_replica(epsilon: float | torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``ε`` as a ``(B, 1)`` tensor of ``x``'s dtype and device."""
+    r"""$\varepsilon$ as a ``(B, 1)`` tensor of ``x``'s dtype and device."""
     eps = torch.as_tensor(epsilon, dtype=x.dtype, device=x.device)
     return eps.reshape(-1, 1).expand(x.shape[0], 1)  # (B, 1)
 
 
 def _scaled(x, y, eps, p):
-    """Centred clouds scaled so that ``|x − y|^p / ε`` is the plain cost: ε stays out of any formula."""
+    r"""Centred clouds scaled so that $|x - y|^p / \varepsilon$ is the plain cost: ε stays out of any formula."""
     x, y = _centred(x, y)
     scale = (1.0 / eps if p == 1 else eps.rsqrt()).unsqueeze(-1)  # (B, 1, 1)
     return x * scale, y * scale  # (B, M, d), (B, N, d)
@@ -281,7 +281,7 @@ def _softmin_torch(x, y, h, eps, p, max_elements):
 
 
 def cost_matrix(x: torch.Tensor, y: torch.Tensor, p: int = 2) -> torch.Tensor:
-    """``C_ij = |x_i − y_j|^p`` of ``x (B, M, d)`` and ``y (B, N, d)``, centred first: ``(B, M, N)``."""
+    """$C_{ij} = |x_i - y_j|^p$ of ``x (B, M, d)`` and ``y (B, N, d)``, centred first: ``(B, M, N)``."""
     x, y = _centred(x, y)
     C = _squared_distances(x, y, y.square().sum(-1))  # (B, M, N)
     return C if p == 2 else C.sqrt_()
@@ -290,12 +290,12 @@ def cost_matrix(x: torch.Tensor, y: torch.Tensor, p: int = 2) -> torch.Tensor:
 def softmin_from_cost(
     cost: torch.Tensor, h: torch.Tensor, epsilon: float | torch.Tensor, work: torch.Tensor | None = None
 ) -> torch.Tensor:
-    r""":func:`softmin` from a cost matrix computed once: ``f_i = −ε log Σ_j exp(h_j − C_ij/ε)``.
+    r"""[`softmin`][meanfield.pairwise.softmin] from a cost matrix computed once: $f_i = -\varepsilon \log \sum_j \exp(h_j - C_{ij}/\varepsilon)$.
 
     Args:
-        cost: ``C`` of shape ``(B, M, N)`` (:func:`cost_matrix`; a transposed view is fine).
+        cost: ``C`` of shape ``(B, M, N)`` ([`cost_matrix`][meanfield.pairwise.cost_matrix]; a transposed view is fine).
         h: ``(B, N)``.
-        epsilon: ``ε > 0``, a number or one per replica ``(B,)``.
+        epsilon: $\varepsilon > 0$, a number or one per replica ``(B,)``.
         work: a contiguous ``(B, M, N)`` buffer to compute in (reused across calls; a fresh one if ``None``).
 
     Returns:
@@ -307,15 +307,17 @@ def softmin_from_cost(
 
 
 def _logsumexp_(z: torch.Tensor) -> torch.Tensor:
-    r"""``log Σ_j e^{z_j}`` over the last axis, overwriting ``z`` (a block this module owns).
+    r"""$\log \sum_j e^{z_j}$ over the last axis, overwriting ``z`` (a block this module owns).
 
-    .. math::  m + \log \sum_j e^{\max(z_j − m,\ −80)},\qquad m = \max_j z_j
+    $$
+    m + \log \sum_j e^{\max(z_j − m,\ −80)},\qquad m = \max_j z_j
+    $$
 
-    in float32 (and lower): a term below ``e^{−80}`` times the largest is raised to it, a relative error
-    below ``N e^{−80}`` (``2·10^{−29}`` for a million terms); left alone such terms are subnormal numbers,
-    which the CPU computes slowly: ``torch.logsumexp`` took 6.2 ms on a ``524 × 2000`` float32 block of
+    in float32 (and lower): a term below $e^{-80}$ times the largest is raised to it, a relative error
+    below $N e^{-80}$ ($2\cdot 10^{-29}$ for a million terms); left alone such terms are subnormal numbers,
+    which the CPU computes slowly: ``torch.logsumexp`` took 6.2 ms on a $524 \times 2000$ float32 block of
     spread-out values here, this 1.0 ms. Float64 has no such range problem (``torch.logsumexp``, 1.3 ms).
-    Rows that are all ``−∞`` give ``−∞``.
+    Rows that are all $-\infty$ give $-\infty$.
     """
     if z.dtype == torch.float64:
         return torch.logsumexp(z, -1)  # (...,)
@@ -348,17 +350,19 @@ def softmin(
     backend: str = "auto",
     max_elements: int = MAX_ELEMENTS,
 ) -> tuple[torch.Tensor, str]:
-    r"""The soft minimum over ``j`` of ``C_ij − ε h_j`` with ``C_ij = |x_i − y_j|^p``:
+    r"""The soft minimum over ``j`` of $C_{ij} - \varepsilon h_j$ with $C_{ij} = |x_i - y_j|^p$:
 
-    .. math::  f_i = −ε \log \sum_j \exp\big(h_j − |x_i − y_j|^p / ε\big)
+    $$
+    f_i = −ε \log \sum_j \exp\big(h_j − |x_i − y_j|^p / ε\big)
+    $$
 
-    (with ``h_j = log b_j + g_j/ε`` this is Sinkhorn's update of the potential ``f`` in the log domain).
+    (with $h_j = \log b_j + g_j/\varepsilon$ this is Sinkhorn's update of the potential ``f`` in the log domain).
 
     Args:
         x: ``(B, M, d)``.
         y: ``(B, N, d)``.
         h: ``(B, N)``.
-        epsilon: ``ε > 0``, in units of the cost: a number, or one per replica (shape ``(B,)``).
+        epsilon: $\varepsilon > 0$, in units of the cost: a number, or one per replica (shape ``(B,)``).
         p: 1 or 2.
         backend: ``"auto"``, ``"torch"`` or ``"keops"``.
         max_elements: block size of the torch path.

@@ -1,7 +1,7 @@
 """One look for every figure: a style, a figure factory and an atomic PNG writer.
 
 Every figure of the package (theory checks, studies, experiments, benchmarks) is made with
-:func:`figure` and written with :func:`save`, so that the docs look like one piece.
+[`figure`][meanfield.plotting.figure] and written with [`save`][meanfield.plotting.save], so that the docs look like one piece.
 
 Importing it leaves matplotlib's backend as it is (``%matplotlib inline`` in a notebook stays inline); the
 command line, which only writes files, asks for the non-interactive ``Agg`` (``meanfield.cli.main``).
@@ -9,14 +9,18 @@ command line, which only writes files, asks for the non-interactive ``Agg`` (``m
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 
 from meanfield._io import write_atomic
 
-__all__ = ["STYLE", "figure", "save"]
+__all__ = ["STYLE", "figure", "page_layout", "save"]
 
 STYLE = {
     "figure.dpi": 110,
@@ -30,6 +34,48 @@ STYLE = {
 }
 
 
+_PAGE: dict[str, float] = {}  # the geometry set by page_layout(), empty outside it
+
+
+@contextmanager
+def page_layout(columns: int = 2, width: float = 8.4, font_size: float = 11.0) -> Iterator[None]:
+    r"""Make the figures of a documentation page readable at the page's width, inside the ``with`` block.
+
+    A docs page shows a figure at most at the content width, about 690 CSS px (Material's layout at a
+    1280-px window); a PNG ``w`` inches wide at ``STYLE["savefig.dpi"]`` (130) is shrunk to 690 px, so text of
+    ``s`` pt shows at about $s \cdot 690 / (96 w)$ pt. Three panels in a row (12.6 in) showed 10-pt text at
+    5.5 pt. Inside the block [`figure`][meanfield.plotting.figure] puts at most ``columns`` panels in a row
+    (a lone last panel centred), makes the figure at most ``width`` inches wide (the panels scaled
+    together) and writes text at ``font_size`` pt: $11 \cdot 690 / (96 \cdot 8.4) = 9.4$ pt as shown.
+    ``meanfield figures`` (the docs build) draws every figure inside it; outside it nothing changes.
+    """
+    saved = dict(_PAGE)
+    _PAGE.update(columns=columns, width=width, font_size=font_size)
+    try:
+        with plt.rc_context({"font.size": font_size}):  # labels and legends made after figure() returns
+            yield
+    finally:
+        _PAGE.clear()
+        _PAGE.update(saved)
+
+
+def _page_figure(ncols: int, width: float, height: float, style: dict):
+    """``ncols`` panels in rows of at most ``_PAGE["columns"]``, the figure at most ``_PAGE["width"]`` wide."""
+    cols = min(ncols, int(_PAGE["columns"]))
+    rows = math.ceil(ncols / cols)
+    scale = min(1.0, _PAGE["width"] / (width * cols))
+    with plt.rc_context(style):
+        fig = plt.figure(figsize=(width * cols * scale, height * rows * scale))
+        grid = fig.add_gridspec(rows, 2 * cols)
+        axes = []
+        for k in range(ncols):
+            row, col = divmod(k, cols)
+            lone = row == rows - 1 and ncols % cols == 1 and cols > 1
+            start = cols - 1 if lone else 2 * col  # a lone last panel sits in the middle of its row
+            axes.append(fig.add_subplot(grid[row, start : start + 2]))
+    return fig, axes
+
+
 def figure(ncols: int = 1, nrows: int = 1, *, width: float = 4.2, height: float = 3.2, **kwargs: object):
     """Return ``(fig, axes)`` in the package style; ``axes`` is a single Axes when ``ncols == nrows == 1``.
 
@@ -41,10 +87,18 @@ def figure(ncols: int = 1, nrows: int = 1, *, width: float = 4.2, height: float 
         height: the height of **one row** in inches: the figure is ``height · nrows`` high.
         **kwargs: passed to ``matplotlib.pyplot.subplots`` (e.g. ``sharex=True``).
     """
-    with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(
-            nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **kwargs
-        )
+    style = {**STYLE, "font.size": _PAGE["font_size"]} if _PAGE else STYLE
+    if _PAGE and nrows == 1 and ncols > _PAGE["columns"] and not kwargs:
+        fig, panels = _page_figure(ncols, width, height, style)
+        axes = np.array(panels, dtype=object).reshape(1, ncols)
+    else:
+        if _PAGE:  # a grid given by the caller: only the width cap
+            scale = min(1.0, _PAGE["width"] / (width * ncols))
+            width, height = width * scale, height * scale
+        with plt.rc_context(style):
+            fig, axes = plt.subplots(
+                nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **kwargs
+            )
     for ax in axes.flat:
         ax.grid(True, alpha=STYLE["grid.alpha"])
         ax.spines[["top", "right"]].set_visible(False)

@@ -1,16 +1,19 @@
-"""Confinements ``V`` and interactions ``W`` of a particle system, each with its gradient.
+r"""Confinements ``V`` and interactions ``W`` of a particle system, each with its gradient.
 
 A state is ``x`` of shape ``(B, M, d)``: B replicas of M particles in R^d. Interactions act within
 a replica only. The mean-field drift of particle ``i`` is
 
-    b(x_i) = −∇V(x_i) − 1/M Σ_j ∇W(x_i − x_j)
+$$
+b(x_i) = -\nabla V(x_i) - 1/M \sum_j \nabla W(x_i - x_j)
+$$
 
 Confinements implement ``energy(x) -> (B, M)`` and ``grad(x) -> (B, M, d)``; interactions implement
-``energy(x) -> (B, M)`` (the per-particle interaction ``1/M Σ_j W(x_i − x_j)``) and
-``mean_field_grad(x) -> (B, M, d)`` (``1/M Σ_j ∇W(x_i − x_j)``). The energy of the empirical law is
-``Σ_i [V(x_i) + ½ · 1/M Σ_j W(x_i − x_j)] / M`` (:meth:`~meanfield.systems.MeanFieldLangevin.energy`); the free
-energy of the particles' law (:mod:`meanfield.free_energy`) estimates ``½ E_{ρ⊗ρ} W`` by the sum over ``j ≠ i``
-with ``1/(M − 1)`` instead, and adds ``−β·H``.
+``energy(x) -> (B, M)`` (the per-particle interaction $1/M \sum_j W(x_i - x_j)$) and
+``mean_field_grad(x) -> (B, M, d)`` ($1/M \sum_j \nabla W(x_i - x_j)$). The energy of the empirical law is
+$\sum_i [V(x_i) + \tfrac12 \cdot 1/M \sum_j W(x_i - x_j)] / M$
+([`MeanFieldLangevin.energy`][meanfield.systems.MeanFieldLangevin.energy]); the free energy of the particles' law
+([`meanfield.free_energy`][meanfield.free_energy]) estimates $\tfrac12 \mathbb{E}_{\rho\otimes\rho} W$ by the sum over
+$j \ne i$ with $1/(M - 1)$ instead, and adds $-\beta H$.
 
 **Per-replica parameters.** Every numeric parameter (``Quadratic(a)``, ``DoubleWell``'s coefficients,
 ``QuadraticInteraction(k)``, ``Alignment(kappa)``, the strength and width of the radial interactions) is a
@@ -47,7 +50,7 @@ __all__ = [
 
 
 class Confinement(ABC):
-    """A one-particle potential ``V: R^d → R``."""
+    r"""A one-particle potential $V: \mathbb{R}^d \to \mathbb{R}$."""
 
     def parameters(self) -> dict[str, Param]:
         """The numeric parameters by name (numbers or per-replica ``(B,)`` tensors), for the replica check."""
@@ -55,16 +58,16 @@ class Confinement(ABC):
 
     @abstractmethod
     def energy(self, x: torch.Tensor) -> torch.Tensor:
-        """``V(x_i)`` for each particle: ``(B, M, d) -> (B, M)``."""
+        """$V(x_i)$ for each particle: ``(B, M, d) -> (B, M)``."""
 
     @abstractmethod
     def grad(self, x: torch.Tensor) -> torch.Tensor:
-        """``∇V(x_i)`` for each particle: ``(B, M, d) -> (B, M, d)``."""
+        r"""$\nabla V(x_i)$ for each particle: ``(B, M, d) -> (B, M, d)``."""
 
 
 class Interaction(ABC):
-    """A symmetric pair potential, averaged over the particles of a replica: usually ``W(x_i − x_j)`` with
-    ``W(z) = W(−z)``, but any ``W(x_i, x_j) = W(x_j, x_i)`` works (e.g. :class:`Alignment`), since the
+    """A symmetric pair potential, averaged over the particles of a replica: usually $W(x_i - x_j)$ with
+    $W(z) = W(-z)$, but any $W(x_i, x_j) = W(x_j, x_i)$ works (e.g. [`Alignment`][meanfield.potentials.Alignment]), since the
     drift only uses ``mean_field_grad``."""
 
     def parameters(self) -> dict[str, Param]:
@@ -73,18 +76,18 @@ class Interaction(ABC):
 
     @abstractmethod
     def energy(self, x: torch.Tensor) -> torch.Tensor:
-        """``1/M Σ_j W(x_i − x_j)`` for each particle: ``(B, M, d) -> (B, M)``."""
+        r"""$1/M \sum_j W(x_i - x_j)$ for each particle: ``(B, M, d) -> (B, M)``."""
 
     @abstractmethod
     def mean_field_grad(self, x: torch.Tensor) -> torch.Tensor:
-        """``1/M Σ_j ∇W(x_i − x_j)`` for each particle: ``(B, M, d) -> (B, M, d)``."""
+        r"""$1/M \sum_j \nabla W(x_i - x_j)$ for each particle: ``(B, M, d) -> (B, M, d)``."""
 
 
 class Quadratic(Confinement):
-    """``V(x) = a/2 · |x|²``, ``∇V(x) = a·x`` (the Ornstein–Uhlenbeck confinement).
+    r"""$V(x) = a/2 \cdot |x|^2$, $\nabla V(x) = a\cdot x$ (the Ornstein–Uhlenbeck confinement).
 
     Args:
-        a: curvature, ``a ≥ 0``: a number, or one per replica (shape ``(B,)``).
+        a: curvature, $a \ge 0$: a number, or one per replica (shape ``(B,)``).
     """
 
     def __init__(self, a: float | torch.Tensor = 1.0) -> None:
@@ -104,13 +107,13 @@ class Quadratic(Confinement):
 
 
 class DoubleWell(Confinement):
-    """``V(x) = Σ_k (c₄·x_k⁴/4 − c₂·x_k²/2)``, ``∇V(x) = c₄x³ − c₂x`` per coordinate: wells at
-    ``x_k = ±sqrt(c₂/c₄)``, barrier ``c₂²/(4c₄)`` per coordinate. The default ``c₄ = c₂ = 1`` is
-    ``x⁴/4 − x²/2`` with wells at ``±1``.
+    r"""$V(x) = \sum_k (c_4\cdot x_k^4/4 - c_2\cdot x_k^2/2)$, $\nabla V(x) = c_4x^3 - c_2x$ per coordinate: wells at
+    $x_k = \pm\sqrt{c_2/c_4}$, barrier $c_2^2/(4c_4)$ per coordinate. The default $c_4 = c_2 = 1$ is
+    $x^4/4 - x^2/2$ with wells at $\pm 1$.
 
     Args:
-        quartic: ``c₄ > 0``, a number or one per replica (shape ``(B,)``).
-        quadratic: ``c₂`` (any sign; ``c₂ ≤ 0`` has a single well at 0), a number or one per replica.
+        quartic: $c_4 > 0$, a number or one per replica (shape ``(B,)``).
+        quadratic: $c_2$ (any sign; $c_2 \le 0$ has a single well at 0), a number or one per replica.
     """
 
     def __init__(self, quartic: float | torch.Tensor = 1.0, quadratic: float | torch.Tensor = 1.0) -> None:
@@ -140,9 +143,9 @@ class DoubleWell(Confinement):
 
 
 class QuadraticInteraction(Interaction):
-    """``W(z) = k/2 · |z|²``: the Curie–Weiss / Desai–Zwanzig attraction to the centre of mass.
+    r"""$W(z) = k/2 \cdot |z|^2$: the Curie–Weiss / Desai–Zwanzig attraction to the centre of mass.
 
-    ``1/M Σ_j ∇W(x_i − x_j) = k·(x_i − x̄)`` with ``x̄ = 1/M Σ_j x_j``: O(M) per replica, no pairs.
+    $1/M \sum_j \nabla W(x_i - x_j) = k\cdot(x_i - \bar{x})$ with $\bar{x} = 1/M \sum_j x_j$: O(M) per replica, no pairs.
 
     Args:
         k: strength; ``k > 0`` attracts, ``k < 0`` repels: a number, or one per replica (shape ``(B,)``).
@@ -168,14 +171,14 @@ class QuadraticInteraction(Interaction):
 
 
 class Alignment(Interaction):
-    """``W(x, y) = −κ·x·y``: alignment (Kuramoto / von Mises–Fisher on the sphere), through the mean.
+    r"""$W(x, y) = -\kappa\cdot x\cdot y$: alignment (Kuramoto / von Mises–Fisher on the sphere), through the mean.
 
-    ``1/M Σ_j W(x_i, x_j) = −κ·x_i·x̄`` and ``1/M Σ_j ∇_{x_i} W = −κ·x̄``: O(M) per replica. On the sphere
-    ``−κ x·y = κ/2·|x − y|² − κ``, so it gives the law of ``QuadraticInteraction(κ)``, whose extra radial
+    $1/M \sum_j W(x_i, x_j) = -\kappa\cdot x_i\cdot\bar{x}$ and $1/M \sum_j \nabla_{x_i} W = -\kappa\cdot\bar{x}$: O(M) per replica. On the sphere
+    $-\kappa x\cdot y = \kappa/2\cdot|x - y|^2 - \kappa$, so it gives the law of ``QuadraticInteraction(κ)``, whose extra radial
     term the projection removes.
 
     Args:
-        kappa: strength; ``κ > 0`` aligns, ``κ < 0`` anti-aligns: a number, or one per replica (shape
+        kappa: strength; $\kappa > 0$ aligns, $\kappa < 0$ anti-aligns: a number, or one per replica (shape
             ``(B,)``), e.g. ``Alignment(torch.linspace(0.5, 4.0, 16))`` for a coupling sweep in one call.
     """
 
@@ -196,34 +199,34 @@ class Alignment(Interaction):
 
 
 class RadialInteraction(Interaction):
-    """A radial pair potential ``W(z) = ψ(|z|²)``, so ``∇W(z) = 2ψ'(|z|²)·z``.
+    r"""A radial pair potential $W(z) = \psi(|z|^2)$, so $\nabla W(z) = 2\psi'(|z|^2)\cdot z$.
 
-    ``1/M Σ_j 2ψ'(r²_ij)(x_i − x_j) = 1/M [x_i Σ_j g_ij − Σ_j g_ij x_j]`` with ``g_ij = 2ψ'(r²_ij)``: one
-    pairwise reduction ``Σ_j g_ij (1, x_j)`` (:func:`meanfield.pairwise.radial_sum`), never an
-    ``M × M × d`` tensor. The ``"torch"`` backend works in blocks of ``B × rows × M ≤ max_elements``
+    $1/M \sum_j 2\psi'(r^2_{ij})(x_i - x_j) = 1/M [x_i \sum_j g_{ij} - \sum_j g_{ij} x_j]$ with $g_{ij} = 2\psi'(r^2_{ij})$: one
+    pairwise reduction $\sum_j g_{ij} (1, x_j)$ ([`meanfield.pairwise.radial_sum`][meanfield.pairwise.radial_sum]), never an
+    $M \times M \times d$ tensor. The ``"torch"`` backend works in blocks of ``B × rows × M ≤ max_elements``
     numbers, one matrix product each; ``"keops"`` (when ``pykeops`` is installed) keeps memory ``O(BMd)``
-    and is what ``"auto"`` picks on a GPU and in low dimension (:func:`meanfield.pairwise.resolve_backend`).
-    KeOps needs ``ψ`` and ``ψ'`` written with operators and tensor methods (``(-r2).exp()``, ``1 / (1 + r2)``),
+    and is what ``"auto"`` picks on a GPU and in low dimension ([`meanfield.pairwise.resolve_backend`][meanfield.pairwise.resolve_backend]).
+    KeOps needs $\psi$ and $\psi'$ written with operators and tensor methods (``(-r2).exp()``, ``1 / (1 + r2)``),
     which apply to its symbolic tensors too; where they do not (``torch.exp(r2)``) the torch backend is used.
-    :attr:`backend_used` says which backend the last call used. Writing ``ψ`` in ``|z|²`` keeps the gradient
+    `backend_used` says which backend the last call used. Writing $\psi$ in $|z|^2$ keeps the gradient
     smooth at ``z = 0``.
 
     **The self-pair.** The sums run over all ``j``, ``i`` included, where ``z = 0``: for a smooth kernel that
-    term adds ``ψ(0)/M`` to the energy and nothing to the drift (``∇W(0) = 0``). A kernel singular at 0
-    (``−log|z|``, Coulomb, Riesz) has no value there, and including it would make the drift NaN at the first
-    step. So ``self_pair=None`` (the default) leaves the ``j = i`` term out exactly when ``ψ(0)`` or ``ψ'(0)``
+    term adds $\psi(0)/M$ to the energy and nothing to the drift ($\nabla W(0) = 0$). A kernel singular at 0
+    ($-\log|z|$, Coulomb, Riesz) has no value there, and including it would make the drift NaN at the first
+    step. So ``self_pair=None`` (the default) leaves the ``j = i`` term out exactly when $\psi(0)$ or $\psi'(0)$
     is not finite (probed once, on a float64 zero), and keeps it otherwise; ``True``/``False`` decide
-    explicitly. Left out, the sums are ``1/M Σ_{j≠i}`` (the mean-field ``1/M``, not ``1/(M − 1)``). Two
+    explicitly. Left out, the sums are $1/M \sum_{j\ne i}$ (the mean-field ``1/M``, not $1/(M - 1)$). Two
     *different* particles at the same point still meet the singularity: that is the model's, not the code's.
 
-    **Per-replica parameters.** ``ψ`` and ``ψ'`` are applied (on the torch backend) to blocks of squared
+    **Per-replica parameters.** $\psi$ and $\psi'$ are applied (on the torch backend) to blocks of squared
     distances of shape ``(B, rows, M)``, so a ``(B, 1, 1)`` tensor inside them broadcasts per replica; the
     built-in subclasses take their strength and width as per-replica values directly.
 
     Args:
-        psi: ``ψ``, applied elementwise to a tensor of squared distances.
-        dpsi: ``ψ'``, applied elementwise likewise.
-        max_elements: the largest ``B × rows × M`` block the torch backend builds at once.
+        psi: $\psi$, applied elementwise to a tensor of squared distances.
+        dpsi: $\psi'$, applied elementwise likewise.
+        max_elements: the largest $B \times \text{ rows } \times M$ block the torch backend builds at once.
         backend: ``"auto"``, ``"torch"`` or ``"keops"``.
         self_pair: include the ``j = i`` term (``True``), leave it out (``False``), or decide from the
             kernel's value at 0 (``None``).
@@ -250,7 +253,7 @@ class RadialInteraction(Interaction):
         self.self_pair = self._singular_at_zero() is False if self_pair is None else self_pair
 
     def _singular_at_zero(self) -> bool:
-        """Whether ``ψ(0)`` or ``ψ'(0)`` is not finite (or cannot be evaluated), on a float64 zero."""
+        r"""Whether $\psi(0)$ or $\psi'(0)$ is not finite (or cannot be evaluated), on a float64 zero."""
         zero = torch.zeros(1, 1, 1, dtype=torch.float64)  # (1, 1, 1)
         try:
             with torch.no_grad():
@@ -266,7 +269,7 @@ class RadialInteraction(Interaction):
         return self.psi, (lambda r2: 2.0 * self.dpsi(r2)), 1.0, 1.0, 1.0
 
     def _pair_sums(self, x: torch.Tensor, phi: Callable, values: torch.Tensor, scale: Param) -> torch.Tensor:
-        """``Σ_j φ(s·|x_i − x_j|²) v_j`` (``j ≠ i`` unless :attr:`self_pair`), shape ``(B, M, k)``."""
+        r"""$\sum_j \varphi(s\cdot|x_i - x_j|^2) v_j$ ($j \ne i$ unless `self_pair`), shape ``(B, M, k)``."""
         backend = resolve_backend(self.backend, x.shape[-1], x.device)
         if backend == "keops" and (self._keops_fails or not self.self_pair) and self.backend == "auto":
             backend = "torch"
@@ -315,15 +318,15 @@ class RadialInteraction(Interaction):
 
 
 class GaussianInteraction(RadialInteraction):
-    """``W(z) = c · exp(−|z|²/(2ℓ²))``: ``c > 0`` repels nearby particles, ``c < 0`` attracts them.
+    r"""$W(z) = c \cdot \exp(-|z|^2/(2\ell^2))$: ``c > 0`` repels nearby particles, ``c < 0`` attracts them.
 
-    With ``s = 1/(2ℓ²)``: ``ψ(r²) = c·e^{−s r²}`` and ``2ψ'(r²) = −2sc·e^{−s r²}``; the reduction is
-    ``Σ_j e^{−|√s x_i − √s x_j|²}(1, x_j)`` whatever ``c`` and ``ℓ`` (one compiled KeOps formula). Per
-    replica, ``c`` multiplies the sums and ``√s`` scales the replica's particles before them.
+    With $s = 1/(2\ell^2)$: $\psi(r^2) = c\cdot e^{-s r^2}$ and $2\psi'(r^2) = -2sc\cdot e^{-s r^2}$; the reduction is
+    $\sum_j e^{-|\sqrt{s} x_i - \sqrt{s} x_j|^2}(1, x_j)$ whatever ``c`` and $\ell$ (one compiled KeOps formula). Per
+    replica, ``c`` multiplies the sums and $\sqrt{s}$ scales the replica's particles before them.
 
     Args:
         c: strength, a number or one per replica (shape ``(B,)``).
-        length: the width ``ℓ > 0``, a number or one per replica.
+        length: the width $\ell > 0$, a number or one per replica.
         max_elements: the largest block of the torch backend.
         backend: ``"auto"``, ``"torch"`` or ``"keops"``.
     """
@@ -373,7 +376,7 @@ class GaussianInteraction(RadialInteraction):
 
 
 def _gaussian_kernel(u):
-    """``e^{−u}`` for a tensor or a KeOps LazyTensor; in place on a tensor that needs no gradient (the
+    """$e^{-u}$ for a tensor or a KeOps LazyTensor; in place on a tensor that needs no gradient (the
     torch backend hands over a fresh block: one pass over it instead of three allocations)."""
     if isinstance(u, torch.Tensor) and not (u.requires_grad and torch.is_grad_enabled()):
         return u.neg_().exp_()
@@ -381,14 +384,14 @@ def _gaussian_kernel(u):
 
 
 class LogInteraction(RadialInteraction):
-    r"""``W(z) = −c·log|z| = −c/2·log(|z|²)``: logarithmic repulsion (``c > 0``) or attraction (``c < 0``),
-    singular at ``z = 0``.
+    r"""$W(z) = -c\cdot\log|z| = -c/2\cdot\log(|z|^2)$: logarithmic repulsion (``c > 0``) or attraction
+    (``c < 0``), singular at ``z = 0``.
 
-    ``ψ(r²) = −c/2·log r²`` and ``2ψ'(r²) = −c/r²``, so the drift's pair term is
-    ``−1/M Σ_{j≠i} ∇W(x_i − x_j) = c/M Σ_{j≠i} (x_i − x_j)/|x_i − x_j|²``. In d = 1 this is the interaction
-    of Dyson Brownian motion: with ``V = a x²/2`` the mean-field law at low temperature is the semicircle
-    of radius ``R = sqrt(2c/a)`` (variance ``R²/4 = c/(2a)``); in d = 2 it is the Coulomb (log-gas)
-    interaction. The self-pair ``j = i`` is always left out (see :class:`RadialInteraction`).
+    $\psi(r^2) = -c/2\cdot\log r^2$ and $2\psi'(r^2) = -c/r^2$, so the drift's pair term is
+    $-1/M \sum_{j\ne i} \nabla W(x_i - x_j) = c/M \sum_{j\ne i} (x_i - x_j)/|x_i - x_j|^2$. In d = 1 this is the interaction
+    of Dyson Brownian motion: with $V = a x^2/2$ the mean-field law at low temperature is the semicircle
+    of radius $R = \sqrt{2c/a}$ (variance $R^2/4 = c/(2a)$); in d = 2 it is the Coulomb (log-gas)
+    interaction. The self-pair ``j = i`` is always left out (see [`RadialInteraction`][meanfield.potentials.RadialInteraction]).
 
     **The sign: c > 0 repels, c < 0 attracts.** ``LogInteraction(−χ)`` in d = 2 is the Keller–Segel
     (chemotaxis) particle system ``dX_i = −χ/M Σ_{j≠i}(X_i − X_j)/|X_i − X_j|² dt + sqrt(2β) dW_i``. Its virial
@@ -399,7 +402,7 @@ class LogInteraction(RadialInteraction):
     so the **critical value** is ``χ_c = 4β·M/(M − 1)`` (``4β`` as M → ∞; the critical mass ``8π`` of the
     classical normalisation ``∂ρ = Δρ − ∇·(ρ∇c)``, ``−Δc = ρ``, whose mass ``m`` is ``χ = βm/(2π)`` here).
     Above it ``E m2`` reaches 0 at ``t* = E m2(0)/(χ(M−1)/M − 4β)``: the particles collapse, and
-    :func:`meanfield.simulate` says so (:mod:`meanfield.resolution`); the check ``theory/keller_segel.py``
+    [`meanfield.simulate`][meanfield.simulate] says so ([`meanfield.resolution`][meanfield.resolution]); the check ``theory/keller_segel.py``
     measures the slope on both sides.
 
     Args:
@@ -431,12 +434,12 @@ class LogInteraction(RadialInteraction):
 
 
 class RieszInteraction(RadialInteraction):
-    """``W(z) = c·|z|^{−s}/s`` for ``s > 0``: Riesz repulsion (``c > 0``) or attraction (``c < 0``, watched for a
-    collapse by :func:`meanfield.simulate`), singular at ``z = 0``; ``s = d − 2`` is Coulomb's in ``d ≥ 3``
-    (``s → 0`` gives :class:`LogInteraction`).
+    r"""$W(z) = c\cdot|z|^{-s}/s$ for ``s > 0``: Riesz repulsion (``c > 0``) or attraction (``c < 0``, watched
+    for a collapse by [`simulate`][meanfield.simulate]), singular at ``z = 0``; $s = d - 2$ is Coulomb's in
+    $d \ge 3$ ($s \to 0$ gives [`LogInteraction`][meanfield.potentials.LogInteraction]).
 
-    ``ψ(r²) = c/s·(r²)^{−s/2}`` and ``2ψ'(r²) = −c·(r²)^{−s/2−1}``, so ``∇W(z) = −c·z/|z|^{s+2}``. The
-    self-pair ``j = i`` is always left out (see :class:`RadialInteraction`).
+    $\psi(r^2) = c/s\cdot(r^2)^{-s/2}$ and $2\psi'(r^2) = -c\cdot(r^2)^{-s/2-1}$, so $\nabla W(z) = -c\cdot z/|z|^{s+2}$. The
+    self-pair ``j = i`` is always left out (see [`RadialInteraction`][meanfield.potentials.RadialInteraction]).
 
     Args:
         s: the exponent ``s > 0`` (a number: it sets the kernel's formula).
@@ -481,10 +484,10 @@ class RieszInteraction(RadialInteraction):
 
 
 def _log_kernel(r2):
-    """``−½ log r²`` (``ψ`` of :class:`LogInteraction` with ``c = 1``)."""
+    r"""$-\tfrac12 \log r^2$ ($\psi$ of [`LogInteraction`][meanfield.potentials.LogInteraction] with ``c = 1``)."""
     return -0.5 * r2.log()
 
 
 def _inverse_kernel(r2):
-    """``1/r²`` (``2ψ'`` of :class:`LogInteraction` is ``−c/r²``)."""
+    r"""$1/r^2$ ($2\psi'$ of [`LogInteraction`][meanfield.potentials.LogInteraction] is $-c/r^2$)."""
     return 1.0 / r2

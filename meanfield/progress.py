@@ -5,11 +5,11 @@
 the same rule unless ``quiet``:
 
 * ``progress=True`` shows the bar at once, ``progress=False`` never shows it;
-* ``progress=None`` (the default) shows it when the call has lasted :data:`DELAY` seconds, if stderr is a
+* ``progress=None`` (the default) shows it when the call has lasted [`DELAY`][meanfield.progress.DELAY] seconds, if stderr is a
   terminal or the call runs in a Jupyter kernel — never into a log file or a pipe — and not inside another
   meanfield call that has a bar (a ``simulate`` within the function a ``sweep`` runs: the sweep's bar only).
 
-:func:`set_progress` (or the environment variable ``MEANFIELD_PROGRESS=0``/``1``, read at each call) turns the
+[`set_progress`][meanfield.progress.set_progress] (or the environment variable ``MEANFIELD_PROGRESS=0``/``1``, read at each call) turns the
 default off or on for the whole process: ``meanfield.set_progress(False)`` silences every ``progress=None`` call.
 """
 
@@ -49,7 +49,7 @@ def _interactive() -> bool:
 
 
 def progress_default() -> bool:
-    """Whether a call with ``progress=None`` shows its bar (outside another call's bar): :func:`set_progress`'s
+    """Whether a call with ``progress=None`` shows its bar (outside another call's bar): [`set_progress`][meanfield.progress.set_progress]'s
     choice, else ``MEANFIELD_PROGRESS``, else whether stderr is a terminal or the process a Jupyter kernel."""
     if _DEFAULT is not None:
         return _DEFAULT

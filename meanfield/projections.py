@@ -1,12 +1,12 @@
-"""Projections ``Π`` applied after every step: ``θ_i ← Π(θ_i − η·∇_i + sqrt(2β_t η)·ξ_i)``.
+r"""Projections $\Pi$ applied after every step: $\theta_i \leftarrow \Pi(\theta_i - \eta\cdot\nabla_i + \sqrt{2\beta_t \eta}\cdot \xi_i)$.
 
-One projection serves both steppers: :func:`meanfield.simulate` applies it to the state ``(B, M, d)``
-after every step, :class:`meanfield.optim.Langevin` to every parameter of a group after every step.
+One projection serves both steppers: [`meanfield.simulate`][meanfield.simulate] applies it to the state ``(B, M, d)``
+after every step, [`meanfield.optim.Langevin`][meanfield.optim.langevin.Langevin] to every parameter of a group after every step.
 ``project_(x)`` projects one tensor in place and returns it; ``project_all_(tensors)`` does a list.
 
 **Projections are data.** ``to_dict()`` gives plain data with a ``"kind"`` (``{"kind": "clip", "A": 2.0}``,
-``{"kind": "sphere", "radius": 1.0, "dim": [-1]}``) and :func:`projection_from_dict` rebuilds the
-projection (:data:`PROJECTIONS`: the kinds it knows), for TOML configs and ``weights_only`` checkpoints.
+``{"kind": "sphere", "radius": 1.0, "dim": [-1]}``) and [`projection_from_dict`][meanfield.projections.projection_from_dict] rebuilds the
+projection ([`PROJECTIONS`][meanfield.projections.PROJECTIONS]: the kinds it knows), for TOML configs and ``weights_only`` checkpoints.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class Projection:
 
 
 class Clip(Projection):
-    """``Π(θ) = clip(θ, −A, A)`` coordinate-wise: the Euclidean projection onto the box ``[−A, A]^d``.
+    r"""$\Pi(\theta) = \operatorname{clip}(\theta, -A, A)$ coordinate-wise: the Euclidean projection onto the box $[-A, A]^d$.
 
     Args:
         A: the bound, ``A > 0``.
@@ -63,22 +63,22 @@ class Clip(Projection):
         return f"Clip(A={self.A})"
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "clip", "A": A}`` (see :func:`projection_from_dict`)."""
+        """``{"kind": "clip", "A": A}`` (see [`projection_from_dict`][meanfield.projections.projection_from_dict])."""
         return {"kind": "clip", "A": self.A}
 
 
 class Sphere(Projection):
-    """``Π(θ_i) = r·θ_i/|θ_i|``: each particle renormalised onto the sphere of radius ``r``.
+    r"""$\Pi(\theta_i) = r\cdot \theta_i/|\theta_i|$: each particle renormalised onto the sphere of radius ``r``.
 
     A particle's coordinates are the axes ``dim`` (default the last one): for a state ``(B, M, d)`` each
-    of the B·M particles lands on ``S^{d−1}``; for a stacked parameter ``(M, d)`` each row; pass
-    ``dim=(1, 2)`` for a parameter ``(M, d, h)`` whose particle is a whole ``d × h`` block, ``dim=0`` for
+    of the B·M particles lands on $S^{d-1}$; for a stacked parameter ``(M, d)`` each row; pass
+    ``dim=(1, 2)`` for a parameter ``(M, d, h)`` whose particle is a whole $d \times h$ block, ``dim=0`` for
     a single vector. A zero particle stays zero.
 
-    With this projection after an Euler–Maruyama step, ``x + b·dt + sqrt(2β·dt)·ξ`` then ``x/|x|`` is the
-    standard projected scheme for Langevin dynamics on ``S^{d−1}``: its invariant law converges to
-    ``∝ exp(−V/β)`` with respect to the uniform measure on the sphere as ``dt → 0`` (the normalisation
-    supplies the Itô drift ``−β(d−1)θ``).
+    With this projection after an Euler–Maruyama step, $x + b\cdot dt + \sqrt{2\beta\cdot dt}\cdot \xi$ then ``x/|x|`` is the
+    standard projected scheme for Langevin dynamics on $S^{d-1}$: its invariant law converges to
+    $\propto \exp(-V/\beta)$ with respect to the uniform measure on the sphere as $dt \to 0$ (the normalisation
+    supplies the Itô drift $-\beta(d-1)\theta$).
 
     Args:
         radius: ``r > 0``.
@@ -111,15 +111,15 @@ class Sphere(Projection):
         return f"Sphere(radius={self.radius}, dim={self.dim if len(self.dim) > 1 else self.dim[0]})"
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "sphere", "radius": r, "dim": [axes]}`` (see :func:`projection_from_dict`)."""
+        """``{"kind": "sphere", "radius": r, "dim": [axes]}`` (see [`projection_from_dict`][meanfield.projections.projection_from_dict])."""
         return {"kind": "sphere", "radius": self.radius, "dim": list(self.dim)}
 
 
 PROJECTIONS: dict[str, type] = {"clip": Clip, "sphere": Sphere}
-"""The projection classes that :func:`projection_from_dict` rebuilds, by the ``"kind"`` of their ``to_dict()``.
+"""The projection classes that [`projection_from_dict`][meanfield.projections.projection_from_dict] rebuilds, by the ``"kind"`` of their ``to_dict()``.
 
-Two other kinds exist only as descriptions: ``"layer"`` (:class:`meanfield.optim.LayerProjection`, which holds
-a module: its owner rebuilds it, e.g. :meth:`meanfield.optim.Langevin.param_groups_for`) and ``"custom"``.
+Two other kinds exist only as descriptions: ``"layer"`` ([`meanfield.optim.LayerProjection`][meanfield.optim.layers.LayerProjection], which holds
+a module: its owner rebuilds it, e.g. [`meanfield.optim.Langevin.param_groups_for`][meanfield.optim.langevin.Langevin.param_groups_for]) and ``"custom"``.
 """
 
 _PROJECTION_FIELDS = {"clip": ("A",), "sphere": ("radius", "dim")}
@@ -131,7 +131,7 @@ def projection_from_dict(data: Mapping[str, Any]) -> Projection:
 
     Raises:
         TypeError: ``data`` is not a mapping.
-        ValueError: an unknown kind (the message lists :data:`PROJECTIONS`; ``"layer"`` and ``"custom"``
+        ValueError: an unknown kind (the message lists [`PROJECTIONS`][meanfield.projections.PROJECTIONS]; ``"layer"`` and ``"custom"``
             say who rebuilds them), a missing or extra field, or a field value the projection refuses.
     """
     if not isinstance(data, Mapping):

@@ -1,9 +1,9 @@
-"""Step-size studies on one Brownian path: the same system at steps ``k·η`` (k = 1, 2, 4, …), coupled.
+r"""Step-size studies on one Brownian path: the same system at steps $k\cdot \eta$ (k = 1, 2, 4, …), coupled.
 
-Runs at ``η`` and ``2η`` driven by the same Brownian path (the coarse increments are sums of the fine ones,
-:meth:`~meanfield.brownian.BrownianIncrements.coarsen`) have strongly correlated errors, so the Richardson
-extrapolation ``2·v(η) − v(2η)`` removes the O(η) bias of a weak-order-1 scheme at a small cost in variance,
-and ``v(2η) − v(η)`` measures that bias directly.
+Runs at $\eta$ and $2\eta$ driven by the same Brownian path (the coarse increments are sums of the fine ones,
+[`coarsen`][meanfield.brownian.BrownianIncrements.coarsen]) have strongly correlated errors, so the Richardson
+extrapolation $2\cdot v(\eta) - v(2\eta)$ removes the O(η) bias of a weak-order-1 scheme at a small cost in variance,
+and $v(2\eta) - v(\eta)$ measures that bias directly.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def coupled_step_sizes(
     segment: int = 16,
     solver: str = "euler",
 ) -> dict[int, np.ndarray]:
-    """Simulate ``system`` at steps ``k·eta`` for every ``k`` in ``levels`` on one shared Brownian path.
+    r"""Simulate ``system`` at steps $k\cdot eta$ for every ``k`` in ``levels`` on one shared Brownian path.
 
     The path is drawn in segments of ``segment·record_every`` fine steps (so memory stays bounded); each
     run records ``observable(states)`` every ``record_every`` fine steps.
@@ -83,5 +83,5 @@ def coupled_step_sizes(
 
 
 def richardson(v_eta, v_2eta):
-    """``2·v(η) − v(2η)``: removes the O(η) term of ``v(η) = v(0) + c·η + O(η²)``."""
+    r"""$2\cdot v(\eta) - v(2\eta)$: removes the O(η) term of $v(\eta) = v(0) + c\cdot \eta + O(\eta^2)$."""
     return 2 * v_eta - v_2eta

@@ -1,20 +1,20 @@
 """Schedules for the temperature β_t and the step size η_t.
 
 A schedule is a plain callable of one number, the *clock* ``s``: the step count in
-:class:`meanfield.optim.Langevin`, the time ``t`` of a particle system in :func:`meanfield.simulate`.
+[`meanfield.optim.Langevin`][meanfield.optim.langevin.Langevin], the time ``t`` of a particle system in [`meanfield.simulate`][meanfield.simulate].
 Every schedule runs from ``start`` at ``s = 0`` to ``end`` at ``s = T`` and stays at ``end`` afterwards
 (``s`` is clamped to ``[0, T]``). Any callable ``s -> float`` can be used where a schedule is asked for.
 
 **Schedules are data.** Every schedule class here has ``to_dict()`` (plain numbers, lists and a ``"kind"``
-naming it in :data:`SCHEDULES`) and :func:`schedule_from_dict` rebuilds it, so a β schedule can live in a
-TOML config and in a checkpoint read by ``torch.load(weights_only=True)``. :func:`schedule_to_data` turns
+naming it in [`SCHEDULES`][meanfield.schedules.SCHEDULES]) and [`schedule_from_dict`][meanfield.schedules.schedule_from_dict] rebuilds it, so a β schedule can live in a
+TOML config and in a checkpoint read by ``torch.load(weights_only=True)``. [`schedule_to_data`][meanfield.schedules.schedule_to_data] turns
 a number or a schedule into such data and refuses an arbitrary callable (a lambda has no data form).
 
 **Per-replica levels.** Every level (``value``, ``start``, ``end``, each of ``values``) is a number or one
 value per replica, a tensor of shape ``(B,)``; a schedule with per-replica levels returns a float64 ``(B,)``
 tensor (replica ``b`` follows the schedule of its own levels, on the shared clock), which
-:class:`meanfield.MeanFieldLangevin` takes as a per-replica temperature. Its ``to_dict()`` writes such a
-level as a list, which :func:`schedule_from_dict` reads back.
+[`meanfield.MeanFieldLangevin`][meanfield.systems.MeanFieldLangevin] takes as a per-replica temperature. Its ``to_dict()`` writes such a
+level as a list, which [`schedule_from_dict`][meanfield.schedules.schedule_from_dict] reads back.
 
 Example:
     >>> from meanfield.schedules import Cosine
@@ -74,7 +74,7 @@ def _check_horizon(T: float) -> float:
 
 @dataclass(frozen=True)
 class Constant:
-    """``λ_s = value`` for every ``s`` (a number, or per-replica values ``(B,)``)."""
+    r"""$\lambda_s = \text{ value }$ for every ``s`` (a number, or per-replica values ``(B,)``)."""
 
     value: float | torch.Tensor
 
@@ -85,7 +85,7 @@ class Constant:
         return self.value
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "constant", "value": value}`` (see :func:`schedule_from_dict`)."""
+        """``{"kind": "constant", "value": value}`` (see [`schedule_from_dict`][meanfield.schedules.schedule_from_dict])."""
         return {"kind": "constant", "value": _data(self.value)}
 
     def __eq__(self, other: object) -> bool:
@@ -122,14 +122,14 @@ class _Anneal:
         return min(max(float(s), 0.0), self.T) / self.T
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": <name>, "start": …, "end": …, "T": …}`` (see :func:`schedule_from_dict`)."""
+        """``{"kind": <name>, "start": …, "end": …, "T": …}`` (see [`schedule_from_dict`][meanfield.schedules.schedule_from_dict])."""
         return {"kind": _kind_of(type(self)), "start": _data(self.start), "end": _data(self.end), "T": self.T}
 
 
 class Cosine(_Anneal):
-    """Cosine annealing ``λ_s = λ_end + ½(λ_start − λ_end)(1 + cos(π s/T))`` for ``0 ≤ s ≤ T``.
+    r"""Cosine annealing $\lambda_s = \lambda_{\mathrm{end}} + \tfrac12(\lambda_{\mathrm{start}} - \lambda_{\mathrm{end}})(1 + \cos(\pi s/T))$ for $0 \le s \le T$.
 
-    With ``start = λ_max`` and ``end = λ_min`` this is the usual ``λ_max → λ_min`` anneal.
+    With $\text{ start } = \lambda_{\max}$ and $\text{ end } = \lambda_{\min}$ this is the usual $\lambda_{\max} \to \lambda_{\min}$ anneal.
     """
 
     def __call__(self, s: float) -> float:
@@ -137,14 +137,14 @@ class Cosine(_Anneal):
 
 
 class Linear(_Anneal):
-    """Linear interpolation ``λ_s = λ_start + (λ_end − λ_start)·s/T`` for ``0 ≤ s ≤ T``."""
+    r"""Linear interpolation ``λ_s = λ_start + (λ_end − λ_start)·s/T`` for $0 \le s \le T$."""
 
     def __call__(self, s: float) -> float:
         return self.start + (self.end - self.start) * self._progress(s)
 
 
 class Exponential(_Anneal):
-    """Geometric interpolation ``λ_s = λ_start·(λ_end/λ_start)^(s/T)`` for ``0 ≤ s ≤ T``.
+    r"""Geometric interpolation ``λ_s = λ_start·(λ_end/λ_start)^(s/T)`` for $0 \le s \le T$.
 
     Both ends must be > 0 (the schedule decays or grows by a constant factor per unit of ``s``).
     """
@@ -167,7 +167,7 @@ class Exponential(_Anneal):
 
 @dataclass(frozen=True)
 class Step:
-    """Piecewise constant: ``λ_s = values[k]`` where ``k`` is the number of ``boundaries`` ≤ ``s``.
+    r"""Piecewise constant: $\lambda_s = \mathrm{values}[k]$ where ``k`` is the number of ``boundaries`` ≤ ``s``.
 
     Args:
         values: ``len(boundaries) + 1`` levels.
@@ -197,7 +197,7 @@ class Step:
         return self.values[bisect.bisect_right(self.boundaries, float(s))]
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "step", "values": [...], "boundaries": [...]}`` (see :func:`schedule_from_dict`)."""
+        """``{"kind": "step", "values": [...], "boundaries": [...]}`` (see [`schedule_from_dict`][meanfield.schedules.schedule_from_dict])."""
         return {
             "kind": "step",
             "values": [_data(v) for v in self.values],
@@ -237,7 +237,7 @@ def schedule_from_dict(data: Mapping[str, Any]) -> Schedule:
 
     Raises:
         TypeError: ``data`` is not a mapping.
-        ValueError: no ``"kind"``, an unknown kind (the message lists :data:`SCHEDULES`), a missing or
+        ValueError: no ``"kind"``, an unknown kind (the message lists [`SCHEDULES`][meanfield.schedules.SCHEDULES]), a missing or
             extra field (the message lists the kind's fields), or a field value the schedule refuses.
     """
     if not isinstance(data, Mapping):
@@ -289,12 +289,12 @@ def schedule_to_data(value: float | Schedule, name: str = "schedule") -> float |
 
 
 def as_schedule(value: float | Schedule | Mapping[str, Any], name: str) -> Schedule:
-    """Return ``value`` as a schedule: a number becomes :class:`Constant`, a callable is kept, a dict (a
-    schedule's ``to_dict()``) is rebuilt by :func:`schedule_from_dict`.
+    """Return ``value`` as a schedule: a number becomes [`Constant`][meanfield.schedules.Constant], a callable is kept, a dict (a
+    schedule's ``to_dict()``) is rebuilt by [`schedule_from_dict`][meanfield.schedules.schedule_from_dict].
 
     Raises:
         TypeError: if ``value`` is neither a real number, a callable nor a dict.
-        ValueError: a dict that :func:`schedule_from_dict` refuses.
+        ValueError: a dict that [`schedule_from_dict`][meanfield.schedules.schedule_from_dict] refuses.
     """
     if callable(value):
         return value

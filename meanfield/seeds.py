@@ -11,7 +11,7 @@ import torch
 __all__ = ["derive_seed", "resolve_generator", "SEED_RANGE"]
 
 SEED_RANGE = (-(2**63), 2**64)
-"""The seeds ``torch.Generator.manual_seed`` takes: ``[−2^63, 2^64)``."""
+"""The seeds ``torch.Generator.manual_seed`` takes: $[-2^{63}, 2^{64})$."""
 
 
 def derive_seed(seed: int, stream: str) -> int:
@@ -37,7 +37,7 @@ def resolve_generator(
     * an ``int`` or a numpy integer (``np.int64(3)``, an element of ``np.arange``): a fresh
       ``torch.Generator(device).manual_seed(seed)``, the seed returned;
     * a ``torch.Generator``: used as it is (it must be on ``device``'s type), seed ``None``;
-    * ``None`` (when ``allow_none``): a fresh random seed from :mod:`secrets`, returned so the run can be
+    * ``None`` (when ``allow_none``): a fresh random seed from `secrets`, returned so the run can be
       repeated.
 
     ``bool`` (``True`` is an ``int`` to Python) and anything else are refused.
@@ -54,7 +54,7 @@ def resolve_generator(
 
     Raises:
         TypeError: a type other than the three above (the message lists them).
-        ValueError: a seed outside ``[−2^63, 2^64)``, or a generator on another device type.
+        ValueError: a seed outside $[-2^{63}, 2^{64})$, or a generator on another device type.
     """
     device = torch.device(device)
     allowed = "a torch.Generator, an int seed (Python or numpy integer)" + (" or None" if allow_none else "")

@@ -3,7 +3,7 @@
 Their readable home is the source tree: ``theory/*.py`` (the checks ``meanfield validate`` runs) and
 ``experiments/*/*.toml`` (the configurations ``meanfield run`` trains), beside ``meanfield/``. A wheel
 carries copies of exactly those files, made from the same folders when the wheel is built (``setup.py``,
-with the patterns of :data:`SHIPPED`), at ``meanfield/theory/`` and ``meanfield/experiments/``. So:
+with the patterns of [`SHIPPED`][meanfield.shipped.SHIPPED]), at ``meanfield/theory/`` and ``meanfield/experiments/``. So:
 
 - installed from a wheel (``pip install meanfield-sde``, or ``pip install .``): the copies inside the
   installed package;
@@ -15,7 +15,7 @@ with the code it imports, wherever it is started.
 
 A configuration's *name* is its path under ``experiments/`` without the suffix, with ``config.toml`` read as
 its folder: ``experiments/char_lm/config.toml`` is ``char_lm``, ``experiments/particle_attention/toy.toml``
-is ``particle_attention/toy``. :func:`configs` lists them, :func:`config_path` finds one.
+is ``particle_attention/toy``. [`configs`][meanfield.shipped.configs] lists them, [`config_path`][meanfield.shipped.config_path] finds one.
 """
 
 from __future__ import annotations
@@ -80,12 +80,12 @@ def theory_dir() -> Path:
 
 
 def experiments_dir() -> Path:
-    """The folder of the experiment configurations (as :func:`theory_dir`, for ``experiments/``)."""
+    """The folder of the experiment configurations (as [`theory_dir`][meanfield.shipped.theory_dir], for ``experiments/``)."""
     return _folder("experiments")
 
 
 def config_name(path: Path, root: Path | None = None) -> str:
-    """The name of the configuration file ``path`` under ``root`` (default :func:`experiments_dir`)."""
+    """The name of the configuration file ``path`` under ``root`` (default [`experiments_dir`][meanfield.shipped.experiments_dir])."""
     rel = Path(path).relative_to(root if root is not None else experiments_dir())
     parts = list(rel.with_suffix("").parts)
     if parts[-1] == "config" and len(parts) > 1:
@@ -104,7 +104,7 @@ def configs() -> dict[str, Path]:
 
 
 def config_path(name: str) -> Path:
-    """The file of the shipped configuration ``name`` (see :func:`configs`).
+    """The file of the shipped configuration ``name`` (see [`configs`][meanfield.shipped.configs]).
 
     Raises:
         UnknownConfig: ``name`` is not one of them; the message lists those there are.
@@ -124,7 +124,7 @@ def find_config(arg: str | os.PathLike) -> tuple[Path, str | None]:
     wins over a shipped name), else ``(path, name)`` for a shipped configuration.
 
     Raises:
-        ConfigError: a ``.toml`` path that does not exist, or :class:`UnknownConfig` for an unknown name.
+        ConfigError: a ``.toml`` path that does not exist, or [`UnknownConfig`][meanfield.shipped.UnknownConfig] for an unknown name.
     """
     path = Path(arg)
     if path.is_file():

@@ -1,4 +1,4 @@
-"""``simulate``: integrate a particle system on a fixed grid and keep a :class:`Trajectory`."""
+"""``simulate``: integrate a particle system on a fixed grid and keep a [`Trajectory`][meanfield.simulate.Trajectory]."""
 
 from __future__ import annotations
 
@@ -230,7 +230,7 @@ class _Anchor:
     def first_bad_step(
         self, solver: Solver, system: ParticleSystem, t0: float, dt: float, until: int
     ) -> tuple[int, torch.Tensor] | None:
-        """``(k, x_{k−1})``: the first step ``k ≤ until`` whose state is non-finite, and the finite state
+        r"""$(k, x_{k-1})$: the first step $k \le \text{ until }$ whose state is non-finite, and the finite state
         before it, by replaying the steps from the anchor one at a time; ``None`` when it cannot."""
         if not self.replayable:
             return None
@@ -264,7 +264,7 @@ def _burn_in_steps(save_from: object, t0: float, t1: float, dt: float, n_steps: 
 
 
 GROWTH = 1e8
-"""A state whose largest entry grew above ``GROWTH × max(1, max|x0|)`` before a non-finite step is read as a
+r"""A state whose largest entry grew above $\text{ GROWTH } \times \max(1, \max|x_0|)$ before a non-finite step is read as a
 blow-up (reduce dt, check the drift's sign), a moderate one whose drift is non-finite as a singular drift."""
 
 
@@ -329,15 +329,15 @@ def simulate(
     collapse: str = "warn",
     collapse_every: int = 16,
 ) -> Trajectory:
-    """Integrate ``system`` from ``x0`` at ``t0`` to ``t1`` with ``n = (t1 − t0)/dt`` steps of size ``dt``.
+    """Integrate ``system`` from ``x0`` at ``t0`` to ``t1`` with $n = (t_1 - t_0)/dt$ steps of size ``dt``.
 
     Args:
         system: the particle system (drift, diffusion, noise type).
         x0: the initial state, ``(B, M, d)``, finite; it is not modified.
-        t1: the final time (``> t0``; ``t1 − t0`` must be a whole number of steps).
+        t1: the final time (``> t0``; $t_1 - t_0$ must be a whole number of steps).
         dt: the step size ``> 0``.
         t0: the initial time.
-        solver: a name from :data:`meanfield.solvers.SOLVERS` or a solver object; ``"euler"`` is the native
+        solver: a name from [`meanfield.solvers.SOLVERS`][meanfield.solvers.SOLVERS] or a solver object; ``"euler"`` is the native
             Euler–Maruyama.
         save_every: keep the state every this many steps (the initial and final states are always kept,
             the initial one only without ``save_from``).
@@ -346,31 +346,31 @@ def simulate(
             and the final state; ``Trajectory.times`` are their times. ``None``: from ``t0``.
         generator: the ``torch.Generator`` the noise is drawn from, an int seed (a Python or numpy integer),
             or ``None`` for a fresh random seed (recorded in ``Trajectory.seed``); read by
-            :func:`meanfield.seeds.resolve_generator`, as in every entry point.
+            [`meanfield.seeds.resolve_generator`][meanfield.seeds.resolve_generator], as in every entry point.
         noise: ``"gaussian"`` or ``"rademacher"`` (±1 increments: weak order 1, Euler–Maruyama only).
         brownian: pre-drawn increments instead of a generator (e.g. a coarsened path for order tests), or
-            another :class:`~meanfield.brownian.NoiseSource` of the system's noise shape (e.g.
-            :class:`~meanfield.distributed.BlockNoise`, one generator per block of particles).
+            another [`NoiseSource`][meanfield.brownian.NoiseSource] of the system's noise shape (e.g.
+            `BlockNoise`, one generator per block of particles).
         check_every: check the state for NaN/Inf at least this often (and at every saved state).
         progress: show a progress bar over the steps (``None``: when the run lasts over a second in a terminal
-            or a notebook, :mod:`meanfield.progress`).
-        collapse: ``"warn"`` (a :class:`~meanfield.resolution.CollapseWarning`, once per run), ``"raise"``
-            (a :class:`~meanfield.resolution.CollapseError` carrying the states saved so far) or ``"ignore"``,
+            or a notebook, [`meanfield.progress`][meanfield.progress]).
+        collapse: ``"warn"`` (a [`CollapseWarning`][meanfield.resolution.CollapseWarning], once per run), ``"raise"``
+            (a [`CollapseError`][meanfield.resolution.CollapseError] carrying the states saved so far) or ``"ignore"``,
             when the particles of an attractive singular interaction (``LogInteraction(c)`` or
             ``RieszInteraction(s, c)`` with ``c < 0``) collapse: at least a quarter as many pairs as
             particles are closer than ``r⋆ = (2|c|·dt/M)^{1/(s+2)}``, the distance below which one step moves a
-            pair by more than its separation (:mod:`meanfield.resolution` derives it). The warning names the
+            pair by more than its separation ([`meanfield.resolution`][meanfield.resolution] derives it). The warning names the
             time, the replica and the closest pair's distance.
         collapse_every: look for a collapse every this many steps: one pass over the pairs, as costly as one
             evaluation of the interaction's drift, so about ``1/collapse_every`` of the run's time (and only
             for such interactions).
 
-    Before the first step, an :class:`~meanfield.resolution.UnstableStepWarning` says when a known linear part
+    Before the first step, an [`UnstableStepWarning`][meanfield.resolution.UnstableStepWarning] says when a known linear part
     of the drift makes the explicit step unstable (``a·dt ≥ 2`` for ``Quadratic(a)``; see
-    :func:`meanfield.resolution.unstable_step`), instead of an overflow many steps later.
+    [`meanfield.resolution.unstable_step`][meanfield.resolution.unstable_step]), instead of an overflow many steps later.
 
     Returns:
-        The :class:`Trajectory`. The run is not recorded by autograd.
+        The [`Trajectory`][meanfield.simulate.Trajectory]. The run is not recorded by autograd.
 
     Raises:
         ValueError, TypeError: for bad arguments (the message says which and what is allowed).

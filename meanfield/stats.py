@@ -1,11 +1,11 @@
-"""Small statistics used by the tests, the theory checks and the sweep tables: estimates with standard errors,
+r"""Small statistics used by the tests, the theory checks and the sweep tables: estimates with standard errors,
 z-checks, fits, t intervals (also of positive quantities, on the log scale), paired tests, their power and
 Holm's correction for a family of tests.
 
-The project's rule for a statistical check: tolerance = ``z·SE`` with ``z = 5`` (two-sided false-failure
+The project's rule for a statistical check: tolerance = $z\cdot\operatorname{SE}$ with ``z = 5`` (two-sided false-failure
 rate ≈ 5.7e-7), and the smallest error it can detect stated next to it. The rule for a table of comparisons
 (``meanfield sweep``, the experiment pages): each paired difference with its t interval, its raw and
-Holm-adjusted p-value, and the smallest difference its seeds could have detected (:func:`detectable_difference`).
+Holm-adjusted p-value, and the smallest difference its seeds could have detected ([`detectable_difference`][meanfield.stats.detectable_difference]).
 """
 
 from __future__ import annotations
@@ -56,13 +56,13 @@ def false_failure_rate(z: float = Z) -> float:
 
 @dataclass(frozen=True)
 class Estimate:
-    """A Monte-Carlo estimate ``value ± se`` (``se``: one standard error)."""
+    r"""A Monte-Carlo estimate $\text{ value } \pm se$ (``se``: one standard error)."""
 
     value: float
     se: float
 
     def z_score(self, target: float) -> float:
-        """``(value − target)/se`` (``±inf`` for a mismatch with ``se = 0``)."""
+        r"""``(value − target)/se`` ($\pm\inf$ for a mismatch with ``se = 0``)."""
         diff = self.value - target
         if self.se == 0:
             return 0.0 if diff == 0 else math.copysign(math.inf, diff)
@@ -74,7 +74,7 @@ class Estimate:
 
 
 def mean_se(samples: torch.Tensor | np.ndarray) -> Estimate:
-    """Mean of independent samples and its standard error ``std/sqrt(n)`` (flattened)."""
+    r"""Mean of independent samples and its standard error $\mathrm{std}/\sqrt{n}$ (flattened)."""
     a = np.asarray(samples.detach().cpu() if torch.is_tensor(samples) else samples, dtype=np.float64).ravel()
     if a.size < 2:
         raise ValueError(f"need at least 2 samples for a standard error, got {a.size}")
@@ -97,7 +97,7 @@ def chi2_variance_pvalue(samples: torch.Tensor | np.ndarray, variance: float, me
 def loglog_slope(x, y, y_se=None) -> Estimate:
     """Least-squares slope of ``log y`` against ``log x`` with its standard error.
 
-    With ``y_se`` (standard errors of ``y``) the fit is weighted by ``(y/y_se)²`` (delta method) and the
+    With $y_{se}$ (standard errors of ``y``) the fit is weighted by $(y/y_{se})^2$ (delta method) and the
     slope's SE comes from those weights; otherwise from the residuals.
     """
     lx, ly = np.log(np.asarray(x, dtype=float)), np.log(np.asarray(y, dtype=float))
@@ -114,12 +114,12 @@ def loglog_slope(x, y, y_se=None) -> Estimate:
 
 
 def jackknife(stat, samples) -> Estimate:
-    """A smooth function of replica means and its delete-one jackknife standard error.
+    r"""A smooth function of replica means and its delete-one jackknife standard error.
 
     ``samples`` is an array with the replicas on its first axis, or a (nested) dict of such arrays, all with
     the same number B of replicas. ``stat`` receives the same structure with every array replaced by its
     mean over the replicas kept, and returns a number: the estimate is ``stat`` of all B means, the SE
-    ``sqrt((B − 1)/B · Σ_b (θ_{−b} − θ̄)²)`` over the B leave-one-out values (Efron & Stein 1981).
+    $\sqrt{(B - 1)/B \cdot \sum_b (\theta_{-b} - \bar{\theta})^2}$ over the B leave-one-out values (Efron & Stein 1981).
     Correlations within a replica (e.g. over time) are kept whole.
     """
 
@@ -146,13 +146,13 @@ def jackknife(stat, samples) -> Estimate:
 
 @dataclass(frozen=True)
 class WhitenessCheck:
-    """The outcome of :func:`whiteness`: the failed statistics (empty when the sample passes) and the
+    r"""The outcome of [`whiteness`][meanfield.stats.whiteness]: the failed statistics (empty when the sample passes) and the
     smallest departures from white noise that the check detects at its ``z``.
 
     Attributes:
         failures: one line per statistic outside its tolerance.
         n: the number of draws; ``D`` the number of entries of one draw.
-        detectable_variance: the smallest relative error of the variance it detects, ``z·SE``.
+        detectable_variance: the smallest relative error of the variance it detects, $z\cdot\operatorname{SE}$.
         detectable_mean_correlation: the smallest mean correlation over all pairs of entries it detects.
         detectable_pair_correlation: the smallest correlation of any one pair it detects (Bonferroni ``z``).
     """
@@ -170,14 +170,14 @@ class WhitenessCheck:
 
 
 def whiteness(samples: torch.Tensor | np.ndarray, variance: float = 1.0, z: float = Z) -> WhitenessCheck:
-    """Check that ``n`` draws of a ``D``-vector (``samples`` of shape ``(n, D)``) look like white noise with
-    mean 0, covariance ``variance·I``: four z-checks, each with false-failure rate ≤ ``false_failure_rate(z)``.
+    r"""Check that ``n`` draws of a ``D``-vector (``samples`` of shape ``(n, D)``) look like white noise with
+    mean 0, covariance $\mathrm{variance}\cdot I$: four z-checks, each with false-failure rate ≤ ``false_failure_rate(z)``.
 
-    1. mean: the grand mean over all ``n·D`` entries is 0 within ``z·SE``;
-    2. variance: the mean of ``ξ²`` is ``variance`` within ``z·SE`` (SE from the sample; 0 for ±1 entries);
-    3. the sum: ``S = Σ_k ξ_k/sqrt(D·variance)`` has ``E S² = 1 + (D − 1)·ρ̄`` with ``ρ̄`` the mean
-       correlation between entries, so ``mean S² = 1`` within ``z·SE`` (the noise on a particle mean);
-    4. every pair: ``C_kl = mean ξ_k ξ_l / variance`` is 0 within ``z_B·SE`` for all ``k < l``, ``z_B`` the
+    1. mean: the grand mean over all $n\cdot D$ entries is 0 within $z\cdot\operatorname{SE}$;
+    2. variance: the mean of $\xi^2$ is ``variance`` within $z\cdot\operatorname{SE}$ (SE from the sample; 0 for ±1 entries);
+    3. the sum: $S = \sum_k \xi_k/\sqrt{D\cdot\mathrm{variance}}$ has $\mathbb{E} S^2 = 1 + (D - 1)\cdot\bar{\rho}$ with $\bar{\rho}$ the mean
+       correlation between entries, so $\text{ mean } S^2 = 1$ within $z\cdot\operatorname{SE}$ (the noise on a particle mean);
+    4. every pair: ``C_kl = mean ξ_k ξ_l / variance`` is 0 within $z_B\cdot\operatorname{SE}$ for all ``k < l``, $z_B$ the
        Bonferroni-corrected z that keeps the false-failure rate of the whole family at that of ``z``.
 
     Lay the entries of consecutive steps side by side in one draw to test across steps too.
@@ -234,7 +234,7 @@ class Interval:
 
     @property
     def half_width(self) -> float:
-        """``(hi − lo)/2 = t_{n−1,(1+level)/2}·s/√n``: the ``±`` of a table (NaN for ``n < 2``)."""
+        r"""$(hi - lo)/2 = t_{n-1,(1+\mathrm{level})/2}\cdot s/\sqrt{n}$: the $\pm$ of a table (NaN for ``n < 2``)."""
         return (self.hi - self.lo) / 2
 
     def text(self, digits: int = 3) -> str:
@@ -271,14 +271,14 @@ def interval_text(values, digits: int = 3, empty: str = "—") -> str:
 
 @dataclass(frozen=True)
 class PairedDifference:
-    """``a − b`` over paired values (same seeds): its mean, t interval and the paired t-test's p-value.
+    r"""$a - b$ over paired values (same seeds): its mean, t interval and the paired t-test's p-value.
 
     Attributes:
-        mean: the mean paired difference ``d̄``.
-        lo, hi: its Student-t interval ``d̄ ± t_{n−1,(1+level)/2}·s_d/√n`` (NaN for ``n < 2``).
+        mean: the mean paired difference $\bar{d}$.
+        lo, hi: its Student-t interval $\bar{d} \pm t_{n-1,(1+\mathrm{level})/2}\cdot s_d/\sqrt{n}$ (NaN for ``n < 2``).
         n: the number of pairs.
-        p_value: two-sided paired t-test of ``E[a − b] = 0`` (NaN for ``n < 2`` or no spread).
-        sd: ``s_d``, the sample standard deviation of the differences (``ddof = 1``; NaN for ``n < 2``).
+        p_value: two-sided paired t-test of $\mathbb{E}[a - b] = 0$ (NaN for ``n < 2`` or no spread).
+        sd: $s_d$, the sample standard deviation of the differences (``ddof = 1``; NaN for ``n < 2``).
     """
 
     mean: float
@@ -290,28 +290,28 @@ class PairedDifference:
 
     @property
     def half_width(self) -> float:
-        """``(hi − lo)/2``: the half-width of the t interval, the ``±`` of a table (df = ``n − 1``)."""
+        r"""$(hi - lo)/2$: the half-width of the t interval, the $\pm$ of a table (df = $n - 1$)."""
         return (self.hi - self.lo) / 2
 
     def detectable(self, power: float = 0.8, alpha: float = 0.05, method: str = "t") -> float:
-        """:func:`detectable_difference` at this comparison's ``sd`` and ``n`` (NaN for ``n < 2``)."""
+        """[`detectable_difference`][meanfield.stats.detectable_difference] at this comparison's ``sd`` and ``n`` (NaN for ``n < 2``)."""
         if self.n < 2 or not math.isfinite(self.sd):
             return math.nan
         return detectable_difference(self.sd, self.n, power, alpha, method)
 
     def pairs_needed(self, delta: float, power: float = 0.8, alpha: float = 0.05, method: str = "t") -> float:
-        """:func:`pairs_needed` for ``delta`` at this comparison's ``sd`` (NaN for ``n < 2``)."""
+        """[`pairs_needed`][meanfield.stats.pairs_needed] for ``delta`` at this comparison's ``sd`` (NaN for ``n < 2``)."""
         if self.n < 2 or not math.isfinite(self.sd):
             return math.nan
         return pairs_needed(delta, self.sd, power, alpha, method)
 
 
 def paired_difference(a, b, level: float = 0.95) -> PairedDifference:
-    """The paired difference ``a_i − b_i`` (``a``, ``b`` aligned by seed) and the two-sided paired t-test.
+    r"""The paired difference $a_i - b_i$ (``a``, ``b`` aligned by seed) and the two-sided paired t-test.
 
-    The p-value is that of ``H0: E[a − b] = 0`` (``scipy.stats.ttest_rel``); NaN for ``n < 2`` or when
+    The p-value is that of $H_0: \mathbb{E}[a - b] = 0$ (``scipy.stats.ttest_rel``); NaN for ``n < 2`` or when
     every difference is equal (no spread to test against). ``sd`` is the differences' sample standard
-    deviation, the input of :meth:`PairedDifference.detectable` and :meth:`PairedDifference.pairs_needed`.
+    deviation, the input of [`PairedDifference.detectable`][meanfield.stats.PairedDifference.detectable] and [`PairedDifference.pairs_needed`][meanfield.stats.PairedDifference.pairs_needed].
     """
     a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
     if a.shape != b.shape:
@@ -326,13 +326,13 @@ def paired_difference(a, b, level: float = 0.95) -> PairedDifference:
 
 @dataclass(frozen=True)
 class LogInterval:
-    """A positive quantity over ``n`` independent values, summarised on the log scale.
+    r"""A positive quantity over ``n`` independent values, summarised on the log scale.
 
     Attributes:
         center: the geometric mean ``exp(mean ln x)``.
         lo, hi: ``exp(mean ln x ∓ t_{n−1,(1+level)/2}·SE(ln x))``, the t interval of the log values mapped back
             (an interval for the geometric mean, i.e. the median of a log-normal law; never below 0).
-        factor: ``exp(t·SE)``: the interval is ``center ×/÷ factor``.
+        factor: $\exp(t\cdot\operatorname{SE})$: the interval is ``center ×/÷ factor``.
         n: the number of values.
         log_se: ``SE(ln x) = s_{ln x}/√n``.
     """
@@ -346,12 +346,12 @@ class LogInterval:
 
 
 def log_interval(values, level: float = 0.95) -> LogInterval:
-    r"""The t interval of ``ln x`` mapped back by ``exp``: ``\exp(\bar{\ell} ± t_{n−1,(1+level)/2}·s_\ell/\sqrt{n})``,
-    ``ℓ = ln x``, for a positive quantity (an MSE) whose values span orders of magnitude.
+    r"""The t interval of ``ln x`` mapped back by ``exp``: $\exp(\bar{\ell} \pm t_{n-1,(1+\mathrm{level})/2}\cdot s_\ell/\sqrt{n})$,
+    $\ell = \ln x$, for a positive quantity (an MSE) whose values span orders of magnitude.
 
     The arithmetic t interval of such values can reach below 0 and is dominated by the largest value; this
     one is the Student-t interval of the log values, exact for log-normal values (not the delta method,
-    which would put ``ln x̄ ± t·SE(x̄)/x̄`` around the arithmetic mean). Its centre is the geometric mean, so it
+    which would put $\ln \bar{x} \pm t\cdot\operatorname{SE}(\bar{x})/\bar{x}$ around the arithmetic mean). Its centre is the geometric mean, so it
     estimates ``exp E ln x`` (the median of a log-normal law), not ``E x``.
 
     Raises:
@@ -390,7 +390,7 @@ def _check_power_args(n: int | None, sd: float, alpha: float, power: float | Non
 
 
 def _power_at(lam: float, n: int, alpha: float, method: str) -> float:
-    """Two-sided power at noncentrality ``lam = δ√n/sd`` (module functions below)."""
+    r"""Two-sided power at noncentrality $\text{ lam } = \delta\sqrt{n}/sd$ (module functions below)."""
     if method == "normal":
         z = float(_st.norm.isf(alpha / 2))
         return float(_st.norm.sf(z - lam) + _st.norm.cdf(-z - lam))
@@ -401,19 +401,19 @@ def _power_at(lam: float, n: int, alpha: float, method: str) -> float:
 
 def paired_t_power(delta: float, sd: float, n: int, alpha: float = 0.05, method: str = "t") -> float:
     r"""The power of the two-sided paired t-test at level ``alpha`` with ``n`` pairs whose differences are
-    ``N(delta, sd²)``.
+    $N(\mathrm{delta}, sd^2)$.
 
-    ``T = \bar d/(s_d/\sqrt n)`` has the noncentral t law with ``n − 1`` degrees of freedom and
-    noncentrality ``λ = δ\sqrt n/sd``; the test rejects when ``|T| > c = t_{n−1, 1−α/2}``, so
+    $T = \bar d/(s_d/\sqrt n)$ has the noncentral t law with $n - 1$ degrees of freedom and
+    noncentrality $\lambda = \delta\sqrt n/sd$; the test rejects when $|T| > c = t_{n-1, 1-\alpha/2}$, so
 
         power = P(T > c) + P(T < −c) = nct.sf(c, n − 1, λ) + nct.sf(c, n − 1, −λ)   (``method="t"``, exact;
-        the lower tail as the upper tail of ``−T``, which scipy's ``nct.cdf`` returns as NaN at large λ).
+        the lower tail as the upper tail of $-T$, which scipy's ``nct.cdf`` returns as NaN at large λ).
 
-    ``method="normal"`` is the large-n approximation ``Φ(λ − z) + Φ(−λ − z)``, ``z = z_{1−α/2}`` (known
+    ``method="normal"`` is the large-n approximation $\Phi(\lambda - z) + \Phi(-\lambda - z)$, $z = z_{1-\alpha/2}$ (known
     variance); at small n it overstates the power (3 pairs, α = 0.05: 0.80 where the t-test has 0.35).
 
     Raises:
-        ValueError: for ``n < 2``, ``sd ≤ 0`` or not finite, ``alpha`` outside ``(0, 1)``, an unknown method.
+        ValueError: for ``n < 2``, $sd \le 0$ or not finite, ``alpha`` outside ``(0, 1)``, an unknown method.
     """
     _check_power_args(n, sd, alpha, None, method)
     if sd == 0:
@@ -424,12 +424,12 @@ def paired_t_power(delta: float, sd: float, n: int, alpha: float = 0.05, method:
 def detectable_difference(
     sd: float, n: int, power: float = 0.8, alpha: float = 0.05, method: str = "t"
 ) -> float:
-    r"""The smallest ``|δ|`` that the two-sided paired t-test at level ``alpha`` with ``n`` pairs detects with
+    r"""The smallest $|\delta|$ that the two-sided paired t-test at level ``alpha`` with ``n`` pairs detects with
     probability ``power``, when the paired differences have standard deviation ``sd``.
 
-    ``δ = λ*·sd/\sqrt n`` with ``λ*`` the root of ``paired_t_power(λ) = power`` in the noncentrality
-    (:func:`paired_t_power`, noncentral t with ``n − 1`` degrees of freedom; ``scipy.optimize.brentq``).
-    ``method="normal"`` gives the textbook ``(z_{1−α/2} + z_{power})·sd/\sqrt n``, which at 3 pairs is
+    $\delta = \lambda*\cdot sd/\sqrt n$ with $\lambda*$ the root of ``paired_t_power(λ) = power`` in the noncentrality
+    ([`paired_t_power`][meanfield.stats.paired_t_power], noncentral t with $n - 1$ degrees of freedom; ``scipy.optimize.brentq``).
+    ``method="normal"`` gives the textbook $(z_{1-\alpha/2} + z_{\mathrm{power}})\cdot sd/\sqrt n$, which at 3 pairs is
     2.0× too small (80 % power, α = 0.05: λ* = 5.65 for the t-test against 2.80). With the observed ``sd``
     of a few seeds this is a planning number: ``sd`` itself is uncertain (from 3 seeds the 95 % interval of
     the true sd is 0.52–6.3 times the observed one). ``sd = 0`` gives 0.
@@ -461,11 +461,11 @@ def pairs_needed(
     method: str = "t",
     max_pairs: int = 10**7,
 ) -> int:
-    r"""The smallest number of pairs ``n ≥ 2`` whose two-sided paired t-test at level ``alpha`` detects a
+    r"""The smallest number of pairs $n \ge 2$ whose two-sided paired t-test at level ``alpha`` detects a
     mean difference ``delta`` with probability at least ``power``, the differences' sd being ``sd``.
 
     The smallest ``n`` with ``paired_t_power(delta, sd, n, alpha) ≥ power`` (noncentral t, exact for a known
-    ``sd``); ``method="normal"`` uses the normal power instead, close to ``⌈((z_{1−α/2} + z_{power})·sd/δ)²⌉``
+    ``sd``); ``method="normal"`` uses the normal power instead, close to $\lceil((z_{1-\alpha/2} + z_{\mathrm{power}})\cdot sd/\delta)^2\rceil$
     (smaller than the t answer by about 2 pairs). With ``sd`` measured on a few seeds this is a planning
     estimate. ``sd = 0`` gives 2.
 
@@ -499,11 +499,13 @@ def pairs_needed(
 
 def holm(p_values) -> np.ndarray:
     r"""Holm's step-down adjusted p-values of a family of tests (Holm 1979): with the ``m`` finite p-values
-    sorted, ``p_(1) ≤ … ≤ p_(m)``,
+    sorted, $p_1 \le \dots \le p_m$,
 
-        p̃_(i) = min(1, max_{j ≤ i} (m − j + 1)·p_(j)),
+    $$
+    \tilde{p}_i = \min(1, \max_{j \le i} (m - j + 1)\cdot p_j),
+    $$
 
-    so that rejecting every hypothesis with ``p̃ ≤ α`` keeps the family-wise error rate at α under any
+    so that rejecting every hypothesis with $\tilde{p} \le \alpha$ keeps the family-wise error rate at α under any
     dependence. The adjusted values are in the input's order, monotone in the raw ones, ≥ the raw ones and
     capped at 1. NaN p-values (a comparison without a test) are not part of the family and stay NaN.
 
@@ -526,10 +528,10 @@ def holm(p_values) -> np.ndarray:
 
 
 class HolmFamily:
-    r"""The paired comparisons of one table, adjusted together by Holm's method (:func:`holm`).
+    r"""The paired comparisons of one table, adjusted together by Holm's method ([`holm`][meanfield.stats.holm]).
 
     A table is written cell by cell before its family is complete, so each paired cell is first a
-    placeholder; :meth:`fill` replaces every placeholder once all ``m`` p-values are known, with the
+    placeholder; [`fill`][meanfield.stats.HolmFamily.fill] replaces every placeholder once all ``m`` p-values are known, with the
     adjusted ``p̃`` of that comparison among the ``m``::
 
         family = HolmFamily()
@@ -542,7 +544,7 @@ class HolmFamily:
 
     @staticmethod
     def active() -> HolmFamily | None:
-        """The family of the :meth:`table` being built (the innermost one), or ``None`` outside any."""
+        """The family of the [`table`][meanfield.stats.HolmFamily.table] being built (the innermost one), or ``None`` outside any."""
         return _ACTIVE_FAMILY.get()
 
     @classmethod
@@ -553,11 +555,11 @@ class HolmFamily:
     ) -> Callable[[Callable[..., object]], Callable[..., object]]:
         """Decorator: a function that builds one table gets Holm's adjustment over all its paired cells.
 
-        While the decorated function runs, :meth:`active` is a fresh family, so a cell helper can write
+        While the decorated function runs, [`active`][meanfield.stats.HolmFamily.active] is a fresh family, so a cell helper can write
         ``family.cell(d, digits)`` when ``HolmFamily.active()`` is not ``None`` (and a plain cell otherwise).
         The function returns the table's text, or a tuple whose first item is the text; that text comes back
         as ``finish(fill(text, render), m)`` with ``m`` the family's size (``finish`` adds a legend, say).
-        Tables built inside the function (nested :meth:`table` calls) have families of their own.
+        Tables built inside the function (nested [`table`][meanfield.stats.HolmFamily.table] calls) have families of their own.
         """
 
         def decorate(build: Callable[..., object]) -> Callable[..., object]:
@@ -581,7 +583,7 @@ class HolmFamily:
         return len(self._members)
 
     def cell(self, d: PairedDifference, digits: int) -> str:
-        """A placeholder for ``d``'s cell (printed with ``digits`` decimals) until :meth:`fill`."""
+        """A placeholder for ``d``'s cell (printed with ``digits`` decimals) until [`fill`][meanfield.stats.HolmFamily.fill]."""
         self._members.append((d, digits))
         return f"\x00{len(self._members) - 1}\x00"
 

@@ -1,16 +1,16 @@
 r"""Studies over many runs: convergence in the number of particles M, and sweeps over a parameter grid.
 
-* :func:`convergence_in_m` measures how a quantity of the M-particle system approaches its limit,
-  ``E Y_M ≈ Y_∞ + c·M^{slope}``: a distance ``Y_M = D(μ_M, μ)`` to a reference law (``Y_∞ = 0``), or a named
-  observable (a loss, a moment) with a limit ``Y_∞`` that is known, estimated by replicated reference runs, or
+* [`convergence_in_m`][meanfield.studies.convergence_in_m] measures how a quantity of the M-particle system approaches its limit,
+  $\mathbb{E} Y_M \approx Y_\infty + c\cdot M^{\mathrm{slope}}$: a distance $Y_M = D(\mu_M, \mu)$ to a reference law ($Y_\infty = 0$), or a named
+  observable (a loss, a moment) with a limit $Y_\infty$ that is known, estimated by replicated reference runs, or
   fitted. Replicas run on the batch axis; the slope comes with a bootstrap interval from a named
-  *estimator* (:data:`ESTIMATORS`), which says whether a finite reference was treated as exact
+  *estimator* ([`ESTIMATORS`][meanfield.studies.ESTIMATORS]), which says whether a finite reference was treated as exact
   (``"exact"``), resampled with the replicates (``"reference"``), or not used at all (``"fit"``,
   ``"differences"``).
-* :func:`sweep` runs a function over a parameter grid × seeds — one call per point, or batched over the
+* [`sweep`][meanfield.studies.sweep] runs a function over a parameter grid × seeds — one call per point, or batched over the
   replica axis with per-replica parameters — and collects named observables, scalars or series at saved times.
 
-Both return tidy tables (:class:`Table`: one row per point × seed [× time]) with CSV/JSON export and plots of
+Both return tidy tables ([`Table`][meanfield.studies.Table]: one row per point × seed [× time]) with CSV/JSON export and plots of
 mean curves with labelled confidence bands (Student-t over seeds or replicates).
 
 **One seeding convention.** A study hands the user's function the seeds it must draw from, as the keyword
@@ -19,10 +19,10 @@ mean curves with labelled confidence bands (Student-t over seeds or replicates).
 ``sample(M, reps, seed=[s_1, …, s_reps])`` when ``sample`` takes a ``seed`` (replicate ``r`` of every M has
 seed ``seeds[r]``, as a sweep's seed ``s`` is the same at every grid point). In every case: draw what belongs
 to one replica (its initial state) from ``torch.Generator().manual_seed(s)`` of its own seed, and the noise
-of a call over several replicas from :func:`batch_seed` of the list (``simulate(..., generator=
+of a call over several replicas from [`batch_seed`][meanfield.studies.batch_seed] of the list (``simulate(..., generator=
 batch_seed(seed))``). So a function called with equal seeds draws equal numbers in both studies.
 
-**A time window.** A series (an observable on a :class:`~meanfield.simulate.Trajectory`'s saved states, or a
+**A time window.** A series (an observable on a [`Trajectory`][meanfield.simulate.Trajectory]'s saved states, or a
 returned ``(B, T)``/1-D series) also gives one scalar per replica: its value at the last saved time, or,
 with ``window=(t_a, t_b)``, its mean over the saved times ``t_a ≤ t ≤ t_b`` (a time average after a burn-in).
 """
@@ -73,17 +73,17 @@ METRICS: dict[str, tuple[int, Callable[[torch.Tensor], torch.Tensor]]] = {
     "w2": (2, lambda cost: cost.clamp_min(0).sqrt()),
     "w1": (1, lambda cost: cost),
 }
-"""Metric name → (order p, map from the cost ``W_p^p`` to the reported distance)."""
+"""Metric name → (order p, map from the cost $W_p^p$ to the reported distance)."""
 
 ESTIMATORS = ("exact", "reference", "fit", "differences")
-"""How :func:`convergence_in_m` estimates the rate of ``E Y_M → Y_∞`` (see :class:`RateEstimate`)."""
+r"""How [`convergence_in_m`][meanfield.studies.convergence_in_m] estimates the rate of $\mathbb{E} Y_M \to Y_\infty$ (see [`RateEstimate`][meanfield.studies.RateEstimate])."""
 
 Sampler = Callable[[int, int], object]
 Metric = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 Observable = Callable[[torch.Tensor], torch.Tensor]
 
 _ALPHA_GRID = torch.linspace(0.01, 4.0, 200, dtype=torch.float64)
-"""Exponents ``α`` scanned by the power-law fit ``Y_∞ + c·M^{−α}`` (then refined by a parabola)."""
+r"""Exponents $\alpha$ scanned by the power-law fit $Y_\infty + c\cdot M^{-\alpha}$ (then refined by a parabola)."""
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -260,7 +260,7 @@ class Table:
 
     @classmethod
     def from_json(cls, source: str | os.PathLike) -> Table:
-        """Read a table written by :meth:`to_json` (a path or the JSON text)."""
+        """Read a table written by [`to_json`][meanfield.studies.Table.to_json] (a path or the JSON text)."""
         text = str(source)
         if not text.lstrip().startswith("{"):
             text = Path(source).read_text()
@@ -363,7 +363,7 @@ def _collect(
 ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor | None]:
     """Split a sampler's or batched run's output into (final states, scalars, series, times).
 
-    ``out`` is a state tensor ``(B, M, d)``, a :class:`~meanfield.simulate.Trajectory` (states ``(S, B, M, d)``
+    ``out`` is a state tensor ``(B, M, d)``, a [`Trajectory`][meanfield.simulate.Trajectory] (states ``(S, B, M, d)``
     at ``times (S,)``) or a mapping: ``"final"`` → states ``(B, M, d)`` (optional), ``"t"`` → times ``(T,)``
     (optional), any other name → a tensor ``(B,)`` (a scalar per replica) or ``(B, T)`` (a series at the
     times). Each ``observables[name](x (B, M, d)) -> (B,)`` is applied to the final state (a scalar) or,
@@ -444,33 +444,33 @@ def _collect(
 
 @dataclass(frozen=True)
 class RateEstimate:
-    r"""The rate of ``E Y_M → Y_∞``, ``|E Y_M − Y_∞| ≈ |c|·M^{slope}``, from one estimator.
+    r"""The rate of $\mathbb{E} Y_M \to Y_\infty$, $|\mathbb{E} Y_M - Y_\infty| \approx |c|\cdot M^{\mathrm{slope}}$, from one estimator.
 
     Every interval comes from one bootstrap: the replicates resampled within each M (``n_boot`` draws).
 
-    * ``"exact"``: the least-squares slope of ``log|mean_M − Y_∞|`` on ``log M`` with ``Y_∞`` treated as
+    * ``"exact"``: the least-squares slope of $\log|\mathrm{mean}_M - Y_\infty|$ on ``log M`` with $Y_\infty$ treated as
       exact: 0 for a distance, the given limit, or the mean of the reference values (then it ignores their
       uncertainty: the *naive* interval). Percentile interval of the bootstrap slopes (NaN when a resampled
       excess is ≤ 0: no logarithm).
-    * ``"reference"``: the weighted least-squares fit of ``mean_M = Y_∞ + c·M^{−α}`` (weights ``1/SE_M²``) in
-      which the mean of the ``R`` reference values is one more point, at ``M = ∞`` (weight ``1/SE_ref²``);
+    * ``"reference"``: the weighted least-squares fit of $\mathrm{mean}_M = Y_\infty + c\cdot M^{-\alpha}$ (weights $1/\operatorname{SE}_M^2$) in
+      which the mean of the ``R`` reference values is one more point, at $M = \infty$ (weight ``1/SE_ref²``);
       each bootstrap draw redraws that mean from its Student-t sampling law ``ȳ_ref + SE_ref·t_{R−1}``
       together with the resampled replicates, so the reference's uncertainty is in the interval.
-    * ``"fit"``: the same fit with ``Y_∞`` free (reference-free; needs ≥ 4 sizes).
+    * ``"fit"``: the same fit with $Y_\infty$ free (reference-free; needs ≥ 4 sizes).
     * ``"differences"``: the weighted fit of ``mean_{M_k} − mean_{M_{k+1}} = c(1 − r^{−α})M_k^{−α}``
-      (reference-free; needs ≥ 3 sizes with a constant ratio ``r = M_{k+1}/M_k``: then
-      ``E Y_M − E Y_{rM}`` is exactly that power law whatever ``Y_∞``).
+      (reference-free; needs ≥ 3 sizes with a constant ratio $r = M_{k+1}/M_k$: then
+      $\mathbb{E} Y_M - \mathbb{E} Y_{rM}$ is exactly that power law whatever $Y_\infty$).
 
     The three fits scan α over [0.01, 4] and report ``−α ± t_{reps−1, (1+level)/2}·SE_boot`` (the bootstrap
     standard error with a Student-t quantile), which covered a known exponent closer to ``level`` than the
     percentile interval of the same draws (``theory/rate_coverage.py``).
 
     Attributes:
-        estimator: one of :data:`ESTIMATORS`.
-        slope: ``−α``.
+        estimator: one of [`ESTIMATORS`][meanfield.studies.ESTIMATORS].
+        slope: $-\alpha$.
         slope_ci: its ``level`` bootstrap percentile interval (NaN when a resample has no logarithm).
-        limit: ``Y_∞`` used or estimated.
-        coefficient: ``c`` (signed: ``E Y_M − Y_∞ ≈ c·M^{−α}``).
+        limit: $Y_\infty$ used or estimated.
+        coefficient: ``c`` (signed: $\mathbb{E} Y_M - Y_\infty \approx c\cdot M^{-\alpha}$).
         level: the confidence level.
     """
 
@@ -517,10 +517,10 @@ def _fit_loglog(Ms: torch.Tensor, means: torch.Tensor) -> tuple[torch.Tensor, to
 def _profile(
     alpha: torch.Tensor, Ms: torch.Tensor, means: torch.Tensor, w: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    r"""For each α, the weighted least squares of ``means = L + c·M^{−α}`` in (L, c), in closed form.
+    r"""For each α, the weighted least squares of $\text{ means } = L + c\cdot M^{-\alpha}$ in (L, c), in closed form.
 
-    With ``x = M^{−α}`` and normalised weights ``w``: ``c = Σw(x−x̄)(m−m̄)/Σw(x−x̄)²``, ``L = m̄ − c x̄``,
-    ``RSS = Σw(m−m̄)² − c²Σw(x−x̄)²``. ``M = ∞`` is allowed (``x = 0``: a point on the limit).
+    With $x = M^{-\alpha}$ and normalised weights ``w``: $c = \sum w(x-\bar{x})(m-\bar{m})/\sum w(x-\bar{x})^2$, $L = \bar{m} - c \bar{x}$,
+    $\text{ RSS } = \sum w(m-\bar{m})^2 - c^2\sum w(x-\bar{x})^2$. $M = \infty$ is allowed (``x = 0``: a point on the limit).
 
     Args:
         alpha: ``(..., G)`` exponents (broadcast against the leading axes of ``means``).
@@ -544,10 +544,10 @@ def _profile(
 def _fit_power(
     Ms: torch.Tensor, means: torch.Tensor, w: torch.Tensor, *, free_limit: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    r"""Weighted least squares ``means (..., K) ≈ L + c·M^{−α}`` (``L = 0`` unless ``free_limit``).
+    r"""Weighted least squares $\text{ means } (..., K) \approx L + c\cdot M^{-\alpha}$ (``L = 0`` unless ``free_limit``).
 
-    α is scanned on :data:`_ALPHA_GRID` (the best (L, c) of each α in closed form, :func:`_profile`; with
-    ``L = 0``: ``c = Σw x m/Σw x²``, ``RSS = Σw m² − (Σw x m)²/Σw x²``) and refined by the parabola through
+    α is scanned on [`_ALPHA_GRID`][meanfield.studies._ALPHA_GRID] (the best (L, c) of each α in closed form, [`_profile`][meanfield.studies._profile]; with
+    ``L = 0``: $c = \sum w x m/\sum w x^2$, $\text{ RSS } = \sum w m^2 - (\sum w x m)^2/\sum w x^2$) and refined by the parabola through
     the three grid points around the minimum.
 
     Returns:
@@ -581,7 +581,7 @@ def _fit_power(
 
 
 def _student_t(n: int, df: int, generator: torch.Generator) -> torch.Tensor:
-    """``n`` draws of Student's t with ``df`` degrees of freedom, ``z/sqrt(χ²_df/df)``, shape ``(n,)``."""
+    r"""``n`` draws of Student's t with ``df`` degrees of freedom, $z/\sqrt{\chi^2_{df}/df}$, shape ``(n,)``."""
     z = torch.randn(n, generator=generator, dtype=torch.float64)  # (n,)
     chi2 = torch.randn(n, df, generator=generator, dtype=torch.float64).square().sum(1)  # (n,)
     return z / (chi2 / df).sqrt()
@@ -604,7 +604,7 @@ def _t_interval(estimate: float, boot: torch.Tensor, level: float, df: int) -> t
 
 
 def _edge_notes(edge: bool, boot_edge: float, level: float) -> list[str]:
-    """Warnings for a power-law fit whose α sits at an end of :data:`_ALPHA_GRID`."""
+    """Warnings for a power-law fit whose α sits at an end of [`_ALPHA_GRID`][meanfield.studies._ALPHA_GRID]."""
     span = f"[{float(_ALPHA_GRID[0]):g}, {float(_ALPHA_GRID[-1]):g}]"
     notes = []
     if edge:
@@ -709,12 +709,12 @@ def _estimate(
 
 @dataclass(frozen=True)
 class StudyResult:
-    r"""A quantity ``Y_M`` per number of particles M (a distance to a reference, or an observable), its
+    r"""A quantity $Y_M$ per number of particles M (a distance to a reference, or an observable), its
     rate of approach to the limit, and the observables collected per replicate.
 
     Attributes:
         Ms: the numbers of particles, increasing.
-        values: ``Y`` of every replicate, shape ``(len(Ms), reps)``: the distance ``D(μ_M, μ)``, or the
+        values: ``Y`` of every replicate, shape ``(len(Ms), reps)``: the distance $D(\mu_M, \mu)$, or the
             observable named by ``quantity``.
         floor: the distance between two independent reference clouds of the size used at each M,
             shape ``(len(Ms), n)`` (``n = floor_reps`` for a sampled reference, 1 for a fixed cloud, 0 for an
@@ -724,18 +724,18 @@ class StudyResult:
             observable's name).
         method: how (``"law"``, ``"1d"``, ``"exact"``, ``"sliced"``, ``"sinkhorn"``, ``"custom"``,
             ``"observable"``), the same for every M.
-        slope: the slope ``−α`` of ``|E Y_M − Y_∞| ≈ |c| M^{slope}`` from :attr:`estimator`.
+        slope: the slope $-\alpha$ of $|\mathbb{E} Y_M - Y_\infty| \approx |c| M^{\mathrm{slope}}$ from `estimator`.
         intercept: ``log|c|``: the excess ``≈ exp(intercept) · M^slope``.
-        slope_ci: the bootstrap interval of the slope from :attr:`estimator` (:class:`RateEstimate` says how).
+        slope_ci: the bootstrap interval of the slope from `estimator` ([`RateEstimate`][meanfield.studies.RateEstimate] says how).
         level: the confidence level of ``slope_ci``.
-        estimator: which estimator gave ``slope`` and ``slope_ci`` (:data:`ESTIMATORS`).
-        estimates: every estimator that was asked for, by name (:class:`RateEstimate`).
-        limit: ``Y_∞`` used or estimated by :attr:`estimator` (0 for a distance with ``"exact"``; with
+        estimator: which estimator gave ``slope`` and ``slope_ci`` ([`ESTIMATORS`][meanfield.studies.ESTIMATORS]).
+        estimates: every estimator that was asked for, by name ([`RateEstimate`][meanfield.studies.RateEstimate]).
+        limit: $Y_\infty$ used or estimated by `estimator` (0 for a distance with ``"exact"``; with
             ``"fit"``, a finite reference's floor).
         reference_values: the reference's values of the observable, shape ``(R,)`` (empty for a distance,
             an exact limit or a reference-free study).
         observed: every scalar observable per replicate, ``{name: (len(Ms), reps)}`` (``values`` among them).
-        series: every series per replicate, ``{name: (len(Ms), reps, T)}``, at :attr:`times`.
+        series: every series per replicate, ``{name: (len(Ms), reps, T)}``, at `times`.
         times: ``(T,)`` the saved times of the series (``None`` without series).
     """
 
@@ -763,7 +763,7 @@ class StudyResult:
 
     @property
     def se(self) -> torch.Tensor:
-        """Standard error of :attr:`mean`, ``std / sqrt(reps)``, shape ``(len(Ms),)``."""
+        r"""Standard error of [`mean`][meanfield.studies.StudyResult.mean], $\mathrm{std} / \sqrt{\mathrm{reps}}$, shape ``(len(Ms),)``."""
         return self.values.std(1) / math.sqrt(self.values.shape[1])
 
     @property
@@ -812,7 +812,7 @@ class StudyResult:
         )
 
     def to_pandas(self, *, curves: bool = False):
-        """:attr:`table` (or :attr:`curves`) as a ``pandas.DataFrame`` (:meth:`Table.to_pandas`)."""
+        """``table`` (or ``curves``) as a ``pandas.DataFrame`` ([`to_pandas`][meanfield.studies.Table.to_pandas])."""
         return (self.curves if curves else self.table).to_pandas()
 
     def fit(self, M: float | torch.Tensor) -> torch.Tensor:
@@ -820,7 +820,7 @@ class StudyResult:
         return math.exp(self.intercept) * torch.as_tensor(M, dtype=self.values.dtype) ** self.slope
 
     def rows(self) -> list[dict]:
-        """One dict per M: ``M``, ``mean``, ``se``, ``floor`` (a table for :class:`SweepResult`-style export)."""
+        """One dict per M: ``M``, ``mean``, ``se``, ``floor`` (a table for [`SweepResult`][meanfield.studies.SweepResult]-style export)."""
         return [
             {"M": M, "mean": float(m), "se": float(s), "floor": float(f)}
             for M, m, s, f in zip(self.Ms, self.mean, self.se, self.floor_mean, strict=True)
@@ -854,7 +854,7 @@ class StudyResult:
         return Table(rows, ("M", "replicate", "t"), names, replicate="replicate")
 
     def to_csv(self, path: str | os.PathLike | None = None, *, curves: bool = False) -> str:
-        """:attr:`table` (or :attr:`curves`) as CSV; written to ``path`` when given. Returns the text."""
+        """[`table`][meanfield.studies.StudyResult.table] (or [`curves`][meanfield.studies.StudyResult.curves]) as CSV; written to ``path`` when given. Returns the text."""
         return (self.curves if curves else self.table).to_csv(path)
 
     def plot(
@@ -869,7 +869,7 @@ class StudyResult:
         Args:
             ax: an Axes to draw on (default: a new figure).
             path: also write the figure there (and close it).
-            label: the name of this study in the legend (default: :attr:`metric`), so that two studies on
+            label: the name of this study in the legend (default: `metric`), so that two studies on
                 one axis can be told apart.
 
         Returns the figure. The error bars are the replicates' ±1.96 SE; the reference's own uncertainty is in
@@ -904,7 +904,7 @@ class StudyResult:
 
 
 def _distance(metric: str | Metric, method: str, x: torch.Tensor, ref) -> torch.Tensor:
-    """``D(x_b, ref_b)`` per replica, shape ``(B,)``; ``ref`` is a :class:`Law1d` or a cloud."""
+    r"""$D(x_b, \mathrm{ref}_b)$ per replica, shape ``(B,)``; ``ref`` is a [`Law1d`][meanfield.metrics.wasserstein.Law1d] or a cloud."""
     if callable(metric):
         return torch.as_tensor(metric(x, ref)).reshape(x.shape[0])
     p, finish = METRICS[metric]
@@ -1015,38 +1015,38 @@ def convergence_in_m(
     seeds: int | Sequence[int] | None = None,
     window: tuple[float, float] | None = None,
 ) -> StudyResult:
-    r"""How fast a quantity of M particles approaches its limit: ``|E Y_M − Y_∞| ≈ |c| M^{slope}``.
+    r"""How fast a quantity of M particles approaches its limit: $|\mathbb{E} Y_M - Y_\infty| \approx |c| M^{\mathrm{slope}}$.
 
     For each M, ``sample(M, reps)`` gives ``reps`` independent replicates: states ``(reps, M, d)``, a
-    :class:`~meanfield.simulate.Trajectory`, or a mapping of observables (``{"final": states, "t": times,
+    [`Trajectory`][meanfield.simulate.Trajectory], or a mapping of observables (``{"final": states, "t": times,
     "loss": (reps,) or (reps, T), ...}``). ``observables`` (``name → f(x (reps, M, d)) -> (reps,)``) are
     evaluated on the final states, or on every saved state of a trajectory (a series); every scalar and
-    series is kept per replicate (:attr:`StudyResult.table`, :attr:`StudyResult.curves`).
+    series is kept per replicate ([`StudyResult.table`][meanfield.studies.StudyResult.table], [`StudyResult.curves`][meanfield.studies.StudyResult.curves]).
 
-    **What is studied.** Without ``quantity``, ``Y_M = D(μ_M, μ)`` (``Y_∞ = 0``), the distance of the final
+    **What is studied.** Without ``quantity``, $Y_M = D(\mu_M, \mu)$ ($Y_\infty = 0$), the distance of the final
     states to ``reference``:
 
-    * an exact law (:class:`~meanfield.metrics.wasserstein.Law1d`, 1-D): ``D(μ_M, μ)`` in closed form,
+    * an exact law ([`Law1d`][meanfield.metrics.wasserstein.Law1d], 1-D): $D(\mu_M, \mu)$ in closed form,
       floor 0;
-    * a fixed cloud of shape ``(N, d)`` (e.g. a large-M run): ``D(μ_M, μ_N)``; floor ``D`` between two
+    * a fixed cloud of shape ``(N, d)`` (e.g. a large-M run): $D(\mu_M, \mu_N)$; floor ``D`` between two
       random halves of it;
-    * an exact sampler ``reference(n, generator) -> (n, d)`` of i.i.d. draws: ``D(μ_M, ν_N)`` with a fresh
-      ``ν_N`` per replicate, ``N = reference_size`` (default M, the same size); floor ``E D(ν_N, ν'_N)``
+    * an exact sampler ``reference(n, generator) -> (n, d)`` of i.i.d. draws: $D(\mu_M, \nu_N)$ with a fresh
+      $\nu_N$ per replicate, ``N = reference_size`` (default M, the same size); floor $\mathbb{E} D(\nu_N, \nu'_N)$
       over ``floor_reps`` pairs, which at ``N = M`` is the i.i.d. baseline of the particle system (a two-sample
-      study: ``D(μ_M, ν_M)`` against ``D(ν_M, ν'_M)``).
+      study: $D(\mu_M, \nu_M)$ against $D(\nu_M, \nu'_M)$).
 
-    With ``quantity="loss"``, ``Y_M`` is that scalar observable (a series: its value at the last saved time)
-    and ``reference`` its limit ``Y_∞``: a number (exact), the values of ``R`` independent reference runs
+    With ``quantity="loss"``, $Y_M$ is that scalar observable (a series: its value at the last saved time)
+    and ``reference`` its limit $Y_\infty$: a number (exact), the values of ``R`` independent reference runs
     (a sequence ``(R,)``, or a reference run's output, to which ``observables`` apply), or ``None``
     (reference-free). The R values must be independent: replicated reference runs, or a pooled reference —
     one long or large run cut into R independent blocks, each block's value one entry. They should also be
-    unbiased for ``Y_∞`` to within the interval (a reference at ``M_ref`` carries ``c·M_ref^{−α}``).
+    unbiased for $Y_\infty$ to within the interval (a reference at $M_{\mathrm{ref}}$ carries $c\cdot M_{\mathrm{ref}}^{-\alpha}$).
 
-    **Estimators** (:class:`RateEstimate`; ``estimator`` names one, or several — the first gives ``slope`` and
+    **Estimators** ([`RateEstimate`][meanfield.studies.RateEstimate]; ``estimator`` names one, or several — the first gives ``slope`` and
     ``slope_ci``, all are in ``estimates``): ``"exact"`` (the reference as exact: right for an exact law or
     limit; for a finite reference the naive interval), ``"reference"`` (the reference values' uncertainty
-    propagated: their mean, redrawn from its t law in every bootstrap draw, is the point ``M = ∞`` of a
-    ``Y_∞ + c M^{−α}`` fit), ``"fit"`` (``Y_∞`` fitted, no reference) and ``"differences"``
+    propagated: their mean, redrawn from its t law in every bootstrap draw, is the point $M = \infty$ of a
+    $Y_\infty + c M^{-\alpha}$ fit), ``"fit"`` ($Y_\infty$ fitted, no reference) and ``"differences"``
     (``mean_M − mean_{rM}``, no reference). ``"auto"``: ``"exact"`` for a distance or an exact limit,
     ``"reference"`` with ≥ 2 reference values, ``"fit"`` (≥ 4 sizes) or ``"differences"`` without a reference.
     A single reference value warns: its fluctuation is in no interval.
@@ -1057,7 +1057,7 @@ def convergence_in_m(
 
     **Seeds.** ``sample(M, reps, seed)`` (a ``seed`` parameter) is called with ``seed`` the list of the
     ``reps`` replicates' seeds, the same at every M: ``seeds`` (a number ``n`` means ``0, …, n − 1``; default
-    ``reps``). It is the convention of a batched :func:`sweep` (module docstring): replicate ``r``'s initial
+    ``reps``). It is the convention of a batched [`sweep`][meanfield.studies.sweep] (module docstring): replicate ``r``'s initial
     state from ``torch.Generator().manual_seed(seed[r])``, the call's noise from ``batch_seed(seed)``; then
     the same function gives the same draws in a sweep and here. A ``sample(M, reps)`` without ``seed`` draws
     from generators of its own.
@@ -1079,17 +1079,17 @@ def convergence_in_m(
         n_boot: bootstrap resamplings.
         level: confidence level of the slope interval.
         progress: show a progress bar over M (``None``: when it lasts over a second in a terminal or a
-            notebook, :mod:`meanfield.progress`).
+            notebook, [`meanfield.progress`][meanfield.progress]).
         observables: named functions of the states ``(reps, M, d) -> (reps,)`` to collect per replicate.
         quantity: the observable whose approach to its limit is studied (instead of a distance).
-        estimator: ``"auto"``, one of :data:`ESTIMATORS`, or a sequence of them.
+        estimator: ``"auto"``, one of [`ESTIMATORS`][meanfield.studies.ESTIMATORS], or a sequence of them.
         seeds: the replicates' seeds for a ``sample`` that takes ``seed`` (above): ``reps`` ints, or a number
             ``reps`` (``0, …, reps − 1``, the default).
         window: ``(t_a, t_b)``: each series' scalar (and a ``quantity`` that is a series) is its mean over the
             saved times in ``[t_a, t_b]`` per replicate, not its last value.
 
     Returns:
-        :class:`StudyResult` (``estimator`` says where the interval comes from).
+        [`StudyResult`][meanfield.studies.StudyResult] (``estimator`` says where the interval comes from).
     """
     if not callable(sample):
         raise TypeError(f"sample must be a callable (M, reps) -> (reps, M, d), got {type(sample).__name__}")
@@ -1384,14 +1384,14 @@ def _series(name: str, value: object) -> list[float] | None:
 @dataclass(frozen=True)
 class SweepResult:
     """A table of runs: one dict row per (grid point, seed), with the point, ``seed``, the scalar outputs and
-    ``error``; series outputs in :attr:`curves` (one row per point × seed × saved time).
+    ``error``; series outputs in [`curves`][meanfield.studies.SweepResult.curves] (one row per point × seed × saved time).
 
     Attributes:
         rows: the table; ``error`` is ``None`` or ``"ExceptionType: message"`` (then the outputs are absent).
         params: the grid's parameter names.
         outputs: the scalar output names, in order of first appearance.
         series: the series output names.
-        curve_rows: the rows of :attr:`curves`.
+        curve_rows: the rows of [`curves`][meanfield.studies.SweepResult.curves].
         batched: the parameters that ran on the replica axis (empty for one call per point and seed).
     """
 
@@ -1409,12 +1409,12 @@ class SweepResult:
 
     @property
     def table(self) -> Table:
-        """:attr:`rows` as a :class:`Table` (failed rows included, with their ``error``)."""
+        """[`rows`][meanfield.studies.StudyResult.rows] as a [`Table`][meanfield.studies.Table] (failed rows included, with their ``error``)."""
         return Table(self.rows, (*self.params, "seed"), (*self.outputs, "error"), replicate="seed")
 
     @property
     def curves(self) -> Table:
-        """The series: a tidy :class:`Table` with one row per point × seed × saved time ``t``."""
+        """The series: a tidy [`Table`][meanfield.studies.Table] with one row per point × seed × saved time ``t``."""
         return Table(self.curve_rows, (*self.params, "seed", "t"), self.series, replicate="seed")
 
     @property
@@ -1441,7 +1441,7 @@ class SweepResult:
         return html_block(self._title(), rows_html(self.rows, self._shown()))
 
     def to_pandas(self, *, curves: bool = False):
-        """:attr:`table` (or :attr:`curves`) as a ``pandas.DataFrame`` (:meth:`Table.to_pandas`)."""
+        """``table`` (or ``curves``) as a ``pandas.DataFrame`` ([`to_pandas`][meanfield.studies.Table.to_pandas])."""
         return (self.curves if curves else self.table).to_pandas()
 
     def column(self, name: str) -> list:
@@ -1475,7 +1475,7 @@ class SweepResult:
 
     @classmethod
     def from_json(cls, source: str | os.PathLike) -> SweepResult:
-        """Read a table written by :meth:`to_json` (a path or the JSON text)."""
+        """Read a table written by [`to_json`][meanfield.studies.SweepResult.to_json] (a path or the JSON text)."""
         text = str(source)
         if not text.lstrip().startswith("{"):
             text = Path(source).read_text()
@@ -1524,7 +1524,7 @@ class SweepResult:
         path: str | os.PathLike | None = None,
     ):
         """Mean of ``y`` against ``x`` over seeds, one line per ``hue``, with a labelled ``level`` band; a
-        series ``y`` is drawn against ``x = "t"`` from :attr:`curves`.
+        series ``y`` is drawn against ``x = "t"`` from [`curves`][meanfield.studies.SweepResult.curves].
 
         Returns the figure; with ``path`` it is also written there (and closed).
         """
@@ -1638,7 +1638,7 @@ def sweep(
     progress: bool | None = None,
     window: tuple[float, float] | None = None,
 ) -> SweepResult:
-    """Run ``run`` for every grid point and seed and collect its outputs: scalars, or series at saved times.
+    r"""Run ``run`` for every grid point and seed and collect its outputs: scalars, or series at saved times.
 
     **One call per run** (``batch=False``): ``run(**point, seed=seed)`` returns a mapping name → scalar or
     1-D series (a tensor, array or list of numbers), with ``"t"`` the series' times (default ``0, 1, …``),
@@ -1649,8 +1649,8 @@ def sweep(
     batched parameter as a float64 tensor of shape ``(B,)`` (replica ``b`` runs at ``values[b]``), the
     others as plain values, and ``seed`` as a list of ``B`` ints (replica ``b``'s seed); it returns a
     mapping name → ``(B,)`` (a scalar per replica) or ``(B, T)`` (a series at times ``"t"``, ``(T,)``), a
-    state tensor ``(B, M, d)`` or a :class:`~meanfield.simulate.Trajectory`, on which ``observables``
-    (``name → f(x (B, M, d)) -> (B,)``) are evaluated (at every saved time for a trajectory). ``batch=True``
+    state tensor ``(B, M, d)`` or a [`Trajectory`][meanfield.simulate.Trajectory], on which ``observables``
+    ($\text{ name } \to f(x (B, M, d)) -> (B,)$) are evaluated (at every saved time for a trajectory). ``batch=True``
     batches every parameter whose grid values are all numbers (leave a size such as M out by naming the
     others). A call holds at most ``max_batch`` replicas, or ``memory_budget // replica_bytes`` (bytes;
     ``replica_bytes`` a number or a function of the fixed parameters, e.g. ``lambda p: 8 * p["M"] * 2 * 50``).
@@ -1659,7 +1659,7 @@ def sweep(
         run: the function (above); build the noise from the seed(s) given.
         grid: ``{"beta": [...], "M": [...]}`` (the Cartesian product, in that order) or a list of points
             ``[{"beta": 0.1, "M": 64}, ...]``.
-        seeds: a number of seeds (``0, …, seeds − 1``) or the seeds themselves.
+        seeds: a number of seeds ($0, \dots, \text{ seeds } - 1$) or the seeds themselves.
         batch: ``False``, ``True`` or the names of the parameters that vary along the replica axis.
         max_batch: the most replicas in one call (batched only).
         memory_budget: bytes one call may use, with ``replica_bytes`` (batched only).
@@ -1667,14 +1667,14 @@ def sweep(
         observables: functions of the states returned by a batched ``run`` (each may return a result with a
             ``.value (B,)``, e.g. ``system.free_energy``).
         progress: show a progress bar over grid × seeds (``None``: when it lasts over a second in a terminal
-            or a notebook, :mod:`meanfield.progress`).
+            or a notebook, [`meanfield.progress`][meanfield.progress]).
         window: ``(t_a, t_b)``: each series also gives a scalar column of its name, its mean over the saved
             times in ``[t_a, t_b]`` per run (replica), in place of an observable's final value.
 
     Seeds follow the convention of the module docstring (the seed is handed over, never drawn here).
 
     Returns:
-        :class:`SweepResult`: ``rows`` in grid × seed order, series in ``curves``. A run that raises (or
+        [`SweepResult`][meanfield.studies.SweepResult]: ``rows`` in grid × seed order, series in ``curves``. A run that raises (or
         returns a non-scalar, non-series) is recorded with ``error = "Type: message"`` and the sweep goes on —
         batched, every replica of the failed call; a warning counts the failures, and if every run fails a
         ``RuntimeError`` names the first error and is raised from it (``__cause__``: its traceback reaches

@@ -2,13 +2,13 @@
 
 ``meanfield sweep CONFIG.toml --grid key=v1,v2 … --seeds 0,1,2 [--preset NAME] [--jobs N] [--baseline key=v]``
 expands the grid's Cartesian product times the seeds into points. Each point is a set of overrides, and its
-folder is a pure function of the point (:func:`point_name`), so that any engine can run the points and a
+folder is a pure function of the point ([`point_name`][meanfield.sweeps.point_name]), so that any engine can run the points and a
 sweep that was interrupted skips the finished ones and resumes the others from their checkpoints::
 
     SWEEP/sweep.json                    the latest command's specification (config, preset, overrides, grid,
                                         seeds, baseline) and ``commands``: every command that ran here, in
                                         order, each with its specification and start time (UTC)
-    SWEEP/<point>/                      one run folder per point (see :mod:`meanfield.runs`), plus
+    SWEEP/<point>/                      one run folder per point (see [`meanfield.runs`][meanfield.runs]), plus
     SWEEP/<point>/point.json            the point's values, its full override list and its preset
     SWEEP/runs.csv                      one row per point: the grid values, seed, folder, status, final metrics
     SWEEP/summary.csv, summary.md       per grid point: mean and 95 % t interval over the seeds (geometric
@@ -206,7 +206,7 @@ def point_name(point: Mapping[str, Any]) -> str:
     overrides (``key=<TOML value>`` lines, the seed and ``preset`` included). A name without the hash reads
     back unambiguously (a key runs to the first ``=``, its value to the next ``_``) and ends in ``key=value``,
     which a hashed one does not, so two points share a name only by a collision of the hash, which
-    :func:`sweep_runs` refuses. Do not parse names: the values are in the folder's ``config.toml`` and
+    [`sweep_runs`][meanfield.sweeps.sweep_runs] refuses. Do not parse names: the values are in the folder's ``config.toml`` and
     ``point.json``.
     """
     parts, exact = [], True
@@ -228,8 +228,8 @@ def point_name(point: Mapping[str, Any]) -> str:
 
 
 def _legacy_point_name(point: Mapping[str, Any]) -> str:
-    """The folder name sweeps gave a point before :func:`point_name` (``key=value`` joined by ``,``; up to 120
-    characters of ``[A-Za-z0-9._=,+-]`` and ``~``): for finding and migrating old sweep folders only."""
+    r"""The folder name sweeps gave a point before [`point_name`][meanfield.sweeps.point_name] (``key=value`` joined by ``,``; up to 120
+    characters of ``[A-Za-z0-9._=,+-]`` and $\sim$): for finding and migrating old sweep folders only."""
     name = ",".join(f"{k}={_value_text(v)}" for k, v in point.items())
     name = re.sub(r"[^A-Za-z0-9._=,+-]", "_", name)
     if len(name) > 120:
@@ -326,7 +326,7 @@ class _Stop(StopFlag):
 def _run_local(todo: Sequence[int], args, jobs: int, bar, stop: _Stop) -> dict[int, dict[str, Any]]:
     """Run the points ``todo`` here (``jobs`` = 1) or in ``jobs`` worker processes, at most ``jobs`` at a time,
     until all are done or a signal stops the sweep (then every running point checkpoints and stops, no new
-    point starts, and :class:`~meanfield.runs.RunInterrupted` is raised once the workers are done)."""
+    point starts, and [`RunInterrupted`][meanfield.runs.loop.RunInterrupted] is raised once the workers are done)."""
     from meanfield.runs import RunInterrupted
 
     summaries: dict[int, dict[str, Any]] = {}
@@ -435,10 +435,10 @@ def _stored_config(folder: Path) -> dict[str, Any] | None:
 def _adopt_old_folders(
     out: Path, points: Sequence[Mapping[str, Any]], names: Sequence[str], configs: Sequence[dict]
 ) -> None:
-    """Give the folder of a point written under an older name its :func:`point_name`.
+    """Give the folder of a point written under an older name its [`point_name`][meanfield.sweeps.point_name].
 
     For each point whose folder ``out/<name>`` is missing: a subfolder of ``out`` (not another point's) named
-    :func:`_legacy_point_name` of the point, else one whose ``config.toml`` equals the point's resolved
+    [`_legacy_point_name`][meanfield.sweeps._legacy_point_name] of the point, else one whose ``config.toml`` equals the point's resolved
     configuration, is renamed to ``<name>`` (one line printed).
     """
     missing = [i for i, name in enumerate(names) if not (out / name).exists()]
@@ -479,7 +479,7 @@ def _check_finished(
         out: the sweep folder.
         names: the points' folder names.
         configs: the points' resolved configurations, in the order of ``names``.
-        resumes: as in :func:`_finished` (``False`` in a ``--table-only`` command).
+        resumes: as in [`_finished`][meanfield.sweeps._finished] (``False`` in a ``--table-only`` command).
 
     Returns:
         The summaries of the finished points by index (each ``summary.json`` read once).
@@ -562,10 +562,10 @@ HOLM_FAMILIES = ("table", "metric")
 
 @dataclass(frozen=True)
 class TableOptions:
-    """How :func:`summarize` computes the table (``meanfield sweep`` flags in brackets).
+    r"""How [`summarize`][meanfield.sweeps.summarize] computes the table (``meanfield sweep`` flags in brackets).
 
     Attributes:
-        level: the confidence level of every interval; the tests' α is ``1 − level`` (0.95, α = 0.05).
+        level: the confidence level of every interval; the tests' α is $1 - \text{ level }$ (0.95, α = 0.05).
         power: the power of the detectable difference and of the pairs needed [``--power``, 0.8].
         detect: named differences D, each adding "pairs for Δ = D" [``--detect D``, repeatable]. For a
             log-scale metric D is a difference of natural logs (D = 0.1: a ratio of e^0.1 = 1.105).
@@ -618,9 +618,9 @@ class SweepTable:
         grid: the grid (key → values).
         rows: one dict per point: the grid values, ``seed``, ``folder`` (the run folder's name in ``path``),
             ``status``, the final metrics, ``error``.
-        summary: one dict per grid point (see :func:`summarize`).
+        summary: one dict per grid point (see [`summarize`][meanfield.sweeps.summarize]).
         metrics: the metrics summarised.
-        options: how the table was computed (:class:`TableOptions`).
+        options: how the table was computed ([`TableOptions`][meanfield.sweeps.TableOptions]).
     """
 
     path: Path
@@ -671,7 +671,7 @@ class SweepTable:
         return html_block(self._title(), rows_html(*self._cells()))
 
     def to_pandas(self, *, summary: bool = False):
-        """:attr:`rows` (or with ``summary=True`` :attr:`summary`) as a ``pandas.DataFrame``, its columns in the
+        """``rows`` (or with ``summary=True`` ``summary``) as a ``pandas.DataFrame``, its columns in the
         order they first appear; needs pandas (``pip install 'meanfield-sde[pandas]'``)."""
         rows = self.summary if summary else self.rows
         return dataframe(rows, list(dict.fromkeys(k for row in rows for k in row)))
@@ -685,11 +685,11 @@ def summarize(
     level: float = 0.95,
     options: TableOptions | None = None,
 ) -> list[dict[str, Any]]:
-    """Per grid point: ``n`` and, per metric, the mean with its t interval over the seeds that finished.
+    r"""Per grid point: ``n`` and, per metric, the mean with its t interval over the seeds that finished.
 
     Per metric ``m`` the entry has ``m``, ``m:lo``, ``m:hi``: the mean and its Student-t interval (df = n − 1);
     for a log-scale metric (``options.log_metrics``, every value > 0) the geometric mean and the t interval of
-    the logs mapped back (:func:`~meanfield.stats.log_interval`), with ``m:scale = "log"``.
+    the logs mapped back ([`log_interval`][meanfield.stats.log_interval]), with ``m:scale = "log"``.
 
     With a ``baseline`` (values of some grid keys; the other keys are matched point by point) each point also
     gets ``is_baseline`` (whether it is a baseline point) and, per metric, the paired difference
@@ -700,11 +700,11 @@ def summarize(
     - ``m:pairs``: the number of pairs; ``m:sd``: the sample sd of the paired differences;
     - ``m:p``: the two-sided paired t-test's p-value; ``m:p_holm``: Holm's adjustment of it over the family
       ``options.holm`` (every test of the table, or of the metric), NaN p-values left out of the family;
-    - ``m:detectable``: the smallest ``|Δ|`` the same test detects with power ``options.power`` at α =
-      ``1 − level`` if the paired sd is ``m:sd`` (:func:`~meanfield.stats.detectable_difference`, noncentral
+    - ``m:detectable``: the smallest $|\Delta|$ the same test detects with power ``options.power`` at α =
+      $1 - \text{ level }$ if the paired sd is ``m:sd`` ([`detectable_difference`][meanfield.stats.detectable_difference], noncentral
       t);
-    - ``m:pairs_for_D`` for each ``D`` of ``options.detect``: the pairs that give that power for ``|Δ| = D``
-      at ``m:sd`` (:func:`~meanfield.stats.pairs_needed`).
+    - ``m:pairs_for_D`` for each ``D`` of ``options.detect``: the pairs that give that power for $|\Delta| = D$
+      at ``m:sd`` ([`pairs_needed`][meanfield.stats.pairs_needed]).
 
     ``options.level`` is used when ``options`` is given (``level`` otherwise).
     """
@@ -800,7 +800,7 @@ def _markdown(
     metrics: Sequence[str],
     options: TableOptions | None = None,
 ) -> str:
-    """The table of :func:`summarize` with a legend that says what every interval, ``±`` and p is."""
+    r"""The table of [`summarize`][meanfield.sweeps.summarize] with a legend that says what every interval, $\pm$ and p is."""
     options = options if options is not None else TableOptions()
     level, power = _pct(options.level), _pct(options.power)
     paired = any(f"{m}:diff" in e for e in summary for m in metrics)
@@ -921,7 +921,7 @@ def sweep_runs(
 
     Args:
         config: the TOML configuration file.
-        grid: key → values (:func:`parse_grid`).
+        grid: key → values ([`parse_grid`][meanfield.sweeps.parse_grid]).
         seeds: the seeds (each point runs once per seed).
         out: the sweep folder.
         preset: the preset applied to every point.
@@ -934,7 +934,7 @@ def sweep_runs(
         address: the Ray cluster's address (``None``: a cluster already initialised in this process, else a
             local one started for the sweep, or ``RAY_ADDRESS``).
         table: how the table is computed: power, named differences, log-scale metrics, Holm's family
-            (:class:`TableOptions`; default: its defaults). Rerunning a finished sweep with other options
+            ([`TableOptions`][meanfield.sweeps.TableOptions]; default: its defaults). Rerunning a finished sweep with other options
             rewrites the tables without running anything.
         run: ``False``: write the tables from the points already finished and run nothing (``--table-only``):
             no folder is created, adopted or written but the tables, ``sweep.json`` is left as it is, and a
@@ -945,7 +945,7 @@ def sweep_runs(
             order of the runs: the folders and tables do not depend on it.
 
     Returns:
-        :class:`SweepTable`.
+        [`SweepTable`][meanfield.sweeps.SweepTable].
     """
     from meanfield.runs import load_config
 

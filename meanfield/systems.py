@@ -1,13 +1,13 @@
-"""Particle systems: the drift ``b(t, x)`` and diffusion ``σ(t, x)`` of ``dx = b dt + σ dW``.
+r"""Particle systems: the drift ``b(t, x)`` and diffusion $\sigma(t, x)$ of $dx = b dt + \sigma dW$.
 
 A state ``x`` has shape ``(B, M, d)``: B independent replicas of M interacting particles in R^d.
 Every system declares its noise type, which decides what a solver may do with it:
 
-- ``"additive"``: ``σ(t)`` does not depend on ``x``; ``diffusion`` returns a number (or a tensor that
+- ``"additive"``: $\sigma(t)$ does not depend on ``x``; ``diffusion`` returns a number (or a tensor that
   broadcasts against ``x``). Euler–Maruyama has strong order 1 here; Itô = Stratonovich.
-- ``"diagonal"``: ``σ(t, x)`` has the shape of ``x`` and acts coordinate-wise, ``σ_k`` depending on ``x_k`` only.
-- ``"general"``: ``σ(t, x)`` has shape ``(B, M, d, m)``: particle ``i`` is driven by its own
-  m-dimensional Brownian motion through a ``d × m`` matrix.
+- ``"diagonal"``: $\sigma(t, x)$ has the shape of ``x`` and acts coordinate-wise, $\sigma_k$ depending on $x_k$ only.
+- ``"general"``: $\sigma(t, x)$ has shape ``(B, M, d, m)``: particle ``i`` is driven by its own
+  m-dimensional Brownian motion through a $d \times m$ matrix.
 """
 
 from __future__ import annotations
@@ -41,12 +41,12 @@ def _check_projection(projection: Projection | None) -> Projection | None:
 
 
 class ParticleSystem(ABC):
-    """An Itô SDE ``dx = b(t, x) dt + σ(t, x) dW`` on states of shape ``(B, M, d)``.
+    r"""An Itô SDE $dx = b(t, x) dt + \sigma(t, x) dW$ on states of shape ``(B, M, d)``.
 
     Attributes:
         noise: ``"additive"``, ``"diagonal"`` or ``"general"`` (see the module docstring).
         brownian_dim: for ``"general"`` noise, the number ``m`` of Brownian motions per particle.
-        projection: ``Π`` applied after every step (e.g. :class:`~meanfield.projections.Sphere`), or ``None``.
+        projection: $\Pi$ applied after every step (e.g. [`Sphere`][meanfield.projections.Sphere]), or ``None``.
     """
 
     noise: str = "additive"
@@ -59,11 +59,11 @@ class ParticleSystem(ABC):
 
     @abstractmethod
     def diffusion(self, t: float, x: torch.Tensor) -> Diffusion:
-        """``σ(t, x)``: a number or broadcastable tensor (additive), ``(B, M, d)`` (diagonal) or
+        r"""$\sigma(t, x)$: a number or broadcastable tensor (additive), ``(B, M, d)`` (diagonal) or
         ``(B, M, d, m)`` (general)."""
 
     def euler_update_(self, t: float, x: torch.Tensor, dt: float, noise: torch.Tensor) -> torch.Tensor:
-        """One Euler–Maruyama move ``x + dt·b(t, x) + noise`` (``noise = σ·dW``, already drawn).
+        r"""One Euler–Maruyama move $x + dt\cdot b(t, x) + \text{ noise }$ ($\text{ noise } = \sigma\cdot dW$, already drawn).
 
         May update ``x`` in place and must not modify ``noise``; returns the new state. Systems with an
         affine drift override it to make the whole move one pass over the state.
@@ -78,7 +78,7 @@ class ParticleSystem(ABC):
 
     def check_state(self, x: torch.Tensor) -> None:
         """Raise ``ValueError`` if this system cannot move the state ``x`` (``(B, M, d)``), e.g. per-replica
-        parameters for another number of replicas. :func:`meanfield.simulate` calls it before the first step."""
+        parameters for another number of replicas. [`meanfield.simulate`][meanfield.simulate] calls it before the first step."""
         return None
 
     def noise_shape(self, shape: torch.Size) -> tuple[int, ...]:
@@ -95,7 +95,7 @@ def _is_values(value: object) -> bool:
 
 def _temperature(beta: object) -> Schedule:
     """``beta`` as a schedule: a number or per-replica values checked to be ≥ 0 now (as numbers always were);
-    a schedule's values are checked at each step (:meth:`MeanFieldLangevin.temperature`), so one that goes
+    a schedule's values are checked at each step ([`MeanFieldLangevin.temperature`][meanfield.systems.MeanFieldLangevin.temperature]), so one that goes
     negative mid-run stops there, naming the time and the replica."""
     if _is_values(beta) and not callable(beta):
         return Constant(per_replica("beta", beta, minimum=0.0))
@@ -105,26 +105,28 @@ def _temperature(beta: object) -> Schedule:
 
 
 class MeanFieldLangevin(ParticleSystem):
-    """Mean-field Langevin dynamics ``dx_i = b(x_i) dt + sqrt(2β_t) dW_i`` with
+    r"""Mean-field Langevin dynamics $dx_i = b(x_i) dt + \sqrt{2\beta_t} dW_i$ with
 
-        b(x_i) = −∇V(x_i) − 1/M Σ_j ∇W(x_i − x_j)
+    $$
+    b(x_i) = -\nabla V(x_i) - 1/M \sum_j \nabla W(x_i - x_j)
+    $$
 
     (interactions within a replica only). For constant β its mean-field limit has the stationary
-    law ``ρ ∝ exp(−(V + W * ρ)/β)``; the Euler–Maruyama chain's differs by O(dt).
+    law $\rho \propto \exp(-(V + W * \rho)/\beta)$; the Euler–Maruyama chain's differs by O(dt).
 
     **Per replica.** β, and every parameter of ``V`` and ``W``, is a number or one value per replica (a
-    tensor of shape ``(B,)``): replica ``b`` then runs with ``β[b]`` (and ``a[b]``, ``κ[b]``, …), so a grid
-    of parameter values × seeds is one state ``(B, M, d)`` and one :func:`~meanfield.simulate` call. A
+    tensor of shape ``(B,)``): replica ``b`` then runs with $\beta[b]$ (and ``a[b]``, $\kappa[b]$, …), so a grid
+    of parameter values × seeds is one state ``(B, M, d)`` and one [`simulate`][meanfield.simulate] call. A
     scheduled per-replica temperature is a schedule whose levels are ``(B,)`` tensors (``Cosine(start=…,
     end=…, T)``) or any callable returning a ``(B,)`` tensor.
 
     Args:
-        confinement: ``V`` (see :mod:`meanfield.potentials`).
+        confinement: ``V`` (see [`meanfield.potentials`][meanfield.potentials]).
         interaction: ``W``, or ``None`` for independent particles.
-        beta: the temperature β ≥ 0: a number, one per replica (shape ``(B,)``), or a schedule ``t -> β_t``
+        beta: the temperature β ≥ 0: a number, one per replica (shape ``(B,)``), or a schedule $t -> \beta_t$
             returning a number or a ``(B,)`` tensor (checked at every step: a value < 0 or NaN stops the run
             with the time and the replica).
-        projection: ``Π`` applied after every step (``Sphere()`` for particles on ``S^{d−1}``), or ``None``.
+        projection: $\Pi$ applied after every step (``Sphere()`` for particles on $S^{d-1}$), or ``None``.
     """
 
     noise = "additive"
@@ -193,7 +195,7 @@ class MeanFieldLangevin(ParticleSystem):
         return x.add_(centre, alpha=k * dt) if k else x
 
     def temperature(self, t: float) -> Param:
-        """``β_t``: a finite number ≥ 0, or per-replica values (a float64 ``(B,)`` tensor), each checked."""
+        r"""$\beta_t$: a finite number ≥ 0, or per-replica values (a float64 ``(B,)`` tensor), each checked."""
         value = self.beta(t)
         if torch.is_tensor(value) and value.numel() > 1 or _is_values(value) and not torch.is_tensor(value):
             try:
@@ -222,7 +224,7 @@ class MeanFieldLangevin(ParticleSystem):
         return math.sqrt(2.0 * beta)
 
     def energy(self, x: torch.Tensor) -> torch.Tensor:
-        """Energy per replica ``1/M Σ_i [V(x_i) + ½ · 1/M Σ_j W(x_i − x_j)]``: ``(B, M, d) -> (B,)``."""
+        r"""Energy per replica $1/M \sum_i [V(x_i) + \tfrac12 \cdot 1/M \sum_j W(x_i - x_j)]$: ``(B, M, d) -> (B,)``."""
         e = self.confinement.energy(x)  # (B, M)
         if self.interaction is not None:
             e = e + 0.5 * self.interaction.energy(x)  # (B, M)
@@ -230,8 +232,8 @@ class MeanFieldLangevin(ParticleSystem):
 
     def free_energy(self, x, *, t: float | None = None, entropy: str = "auto", k: int | None = None):
         r"""``F(ρ) = E_ρ V + ½ E_{ρ⊗ρ} W + β∫ρ log ρ`` per replica, from the particles of a state ``(B, M, d)``
-        or of every saved state of a :class:`~meanfield.simulate.Trajectory`: a
-        :class:`~meanfield.free_energy.FreeEnergy` with its parts and SE (see :func:`meanfield.free_energy.free_energy`:
+        or of every saved state of a [`Trajectory`][meanfield.simulate.Trajectory]: a
+        [`FreeEnergy`][meanfield.free_energy.FreeEnergy] with its parts and SE (see [`meanfield.free_energy.free_energy`][meanfield.free_energy.free_energy]:
         the pair sum is the U-statistic over ``j ≠ i``; ``t`` picks ``β_t`` of a schedule)."""
         from .free_energy import free_energy
 
@@ -242,9 +244,9 @@ class MeanFieldLangevin(ParticleSystem):
 
 
 class SDE(ParticleSystem):
-    """A particle system from user callables ``drift(t, x)`` and ``diffusion(t, x)``.
+    r"""A particle system from user callables ``drift(t, x)`` and ``diffusion(t, x)``.
 
-    Example (geometric Brownian motion, ``dx = μx dt + s·x dW``)::
+    Example (geometric Brownian motion, $dx = \mu x dt + s\cdot x dW$)::
 
         SDE(lambda t, x: mu * x, lambda t, x: s * x, noise="diagonal")
 
@@ -253,7 +255,7 @@ class SDE(ParticleSystem):
         diffusion: ``(t, x) ->`` σ, shaped as the noise type says (see the module docstring).
         noise: ``"additive"``, ``"diagonal"`` or ``"general"``.
         brownian_dim: ``m`` for ``"general"`` noise.
-        projection: ``Π`` applied after every step, or ``None``.
+        projection: $\Pi$ applied after every step, or ``None``.
     """
 
     def __init__(

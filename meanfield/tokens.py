@@ -1,27 +1,31 @@
-"""Tokens as particles: self-attention through depth as an interacting-particle system.
+r"""Tokens as particles: self-attention through depth as an interacting-particle system.
 
-n tokens ``x_i ∈ R^d`` (or on the sphere ``S^{d−1}``, the layer-norm idealisation) move by the attention of H
-heads ``θ_m = (Q_m, K_m, V_m, O_m)``, averaged (Geshkovski, Letrouit, Polyanskiy & Rigollet 2023):
+n tokens $x_i \in \mathbb{R}^d$ (or on the sphere $S^{d-1}$, the layer-norm idealisation) move by the attention of H
+heads $\theta_m = (Q_m, K_m, V_m, O_m)$, averaged (Geshkovski, Letrouit, Polyanskiy & Rigollet 2023):
 
-    ẋ_i = P_{x_i} 1/H Σ_m O_m Σ_j A^m_ij V_m x_j,     A^m_ij = exp(β⟨Q_m x_i, K_m x_j⟩) / Z^m_i,
+$$
+\dot{x}_i = P_{x_i} 1/H \sum_m O_m \sum_j A^m_{ij} V_m x_j, \qquad A^m_{ij} = \exp(\beta\langle Q_m x_i, K_m x_j\rangle) / Z^m_i,
+$$
 
-with ``Z^m_i = Σ_j exp(β⟨Q_m x_i, K_m x_j⟩)`` (normalised self-attention, "SA": the softmax) or ``Z^m_i = n``
-(unnormalised, "USA"), the sum over ``j ≤ i`` under a causal mask, and ``P_x = I − x xᵀ`` on the sphere
-(``P_x = I`` in R^d). A residual stack ``x^{ℓ+1} = x^ℓ + Δt · 1/H Σ_m v_{θ_m}(x^ℓ)`` with shared weights is the
-Euler scheme of this ODE with step ``Δt`` (:func:`attention_system` and :func:`attention_layer` convert between
-a :class:`~meanfield.nn.ParticleAttention` and the system). An optional noise ``sqrt(2τ) dW`` makes it an SDE.
+with $Z^m_i = \sum_j \exp(\beta\langle Q_m x_i, K_m x_j\rangle)$ (normalised self-attention, "SA": the softmax) or $Z^m_i = n$
+(unnormalised, "USA"), the sum over $j \le i$ under a causal mask, and $P_x = I - x x^\top$ on the sphere
+($P_x = I$ in R^d). A residual stack $x^{\ell+1} = x^\ell + \Delta t \cdot 1/H \sum_m v_{\theta_m}(x^\ell)$ with shared weights is the
+Euler scheme of this ODE with step $\Delta t$ ([`attention_system`][meanfield.tokens.attention_system] and [`attention_layer`][meanfield.tokens.attention_layer] convert between
+a [`ParticleAttention`][meanfield.nn.attention.ParticleAttention] and the system). An optional noise $\sqrt{2\tau} dW$ makes it an SDE.
 
 The state is ``(B, n, d)``: B independent replicas of n tokens (the particle axis holds the tokens).
 
-The mean-field limit ``∂_t μ + ∇·(μ V[μ]) = 0`` on the circle (``d = 2``, ``Q = K = V = I``, angle θ) linearised
-around the uniform law grows the Fourier mode ``k`` of ``μ`` at the rate (derived in
+The mean-field limit $\partial_t \mu + \nabla\cdot(\mu V[\mu]) = 0$ on the circle (``d = 2``, ``Q = K = V = I``, angle θ) linearised
+around the uniform law grows the Fourier mode ``k`` of $\mu$ at the rate (derived in
 ``docs/theory/token_dynamics.md``)
 
-    λ_k = k² I_k(β) / (β · I_0(β))   (SA),        λ_k = k² I_k(β) / β   (USA),
+$$
+\lambda_k = k^2 I_k(\beta) / (\beta \cdot I_0(\beta)) \qquad (SA), \qquad \lambda_k = k^2 I_k(\beta) / \beta \qquad (\mathrm{USA}),
+$$
 
-(``I_k`` the modified Bessel function), and the fastest-growing mode ``k* = argmax_k k² I_k(β)`` (≈ sqrt(2β) for
-large β) is the number of metastable clusters that appears from a near-uniform cloud (:func:`growth_rate`,
-:func:`fastest_mode`).
+($I_k$ the modified Bessel function), and the fastest-growing mode $k^* = \operatorname{argmax}_k k^2 I_k(\beta)$ (≈ sqrt(2β) for
+large β) is the number of metastable clusters that appears from a near-uniform cloud ([`growth_rate`][meanfield.tokens.growth_rate],
+[`fastest_mode`][meanfield.tokens.fastest_mode]).
 """
 
 from __future__ import annotations
@@ -71,27 +75,27 @@ def _as_heads(name: str, w: torch.Tensor, d: int | None, axes: str) -> torch.Ten
 
 
 class SelfAttentionDynamics(ParticleSystem):
-    """Self-attention dynamics of n tokens: ``dx_i = P_{x_i} V(x)_i dt + sqrt(2τ) dW_i`` (module docstring).
+    r"""Self-attention dynamics of n tokens: $dx_i = P_{x_i} V(x)_i dt + \sqrt{2\tau} dW_i$ (module docstring).
 
-    ``V(x)_i = 1/H Σ_m O_m Σ_j A^m_ij V_m x_j``, ``A^m_ij = exp(β⟨Q_m x_i, K_m x_j⟩)/Z^m_i``. The pairwise sum runs
-    in chunks of query rows (``B·H·c·n`` logits at a time, never an ``n × n × d`` tensor). On the circle with
-    identity weights (:meth:`identity` with ``d = 2``, ``sphere=True``) the kernel has the Fourier series
-    ``exp(β cos φ) = I_0(β) + 2 Σ_k I_k(β) cos kφ``, and ``method="fourier"`` evaluates the velocity in
-    ``O(n·K)`` with ``K`` modes, truncated where ``K·I_K(β)/I_0(β) < 1e-15`` (exact to float64 rounding).
+    $V(x)_i = 1/H \sum_m O_m \sum_j A^m_{ij} V_m x_j$, $A^m_{ij} = \exp(\beta\langle Q_m x_i, K_m x_j\rangle)/Z^m_i$. The pairwise sum runs
+    in chunks of query rows ($B\cdot H\cdot c\cdot n$ logits at a time, never an $n \times n \times d$ tensor). On the circle with
+    identity weights ([`identity`][meanfield.tokens.SelfAttentionDynamics.identity] with ``d = 2``, ``sphere=True``) the kernel has the Fourier series
+    $\exp(\beta \cos \varphi) = I_0(\beta) + 2 \sum_k I_k(\beta) \cos k\varphi$, and ``method="fourier"`` evaluates the velocity in
+    $O(n\cdot K)$ with ``K`` modes, truncated where $K\cdot I_K(\beta)/I_0(\beta) < 1e-15$ (exact to float64 rounding).
 
     Args:
-        query: ``Q``, ``(H, h, d)`` or ``(h, d)`` (one head): ``q_i = Q x_i``.
+        query: ``Q``, ``(H, h, d)`` or ``(h, d)`` (one head): $q_i = Q x_i$.
         key: ``K``, the same shape as ``query``.
-        value: ``V``, ``(H, h_v, d)`` or ``(h_v, d)``.
-        output: ``O``, ``(H, d, h_v)`` or ``(d, h_v)``; default the identity (then ``h_v = d``).
-        beta: the attention's inverse temperature β ≥ 0 (a network's ``1/sqrt(h)``).
+        value: ``V``, $(H, h_v, d)$ or $(h_v, d)$.
+        output: ``O``, $(H, d, h_v)$ or $(d, h_v)$; default the identity (then $h_v = d$).
+        beta: the attention's inverse temperature β ≥ 0 (a network's $1/\sqrt{h}$).
         normalized: ``True`` for SA (softmax), ``False`` for USA (``Z = n``).
-        causal: token i attends to tokens ``j ≤ i`` only.
-        sphere: tokens on ``S^{d−1}``: the velocity is projected on the tangent space and every step ends
-            with :class:`~meanfield.projections.Sphere` (the initial tokens must be unit vectors).
-        temperature: τ ≥ 0 of the noise ``sqrt(2τ) dW`` (0: the deterministic flow of a network).
+        causal: token i attends to tokens $j \le i$ only.
+        sphere: tokens on $S^{d-1}$: the velocity is projected on the tangent space and every step ends
+            with [`Sphere`][meanfield.projections.Sphere] (the initial tokens must be unit vectors).
+        temperature: τ ≥ 0 of the noise $\sqrt{2\tau} dW$ (0: the deterministic flow of a network).
         method: ``"pairwise"`` (any weights), ``"fourier"`` (circle with identity weights) or ``"auto"``
-            (Fourier where it applies and ``n ≥ 256``).
+            (Fourier where it applies and $n \ge 256$).
 
     Example:
         >>> system = SelfAttentionDynamics.identity(3, beta=1.0, sphere=True)
@@ -153,13 +157,13 @@ class SelfAttentionDynamics(ParticleSystem):
     def identity(
         cls, d: int, *, beta: float = 1.0, dtype: torch.dtype = torch.float64, **kwargs: Any
     ) -> SelfAttentionDynamics:
-        """``Q = K = V = I_d``, one head: the model of Geshkovski et al. (``ẋ_i = P_{x_i} Σ_j A_ij x_j``).
+        r"""$Q = K = V = I_d$, one head: the model of Geshkovski et al. ($\dot{x}_i = P_{x_i} \sum_j A_{ij} x_j$).
 
         Args:
             d: the token dimension.
             beta: the attention's inverse temperature.
             dtype: of the weights.
-            **kwargs: the other options of :class:`SelfAttentionDynamics` (``sphere``, ``normalized``, …).
+            **kwargs: the other options of [`SelfAttentionDynamics`][meanfield.tokens.SelfAttentionDynamics] (``sphere``, ``normalized``, …).
         """
         eye = torch.eye(check_int("d", d), dtype=dtype)  # (d, d)
         system = cls(eye, eye, eye, beta=beta, **kwargs)
@@ -192,7 +196,7 @@ class SelfAttentionDynamics(ParticleSystem):
 
     # --- the velocity -------------------------------------------------------------------------------------------
     def velocity(self, x: torch.Tensor) -> torch.Tensor:
-        """``V(x)_i = 1/H Σ_m O_m Σ_j A^m_ij V_m x_j`` before the tangent projection: ``(B, n, d) -> (B, n, d)``."""
+        r"""$V(x)_i = 1/H \sum_m O_m \sum_j A^m_{ij} V_m x_j$ before the tangent projection: ``(B, n, d) -> (B, n, d)``."""
         if self.resolved_method(x.shape[1]) == "fourier":
             return self._velocity_fourier(x)
         return self._velocity_pairwise(x)
@@ -231,7 +235,7 @@ class SelfAttentionDynamics(ParticleSystem):
         return out.mean(1)  # (B, n, d)
 
     def _fourier_weights(self, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        """``I_k(β)/I_0(β)`` for ``k = 0 … K`` (exponentially scaled Bessel functions: no overflow), computed
+        r"""$I_k(\beta)/I_0(\beta)$ for ``k = 0 … K`` (exponentially scaled Bessel functions: no overflow), computed
         once per β (a β changed after a step gets its own table)."""
         if self._modes is None or self._modes_beta != self.beta:
             beta = self._modes_beta = self.beta
@@ -244,12 +248,16 @@ class SelfAttentionDynamics(ParticleSystem):
         return torch.as_tensor(self._modes, dtype=dtype, device=device)
 
     def _velocity_fourier(self, x: torch.Tensor) -> torch.Tensor:
-        """Circle, identity weights, from the Fourier sums ``S_k = Σ_j e^{ikθ_j}`` (prefix sums if causal):
+        r"""Circle, identity weights, from the Fourier sums $S_k = \sum_j e^{ik\theta_j}$ (prefix sums if causal):
 
-            Σ_j e^{β cos(θ_i−θ_j)} e^{iθ_j} = Σ_{k∈Z} I_|k|(β) e^{ikθ_i} S_{1−k},
-            Z_i = Σ_j e^{β cos(θ_i−θ_j)} = I_0(β) S_0 + 2 Σ_{k≥1} I_k(β) Re(e^{ikθ_i} conj(S_k)),
+        $$
+        \begin{aligned}
+        \sum_j e^{\beta \cos(\theta_i-\theta_j)} e^{i\theta_j} = \sum_{k\in Z} I_{|k|}(\beta) e^{ik\theta_i} S_{1-k}, \\
+        Z_i = \sum_j e^{\beta \cos(\theta_i-\theta_j)} = I_0(\beta) S_0 + 2 \sum_{k\ge 1} I_k(\beta) \operatorname{Re}(e^{ik\theta_i} \operatorname{conj}(S_k)),
+        \end{aligned}
+        $$
 
-        with ``S_{−k} = conj(S_k)``; in units of ``I_0(β)``, modes in blocks (``B·n·8`` complex numbers at a time).
+        with $S_{-k} = \operatorname{conj}(S_k)$; in units of $I_0(\beta)$, modes in blocks ($B\cdot n\cdot 8$ complex numbers at a time).
         """
         B, n, _ = x.shape
         r = self._fourier_weights(x.dtype, x.device)  # (K+1,) I_k/I_0
@@ -289,7 +297,7 @@ class SelfAttentionDynamics(ParticleSystem):
 
     # --- ParticleSystem -----------------------------------------------------------------------------------------
     def drift(self, t: float, x: torch.Tensor) -> torch.Tensor:
-        """``P_{x_i} V(x)_i``: ``(B, n, d) -> (B, n, d)``."""
+        """$P_{x_i} V(x)_i$: ``(B, n, d) -> (B, n, d)``."""
         v = self.velocity(x)  # (B, n, d)
         if self.sphere:
             v = v - (v * x).sum(-1, keepdim=True) * x  # (B, n, d) tangent part
@@ -308,16 +316,16 @@ class SelfAttentionDynamics(ParticleSystem):
 
 # --- the network's depth view ---------------------------------------------------------------------------------------
 def attention_system(layer: torch.nn.Module, **kwargs: Any) -> SelfAttentionDynamics:
-    """The ODE whose Euler step of size Δt is the residual block ``x + Δt·layer(x)`` of a frozen attention layer.
+    r"""The ODE whose Euler step of size Δt is the residual block $x + \Delta t\cdot\mathrm{layer}(x)$ of a frozen attention layer.
 
-    For :class:`~meanfield.nn.ParticleAttention` (M heads of width h, ``Y = 1/M Σ_m softmax(q kᵀ/√h) v W_O^m``):
-    ``Q_m = W_Q^mᵀ``, ``K_m = W_K^mᵀ``, ``V_m = W_V^mᵀ``, ``O_m = W_O^mᵀ``, ``β = 1/√h``, SA, causal iff the layer
-    is :class:`~meanfield.nn.CausalParticleAttention`, tokens in R^d. The weights are copied (detached).
+    For [`ParticleAttention`][meanfield.nn.attention.ParticleAttention] (M heads of width h, $Y = 1/M \sum_m \operatorname{softmax}(q k^\top/\sqrt{h}) v W_O^m$):
+    $Q_m = W_Q^{m\top}$, $K_m = W_K^{m\top}$, $V_m = W_V^{m\top}$, $O_m = W_O^{m\top}$, $\beta = 1/\sqrt{h}$, SA, causal iff the layer
+    is [`CausalParticleAttention`][meanfield.nn.attention.CausalParticleAttention], tokens in R^d. The weights are copied (detached).
 
     Args:
         layer: a ``ParticleAttention`` (or ``CausalParticleAttention``).
-        **kwargs: passed to :class:`SelfAttentionDynamics` (e.g. ``temperature``, ``sphere``); ``beta`` and
-            ``causal`` override the layer's (e.g. ``beta = r²/√h`` for tokens held at radius r on the sphere).
+        **kwargs: passed to [`SelfAttentionDynamics`][meanfield.tokens.SelfAttentionDynamics] (e.g. ``temperature``, ``sphere``); ``beta`` and
+            ``causal`` override the layer's (e.g. $\text{ beta } = r^2/\sqrt{h}$ for tokens held at radius r on the sphere).
     """
     from .nn.attention import ParticleAttention
 
@@ -330,11 +338,11 @@ def attention_system(layer: torch.nn.Module, **kwargs: Any) -> SelfAttentionDyna
 
 
 def attention_layer(system: SelfAttentionDynamics) -> torch.nn.Module:
-    """The frozen :class:`~meanfield.nn.ParticleAttention` whose output is ``system``'s velocity (the inverse of
-    :func:`attention_system`): ``layer(x) == system.velocity(x)`` for tokens in R^d.
+    r"""The frozen [`ParticleAttention`][meanfield.nn.attention.ParticleAttention] whose output is ``system``'s velocity (the inverse of
+    [`attention_system`][meanfield.tokens.attention_system]): ``layer(x) == system.velocity(x)`` for tokens in R^d.
 
-    β is folded into the queries (``W_Q = β·√h·Q``); query/key and value widths are padded with zero rows to one
-    head width ``h = max(h_qk, h_v)`` (zero rows change no dot product and no output). USA and sphere systems
+    β is folded into the queries ($W_Q = \beta\cdot\sqrt{h}\cdot Q$); query/key and value widths are padded with zero rows to one
+    head width $h = \max(h_{qk}, h_v)$ (zero rows change no dot product and no output). USA and sphere systems
     have no layer: a layer is softmax attention in R^d.
     """
     from .nn.attention import CausalParticleAttention, ParticleAttention
@@ -365,8 +373,8 @@ def attention_layer(system: SelfAttentionDynamics) -> torch.nn.Module:
 
 
 def depth_flow(layer: torch.nn.Module, x: torch.Tensor, *, depth: int, T: float = 1.0) -> torch.Tensor:
-    """Tokens through ``depth`` residual copies of one attention layer, ``x ← x + (T/L)·layer(x)``: the network
-    whose ``L → ∞`` limit is the token ODE up to time ``T`` (Euler with ``Δt = T/L``). ``(B, n, d) -> (B, n, d)``."""
+    r"""Tokens through ``depth`` residual copies of one attention layer, $x \leftarrow x + (T/L)\cdot\mathrm{layer}(x)$: the network
+    whose $L \to \infty$ limit is the token ODE up to time ``T`` (Euler with $\Delta t = T/L$). ``(B, n, d) -> (B, n, d)``."""
     L = check_int("depth", depth)
     dt = check_finite("T", T) / L
     with torch.no_grad():
@@ -377,9 +385,9 @@ def depth_flow(layer: torch.nn.Module, x: torch.Tensor, *, depth: int, T: float 
 
 # --- the mean-field linearisation on the circle ---------------------------------------------------------------------
 def growth_rate(k: int | np.ndarray, beta: float, *, normalized: bool = True) -> np.float64 | np.ndarray:
-    """λ_k: the growth rate of Fourier mode k of the token law on the circle near the uniform law (identity weights).
+    r"""λ_k: the growth rate of Fourier mode k of the token law on the circle near the uniform law (identity weights).
 
-    ``λ_k = k² I_k(β)/β`` (USA) and ``λ_k/I_0(β)`` (SA); at β = 0, ``λ_1 = 1/2`` (SA and USA), ``λ_k = 0`` for k ≥ 2.
+    $\lambda_k = k^2 I_k(\beta)/\beta$ (USA) and $\lambda_k/I_0(\beta)$ (SA); at β = 0, $\lambda_1 = 1/2$ (SA and USA), $\lambda_k = 0$ for k ≥ 2.
     A scalar ``k`` gives a NumPy scalar (at every β), an array of modes an array of the same shape.
     """
     k = np.asarray(k, dtype=float)
@@ -394,14 +402,14 @@ def growth_rate(k: int | np.ndarray, beta: float, *, normalized: bool = True) ->
 
 
 def fastest_mode(beta: float) -> int:
-    """``k* = argmax_k k² I_k(β)``: the fastest-growing mode (the same for SA and USA); ≈ sqrt(2β) for large β."""
+    r"""$k^* = \operatorname{argmax}_k k^2 I_k(\beta)$: the fastest-growing mode (the same for SA and USA); ≈ sqrt(2β) for large β."""
     ks = np.arange(1, int(4 * math.sqrt(max(beta, 1.0))) + 8)
     return int(ks[np.argmax(growth_rate(ks, beta))])
 
 
 # --- measures of a token cloud ----------------------------------------------------------------------------------------
 def fourier_modes(x: torch.Tensor, ks: int | list[int] | torch.Tensor) -> torch.Tensor:
-    """Empirical Fourier modes ``ĉ_k = 1/n Σ_j e^{ikθ_j}`` of tokens on the circle: ``(B, n, 2) -> (B, K)`` complex."""
+    r"""Empirical Fourier modes $\hat{c}_k = 1/n \sum_j e^{ik\theta_j}$ of tokens on the circle: ``(B, n, 2) -> (B, K)`` complex."""
     if x.shape[-1] != 2:
         raise ValueError(f"fourier_modes needs tokens on the circle (d = 2), got shape {tuple(x.shape)}")
     ks = torch.as_tensor([ks] if isinstance(ks, int) else ks, dtype=x.dtype, device=x.device)  # (K,)
@@ -411,17 +419,17 @@ def fourier_modes(x: torch.Tensor, ks: int | list[int] | torch.Tensor) -> torch.
 
 
 def mean_inner_product(x: torch.Tensor) -> torch.Tensor:
-    """``1/n² Σ_ij ⟨x_i, x_j⟩ = |x̄|²`` of unit tokens (1 at a single cluster): ``(B, n, d) -> (B,)``.
+    r"""$1/n^2 \sum_{ij} \langle x_i, x_j\rangle = |\bar{x}|^2$ of unit tokens (1 at a single cluster): ``(B, n, d) -> (B,)``.
 
-    For unit tokens ``1 − |x̄|² = 1/(2n²) Σ_ij |x_i − x_j|²``: half the mean squared pairwise distance.
+    For unit tokens $1 - |\bar{x}|^2 = 1/(2n^2) \sum_{ij} |x_i - x_j|^2$: half the mean squared pairwise distance.
     """
     return x.mean(1).square().sum(-1)  # (B,)
 
 
 def count_clusters(x: torch.Tensor, radius: float = 0.1) -> torch.Tensor:
-    """Number of clusters per replica: connected components of the graph ``|x_i − x_j| < radius``: ``(B, n, d) -> (B,)``.
+    r"""Number of clusters per replica: connected components of the graph $|x_i - x_j| < \text{ radius }$: ``(B, n, d) -> (B,)``.
 
-    Single linkage through an ``n × n`` distance matrix per replica (meant for the n ≤ a few thousand tokens of
+    Single linkage through an $n \times n$ distance matrix per replica (meant for the n ≤ a few thousand tokens of
     a figure or a check; subsample a larger cloud).
     """
     check_finite("radius", radius)

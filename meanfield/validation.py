@@ -1,13 +1,13 @@
-"""Theory checks: results, discovery and the ``meanfield validate`` run.
+r"""Theory checks: results, discovery and the ``meanfield validate`` run.
 
-A *check* is a script ``theory/<name>.py`` (installed with the package: :mod:`meanfield.shipped`) with
+A *check* is a script ``theory/<name>.py`` (installed with the package: [`meanfield.shipped`][meanfield.shipped]) with
 
 - ``CLAIM``: one line, the claim it checks;
 - ``run(preset: str = "fast") -> CheckResult``: numbers compared with analytic references;
 - ``plot(result: CheckResult) -> matplotlib.figure.Figure``.
 
-A :class:`CheckResult` is a list of :class:`Comparison` rows: a measured value, the analytic reference,
-the tolerance (``z·SE`` plus any known deterministic bias), the smallest error the comparison can detect,
+A [`CheckResult`][meanfield.validation.CheckResult] is a list of [`Comparison`][meanfield.validation.Comparison] rows: a measured value, the analytic reference,
+the tolerance ($z\cdot\operatorname{SE}$ plus any known deterministic bias), the smallest error the comparison can detect,
 and whether the two must agree (``expect="agree"``) or must be told apart (``expect="differ"``: a negative
 control, or a bias the check is meant to show). The check passes when every row does.
 """
@@ -44,7 +44,7 @@ PRESETS = ("fast", "full")
 
 
 class InputError(ValueError):
-    """A bad argument to :func:`validate` (a check name, a preset): the command line reports it in one line."""
+    """A bad argument to [`validate`][meanfield.validation.validate] (a check name, a preset): the command line reports it in one line."""
 
 
 class NoTheoryFolder(InputError, FileNotFoundError):
@@ -53,13 +53,13 @@ class NoTheoryFolder(InputError, FileNotFoundError):
 
 @dataclass(frozen=True)
 class Comparison:
-    """One measured quantity against its analytic reference.
+    r"""One measured quantity against its analytic reference.
 
     Attributes:
         quantity: what is compared (e.g. ``"Var x_T"``).
         value: the measured value.
         reference: the analytic value.
-        tolerance: the allowed ``|value − reference|`` (``z·SE + bias``).
+        tolerance: the allowed ``|value − reference|`` ($z\cdot\operatorname{SE} + \text{ bias }$).
         detectable: the smallest ``|value − reference|`` the comparison detects (its power), in the same unit.
         expect: ``"agree"`` (pass iff within tolerance) or ``"differ"`` (pass iff outside it).
         note: how the tolerance was set, in words.
@@ -118,14 +118,14 @@ class CheckResult:
     def add(
         self, quantity: str, value: float, reference: float, tolerance: float, **kwargs: Any
     ) -> Comparison:
-        """Append a :class:`Comparison` and return it."""
+        """Append a [`Comparison`][meanfield.validation.Comparison] and return it."""
         row = Comparison(quantity, float(value), float(reference), float(tolerance), **kwargs)
         self.comparisons.append(row)
         return row
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CheckResult:
-        """The inverse of :meth:`to_dict` (derived fields such as ``passed`` are recomputed, not read)."""
+        """The inverse of `to_dict` (derived fields such as ``passed`` are recomputed, not read)."""
         fields = ("quantity", "value", "reference", "tolerance", "detectable", "expect", "note")
         rows = [Comparison(**{k: row[k] for k in fields if k in row}) for row in data["comparisons"]]
         return cls(
@@ -171,7 +171,7 @@ def _escape_markdown(text: str) -> str:
 def default_theory_dir() -> Path:
     """The checks that came with the imported package, wherever the command is started: the installed
     package's ``meanfield/theory/`` (a wheel), else the source checkout's ``theory/`` (a checkout or an
-    editable install); see :mod:`meanfield.shipped`.
+    editable install); see [`meanfield.shipped`][meanfield.shipped].
 
     Raises:
         NoTheoryFolder: neither exists.
@@ -272,9 +272,9 @@ def validate(
         names: the checks to run (file stems in ``theory/``); all when ``None``.
         preset: ``"fast"`` (the whole suite in minutes, what CI runs) or ``"full"`` (paper-quality figures).
         out: the output folder (created).
-        theory_dir: where the checks are (default: see :func:`default_theory_dir`).
+        theory_dir: where the checks are (default: see [`default_theory_dir`][meanfield.validation.default_theory_dir]).
         progress: show a progress bar over the checks (``None``: when it lasts over a second in a terminal
-            or a notebook, :mod:`meanfield.progress`).
+            or a notebook, [`progress`][meanfield.progress]).
         echo: where to print the summary table (``None``: nowhere).
         resume: reuse the finished results of an earlier run into the same ``out`` (see above).
     """

@@ -1,16 +1,16 @@
 """Data for the experiments: real datasets from local files, synthetic teacher–student tasks, and seeded
 minibatch order that checkpoints can save.
 
-Every loader reads a folder (``root``, else :func:`default_root`), never the network, and returns a
+Every loader reads a folder (``root``, else [`default_root`][meanfield.data._paths.default_root]), never the network, and returns a
 dataclass of tensors with a ``description`` of what was loaded. A missing dataset raises
-:class:`DataNotFoundError` (a ``FileNotFoundError``) saying where to get it; a corrupt file raises
-:class:`CorruptDataError` (a ``ValueError``) naming the file.
+[`DataNotFoundError`][meanfield.data._errors.DataNotFoundError] (a ``FileNotFoundError``) saying where to get it; a corrupt file raises
+[`CorruptDataError`][meanfield.data._errors.CorruptDataError] (a ``ValueError``) naming the file.
 
-* text: :func:`wikitext2` (word level), :func:`tiny_shakespeare` (character level) → :class:`TokenCorpus`
-* images: :func:`fashion_mnist`, :func:`cifar10` → :class:`ImageDataset`
-* synthetic: :func:`teacher_student` → :class:`TeacherStudent`
-* batching: :class:`Batches`, :class:`TokenBatches`, :func:`iter_blocks`
-* what is where: :func:`catalog`, :func:`format_catalog`
+* text: [`wikitext2`][meanfield.data.text.wikitext2] (word level), [`tiny_shakespeare`][meanfield.data.text.tiny_shakespeare] (character level) → [`TokenCorpus`][meanfield.data.text.TokenCorpus]
+* images: [`fashion_mnist`][meanfield.data.fashion.fashion_mnist], [`cifar10`][meanfield.data.cifar.cifar10] → [`ImageDataset`][meanfield.data.images.ImageDataset]
+* synthetic: [`teacher_student`][meanfield.data.teacher.teacher_student] → [`TeacherStudent`][meanfield.data.teacher.TeacherStudent]
+* batching: [`Batches`][meanfield.data.batches.Batches], [`TokenBatches`][meanfield.data.batches.TokenBatches], [`iter_blocks`][meanfield.data.batches.iter_blocks]
+* what is where: [`catalog`][meanfield.data.inventory.catalog], [`format_catalog`][meanfield.data.inventory.format_catalog]
 """
 
 from ._cache import cache_dir

@@ -1,8 +1,8 @@
 """Errors of the data loaders, and where each dataset can be had.
 
-A missing dataset raises :class:`DataNotFoundError` (a ``FileNotFoundError``) whose message names the
+A missing dataset raises [`DataNotFoundError`][meanfield.data._errors.DataNotFoundError] (a ``FileNotFoundError``) whose message names the
 expected files, the folders searched and where to get them; a truncated or corrupt file raises
-:class:`CorruptDataError` (a ``ValueError``) naming the file and what is wrong with it. No loader ever
+[`CorruptDataError`][meanfield.data._errors.CorruptDataError] (a ``ValueError``) naming the file and what is wrong with it. No loader ever
 touches the network: the addresses below are text for the user.
 """
 
@@ -50,7 +50,7 @@ def not_found(
     """Build the error for a dataset that is not where it was looked for.
 
     Args:
-        dataset: a key of :data:`SOURCES`.
+        dataset: a key of [`SOURCES`][meanfield.data._errors.SOURCES].
         expected: the files that were expected, in words (e.g. ``"valid.txt or wiki.valid.tokens"``).
         searched: the folders (or files) that were looked in, in order.
         hint: an optional extra sentence.

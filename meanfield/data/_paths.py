@@ -1,4 +1,4 @@
-"""Where the loaders look for data: :func:`default_root` and the folder search shared by every loader."""
+"""Where the loaders look for data: [`default_root`][meanfield.data._paths.default_root] and the folder search shared by every loader."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def locate(
     expected: str,
     extra_default: Sequence[Path] = (),
 ) -> Path:
-    """The first candidate folder (see :func:`candidates`) for which ``looks_like(path)`` is true.
+    """The first candidate folder (see [`candidates`][meanfield.data._paths.candidates]) for which ``looks_like(path)`` is true.
 
     Raises:
         DataNotFoundError: no candidate holds the dataset; the message lists the candidates.

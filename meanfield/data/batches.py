@@ -1,8 +1,8 @@
-"""Minibatch order with its own generator, saved in checkpoints.
+r"""Minibatch order with its own generator, saved in checkpoints.
 
-* :class:`Batches` shuffles indices ``0 … n−1`` afresh every epoch (samples indexed along dim 0).
-* :class:`TokenBatches` draws random windows of a token stream, as nanoGPT's ``get_batch`` does.
-* :func:`iter_blocks` cuts a token stream into contiguous evaluation blocks, deterministically.
+* [`Batches`][meanfield.data.batches.Batches] shuffles indices $0 \dots n-1$ afresh every epoch (samples indexed along dim 0).
+* [`TokenBatches`][meanfield.data.batches.TokenBatches] draws random windows of a token stream, as nanoGPT's ``get_batch`` does.
+* [`iter_blocks`][meanfield.data.batches.iter_blocks] cuts a token stream into contiguous evaluation blocks, deterministically.
 
 The samplers' ``state_dict()`` holds only tensors, ints and bools, so it round-trips through
 ``torch.save`` and ``torch.load(weights_only=True)``; a sampler restored from it yields exactly the
@@ -144,7 +144,7 @@ class Batches:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a state from :meth:`state_dict`; ``n``, ``batch_size`` and ``drop_last`` must match."""
+        """Restore a state from [`state_dict`][meanfield.data.batches.Batches.state_dict]; ``n``, ``batch_size`` and ``drop_last`` must match."""
         _check_state(
             "Batches", state, {"n": self.n, "batch_size": self.batch_size, "drop_last": self.drop_last}
         )
@@ -228,7 +228,7 @@ class TokenBatches:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a state from :meth:`state_dict`; ``n_tokens``, ``block_size``, ``batch_size`` must match."""
+        """Restore a state from [`state_dict`][meanfield.data.batches.TokenBatches.state_dict]; ``n_tokens``, ``block_size``, ``batch_size`` must match."""
         expected = {
             "n_tokens": len(self.tokens),
             "block_size": self.block_size,

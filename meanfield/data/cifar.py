@@ -1,6 +1,6 @@
 """CIFAR-10: the ``cifar-10-batches-py`` pickles, or images by class in a folder or a tar archive.
 
-Decoded archives are cached (see :func:`~meanfield.data.cache_dir`) so that the second load reads one
+Decoded archives are cached (see [`cache_dir`][meanfield.data._cache.cache_dir]) so that the second load reads one
 tensor file.
 """
 
@@ -199,11 +199,11 @@ def cifar10(root: str | os.PathLike | None = None, *, cache: bool = True) -> Ima
     Args:
         root: a folder of one of the formats, a parent holding one as ``cifar-10-batches-py/``,
             ``cifar10-jpeg/``, ``cifar10/`` or ``cifar-10/``, or an archive file (``None``:
-            :func:`default_root`).
+            [`default_root`][meanfield.data._paths.default_root]).
         cache: read and write the cache of decoded archives.
 
     Returns:
-        An :class:`ImageDataset` with ``C = 3`` (``C = 1`` for a folder of grey-level images).
+        An [`ImageDataset`][meanfield.data.images.ImageDataset] with ``C = 3`` (``C = 1`` for a folder of grey-level images).
 
     Raises:
         DataNotFoundError: nothing of the above was found (the message lists the folders searched).

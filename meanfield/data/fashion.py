@@ -40,7 +40,7 @@ _UBYTE = 0x08
 
 
 def _read_bytes(path: Path) -> bytes:
-    """The file's bytes, gunzipped when the name ends in ``.gz``; a broken gzip is a :class:`CorruptDataError`."""
+    """The file's bytes, gunzipped when the name ends in ``.gz``; a broken gzip is a [`CorruptDataError`][meanfield.data._errors.CorruptDataError]."""
     if path.suffix != ".gz":
         return path.read_bytes()
     try:
@@ -96,15 +96,15 @@ def fashion_mnist(root: str | os.PathLike | None = None) -> ImageDataset:
 
     Format: the four idx-ubyte files ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
     ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte``, each gzipped (``.gz``) or not (see
-    :func:`read_idx`).
+    [`read_idx`][meanfield.data.fashion.read_idx]).
 
     Args:
         root: the folder holding the four files, or a parent with them in ``fashion-mnist/`` (also
-            ``FashionMNIST/raw/``, torchvision's layout). ``None``: :func:`default_root`, then
+            ``FashionMNIST/raw/``, torchvision's layout). ``None``: [`default_root`][meanfield.data._paths.default_root], then
             ``/usr/share/datasets`` (where Debian's ``dataset-fashion-mnist`` installs them).
 
     Returns:
-        An :class:`ImageDataset` with ``C = 1``.
+        An [`ImageDataset`][meanfield.data.images.ImageDataset] with ``C = 1``.
 
     Raises:
         DataNotFoundError: no folder with the four files.

@@ -45,13 +45,13 @@ def decode(data: bytes, name: str) -> np.ndarray:
 
 
 def stack_images(items: Iterable[ImageItem], where: str) -> dict:
-    """Decode and stack the images of both splits.
+    r"""Decode and stack the images of both splits.
 
     The label is the position of the class folder's name in the sorted train class names; images are
     ordered by class, then file name.
 
     Returns:
-        ``train_x``/``test_x`` ``uint8 (N, C, H, W)``, ``train_y``/``test_y`` ``int64 (N,)``, ``classes``,
+        $\mathrm{train}_x$/$\mathrm{test}_x$ ``uint8 (N, C, H, W)``, $\mathrm{train}_y$/$\mathrm{test}_y$ ``int64 (N,)``, ``classes``,
         ``lossy`` (any image in a lossy format) and ``format`` (in words).
 
     Raises:

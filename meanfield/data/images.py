@@ -10,11 +10,11 @@ __all__ = ["ImageDataset", "channel_stats"]
 
 
 def channel_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact per-channel mean and standard deviation of ``x / 255`` for ``uint8`` images.
+    r"""Exact per-channel mean and standard deviation of ``x / 255`` for ``uint8`` images.
 
-    Computed from a 256-bin histogram per channel (no float copy of the images): with ``h_c(v)`` the number
-    of pixels of value ``v`` in channel ``c`` and ``N_c = Σ_v h_c(v)``,
-    ``mean_c = Σ_v h_c(v) v / (255 N_c)`` and ``std_c² = Σ_v h_c(v) (v/255 − mean_c)² / N_c`` (population).
+    Computed from a 256-bin histogram per channel (no float copy of the images): with $h_c(v)$ the number
+    of pixels of value ``v`` in channel ``c`` and $N_c = \sum_v h_c(v)$,
+    $\mathrm{mean}_c = \sum_v h_c(v) v / (255 N_c)$ and $\mathrm{std}_c^2 = \sum_v h_c(v) (v/255 - \mathrm{mean}_c)^2 / N_c$ (population).
 
     Args:
         x: ``uint8`` images, shape ``(N, C, H, W)``.
@@ -35,13 +35,13 @@ def channel_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 @dataclass
 class ImageDataset:
-    """Images and labels of a classification dataset, split into train and test.
+    r"""Images and labels of a classification dataset, split into train and test.
 
     Attributes:
-        train_x: ``uint8`` training images, shape ``(N_train, C, H, W)``.
-        train_y: ``int64`` training labels in ``[0, len(classes))``, shape ``(N_train,)``.
-        test_x: ``uint8`` test images, shape ``(N_test, C, H, W)``.
-        test_y: ``int64`` test labels, shape ``(N_test,)``.
+        train_x: ``uint8`` training images, shape $(N_{\mathrm{train}}, C, H, W)$.
+        train_y: ``int64`` training labels in ``[0, len(classes))``, shape $(N_{\mathrm{train}},)$.
+        test_x: ``uint8`` test images, shape $(N_{\mathrm{test}}, C, H, W)$.
+        test_y: ``int64`` test labels, shape $(N_{\mathrm{test}},)$.
         classes: ``classes[i]`` is the name of label ``i``.
         description: what was loaded, from where, the sizes, and any caveat (e.g. a lossy JPEG copy).
         lossy: ``True`` when the pixels were decoded from a lossy format (JPEG), i.e. are not the originals.
@@ -79,9 +79,9 @@ class ImageDataset:
         return self._stats
 
     def normalized(self, split: str) -> torch.Tensor:
-        """The images of ``split`` as ``float32``, standardised per channel with the *training* statistics.
+        r"""The images of ``split`` as ``float32``, standardised per channel with the *training* statistics.
 
-        ``z = (x / 255 − mean_c) / std_c`` where ``mean_c`` and ``std_c`` are :attr:`mean` and :attr:`std`
+        $z = (x / 255 - \mathrm{mean}_c) / \mathrm{std}_c$ where $\mathrm{mean}_c$ and $\mathrm{std}_c$ are [`mean`][meanfield.data.images.ImageDataset.mean] and [`std`][meanfield.data.images.ImageDataset.std]
         (of the training split, whichever split is returned). Measured: Fashion-MNIST mean 0.2860, std 0.3530;
         the lossy CIFAR-10 JPEG copy (``../shared/data/cifar10-jpeg``) mean (0.4913, 0.4821, 0.4465), std
         (0.2452, 0.2428, 0.2606). The canonical CIFAR-10 pickles have the train mean

@@ -204,19 +204,19 @@ def _cifar(root: str | os.PathLike | None) -> DatasetInfo:
 def catalog(root: str | os.PathLike | None = None, *, hash: bool = True) -> list[DatasetInfo]:
     """Which of the known datasets are found where, with their files, sizes and checksums.
 
-    Each dataset is looked for as its loader would (``root`` or :func:`default_root`; Fashion-MNIST also in
+    Each dataset is looked for as its loader would (``root`` or [`default_root`][meanfield.data._paths.default_root]; Fashion-MNIST also in
     ``/usr/share/datasets``) without being loaded. With ``hash``, every file's SHA-256 is computed and
     checked against the ``SHA256SUMS`` files (``sha256sum`` format, paths relative to the file) in the root,
     the dataset's folder and its parent: ``OK``, ``MISMATCH`` or ``not listed``; a file no ``SHA256SUMS``
-    lists but whose official git blob id is known (:data:`KNOWN_GIT_BLOBS`: WikiText-2's ``train.txt``) is
+    lists but whose official git blob id is known (`KNOWN_GIT_BLOBS`: WikiText-2's ``train.txt``) is
     checked against it instead (``OK (git blob id)`` / ``MISMATCH (git blob id)``).
 
     Args:
-        root: the data folder (``None``: :func:`default_root`).
+        root: the data folder (``None``: [`default_root`][meanfield.data._paths.default_root]).
         hash: compute the SHA-256 of each file (about a second per 100 MB).
 
     Returns:
-        One :class:`DatasetInfo` per known dataset: wikitext-2, tinyshakespeare, fashion-mnist, cifar10.
+        One [`DatasetInfo`][meanfield.data.inventory.DatasetInfo] per known dataset: wikitext-2, tinyshakespeare, fashion-mnist, cifar10.
     """
     infos = [_wikitext(root), _shakespeare(root), _fashion(root), _cifar(root)]
     base = Path(root).expanduser() if root is not None else default_root()
@@ -249,7 +249,7 @@ def _size(n: int) -> str:
 
 
 def format_catalog(infos: list[DatasetInfo]) -> str:
-    """A plain-text table of :func:`catalog`'s result: one line per dataset, then one per file."""
+    """A plain-text table of [`catalog`][meanfield.data.inventory.catalog]'s result: one line per dataset, then one per file."""
     lines = [f"{'dataset':<16} {'status':<10} where / file", "-" * 100]
     for info in infos:
         if not info.found:

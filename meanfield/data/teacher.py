@@ -1,10 +1,12 @@
 r"""Teacher–student regression with Gaussian inputs: single- and multi-index teachers.
 
-Inputs ``x ~ N(0, I_d)``; a teacher with unit directions ``w*_1 … w*_k`` and coefficients ``c_k`` gives
+Inputs $x \sim N(0, I_d)$; a teacher with unit directions ``w*_1 … w*_k`` and coefficients $c_k$ gives
 
-    y = Σ_k c_k g(w*_k · x) + σ ε,    ε ~ N(0, 1)
+$$
+y = \sum_k c_k g(w^*_k \cdot x) + \sigma \varepsilon, \qquad \varepsilon \sim N(0, 1)
+$$
 
-(``k = 1``: the single-index model ``y = c_1 g(w* · x)``). The directions are returned so that a student's
+(``k = 1``: the single-index model $y = c_1 g(w^* \cdot x)$). The directions are returned so that a student's
 alignment with them can be measured.
 """
 
@@ -31,15 +33,15 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "he3": lambda z: z**3 - 3 * z,
     "he4": lambda z: z**4 - 6 * z**2 + 3,
 }
-"""Name → ``g``. ``heN`` are the probabilists' Hermite polynomials: ``He₁ = z``, ``He₂ = z² − 1``,
-``He₃ = z³ − 3z``, ``He₄ = z⁴ − 6z² + 3`` (orthogonal under N(0, 1), ``E He_n(z)² = n!``)."""
+r"""Name → ``g``. ``heN`` are the probabilists' Hermite polynomials: $He_1 = z$, $He_2 = z^2 - 1$,
+$He_3 = z^3 - 3z$, $He_4 = z^4 - 6z^2 + 3$ (orthogonal under N(0, 1), $\mathbb{E} He_n(z)^2 = n!$)."""
 
 DIRECTIONS = ("orthonormal", "random")
 
 
 @dataclass
 class TeacherStudent:
-    """A teacher–student regression data set (see :func:`teacher_student`).
+    """A teacher–student regression data set (see [`teacher_student`][meanfield.data.teacher.teacher_student]).
 
     Attributes:
         x_train: inputs, shape ``(n_train, d)``.
@@ -47,7 +49,7 @@ class TeacherStudent:
         x_test: inputs, shape ``(n_test, d)``.
         y_test: targets, shape ``(n_test,)``: noiseless unless ``noisy_test=True``.
         directions: the teacher's unit directions ``w*_k``, shape ``(k, d)``.
-        coefficients: ``c_k``, shape ``(k,)``.
+        coefficients: $c_k$, shape ``(k,)``.
         description: how the data were made.
         activation: the name of ``g``.
         label_noise: the standard deviation σ of the Gaussian label noise.
@@ -64,7 +66,7 @@ class TeacherStudent:
     label_noise: float = 0.0
 
     def teacher(self, x: torch.Tensor) -> torch.Tensor:
-        """The noiseless teacher ``Σ_k c_k g(w*_k · x)`` at inputs ``x`` of shape ``(n, d)``; shape ``(n,)``."""
+        r"""The noiseless teacher $\sum_k c_k g(w^*_k \cdot x)$ at inputs ``x`` of shape ``(n, d)``; shape ``(n,)``."""
         return _teacher(x, self.directions, self.coefficients, ACTIVATIONS[self.activation])
 
 
@@ -110,12 +112,12 @@ def teacher_student(
 ) -> TeacherStudent:
     r"""Gaussian inputs and targets of a single-index (``k = 1``) or multi-index teacher.
 
-    ``x ~ N(0, I_d)`` and ``y = Σ_{j=1}^{k} c_j g(w*_j · x) + σ ε`` with unit directions ``w*_j``, ``ε ~ N(0, 1)``
+    $x \sim N(0, I_d)$ and ``y = Σ_{j=1}^{k} c_j g(w*_j · x) + σ ε`` with unit directions ``w*_j``, $\varepsilon \sim N(0, 1)$
     and ``σ = label_noise``.
 
-    The default coefficients are ``c_j = 1/√k``: with orthonormal directions the projections ``w*_j · x``
+    The default coefficients are $c_j = 1/\sqrt{k}$: with orthonormal directions the projections $w^*_j \cdot x$
     are independent standard normals, so ``Var(y − σε) = Var g(z)`` whatever k (the target's scale does not
-    shrink as indices are added, unlike ``1/k``). ``k = 1`` gives ``c_1 = 1``: ``y = g(w* · x)``. (The seed
+    shrink as indices are added, unlike ``1/k``). ``k = 1`` gives $c_1 = 1$: $y = g(w^* \cdot x)$. (The seed
     experiment's "two-index ReLU teacher" is ``k=2, activation="relu"``.)
 
     Everything is drawn from one ``torch.Generator`` seeded with ``seed``, in this order: the directions
@@ -126,11 +128,11 @@ def teacher_student(
         d: input dimension.
         n_train: number of training samples.
         n_test: number of test samples.
-        k: number of teacher directions (indices); ``k ≤ d`` for orthonormal directions.
-        activation: ``g``, a name in :data:`ACTIVATIONS` (``relu``, ``tanh``, ``sigmoid``, ``abs``,
+        k: number of teacher directions (indices); $k \le d$ for orthonormal directions.
+        activation: ``g``, a name in [`ACTIVATIONS`][meanfield.data.teacher.ACTIVATIONS] (``relu``, ``tanh``, ``sigmoid``, ``abs``,
             ``identity``, Hermite ``he1`` … ``he4``).
         directions: ``"orthonormal"`` (QR of a Gaussian matrix) or ``"random"`` (independent unit vectors).
-        coefficients: ``c``, k finite numbers; default ``1/√k`` each.
+        coefficients: ``c``, k finite numbers; default $1/\sqrt{k}$ each.
         label_noise: σ ≥ 0, the standard deviation of the Gaussian noise added to ``y_train``.
         noisy_test: add the noise to ``y_test`` too; by default the test targets are noiseless, so the test
             MSE measures the excess risk (its minimum is 0, not σ²).
@@ -138,7 +140,7 @@ def teacher_student(
         dtype: floating dtype of the returned tensors.
 
     Returns:
-        A :class:`TeacherStudent`.
+        A [`TeacherStudent`][meanfield.data.teacher.TeacherStudent].
 
     Raises:
         ValueError: a bad size, an unknown activation or kind of directions, ``k > d`` with orthonormal

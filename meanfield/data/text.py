@@ -102,7 +102,7 @@ class TokenCorpus:
 
 
 def _read_text(path: Path) -> str:
-    """The file's text (UTF-8, universal newlines); undecodable bytes are a :class:`CorruptDataError`."""
+    """The file's text (UTF-8, universal newlines); undecodable bytes are a [`CorruptDataError`][meanfield.data._errors.CorruptDataError]."""
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()
@@ -157,12 +157,12 @@ def wikitext2(
     Ids are given in order of first appearance (as ``torch``'s example ``Dictionary`` does).
 
     Args:
-        root: the ``wikitext-2`` folder or a folder containing ``wikitext-2/`` (``None``: :func:`default_root`).
+        root: the ``wikitext-2`` folder or a folder containing ``wikitext-2/`` (``None``: [`default_root`][meanfield.data._paths.default_root]).
         splits: which of ``"train"``, ``"valid"``, ``"test"`` to load; the others are ``None``.
         vocab: a fixed vocabulary (id → word).
 
     Returns:
-        A word-level :class:`TokenCorpus`.
+        A word-level [`TokenCorpus`][meanfield.data.text.TokenCorpus].
 
     Raises:
         DataNotFoundError: no WikiText-2 folder, or a requested split is missing from it (the message names
@@ -263,10 +263,10 @@ def tiny_shakespeare(root: str | os.PathLike | None = None) -> TokenCorpus:
 
     Args:
         root: the ``tinyshakespeare`` folder, a folder containing ``tinyshakespeare/``, or the text file
-            itself (``None``: :func:`default_root`).
+            itself (``None``: [`default_root`][meanfield.data._paths.default_root]).
 
     Returns:
-        A character-level :class:`TokenCorpus`.
+        A character-level [`TokenCorpus`][meanfield.data.text.TokenCorpus].
 
     Raises:
         DataNotFoundError: no ``input.txt`` was found.

@@ -1,23 +1,23 @@
-"""Diversity of the particles and smoothness of training.
+r"""Diversity of the particles and smoothness of training.
 
 Particles that collapse onto each other waste the width of a mean-field layer; noise (temperature β) keeps
 them apart. These metrics measure how far apart they are, on their parameters, their outputs, or their
 attention maps, and how noisy training is:
 
-- :func:`pairwise_cosine`, :func:`attention_similarity`, :func:`mean_off_diagonal`: cosine similarities.
-- :func:`output_covariance`, :func:`effective_rank`: how many directions the particle outputs span.
-- :func:`teacher_alignment`, :func:`aligned_fraction`: recovery of teacher directions by the ``w_i``
+- [`pairwise_cosine`][meanfield.metrics.diversity.pairwise_cosine], [`attention_similarity`][meanfield.metrics.diversity.attention_similarity], [`mean_off_diagonal`][meanfield.metrics.diversity.mean_off_diagonal]: cosine similarities.
+- [`output_covariance`][meanfield.metrics.diversity.output_covariance], [`effective_rank`][meanfield.metrics.diversity.effective_rank]: how many directions the particle outputs span.
+- [`teacher_alignment`][meanfield.metrics.diversity.teacher_alignment], [`aligned_fraction`][meanfield.metrics.diversity.aligned_fraction]: recovery of teacher directions by the $w_i$
   (per particle: how many particles sit on *some* teacher direction).
-- :func:`teacher_coverage`: recovery per teacher direction (how many of the K directions have a particle on
-  them): the complement of :func:`aligned_fraction`, which is 1.0 when every particle sits on one direction.
-- :func:`teacher_overlap`: the intensive order parameter ``q = 1/M Σ_i ‖P ŵ_i‖²`` (plain or weighted, e.g.
-  by ``|a_i|``), ``P`` the projector on the teacher span; no threshold, no extreme over particles.
-- :func:`live_particles`: the mask of particles whose output weight is not ≈ 0.
-- :func:`distinct_modes`, :func:`mode_labels`: clusters of particle directions (single linkage at a cosine
+- [`teacher_coverage`][meanfield.metrics.diversity.teacher_coverage]: recovery per teacher direction (how many of the K directions have a particle on
+  them): the complement of [`aligned_fraction`][meanfield.metrics.diversity.aligned_fraction], which is 1.0 when every particle sits on one direction.
+- [`teacher_overlap`][meanfield.metrics.diversity.teacher_overlap]: the intensive order parameter $q = 1/M \sum_i \|P \hat{w}_i\|^2$ (plain or weighted, e.g.
+  by $|a_i|$), ``P`` the projector on the teacher span; no threshold, no extreme over particles.
+- [`live_particles`][meanfield.metrics.diversity.live_particles]: the mask of particles whose output weight is not ≈ 0.
+- [`distinct_modes`][meanfield.metrics.diversity.distinct_modes], [`mode_labels`][meanfield.metrics.diversity.mode_labels]: clusters of particle directions (single linkage at a cosine
   radius), counted among the live particles.
-- :func:`collapse_rate`: the fraction of (live) particles within a cosine radius of another (sign-aware).
-- :func:`minibatch_gradients`, :func:`gradient_variance`: gradient noise across minibatches.
-- :func:`mean_abs_loss_change`, :func:`detrended_loss_variance`: smoothness of a training-loss curve.
+- [`collapse_rate`][meanfield.metrics.diversity.collapse_rate]: the fraction of (live) particles within a cosine radius of another (sign-aware).
+- [`minibatch_gradients`][meanfield.metrics.diversity.minibatch_gradients], [`gradient_variance`][meanfield.metrics.diversity.gradient_variance]: gradient noise across minibatches.
+- [`mean_abs_loss_change`][meanfield.metrics.diversity.mean_abs_loss_change], [`detrended_loss_variance`][meanfield.metrics.diversity.detrended_loss_variance]: smoothness of a training-loss curve.
 
 Convention: the cosine of a zero vector with anything is 0. Metrics on particle sets accept leading
 replica axes ``(…, M, D)`` and return one value per replica; scalar results are 0-d tensors.
@@ -63,30 +63,30 @@ def _tensor(name: str, x: object, min_rank: int, layout: str) -> torch.Tensor:
 
 
 def _unit(x: torch.Tensor) -> torch.Tensor:
-    """``x/‖x‖`` along the last axis, and 0 for a zero vector."""
+    r"""$x/\|x\|$ along the last axis, and 0 for a zero vector."""
     norm = x.norm(dim=-1, keepdim=True)  # (…, 1)
     return x / norm.clamp_min(torch.finfo(x.dtype).tiny)  # (…, D)
 
 
 def pairwise_cosine(features: torch.Tensor) -> torch.Tensor:
-    """Cosine similarity of every pair of particles, ``S_ij = ⟨φ_i, φ_j⟩ / (‖φ_i‖ ‖φ_j‖)``.
+    r"""Cosine similarity of every pair of particles, $S_{ij} = \langle \varphi_i, \varphi_j\rangle / (\|\varphi_i\| \|\varphi_j\|)$.
 
     Args:
-        features: ``(…, M, D)``, one feature vector ``φ_i`` per particle (parameters ``w_i``, flattened
+        features: ``(…, M, D)``, one feature vector $\varphi_i$ per particle (parameters $w_i$, flattened
             outputs, flattened attention maps).
 
     Returns:
-        ``(…, M, M)``, symmetric, entries in ``[−1, 1]``, 1 on the diagonal (0 for a zero vector).
+        ``(…, M, M)``, symmetric, entries in $[-1, 1]$, 1 on the diagonal (0 for a zero vector).
     """
     u = _unit(_tensor("features", features, 2, "(…, M, D)"))  # (…, M, D)
     return u @ u.transpose(-1, -2)  # (…, M, M)
 
 
 def attention_similarity(maps: torch.Tensor) -> torch.Tensor:
-    """Cosine similarity of the attention maps of every pair of heads.
+    r"""Cosine similarity of the attention maps of every pair of heads.
 
-    ``S_ij = ⟨A_i, A_j⟩_F / (‖A_i‖_F ‖A_j‖_F)`` with ``A_i`` head ``i``'s maps over all sequences of the
-    batch, ``⟨A, B⟩_F = Σ_{b,s,t} A[b,s,t] B[b,s,t]``. Attention maps are non-negative, so ``S_ij ∈ [0, 1]``:
+    $S_{ij} = \langle A_i, A_j\rangle_F / (\|A_i\|_F \|A_j\|_F)$ with $A_i$ head ``i``'s maps over all sequences of the
+    batch, $\langle A, B\rangle_F = \sum_{b,s,t} A[b,s,t] B[b,s,t]$. Attention maps are non-negative, so $S_{ij} \in [0, 1]$:
     1 for heads that attend identically (up to a scale), 0 for heads whose supports are disjoint.
 
     Args:
@@ -102,7 +102,7 @@ def attention_similarity(maps: torch.Tensor) -> torch.Tensor:
 
 
 def mean_off_diagonal(S: torch.Tensor) -> torch.Tensor:
-    """``1/(M(M−1)) Σ_{i≠j} S_ij``, the mean pairwise similarity: ``(…, M, M) -> (…)`` (needs M ≥ 2)."""
+    r"""$1/(M(M-1)) \sum_{i\ne j} S_{ij}$, the mean pairwise similarity: ``(…, M, M) -> (…)`` (needs M ≥ 2)."""
     S = _tensor("S", S, 2, "(…, M, M)")
     M = S.shape[-1]
     if S.shape[-2] != M or M < 2:
@@ -112,15 +112,17 @@ def mean_off_diagonal(S: torch.Tensor) -> torch.Tensor:
 
 
 def output_covariance(outputs: torch.Tensor) -> torch.Tensor:
-    """Covariance of the particle outputs across samples.
+    r"""Covariance of the particle outputs across samples.
 
-    With ``φ_i(n)`` particle ``i``'s output on sample ``n`` (a scalar or an array over the trailing axes)
-    and ``μ_i = 1/N Σ_n φ_i(n)``,
+    With $\varphi_i(n)$ particle ``i``'s output on sample ``n`` (a scalar or an array over the trailing axes)
+    and $\mu_i = 1/N \sum_n \varphi_i(n)$,
 
-        C_ij = 1/(N−1) Σ_n ⟨φ_i(n) − μ_i, φ_j(n) − μ_j⟩,
+    $$
+    C_{ij} = 1/(N-1) \sum_n \langle \varphi_i(n) - \mu_i, \varphi_j(n) - \mu_j\rangle,
+    $$
 
-    ``⟨·,·⟩`` the sum over the trailing axes. Identical particles give ``C = c·11^T`` (rank 1); particles
-    with uncorrelated outputs of equal variance give ``C = c·I`` (rank M).
+    $\langle\cdot,\cdot\rangle$ the sum over the trailing axes. Identical particles give $C = c\cdot 11^T$ (rank 1); particles
+    with uncorrelated outputs of equal variance give $C = c\cdot I$ (rank M).
 
     Args:
         outputs: ``(N, M, *F)``, samples first, particles second, e.g. ``FeatureParticles.particle_outputs``
@@ -141,17 +143,19 @@ def output_covariance(outputs: torch.Tensor) -> torch.Tensor:
 
 
 def effective_rank(C: torch.Tensor) -> torch.Tensor:
-    """Effective rank (Roy & Vetterli, 2007) of a symmetric positive semi-definite matrix.
+    r"""Effective rank (Roy & Vetterli, 2007) of a symmetric positive semi-definite matrix.
 
-    With eigenvalues ``λ_1..λ_M`` (negative round-off clipped to 0) and ``p_k = λ_k / Σ_l λ_l``,
+    With eigenvalues $\lambda_1..\lambda_M$ (negative round-off clipped to 0) and $p_k = \lambda_k / \sum_l \lambda_l$,
 
-        erank(C) = exp(H(p)),   H(p) = −Σ_k p_k log p_k   (0 log 0 = 0),
+    $$
+    \mathrm{erank}(C) = \exp(H(p)), \qquad H(p) = -\sum_k p_k \log p_k \qquad (0 \log 0 = 0),
+    $$
 
     which lies in ``[1, rank C]``: 1 for a rank-one matrix, M for a multiple of the identity. A zero matrix
     (no variance at all) has effective rank 0 by convention.
 
     Args:
-        C: ``(…, M, M)``, e.g. :func:`output_covariance`.
+        C: ``(…, M, M)``, e.g. [`output_covariance`][meanfield.metrics.diversity.output_covariance].
 
     Returns:
         ``(…)``.
@@ -167,14 +171,14 @@ def effective_rank(C: torch.Tensor) -> torch.Tensor:
 
 
 def teacher_alignment(w: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-    """Cosine of every particle direction with every teacher direction, ``A_ik = ⟨w_i, u_k⟩/(‖w_i‖ ‖u_k‖)``.
+    r"""Cosine of every particle direction with every teacher direction, $A_{ik} = \langle w_i, u_k\rangle/(\|w_i\| \|u_k\|)$.
 
     Args:
         w: ``(…, M, d)``, the particles' weight vectors.
-        teacher: ``(K, d)``, the teacher directions ``u_k``.
+        teacher: ``(K, d)``, the teacher directions $u_k$.
 
     Returns:
-        ``(…, M, K)``, entries in ``[−1, 1]``.
+        ``(…, M, K)``, entries in $[-1, 1]$.
     """
     w = _tensor("w", w, 2, "(…, M, d)")
     teacher = _tensor("teacher", teacher, 2, "(K, d)")
@@ -217,25 +221,25 @@ def aligned_fraction(
     live: torch.Tensor | None = None,
     by_teacher: bool = False,
 ) -> torch.Tensor:
-    """Fraction of (live) particles aligned with some teacher direction.
+    r"""Fraction of (live) particles aligned with some teacher direction.
 
         aligned = 1/|L| Σ_{i∈L} 1[ max_k c_ik ≥ τ ],   c_ik = A_ik (or |A_ik| when ``symmetric``)
 
-    with ``A`` from :func:`teacher_alignment` and ``L`` the live particles (all of them by default; an empty
-    ``L`` gives 0). Use ``symmetric=True`` when ``w`` and ``−w`` are the same feature (an odd activation with
-    the sign absorbed by ``a_i``).
+    with ``A`` from [`teacher_alignment`][meanfield.metrics.diversity.teacher_alignment] and ``L`` the live particles (all of them by default; an empty
+    ``L`` gives 0). Use ``symmetric=True`` when ``w`` and $-w$ are the same feature (an odd activation with
+    the sign absorbed by $a_i$).
 
     **Blind spot.** The scalar counts particles, not directions: it is 1.0 when every particle sits on *one*
-    of K teacher directions. Read it with :func:`teacher_coverage` (how many directions are found), or ask
-    for ``by_teacher=True``: the fraction ``1/|L| Σ_{i∈L} 1[c_ik ≥ τ and k = argmax_l c_il]`` for each k,
+    of K teacher directions. Read it with [`teacher_coverage`][meanfield.metrics.diversity.teacher_coverage] (how many directions are found), or ask
+    for ``by_teacher=True``: the fraction $1/|L| \sum_{i\in L} 1[c_{ik} \ge \tau \text{ and } k = \operatorname{argmax}_l c_{il}]$ for each k,
     which shows where the aligned particles went (it sums to ``aligned`` over k).
 
     Args:
         w: ``(…, M, d)``.
         teacher: ``(K, d)``.
-        threshold: ``τ ∈ [−1, 1]``.
+        threshold: $\tau \in [-1, 1]$.
         symmetric: compare ``|cos|`` instead of ``cos``.
-        live: optional boolean mask ``(…, M)`` of the particles to count (e.g. :func:`live_particles`).
+        live: optional boolean mask ``(…, M)`` of the particles to count (e.g. [`live_particles`][meanfield.metrics.diversity.live_particles]).
         by_teacher: return one fraction per teacher direction.
 
     Returns:
@@ -263,18 +267,18 @@ def teacher_coverage(
     symmetric: bool = True,
     live: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Fraction of the K teacher directions that some live particle recovers.
+    r"""Fraction of the K teacher directions that some live particle recovers.
 
         coverage = 1/K Σ_k 1[ max_{i∈L} c_ik ≥ τ ],   c_ik = |A_ik| (``symmetric``, default) or A_ik
 
-    with ``A`` from :func:`teacher_alignment` and ``L`` the live particles. ``K · coverage`` is the number of
-    directions found. Unlike :func:`aligned_fraction`, all particles on one of two directions give 1/2.
-    Sign-symmetric by default (``w`` and ``−w`` recover the same direction ``span(u_k)``).
+    with ``A`` from [`teacher_alignment`][meanfield.metrics.diversity.teacher_alignment] and ``L`` the live particles. $K \cdot \text{ coverage }$ is the number of
+    directions found. Unlike [`aligned_fraction`][meanfield.metrics.diversity.aligned_fraction], all particles on one of two directions give 1/2.
+    Sign-symmetric by default (``w`` and $-w$ recover the same direction $\mathrm{span}(u_k)$).
 
     Args:
         w: ``(…, M, d)``.
         teacher: ``(K, d)``.
-        threshold: ``τ ∈ [−1, 1]``.
+        threshold: $\tau \in [-1, 1]$.
         symmetric: compare ``|cos|`` (default) instead of ``cos``.
         live: optional boolean mask ``(…, M)`` of the particles that may count.
 
@@ -297,18 +301,18 @@ def teacher_overlap(
     weights: torch.Tensor | None = None,
     nearest: bool = False,
 ) -> torch.Tensor:
-    """The overlap order parameter ``q``: the mean squared projection of the particle directions on the teacher.
+    r"""The overlap order parameter ``q``: the mean squared projection of the particle directions on the teacher.
 
-        q = Σ_i ω_i ‖P ŵ_i‖² / Σ_i ω_i,   ŵ_i = w_i/‖w_i‖,   ω_i = 1 (default) or ``weights`` (e.g. ``|a_i|``)
+        q = Σ_i ω_i ‖P ŵ_i‖² / Σ_i ω_i,   ŵ_i = w_i/‖w_i‖,   ω_i = 1 (default) or ``weights`` (e.g. $|a_i|$)
 
-    with ``P`` the orthogonal projector on ``span(u_1, …, u_K)``. For orthonormal teacher directions
-    ``‖P ŵ‖² = Σ_k (ŵ·u_k)²``, so for K = 1 this is ``1/M Σ_i (w_i·w*)²``. Unlike :func:`aligned_fraction`
-    and :func:`teacher_coverage` it has no threshold, and unlike :func:`teacher_coverage` it is an average over
+    with ``P`` the orthogonal projector on $\mathrm{span}(u_1, \dots, u_K)$. For orthonormal teacher directions
+    $\|P \hat{w}\|^2 = \sum_k (\hat{w}\cdot u_k)^2$, so for K = 1 this is $1/M \sum_i (w_i\cdot w^*)^2$. Unlike [`aligned_fraction`][meanfield.metrics.diversity.aligned_fraction]
+    and [`teacher_coverage`][meanfield.metrics.diversity.teacher_coverage] it has no threshold, and unlike [`teacher_coverage`][meanfield.metrics.diversity.teacher_coverage] it is an average over
     particles, not an extreme: its value for i.i.d. particles does not depend on M (an *intensive* order
-    parameter; the mean-field law's ``E_ρ‖P w‖²``). Uniform directions on ``S^{d−1}`` give ``K/d``; every
-    particle in the teacher span gives 1. Sign-symmetric (``w`` and ``−w`` give the same value).
+    parameter; the mean-field law's $\mathbb{E}_\rho\|P w\|^2$). Uniform directions on $S^{d-1}$ give ``K/d``; every
+    particle in the teacher span gives 1. Sign-symmetric (``w`` and $-w$ give the same value).
 
-    ``nearest=True`` replaces ``‖P ŵ_i‖²`` by ``max_k cos²(w_i, u_k)`` (the nearest teacher direction; equal to
+    ``nearest=True`` replaces $\|P \hat{w}_i\|^2$ by $\max_k \cos^2(w_i, u_k)$ (the nearest teacher direction; equal to
     the span version for K = 1).
 
     Args:
@@ -338,20 +342,20 @@ def teacher_overlap(
 
 
 def live_particles(a: torch.Tensor, tol: float = 0.05, *, vector: bool = False) -> torch.Tensor:
-    """Mask of the particles whose output weight is not ≈ 0: ``‖a_i‖ > tol · (1/M Σ_j ‖a_j‖)``.
+    r"""Mask of the particles whose output weight is not ≈ 0: $\|a_i\| > \text{ tol } \cdot (1/M \sum_j \|a_j\|)$.
 
-    A particle with ``a_i = 0`` contributes nothing to ``f = 1/M Σ a_i σ(w_i·x)`` whatever its ``w_i``, so
+    A particle with $a_i = 0$ contributes nothing to $f = 1/M \sum a_i \sigma(w_i\cdot x)$ whatever its $w_i$, so
     its direction says nothing about what the network learned (a *dead* particle): diversity and collapse
-    metrics count live particles only. The threshold is relative to the mean ``‖a_j‖``, so it does not
+    metrics count live particles only. The threshold is relative to the mean $\|a_j\|$, so it does not
     depend on the scale of the read-out.
 
     Args:
         a: ``(…, M)`` scalar output weights, or ``(…, M, k)`` vector ones with ``vector=True``.
-        tol: ``≥ 0``, the fraction of the mean norm below which a particle is dead.
-        vector: the last axis of ``a`` is the output axis ``k`` (the norm ``‖a_i‖`` is taken over it).
+        tol: $\ge 0$, the fraction of the mean norm below which a particle is dead.
+        vector: the last axis of ``a`` is the output axis ``k`` (the norm $\|a_i\|$ is taken over it).
 
     Returns:
-        Boolean ``(…, M)`` (all ``False`` when every ``a_i = 0``).
+        Boolean ``(…, M)`` (all ``False`` when every $a_i = 0$).
     """
     tol = check_nonnegative("tol", tol)
     a = _tensor("a", a, 2 if vector else 1, "(…, M, k)" if vector else "(…, M)")
@@ -362,17 +366,17 @@ def live_particles(a: torch.Tensor, tol: float = 0.05, *, vector: bool = False) 
 def mode_labels(
     features: torch.Tensor, radius: float = 0.1, *, symmetric: bool = False, live: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Cluster labels of the particle directions: single linkage at cosine radius ``r``.
+    r"""Cluster labels of the particle directions: single linkage at cosine radius ``r``.
 
-    **Rule.** Live particles ``i`` and ``j`` are linked when ``1 − c_ij ≤ r`` with ``c_ij`` their cosine
-    (``|cos|`` when ``symmetric``: ``w`` and ``−w`` are one direction); the clusters are the connected
+    **Rule.** Live particles ``i`` and ``j`` are linked when $1 - c_{ij} \le r$ with $c_{ij}$ their cosine
+    (``|cos|`` when ``symmetric``: ``w`` and $-w$ are one direction); the clusters are the connected
     components of that graph. Labels are ``0, 1, …`` in order of each cluster's first particle; dead
-    particles get ``−1``. Single linkage is order-independent and needs no number of clusters, but chains:
+    particles get $-1$. Single linkage is order-independent and needs no number of clusters, but chains:
     two groups joined by a path of particles each within ``r`` of the next are one cluster.
 
     Args:
-        features: ``(M, D)`` (one replica), e.g. the ``w_i``.
-        radius: ``r ∈ [0, 2]``, a cosine distance (``r = 0.1``: cos ≥ 0.9, about 26°).
+        features: ``(M, D)`` (one replica), e.g. the $w_i$.
+        radius: $r \in [0, 2]$, a cosine distance (``r = 0.1``: cos ≥ 0.9, about 26°).
         symmetric: compare ``|cos|``.
         live: optional boolean mask ``(M,)``.
 
@@ -415,7 +419,7 @@ def distinct_modes(
     live: torch.Tensor | None = None,
     min_fraction: float = 0.05,
 ) -> torch.Tensor:
-    """Number of distinct modes of the particle law: clusters of :func:`mode_labels` holding at least a
+    r"""Number of distinct modes of the particle law: clusters of [`mode_labels`][meanfield.metrics.diversity.mode_labels] holding at least a
     fraction ``min_fraction`` of the live particles.
 
         modes = #{ clusters C : |C| ≥ max(2, min_fraction · |L|) }
@@ -428,7 +432,7 @@ def distinct_modes(
         radius: ``r``, the linkage cosine distance.
         symmetric: compare ``|cos|`` (an odd activation, or directions up to sign).
         live: optional boolean mask ``(…, M)``.
-        min_fraction: ``∈ [0, 1]``, the smallest share of the live particles a mode holds.
+        min_fraction: $\in [0, 1]$, the smallest share of the live particles a mode holds.
 
     Returns:
         ``(…)``, integer-valued (dtype of ``features``).
@@ -457,20 +461,20 @@ def collapse_rate(
     symmetric: bool = False,
     live: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Fraction of (live) particles within cosine radius ``r`` of another live particle.
+    r"""Fraction of (live) particles within cosine radius ``r`` of another live particle.
 
-        collapse = 1/|L| Σ_{i∈L} 1[ ∃ j ∈ L, j ≠ i : 1 − S_ij ≤ r ],   S from :func:`pairwise_cosine`
+        collapse = 1/|L| Σ_{i∈L} 1[ ∃ j ∈ L, j ≠ i : 1 − S_ij ≤ r ],   S from [`pairwise_cosine`][meanfield.metrics.diversity.pairwise_cosine]
 
     (``|S|`` when ``symmetric``). Identical particles give 1, pairwise orthogonal ones give 0 (for
-    ``r < 1``). **Sign:** with ``symmetric=False`` (ReLU and other non-odd activations) ``w`` and ``−w`` are
+    ``r < 1``). **Sign:** with ``symmetric=False`` (ReLU and other non-odd activations) ``w`` and $-w$ are
     different features and are not a collapse; with ``symmetric=True`` (odd activations, where
-    ``a σ(−w·x) = (−a) σ(w·x)``) they are the same neuron. **Dead particles** (``live`` False, e.g.
-    ``a_i ≈ 0``: :func:`live_particles`) are neither counted nor neighbours; fewer than two live particles
+    $a \sigma(-w\cdot x) = (-a) \sigma(w\cdot x)$) they are the same neuron. **Dead particles** (``live`` False, e.g.
+    $a_i \approx 0$: [`live_particles`][meanfield.metrics.diversity.live_particles]) are neither counted nor neighbours; fewer than two live particles
     give 0.
 
     Args:
         features: ``(…, M, D)``.
-        radius: ``r ∈ [0, 2]``, a cosine distance.
+        radius: $r \in [0, 2]$, a cosine distance.
         symmetric: compare ``|cos|``.
         live: optional boolean mask ``(…, M)``.
 
@@ -498,12 +502,12 @@ def minibatch_gradients(
     loss: Callable[[object], torch.Tensor],
     batches: Iterable[object],
 ) -> torch.Tensor:
-    """Flattened gradients ``g_s = ∇_θ loss(batch_s)`` for each minibatch: ``(S, P)``.
+    r"""Flattened gradients ``g_s = ∇_θ loss(batch_s)`` for each minibatch: ``(S, P)``.
 
     ``.grad`` of the parameters is not touched.
 
     Args:
-        parameters: the tensors ``θ`` (requiring grad), e.g. ``model.parameters()``.
+        parameters: the tensors $\theta$ (requiring grad), e.g. ``model.parameters()``.
         loss: ``batch -> scalar tensor``.
         batches: the minibatches.
 
@@ -530,15 +534,17 @@ def minibatch_gradients(
 
 
 def gradient_variance(grads: torch.Tensor) -> torch.Tensor:
-    """Total variance of the gradient across minibatches, the trace of its covariance.
+    r"""Total variance of the gradient across minibatches, the trace of its covariance.
 
-        V = 1/(S−1) Σ_s ‖g_s − ḡ‖²,   ḡ = 1/S Σ_s g_s
+    $$
+    V = 1/(S-1) \sum_s \|g_s - \bar{g}\|^2, \qquad \bar{g} = 1/S \sum_s g_s
+    $$
 
     Args:
-        grads: ``(S, *P)``, one gradient per minibatch (e.g. :func:`minibatch_gradients`).
+        grads: ``(S, *P)``, one gradient per minibatch (e.g. [`minibatch_gradients`][meanfield.metrics.diversity.minibatch_gradients]).
 
     Returns:
-        0-d tensor ``V ≥ 0``.
+        0-d tensor $V \ge 0$.
     """
     grads = _tensor("grads", grads, 2, "(S, *P)")
     S = grads.shape[0]
@@ -557,12 +563,12 @@ def _losses(losses: torch.Tensor | Sequence[float], minimum: int) -> torch.Tenso
 
 
 def mean_abs_loss_change(losses: torch.Tensor | Sequence[float]) -> torch.Tensor:
-    """Roughness of a loss curve: ``1/(T−1) Σ_t |ℓ_{t+1} − ℓ_t|``.
+    r"""Roughness of a loss curve: $1/(T-1) \sum_t |\ell_{t+1} - \ell_t|$.
 
-    A monotone curve gives ``(ℓ_1 − ℓ_T)/(T−1)`` in absolute value; noise adds to it.
+    A monotone curve gives $(\ell_1 - \ell_T)/(T-1)$ in absolute value; noise adds to it.
 
     Args:
-        losses: ``(T,)``, ``T ≥ 2``.
+        losses: ``(T,)``, $T \ge 2$.
 
     Returns:
         0-d tensor.
@@ -572,15 +578,15 @@ def mean_abs_loss_change(losses: torch.Tensor | Sequence[float]) -> torch.Tensor
 
 
 def detrended_loss_variance(losses: torch.Tensor | Sequence[float], window: int = 11) -> torch.Tensor:
-    """Variance of the loss around its centred moving average.
+    r"""Variance of the loss around its centred moving average.
 
-    With ``w = 2h + 1`` and ``m_t = 1/w Σ_{|s−t|≤h} ℓ_s`` for ``h ≤ t < T − h``, the residual is
-    ``r_t = ℓ_t − m_t`` and the result is ``1/n Σ_t (r_t − r̄)²`` over those ``n = T − 2h`` steps.
+    With ``w = 2h + 1`` and $m_t = 1/w \sum_{|s-t|\le h} \ell_s$ for $h \le t < T - h$, the residual is
+    $r_t = \ell_t - m_t$ and the result is $1/n \sum_t (r_t - \bar{r})^2$ over those $n = T - 2h$ steps.
     A curve that is linear over every window gives 0.
 
     Args:
         losses: ``(T,)``.
-        window: ``w``, odd, ``3 ≤ w ≤ T − 1``.
+        window: ``w``, odd, $3 \le w \le T - 1$.
 
     Returns:
         0-d tensor.

@@ -6,7 +6,7 @@ $\mathrm{KL}(\rho \,\|\, \pi) = \int \rho \log(\rho / \pi)$. Both are estimated 
 $X_1, \dots, X_M \sim \rho$ (one cloud per replica) through the distance $\varepsilon_{(j),i}$ from $X_i$ to
 its $j$-th nearest neighbour among the other particles (scipy's ``cKDTree``, one thread).
 
-Entropy methods (:func:`entropy`; ``"auto"`` is ``"knn"`` for $d \le 3$ and ``"weighted"`` for $d \ge 4$):
+Entropy methods ([`entropy`][meanfield.metrics.information.entropy]; ``"auto"`` is ``"knn"`` for $d \le 3$ and ``"weighted"`` for $d \ge 4$):
 
 * ``"knn"``: Kozachenko–Leonenko (1987) with the digamma constants (Kraskov–Stögbauer–Grassberger 2004),
 
@@ -23,11 +23,11 @@ Entropy methods (:func:`entropy`; ``"auto"`` is ``"knn"`` for $d \le 3$ and ``"w
   $$\sum_{j=1}^k w_j = 1, \qquad \sum_{j=1}^k w_j \frac{\Gamma(j + 2\ell/d)}{\Gamma(j)} = 0
   \quad (\ell = 1, \dots, \lfloor d/4 \rfloor),$$
 
-  the vector of least Euclidean norm under these constraints (:func:`bsy_weights`, as in the authors' own
+  the vector of least Euclidean norm under these constraints ([`bsy_weights`][meanfield.metrics.information.bsy_weights], as in the authors' own
   implementation, ``L2OptW`` of the R package IndepTest), $\hat H_j$ the ``"knn"`` estimate at rank $j$
   (with $\psi(M)$ where the paper writes $\log(M - 1)$: they differ by less than $1/M$). For $d \le 3$
   there is no constraint and the weights are $(0, \dots, 0, 1)$: ``"weighted"`` is ``"knn"`` at the same
-  $k$. The default $k$ (:func:`default_weighted_k`) keeps $\|w\|_2 \le 3$.
+  $k$. The default $k$ ([`default_weighted_k`][meanfield.metrics.information.default_weighted_k]) keeps $\|w\|_2 \le 3$.
 * ``"gaussian"``: the entropy of the Gaussian with the sample's covariance,
   $\hat H = \tfrac12 \log\det(2\pi e \hat\Sigma)$ ($\hat\Sigma$ with divisor $M - 1$). It is $H$ for a
   Gaussian law and an upper bound on $H$ for any law with that covariance; for a Gaussian its bias is
@@ -93,16 +93,16 @@ __all__ = [
 ]
 
 ENTROPY_METHODS = ("knn", "weighted", "gaussian")
-"""The entropy estimators :func:`entropy` knows (``"auto"`` picks one of the first two by dimension)."""
+"""The entropy estimators [`entropy`][meanfield.metrics.information.entropy] knows (``"auto"`` picks one of the first two by dimension)."""
 
 DEFAULT_K = {"knn": 3, "weighted": None}
-"""The default number of neighbours: 3 for ``"knn"`` (and the two-sample :func:`kl`); for ``"weighted"``
-``None`` stands for :func:`default_weighted_k`."""
+"""The default number of neighbours: 3 for ``"knn"`` (and the two-sample [`kl`][meanfield.metrics.information.kl]); for ``"weighted"``
+``None`` stands for [`default_weighted_k`][meanfield.metrics.information.default_weighted_k]."""
 
 
 def default_weighted_k(M: int, d: int) -> int:
     r"""The default largest neighbour rank of ``"weighted"``: the smallest $k \ge 10$ whose weights
-    (:func:`bsy_weights`) have $\|w\|_2 \le 3$, capped at $\min(100, \max(10, \lfloor M/10 \rfloor), M - 2)$.
+    ([`bsy_weights`][meanfield.metrics.information.bsy_weights]) have $\|w\|_2 \le 3$, capped at $\min(100, \max(10, \lfloor M/10 \rfloor), M - 2)$.
 
     The noise of $\hat H^w$ grows with $\|w\|_2$ (the weights alternate in sign) and its bias with $k/M$:
     this gives $k = 10$ for $4 \le d \le 7$ (one constraint, $\|w\|_2 \approx 1.1$) and larger $k$ from
@@ -397,11 +397,11 @@ def entropy(x: torch.Tensor, *, method: str = "auto", k: int | None = None) -> E
         method: ``"auto"`` (``"knn"`` for $d \le 3$, ``"weighted"`` for $d \ge 4$), ``"knn"``,
             ``"weighted"`` or ``"gaussian"``; see the module docstring for the formulas.
         k: the neighbour rank of ``"knn"`` (default 3), or the largest rank of ``"weighted"`` (default
-            :func:`default_weighted_k`); needs $M \ge k + 2$ (one neighbour more for the jackknife). Not
+            [`default_weighted_k`][meanfield.metrics.information.default_weighted_k]); needs $M \ge k + 2$ (one neighbour more for the jackknife). Not
             for ``"gaussian"``.
 
     Returns:
-        :class:`EntropyEstimate`: ``value`` and ``se`` of shape ``()`` for an ``(M, d)`` cloud, else ``(B,)``;
+        [`EntropyEstimate`][meanfield.metrics.information.EntropyEstimate]: ``value`` and ``se`` of shape ``()`` for an ``(M, d)`` cloud, else ``(B,)``;
         ``method`` is the method used (never ``"auto"``).
 
     Raises:
@@ -475,7 +475,7 @@ def kl(
 
     $$\widehat{\mathrm{KL}} = -\frac1M \sum_{i=1}^M \log\pi(x_i) - \hat H(\rho),$$
 
-    with $\hat H$ from :func:`entropy` (``method``, ``k``). An unnormalised $\log\pi$ shifts the result by
+    with $\hat H$ from [`entropy`][meanfield.metrics.information.entropy] (``method``, ``k``). An unnormalised $\log\pi$ shifts the result by
     $\log Z$.
 
     ``se`` is $\mathrm{sd}(t_i)/\sqrt M$ over the per-particle terms $t_i$ of the mean
@@ -494,7 +494,7 @@ def kl(
             ``"gaussian"``); two samples take only ``"auto"`` or ``"knn"``.
 
     Returns:
-        :class:`KLEstimate` of shape ``()`` (``x`` of shape ``(M, d)``) or ``(B,)``.
+        [`KLEstimate`][meanfield.metrics.information.KLEstimate] of shape ``()`` (``x`` of shape ``(M, d)``) or ``(B,)``.
     """
     xs, batched = _numpy_cloud("x", x)
     B, M, d = xs.shape

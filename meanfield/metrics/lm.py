@@ -1,18 +1,18 @@
-"""Metrics of a Transformer language model's heads: similarity, output diversity, gradient noise, robustness.
+r"""Metrics of a Transformer language model's heads: similarity, output diversity, gradient noise, robustness.
 
-Heads of a multi-head block are particles too: :func:`as_particle_model` rewrites a multi-head
-:class:`~meanfield.nn.TransformerLM` as the particle model that computes the same function (head ``j`` of
-width ``h = d/H`` is particle ``j`` with ``W_O^j = H·W_out[:, jh:(j+1)h]ᵀ``), so every metric below is
+Heads of a multi-head block are particles too: [`as_particle_model`][meanfield.metrics.lm.as_particle_model] rewrites a multi-head
+[`TransformerLM`][meanfield.nn.transformer.TransformerLM] as the particle model that computes the same function (head ``j`` of
+width ``h = d/H`` is particle ``j`` with $W_O^j = H\cdot W_{\mathrm{out}}[:, jh:(j+1)h]^\top$), so every metric below is
 computed the same way for the baseline and the particle models.
 
-- :func:`head_similarity`: the mean pairwise cosine of the heads' attention maps, on the rows that have
+- [`head_similarity`][meanfield.metrics.lm.head_similarity]: the mean pairwise cosine of the heads' attention maps, on the rows that have
   attended to at least ``min_context`` tokens (row ``s`` of a causal map has ``s + 1`` non-zero entries, and
-  the first rows are identical for every head: row 0 is ``e_0`` for all of them).
-- :func:`output_effective_rank`: ``erank`` (Roy & Vetterli) of the heads' output covariance across tokens.
-- :class:`StreamingGradientVariance`: ``Σ_k Var_t(g_k) / Σ_k E_t[g_k²]`` over the steps of a window, from
+  the first rows are identical for every head: row 0 is $e_0$ for all of them).
+- [`output_effective_rank`][meanfield.metrics.lm.output_effective_rank]: ``erank`` (Roy & Vetterli) of the heads' output covariance across tokens.
+- [`StreamingGradientVariance`][meanfield.metrics.lm.StreamingGradientVariance]: $\sum_k \operatorname{Var}_t(g_k) / \sum_k \mathbb{E}_t[g_k^2]$ over the steps of a window, from
   running sums (two tensors the size of the parameters; no samples × parameters matrix).
-- :func:`corrupt_tokens`: replace a fraction of the input tokens by uniformly random ones.
-- :func:`token_mean_loss`: the next-token loss over batches, weighted by tokens.
+- [`corrupt_tokens`][meanfield.metrics.lm.corrupt_tokens]: replace a fraction of the input tokens by uniformly random ones.
+- [`token_mean_loss`][meanfield.metrics.lm.token_mean_loss]: the next-token loss over batches, weighted by tokens.
 """
 
 from __future__ import annotations
@@ -46,11 +46,11 @@ __all__ = [
 
 @torch.no_grad()
 def as_particle_model(model: TransformerLM) -> TransformerLM:
-    """The particle-attention model equal to ``model`` (a copy; particle models are copied unchanged).
+    r"""The particle-attention model equal to ``model`` (a copy; particle models are copied unchanged).
 
-    A multi-head block ``Concat_j(o_j) W_outᵀ`` with ``H`` heads of width ``h = d/H`` equals
-    ``1/H Σ_j o_j W_O^j`` with ``W_O^j = H · W_outᵀ[jh:(j+1)h]`` ``(h, d)`` and particle ``j``'s query/key/value
-    maps the rows ``jh:(j+1)h`` of ``W_q``, ``W_k``, ``W_v``.
+    A multi-head block $\mathrm{Concat}_j(o_j) W_{\mathrm{out}}^\top$ with ``H`` heads of width ``h = d/H`` equals
+    $1/H \sum_j o_j W_O^j$ with $W_O^j = H \cdot W_{\mathrm{out}}^\top[jh:(j+1)h]$ ``(h, d)`` and particle ``j``'s query/key/value
+    maps the rows ``jh:(j+1)h`` of $W_q$, $W_k$, $W_v$.
     """
     new = copy.deepcopy(model)
     for block in new.blocks:
@@ -69,10 +69,10 @@ def as_particle_model(model: TransformerLM) -> TransformerLM:
 
 
 def head_similarity(maps: torch.Tensor, min_context: int) -> torch.Tensor:
-    """Mean pairwise cosine of attention maps over the rows with at least ``min_context`` visible tokens.
+    r"""Mean pairwise cosine of attention maps over the rows with at least ``min_context`` visible tokens.
 
-    ``S_ij = ⟨A_i, A_j⟩ / (‖A_i‖ ‖A_j‖)`` with ``A_i = maps[:, i, s, :]`` for ``s ≥ min_context − 1``
-    (flattened over the batch and those rows); returns ``1/(M(M−1)) Σ_{i≠j} S_ij ∈ [0, 1]``.
+    $S_{ij} = \langle A_i, A_j\rangle / (\|A_i\| \|A_j\|)$ with $A_i = \mathrm{maps}[:, i, s, :]$ for ``s ≥ min_context − 1``
+    (flattened over the batch and those rows); returns $1/(M(M-1)) \sum_{i\ne j} S_{ij} \in [0, 1]$.
 
     Args:
         maps: ``(B, M, T, T)`` causal attention maps (rows sum to 1).
@@ -89,10 +89,10 @@ def head_similarity(maps: torch.Tensor, min_context: int) -> torch.Tensor:
 
 
 def output_effective_rank(outputs: torch.Tensor) -> torch.Tensor:
-    """``erank`` of the heads' output covariance ``C_ij = Cov_n(φ_i(n), φ_j(n))`` over tokens ``n``.
+    r"""``erank`` of the heads' output covariance $C_{ij} = \operatorname{Cov}_n(\varphi_i(n), \varphi_j(n))$ over tokens ``n``.
 
     Args:
-        outputs: ``(N, M, d)``: the outputs ``v_{θ_i}`` of the M heads on N tokens.
+        outputs: ``(N, M, d)``: the outputs $v_{\theta_i}$ of the M heads on N tokens.
 
     Returns:
         0-d tensor in ``[1, M]`` (1: all heads' outputs collinear; M: uncorrelated, equal variances).
@@ -132,12 +132,14 @@ def layer_diversity(model: TransformerLM, idx: torch.Tensor, min_context: int) -
 
 
 class StreamingGradientVariance:
-    """Relative minibatch-gradient variance over a window of steps, from running sums.
+    r"""Relative minibatch-gradient variance over a window of steps, from running sums.
 
-    With ``g_t`` the gradient at step ``t`` of the window (``n`` steps) and coordinates ``k`` of the watched
-    parameters, ``m_k = 1/n Σ_t g_{t,k}`` and ``s_k = 1/n Σ_t g_{t,k}²``,
+    With $g_t$ the gradient at step ``t`` of the window (``n`` steps) and coordinates ``k`` of the watched
+    parameters, $m_k = 1/n \sum_t g_{t,k}$ and $s_k = 1/n \sum_t g_{t,k}^2$,
 
-        var = Σ_k (s_k − m_k²) · n/(n−1),      rel = var / Σ_k s_k   ∈ [0, n/(n−1)],
+    $$
+    \text{ var } = \sum_k (s_k - m_k^2) \cdot n/(n-1), \qquad \text{ rel } = \text{ var } / \sum_k s_k \qquad \in [0, n/(n-1)],
+    $$
 
     the total (unbiased) variance of the gradient across steps, and its share of the mean squared gradient
     (scale-free, so comparable between parametrisations). Memory: two tensors per parameter.
@@ -191,12 +193,12 @@ class StreamingGradientVariance:
 def corrupt_tokens(
     idx: torch.Tensor, fraction: float, vocab_size: int, generator: torch.Generator
 ) -> torch.Tensor:
-    """A copy of ``idx`` with each token replaced, with probability ``fraction``, by a uniform random token.
+    r"""A copy of ``idx`` with each token replaced, with probability ``fraction``, by a uniform random token.
 
     Args:
         idx: ``(B, T)`` int64 tokens.
         fraction: replacement probability in ``[0, 1]``.
-        vocab_size: ``V``; replacements are uniform on ``{0, …, V−1}`` (possibly the same token).
+        vocab_size: ``V``; replacements are uniform on $\{0, \dots, V-1\}$ (possibly the same token).
         generator: the random generator (CPU).
 
     Returns:
@@ -211,19 +213,19 @@ def corrupt_tokens(
 
 @torch.no_grad()
 def token_mean_loss(model: TransformerLM, batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> float:
-    """The mean next-token loss over ``batches``, weighted by tokens: ``L̄ = Σ_b n_b·L_b / Σ_b n_b``.
+    r"""The mean next-token loss over ``batches``, weighted by tokens: $\bar{L} = \sum_b n_b\cdot L_b / \sum_b n_b$.
 
     ``L_b = model.loss(x_b, y_b)`` is batch ``b``'s mean cross-entropy and ``n_b = y_b.numel()`` its number of
-    target tokens, so ``L̄`` is the mean over every token, whatever the batch sizes (a last, shorter batch
+    target tokens, so $\bar{L}$ is the mean over every token, whatever the batch sizes (a last, shorter batch
     counts by its tokens, not as one batch).
 
     Args:
-        model: anything with ``loss(x, y) -> scalar tensor`` (a :class:`~meanfield.nn.TransformerLM`).
+        model: anything with ``loss(x, y) -> scalar tensor`` (a [`TransformerLM`][meanfield.nn.transformer.TransformerLM]).
         batches: ``(x, y)`` pairs, ``x`` ``(B, T)`` int64 inputs and ``y`` ``(B, T)`` int64 targets, on the
             model's device.
 
     Returns:
-        ``L̄`` in nats per token.
+        $\bar{L}$ in nats per token.
 
     Raises:
         ValueError: when ``batches`` holds no token.
@@ -238,7 +240,7 @@ def token_mean_loss(model: TransformerLM, batches: Iterable[tuple[torch.Tensor, 
 
 
 def loss_roughness(losses: list[float]) -> float:
-    """``1/(n−1) Σ_t |ℓ_{t+1} − ℓ_t|`` of per-step training losses (NaN for fewer than 2)."""
+    r"""$1/(n-1) \sum_t |\ell_{t+1} - \ell_t|$ of per-step training losses (NaN for fewer than 2)."""
     if len(losses) < 2:
         return math.nan
     return sum(abs(b - a) for a, b in zip(losses, losses[1:], strict=False)) / (len(losses) - 1)

@@ -2,27 +2,29 @@ r"""Wasserstein distances between particle clouds, to exact 1-D laws, and betwee
 
 The p-Wasserstein distance between two laws is
 
-.. math::  W_p(\mu, \nu)^p = \min_{\gamma \in \Pi(\mu, \nu)} \int |x - y|^p \, d\gamma(x, y).
+$$
+W_p(\mu, \nu)^p = \min_{\gamma \in \Pi(\mu, \nu)} \int |x - y|^p \, d\gamma(x, y).
+$$
 
-Names say what is returned: :func:`w2` returns ``W2`` and :func:`w2_squared` returns ``W2²`` (POT's
-``ot.emd2`` returns the *cost* ``W2²`` for a squared-Euclidean cost matrix: never take it for ``W2``).
-:func:`wasserstein` returns a :class:`WassersteinResult` that also says which method computed it.
+Names say what is returned: [`w2`][meanfield.metrics.wasserstein.w2] returns ``W2`` and [`w2_squared`][meanfield.metrics.wasserstein.w2_squared] returns $W_2^2$ (POT's
+``ot.emd2`` returns the *cost* $W_2^2$ for a squared-Euclidean cost matrix: never take it for ``W2``).
+[`wasserstein`][meanfield.metrics.wasserstein.wasserstein] returns a [`WassersteinResult`][meanfield.metrics.wasserstein.WassersteinResult] that also says which method computed it.
 
-Methods (one registry, :data:`METHODS`):
+Methods (one registry, [`METHODS`][meanfield.metrics.wasserstein.METHODS]):
 
-* ``"1d"``: exact in one dimension by sorting, ``W_p^p = ∫_0^1 |F_μ^{-1}(u) − F_ν^{-1}(u)|^p du``.
-* ``"exact"``: exact discrete OT, POT's network simplex ``ot.emd2`` (``O(n³)``: small clouds).
-* ``"sliced"``: sliced Wasserstein ``SW_p^p = E_θ W_p^p(θ_#μ, θ_#ν)`` over ``n_projections`` fixed
-  directions θ uniform on the sphere (seeded). It is a *different* distance: ``SW_2 ≤ W_2`` and for a
-  translation by ``v``, ``SW_2² = |v|²/d`` in expectation over θ while ``W_2² = |v|²``.
-* ``"sinkhorn"``: debiased Sinkhorn divergence (:func:`sinkhorn_divergence`: ε-scaling in the log domain,
-  then Sinkhorn updates until the marginals are within :data:`SINKHORN_TOL`; ``O(n)`` memory, blocked torch
+* ``"1d"``: exact in one dimension by sorting, $W_p^p = \int_0^1 |F_\mu^{-1}(u) - F_\nu^{-1}(u)|^p du$.
+* ``"exact"``: exact discrete OT, POT's network simplex ``ot.emd2`` ($O(n^3)$: small clouds).
+* ``"sliced"``: sliced Wasserstein $SW_p^p = \mathbb{E}_\theta W_p^p(\theta_\#\mu, \theta_\#\nu)$ over ``n_projections`` fixed
+  directions θ uniform on the sphere (seeded). It is a *different* distance: $SW_2 \le W_2$ and for a
+  translation by ``v``, $SW_2^2 = |v|^2/d$ in expectation over θ while $W_2^2 = |v|^2$.
+* ``"sinkhorn"``: debiased Sinkhorn divergence ([`sinkhorn_divergence`][meanfield.metrics.wasserstein.sinkhorn_divergence]: ε-scaling in the log domain,
+  then Sinkhorn updates until the marginals are within [`SINKHORN_TOL`][meanfield.metrics.wasserstein.SINKHORN_TOL]; ``O(n)`` memory, blocked torch
   or KeOps)
-  ``S_ε = OT_ε(μ, ν) − ½ OT_ε(μ, μ) − ½ OT_ε(ν, ν)`` with ``OT_ε`` including the ``ε KL(γ | μ⊗ν)`` term;
-  ``S_ε → W_p^p`` as ``ε → 0``. Computed in the inputs' dtype, on their device; the result's ``backend``
+  $S_\varepsilon = OT_\varepsilon(\mu, \nu) - \tfrac12 OT_\varepsilon(\mu, \mu) - \tfrac12 OT_\varepsilon(\nu, \nu)$ with $OT_\varepsilon$ including the $\varepsilon \operatorname{KL}(\gamma | \mu\otimes \nu)$ term;
+  $S_\varepsilon \to W_p^p$ as $\varepsilon \to 0$. Computed in the inputs' dtype, on their device; the result's ``backend``
   says which pairwise backend ran.
 * ``"auto"``: ``"1d"`` when ``d == 1``; ``"exact"`` when both clouds have at most
-  :data:`EXACT_MAX_POINTS` points; ``"sinkhorn"`` up to :data:`SINKHORN_MAX_POINTS` (the measured
+  [`EXACT_MAX_POINTS`][meanfield.metrics.wasserstein.EXACT_MAX_POINTS] points; ``"sinkhorn"`` up to [`SINKHORN_MAX_POINTS`][meanfield.metrics.wasserstein.SINKHORN_MAX_POINTS] (the measured
   crossovers: ``benchmarks/sinkhorn.py``, ``docs/wasserstein.md``); ``"sliced"`` beyond, where one Sinkhorn
   call would take minutes on a CPU. The result names the method it picked.
 
@@ -86,10 +88,10 @@ d = 10 it took about a minute on the 2-core CPU (``ot.emd2``: 3 minutes), and it
 
 @dataclass(frozen=True)
 class WassersteinResult:
-    """A Wasserstein distance and how it was computed.
+    r"""A Wasserstein distance and how it was computed.
 
     Attributes:
-        cost: ``W_p^p`` (for ``"sliced"`` ``SW_p^p``, for ``"sinkhorn"`` ``S_ε``), shape ``()`` or ``(B,)``.
+        cost: $W_p^p$ (for ``"sliced"`` $SW_p^p$, for ``"sinkhorn"`` $S_\varepsilon$), shape ``()`` or ``(B,)``.
         p: the order ``p``.
         method: the method that computed it (``"1d"``, ``"exact"``, ``"sliced"``, ``"sinkhorn"``, ``"law"``).
         backend: for ``"sinkhorn"``, the pairwise backend (``"torch"`` or ``"keops"``); ``None`` otherwise.
@@ -102,12 +104,12 @@ class WassersteinResult:
 
     @property
     def value(self) -> torch.Tensor:
-        """``W_p = (W_p^p)^{1/p}`` (a Sinkhorn divergence slightly below 0 by round-off gives 0)."""
+        """$W_p = (W_p^p)^{1/p}$ (a Sinkhorn divergence slightly below 0 by round-off gives 0)."""
         return self.cost.clamp_min(0.0) ** (1.0 / self.p)
 
     @property
     def squared(self) -> torch.Tensor:
-        """``W_p²``."""
+        """$W_p^2$."""
         return self.value**2
 
     def _fields(self) -> list[tuple[str, str]]:
@@ -199,12 +201,12 @@ def _rowwise_searchsorted(sequence: np.ndarray, values: np.ndarray) -> np.ndarra
 def _wp_1d(
     u: np.ndarray, v: np.ndarray, a: np.ndarray | None, b: np.ndarray | None, p: int, inplace: bool = False
 ) -> np.ndarray:
-    """Exact ``W_p^p`` between rows of ``u (K, M)`` and ``v (K, N)`` (1-D samples), weights or ``None``.
+    r"""Exact $W_p^p$ between rows of ``u (K, M)`` and ``v (K, N)`` (1-D samples), weights or ``None``.
 
-    Equal sizes and uniform weights: ``W_p^p = 1/M Σ_i |u_(i) − v_(i)|^p`` (sort each row; in place when
+    Equal sizes and uniform weights: $W_p^p = 1/M \sum_i |u_i - v_i|^p$ (sort each row; in place when
     ``inplace``, for arrays the caller owns and does not read again: ``u`` is overwritten by the gaps).
     Otherwise the two quantile functions are step functions on the merged cumulative weights
-    ``0 = q_0 < q_1 < … = 1``: ``W_p^p = Σ_k (q_k − q_{k−1}) |F_u^{-1}(q_k) − F_v^{-1}(q_k)|^p``.
+    $0 = q_0 < q_1 < \dots = 1$: $W_p^p = \sum_k (q_k - q_{k-1}) |F_u^{-1}(q_k) - F_v^{-1}(q_k)|^p$.
     """
     if a is None and b is None and u.shape[-1] == v.shape[-1]:
         if inplace:
@@ -246,7 +248,7 @@ def _method_1d(x, y, a, b, p, *, n_projections, seed, epsilon):
 
 
 def _cost_matrix(x: np.ndarray, y: np.ndarray, p: int) -> np.ndarray:
-    """``C_ij = |x_i − y_j|^p`` from the differences (so that ``C_ii = 0`` exactly when ``x = y``)."""
+    """$C_{ij} = |x_i - y_j|^p$ from the differences (so that $C_{ii} = 0$ exactly when ``x = y``)."""
     return cdist(x, y, "sqeuclidean" if p == 2 else "euclidean")  # (M, N)
 
 
@@ -308,8 +310,8 @@ def _method_sliced(x, y, a, b, p, *, n_projections, seed, epsilon):
 
 
 SINKHORN_SCALING = 0.7
-"""Default ε-scaling factor: ε is multiplied by ``scaling^p`` per update, from ``p·D^p`` (``D`` the diameter)
-down to the target, ``log(p D^p/ε) / log(scaling^{-p})`` updates, then plain updates at the target until
+r"""Default ε-scaling factor: ε is multiplied by $\mathrm{scaling}^p$ per update, from $p\cdot D^p$ (``D`` the diameter)
+down to the target, $\log(p D^p/\varepsilon) / \log(\mathrm{scaling}^{-p})$ updates, then plain updates at the target until
 ``tol``. GeomLoss's 0.5 took fewer updates at the default ``tol`` on ``benchmarks/sinkhorn.py``'s clouds
 (float32, n = 2000: 17 against 23 in d = 10, 13 against 19 in d = 100, the same 33–34 in d = 2; the same value
 to 1e-4), but leaves the self-problems ``OT(μ, μ)``, ``OT(ν, ν)`` in a slow mode of the alternating updates at
@@ -321,23 +323,23 @@ SINKHORN_MAX_ITER = 1000
 """``wasserstein(..., method="sinkhorn")`` makes at most this many updates (and warns if it stops there)."""
 
 SINKHORN_TOL = 0.1
-"""Default stopping rule at the target ε: every marginal of the three plans within this L1 distance of its
-law (``Σ_i a_i |e^{(f_i − T(g)_i)/ε} − 1|``). Loose as it reads, the divergence is then within 0.02–0.5 % of
+r"""Default stopping rule at the target ε: every marginal of the three plans within this L1 distance of its
+law ($\sum_i a_i |e^{(f_i - T(g)_i)/\varepsilon} - 1|$). Loose as it reads, the divergence is then within 0.02–0.5 % of
 its converged value in the cases measured (two clouds of 1000 points in d = 2, 2000 in d = 10, 5 and 4 in d = 2
 at ε = 10⁻³), where 0.01 takes 1.5–2× the updates for < 0.01 % more."""
 
 
 @dataclass(frozen=True)
 class SinkhornResult:
-    """A debiased Sinkhorn divergence and how it was computed.
+    r"""A debiased Sinkhorn divergence and how it was computed.
 
     Attributes:
-        divergence: ``S_ε(μ, ν)`` per replica, shape ``(B,)`` (``()`` for two 2-D clouds).
-        epsilon: the target ``ε`` per replica, shape like ``divergence`` (in units of the cost).
+        divergence: $S_\varepsilon(\mu, \nu)$ per replica, shape ``(B,)`` (``()`` for two 2-D clouds).
+        epsilon: the target $\varepsilon$ per replica, shape like ``divergence`` (in units of the cost).
         iterations: Sinkhorn updates made (four soft-minima each while annealing, six at the target ε).
         converged: whether the marginals met ``tol`` (L1) at the target ε; ``None`` with ``tol=None`` (the
             ε-scaling schedule only, as GeomLoss).
-        backend: ``"torch"`` or ``"keops"`` (:mod:`meanfield.pairwise`).
+        backend: ``"torch"`` or ``"keops"`` ([`meanfield.pairwise`][meanfield.pairwise]).
     """
 
     divergence: torch.Tensor
@@ -397,7 +399,7 @@ def _sinkhorn_batched(x, y, a_log, b_log, p, eps, reach, scaling, tol, max_iter,
     a, b = a_log.exp(), b_log.exp()  # (B, M), (B, N)
 
     def dual(weights, f):
-        """``⟨w, f⟩``, unbalanced ``⟨w, (ρ + ε/2)(1 − e^{−f/ρ})⟩``: one side of ``OT_ε``'s dual value."""
+        r"""$\langle w, f\rangle$, unbalanced $\langle w, (\rho + \varepsilon/2)(1 - e^{-f/\rho})\rangle$: one side of $OT_\varepsilon$'s dual value."""
         if rho is None:
             return (weights * f).sum(-1)  # (B,)
         return (weights * (rho + eps.unsqueeze(-1) / 2) * (1 - (-f / rho).exp())).sum(-1)  # (B,)
@@ -463,7 +465,7 @@ def _sinkhorn_batched(x, y, a_log, b_log, p, eps, reach, scaling, tol, max_iter,
 
 
 def _log_weights(w, batch: int, size: int, dtype, device) -> torch.Tensor:
-    """``log w`` of normalised weights ``(B, n)`` (uniform when ``None``); zero weights give ``−10^30``."""
+    """``log w`` of normalised weights ``(B, n)`` (uniform when ``None``); zero weights give $-10^{30}$."""
     if w is None:
         return torch.full((batch, size), -math.log(size), dtype=dtype, device=device)  # (B, n)
     w = torch.tensor(w, dtype=dtype, device=device)  # (B, n)
@@ -471,7 +473,7 @@ def _log_weights(w, batch: int, size: int, dtype, device) -> torch.Tensor:
 
 
 def _default_epsilon(x: torch.Tensor, y: torch.Tensor, p: int) -> torch.Tensor:
-    """``0.01 · mean_k |z_k − z̄|^p`` over the pooled particles ``z`` of each replica, shape ``(B,)``."""
+    r"""$0.01 \cdot \mathrm{mean}_k |z_k - \bar{z}|^p$ over the pooled particles ``z`` of each replica, shape ``(B,)``."""
     pooled = torch.cat([x, y], 1)  # (B, M + N, d)
     return 0.01 * (pooled - pooled.mean(1, keepdim=True)).norm(dim=-1).pow(p).mean(1)  # (B,)
 
@@ -520,47 +522,49 @@ def sinkhorn_divergence(
     max_iter: int = SINKHORN_MAX_ITER,
     backend: str = "auto",
 ) -> SinkhornResult:
-    r"""Debiased Sinkhorn divergence, ε-scaling in the log domain, without an ``M × N`` matrix in memory.
+    r"""Debiased Sinkhorn divergence, ε-scaling in the log domain, without an $M \times N$ matrix in memory.
 
-    .. math::  S_ε(μ, ν) = OT_ε(μ, ν) − ½ OT_ε(μ, μ) − ½ OT_ε(ν, ν),\qquad
-               OT_ε(μ, ν) = \min_{γ ∈ Π(μ, ν)} \sum_{ij} γ_{ij} |x_i − y_j|^p + ε\, KL(γ \,|\, μ ⊗ ν)
+    $$
+    S_ε(μ, ν) = OT_ε(μ, ν) − ½ OT_ε(μ, μ) − ½ OT_ε(ν, ν),\qquad
+    OT_ε(μ, ν) = \min_{γ ∈ Π(μ, ν)} \sum_{ij} γ_{ij} |x_i − y_j|^p + ε\, KL(γ \,|\, μ ⊗ ν)
+    $$
 
-    computed from the dual potentials, ``S_ε = ⟨a, f_{ba} − f_{aa}⟩ + ⟨b, g_{ab} − g_{bb}⟩``, where
-    ``softmin_ε(C, h)_i = −ε log Σ_j exp(h_j − C_ij/ε)``. First GeomLoss's annealing (Feydy et al., 2019):
-    symmetric updates ``f ← ½ (f + softmin_ε(C, log b + g/ε))`` (and likewise ``g``, ``f_aa``, ``g_bb``) while
-    ε decreases geometrically from ``p·D^p`` (``D`` the diameter of both clouds) to the target, by
-    ``scaling^p`` per update. Then, with ``tol``, plain alternating Sinkhorn updates at the target for the
+    computed from the dual potentials, $S_\varepsilon = \langle a, f_{ba} - f_{aa}\rangle + \langle b, g_{ab} - g_{bb}\rangle$, where
+    $\mathrm{softmin}_\varepsilon(C, h)_i = -\varepsilon \log \sum_j \exp(h_j - C_{ij}/\varepsilon)$. First GeomLoss's annealing (Feydy et al., 2019):
+    symmetric updates $f \leftarrow \tfrac12 (f + \mathrm{softmin}_\varepsilon(C, \log b + g/\varepsilon))$ (and likewise ``g``, $f_{aa}$, $g_{bb}$) while
+    ε decreases geometrically from $p\cdot D^p$ (``D`` the diameter of both clouds) to the target, by
+    $\mathrm{scaling}^p$ per update. Then, with ``tol``, plain alternating Sinkhorn updates at the target for the
     three problems until every marginal of the three plans is within ``tol`` of its law in L1 (the row sums
-    of the plan of ``(f, g)`` are ``a_i e^{(f_i − T(g)_i)/ε}``, free to compute); with ``tol=None``, one last
+    of the plan of ``(f, g)`` are $a_i e^{(f_i - T(g)_i)/\varepsilon}$, free to compute); with ``tol=None``, one last
     full update (GeomLoss's schedule exactly: ``scaling=0.5, tol=None`` gives ``SamplesLoss("sinkhorn")``'s
-    value to round-off). ``S_ε ≥ 0``, ``S_ε(μ, μ) = 0``, ``S_ε → W_p^p`` as ``ε → 0``; for ``p = 2`` and a
-    translation ``ν = μ + v``, ``S_ε = |v|²`` for every ε.
+    value to round-off). $S_\varepsilon \ge 0$, $S_\varepsilon(\mu, \mu) = 0$, $S_\varepsilon \to W_p^p$ as $\varepsilon \to 0$; for ``p = 2`` and a
+    translation $\nu = \mu + v$, $S_\varepsilon = |v|^2$ for every ε.
 
-    With ``reach = ρ`` the marginal constraints become the penalty ``ρ KL(γ1 | a) + ρ KL(γ^T 1 | b)``
-    (unbalanced OT): each update is damped by ``1/(1 + ε/ρ)`` and
-    ``S = ⟨a, (ρ + ε/2)(e^{−f_{aa}/ρ} − e^{−f_{ba}/ρ})⟩ + ⟨b, (ρ + ε/2)(e^{−g_{bb}/ρ} − e^{−g_{ab}/ρ})⟩``.
+    With $\text{ reach } = \rho$ the marginal constraints become the penalty $\rho \operatorname{KL}(\gamma_1 | a) + \rho \operatorname{KL}(\gamma^T 1 | b)$
+    (unbalanced OT): each update is damped by $1/(1 + \varepsilon/\rho)$ and
+    $S = \langle a, (\rho + \varepsilon/2)(e^{-f_{aa}/\rho} - e^{-f_{ba}/\rho})\rangle + \langle b, (\rho + \varepsilon/2)(e^{-g_{bb}/\rho} - e^{-g_{ab}/\rho})\rangle$.
 
-    The pairwise reductions (:func:`meanfield.pairwise.softmin`) run blocked in torch or in KeOps, memory
+    The pairwise reductions ([`meanfield.pairwise.softmin`][meanfield.pairwise.softmin]) run blocked in torch or in KeOps, memory
     ``O(n)``; the computation is in the inputs' dtype (float32 is about twice as fast as float64 and agrees
     with it to ~1e-5 relative).
 
     Args:
         x: particles, shape ``(M, d)`` or ``(B, M, d)``.
         y: particles, shape ``(N, d)`` or ``(B, N, d)``; a 2-D cloud is compared with every replica.
-        p: the cost ``|x − y|^p``, 1 or 2.
+        p: the cost $|x - y|^p$, 1 or 2.
         x_weights: masses of ``x``, shape ``(M,)`` or ``(B, M)``, ≥ 0, divided by their sum; default uniform.
         y_weights: masses of ``y``; default uniform.
-        epsilon: the target ε in units of the cost; default ``0.01 · mean |z − z̄|^p`` over the pooled
+        epsilon: the target ε in units of the cost; default $0.01 \cdot \text{ mean } |z - \bar{z}|^p$ over the pooled
             particles of each replica.
-        reach: ``ρ > 0`` in units of the cost for unbalanced OT; ``None`` (default) for balanced.
-        scaling: ε-scaling factor in ``(0, 1)`` (:data:`SINKHORN_SCALING`; 0.5 is GeomLoss's default).
+        reach: $\rho > 0$ in units of the cost for unbalanced OT; ``None`` (default) for balanced.
+        scaling: ε-scaling factor in ``(0, 1)`` ([`SINKHORN_SCALING`][meanfield.metrics.wasserstein.SINKHORN_SCALING]; 0.5 is GeomLoss's default).
         tol: the stopping tolerance at the target ε: the largest L1 error of the three plans' marginals
-            (:data:`SINKHORN_TOL`); ``None``: the annealing schedule only, as GeomLoss.
+            ([`SINKHORN_TOL`][meanfield.metrics.wasserstein.SINKHORN_TOL]); ``None``: the annealing schedule only, as GeomLoss.
         max_iter: the most updates in all (``converged`` is ``False`` if reached).
-        backend: ``"auto"``, ``"torch"`` or ``"keops"`` (:func:`meanfield.pairwise.resolve_backend`).
+        backend: ``"auto"``, ``"torch"`` or ``"keops"`` ([`meanfield.pairwise.resolve_backend`][meanfield.pairwise.resolve_backend]).
 
     Returns:
-        :class:`SinkhornResult`.
+        [`SinkhornResult`][meanfield.metrics.wasserstein.SinkhornResult].
     """
     p = _check_p(p)
     if epsilon is not None:
@@ -648,9 +652,11 @@ def wasserstein(
     seed: int = 0,
     epsilon: float | None = None,
 ) -> WassersteinResult:
-    r"""``W_p`` between the empirical laws ``μ = Σ_i a_i δ_{x_i}`` and ``ν = Σ_j b_j δ_{y_j}``.
+    r"""$W_p$ between the empirical laws $\mu = \sum_i a_i \delta_{x_i}$ and $\nu = \sum_j b_j \delta_{y_j}$.
 
-    .. math::  W_p^p(μ, ν) = \min_{γ ≥ 0,\ γ 1 = a,\ γ^T 1 = b} \sum_{ij} γ_{ij} |x_i − y_j|^p
+    $$
+    W_p^p(μ, ν) = \min_{γ ≥ 0,\ γ 1 = a,\ γ^T 1 = b} \sum_{ij} γ_{ij} |x_i − y_j|^p
+    $$
 
     Args:
         x: particles, shape ``(M, d)`` or ``(B, M, d)``.
@@ -662,10 +668,10 @@ def wasserstein(
         n_projections: number of directions for ``"sliced"``.
         seed: seed of the directions for ``"sliced"`` (the same seed gives the same directions).
         epsilon: entropic regularisation for ``"sinkhorn"``, in units of the cost; default
-            ``0.01 · mean |z − z̄|^p`` over the pooled particles.
+            $0.01 \cdot \text{ mean } |z - \bar{z}|^p$ over the pooled particles.
 
     Returns:
-        :class:`WassersteinResult` with ``cost = W_p^p`` of shape ``()`` (two 2-D clouds) or ``(B,)``,
+        [`WassersteinResult`][meanfield.metrics.wasserstein.WassersteinResult] with $\text{ cost } = W_p^p$ of shape ``()`` (two 2-D clouds) or ``(B,)``,
         and the method used.
     """
     return _wasserstein(
@@ -686,7 +692,7 @@ def _wasserstein(
     seed: int = 0,
     epsilon: float | None = None,
 ) -> WassersteinResult:
-    """:func:`wasserstein` itself, called by every public function directly (so that a warning two frames
+    """[`wasserstein`][meanfield.metrics.wasserstein.wasserstein] itself, called by every public function directly (so that a warning two frames
     below, ``stacklevel=4``, names the caller of whichever was called)."""
     p = _check_p(p)
     check_int("n_projections", n_projections)
@@ -709,17 +715,17 @@ def _wasserstein(
 
 
 def w2_squared(x: torch.Tensor, y: torch.Tensor, **kwargs) -> torch.Tensor:
-    """``W2²(μ, ν)``, the optimal squared-Euclidean transport cost; arguments as :func:`wasserstein`."""
+    r"""$W_2^2(\mu, \nu)$, the optimal squared-Euclidean transport cost; arguments as [`wasserstein`][meanfield.metrics.wasserstein.wasserstein]."""
     return _wasserstein(x, y, p=2, **kwargs).cost
 
 
 def w2(x: torch.Tensor, y: torch.Tensor, **kwargs) -> torch.Tensor:
-    """``W2(μ, ν) = sqrt(W2²)``; arguments as :func:`wasserstein`."""
+    r"""$W_2(\mu, \nu) = \sqrt{W_2^2}$; arguments as [`wasserstein`][meanfield.metrics.wasserstein.wasserstein]."""
     return _wasserstein(x, y, p=2, **kwargs).value
 
 
 def w1(x: torch.Tensor, y: torch.Tensor, **kwargs) -> torch.Tensor:
-    """``W1(μ, ν) = min_γ Σ γ_ij |x_i − y_j|``; arguments as :func:`wasserstein`."""
+    r"""$W_1(\mu, \nu) = \min_\gamma \Sigma \gamma_{ij} |x_i - y_j|$; arguments as [`wasserstein`][meanfield.metrics.wasserstein.wasserstein]."""
     return _wasserstein(x, y, p=1, **kwargs).value
 
 
@@ -728,14 +734,14 @@ def w1(x: torch.Tensor, y: torch.Tensor, **kwargs) -> torch.Tensor:
 
 
 class Law1d(ABC):
-    r"""A law on R known through its quantile function ``Q = F^{-1}``.
+    r"""A law on R known through its quantile function $Q = F^{-1}$.
 
-    Subclasses give ``Q``, ``F`` and the integrals ``∫_a^b Q(u)^k du`` (``k = 1, 2``), from which
-    :func:`wasserstein_to_law` computes ``W_p`` to an empirical law exactly.
+    Subclasses give ``Q``, ``F`` and the integrals $\int_a^b Q(u)^k du$ (``k = 1, 2``), from which
+    [`wasserstein_to_law`][meanfield.metrics.wasserstein.wasserstein_to_law] computes $W_p$ to an empirical law exactly.
 
-    Closed forms: :class:`Normal`, :class:`Uniform`. Any other law: :meth:`from_quantile` (a quantile
-    function), :meth:`from_density` (a density on an interval) or :meth:`from_sample` (a large sample, e.g. a
-    long reference run), each a :class:`Discrete` law whose integrals are exact (``W_p`` to it is exact; the
+    Closed forms: [`Normal`][meanfield.metrics.wasserstein.Normal], [`Uniform`][meanfield.metrics.wasserstein.Uniform]. Any other law: [`from_quantile`][meanfield.metrics.wasserstein.Law1d.from_quantile] (a quantile
+    function), [`from_density`][meanfield.metrics.wasserstein.Law1d.from_density] (a density on an interval) or [`from_sample`][meanfield.metrics.wasserstein.Law1d.from_sample] (a large sample, e.g. a
+    long reference run), each a [`Discrete`][meanfield.metrics.wasserstein.Discrete] law whose integrals are exact ($W_p$ to it is exact; the
     approximation of the law you meant is the constructor's, stated there).
     """
 
@@ -743,9 +749,9 @@ class Law1d(ABC):
     def from_sample(
         sample: torch.Tensor | np.ndarray, weights: torch.Tensor | np.ndarray | None = None
     ) -> Discrete:
-        """The empirical law ``Σ_k w_k δ_{x_k}`` of a 1-D sample (shape ``(n,)`` or ``(n, 1)``), exactly.
+        r"""The empirical law $\sum_k w_k \delta_{x_k}$ of a 1-D sample (shape ``(n,)`` or ``(n, 1)``), exactly.
 
-        ``W_p`` from particles to it equals ``W_p`` between the two clouds (for a sample of the particles'
+        $W_p$ from particles to it equals $W_p$ between the two clouds (for a sample of the particles'
         size, the sorting formula's value); a large sample (a long or large-M reference run) is a reference law
         whose own error is its sampling error.
         """
@@ -754,15 +760,15 @@ class Law1d(ABC):
     @staticmethod
     def from_quantile(quantile: Callable[[np.ndarray], np.ndarray], n: int = 1 << 20) -> Discrete:
         r"""The law with quantile function ``Q``, as ``n`` atoms of mass ``1/n`` at the cell midpoints
-        ``Q((k + ½)/n)``, ``k = 0 … n − 1``.
+        $Q((k + \tfrac12)/n)$, $k = 0 \dots n - 1$.
 
-        The atoms are the law's midpoint quantization: ``W_2²`` between it and the law is
-        ``Σ_k ∫_{cell k} (Q(u) − Q(u_k))² du ≤ (max Q')²/(12 n²)`` for a law with density bounded below on a
+        The atoms are the law's midpoint quantization: $W_2^2$ between it and the law is
+        $\sum_k \int_{\mathrm{cell} k} (Q(u) - Q(u_k))^2 du \le (\max Q')^2/(12 n^2)$ for a law with density bounded below on a
         compact support, and is dominated by the outermost cells in unbounded tails. Measured for N(0, 1)
-        (``tests/test_laws1d.py``): the quantization's ``W_2²`` is ``8.1e-8`` at ``n = 2^20`` (``1.6e-6`` at
-        ``2^16``), and ``W_2²`` from 500 particles to it is ``5.5e-7`` (``8e-5`` relative) below the closed
-        form's; the error falls about as ``1/n``. Building ``2^20`` atoms took 0.05 s here. ``Q`` takes a
-        float64 array of ``u ∈ (0, 1)`` and must be finite and non-decreasing there.
+        (``tests/test_laws1d.py``): the quantization's $W_2^2$ is ``8.1e-8`` at $n = 2^{20}$ (``1.6e-6`` at
+        $2^{16}$), and $W_2^2$ from 500 particles to it is ``5.5e-7`` (``8e-5`` relative) below the closed
+        form's; the error falls about as ``1/n``. Building $2^{20}$ atoms took 0.05 s here. ``Q`` takes a
+        float64 array of $u \in (0, 1)$ and must be finite and non-decreasing there.
 
         Args:
             quantile: ``Q``, vectorised over a numpy array.
@@ -795,15 +801,15 @@ class Law1d(ABC):
         r"""The law with density ``p`` on ``[low, high]`` (``p`` need not be normalised), as ``n`` atoms.
 
         ``F`` is tabulated on ``grid`` (default ``4n + 1``) equally spaced points by the trapezoid rule,
-        ``F(x_j) = Σ_{i<j} h (p_i + p_{i+1})/2 / Z``, and inverted at the cell midpoints ``(k + ½)/n`` by linear
-        interpolation: the atoms of :meth:`from_quantile` for that ``F``. Measured at the defaults
-        (``tests/test_laws1d.py``): the semicircle of radius 2 has second moment ``1 − 4.9e-10`` (exact: 1);
-        the normal density on ``[−12, 12]`` gives the same ``W_2²`` from 500 particles as
-        :meth:`from_quantile` of ``Φ^{-1}`` to ``1e-11``. Building took 0.4 s here. Mass outside
+        $F(x_j) = \sum_{i<j} h (p_i + p_{i+1})/2 / Z$, and inverted at the cell midpoints $(k + \tfrac12)/n$ by linear
+        interpolation: the atoms of [`from_quantile`][meanfield.metrics.wasserstein.Law1d.from_quantile] for that ``F``. Measured at the defaults
+        (``tests/test_laws1d.py``): the semicircle of radius 2 has second moment $1 - 4.9e-10$ (exact: 1);
+        the normal density on $[-12, 12]$ gives the same $W_2^2$ from 500 particles as
+        [`from_quantile`][meanfield.metrics.wasserstein.Law1d.from_quantile] of $\Phi^{-1}$ to ``1e-11``. Building took 0.4 s here. Mass outside
         ``[low, high]`` is left out: choose the interval to hold the law.
 
         Args:
-            density: ``p``, vectorised over a numpy array, finite and ``≥ 0``.
+            density: ``p``, vectorised over a numpy array, finite and $\ge 0$.
             low: the left end.
             high: the right end, ``> low``.
             n: the number of atoms.
@@ -831,7 +837,7 @@ class Law1d(ABC):
 
     @abstractmethod
     def quantile(self, u: np.ndarray) -> np.ndarray:
-        """``Q(u) = F^{-1}(u)`` for ``u ∈ [0, 1]``."""
+        r"""$Q(u) = F^{-1}(u)$ for $u \in [0, 1]$."""
 
     @abstractmethod
     def cdf(self, x: np.ndarray) -> np.ndarray:
@@ -839,11 +845,11 @@ class Law1d(ABC):
 
     @abstractmethod
     def quantile_integral(self, a: np.ndarray, b: np.ndarray, k: int) -> np.ndarray:
-        """``∫_a^b Q(u)^k du`` for ``0 ≤ a ≤ b ≤ 1`` and ``k ∈ {1, 2}``."""
+        r"""$\int_a^b Q(u)^k du$ for $0 \le a \le b \le 1$ and $k \in \{1, 2\}$."""
 
     def sample(self, shape: int | tuple[int, ...], generator: torch.Generator | int) -> torch.Tensor:
-        """I.i.d. draws ``Q(U)``, ``U ~ U(0, 1)``, float64 of shape ``(*shape, 1)``; ``generator`` a
-        ``torch.Generator`` or an int seed (Python or numpy integer: :func:`meanfield.seeds.resolve_generator`)."""
+        r"""I.i.d. draws ``Q(U)``, $U \sim U(0, 1)$, float64 of shape ``(*shape, 1)``; ``generator`` a
+        ``torch.Generator`` or an int seed (Python or numpy integer: [`meanfield.seeds.resolve_generator`][meanfield.seeds.resolve_generator])."""
         generator, _ = resolve_generator(generator, allow_none=False)
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         u = torch.rand(shape, generator=generator, dtype=torch.float64)  # (*shape)
@@ -852,8 +858,8 @@ class Law1d(ABC):
 
 @dataclass(frozen=True)
 class Normal(Law1d):
-    """``N(loc, scale²)``: ``Q(u) = loc + scale·Φ^{-1}(u)``; with ``z = Φ^{-1}(u)``,
-    ``∫ Φ^{-1} du = −φ(z)`` and ``∫ Φ^{-1}(u)² du = Φ(z) − z φ(z)``."""
+    r"""$N(\mathrm{loc}, \mathrm{scale}^2)$: $Q(u) = \text{ loc } + \mathrm{scale}\cdot \Phi^{-1}(u)$; with $z = \Phi^{-1}(u)$,
+    $\int \Phi^{-1} du = -\varphi(z)$ and $\int \Phi^{-1}(u)^2 du = \Phi(z) - z \varphi(z)$."""
 
     loc: float = 0.0
     scale: float = 1.0
@@ -886,7 +892,7 @@ class Normal(Law1d):
 
 @dataclass(frozen=True)
 class Uniform(Law1d):
-    """``U(low, high)``: ``Q(u) = low + (high − low)·u``."""
+    r"""``U(low, high)``: $Q(u) = \text{ low } + (\mathrm{high} - \mathrm{low})\cdot u$."""
 
     low: float = 0.0
     high: float = 1.0
@@ -911,16 +917,16 @@ class Uniform(Law1d):
 
 
 class Discrete(Law1d):
-    r"""The law ``Σ_k w_k δ_{x_k}`` of finitely many atoms: ``Q(u) = x_(k)`` on ``(c_{k−1}, c_k]``, with the
-    atoms sorted and ``c_k`` their cumulative masses.
+    r"""The law $\sum_k w_k \delta_{x_k}$ of finitely many atoms: ``Q(u) = x_(k)`` on $(c_{k-1}, c_k]$, with the
+    atoms sorted and $c_k$ their cumulative masses.
 
-    Its quantile integrals are exact, ``∫_0^u Q^m = S_m(j − 1) + x_(j)^m (u − c_{j−1})`` with
-    ``S_m(j) = Σ_{k≤j} w_k x_(k)^m`` and ``j`` the cell of ``u``, so :func:`wasserstein_to_law` to it is exact.
-    Made by :meth:`Law1d.from_sample`, :meth:`Law1d.from_quantile` and :meth:`Law1d.from_density`.
+    Its quantile integrals are exact, $\int_0^u Q^m = S_m(j - 1) + x_j^m (u - c_{j-1})$ with
+    $S_m(j) = \sum_{k\le j} w_k x_k^m$ and ``j`` the cell of ``u``, so [`wasserstein_to_law`][meanfield.metrics.wasserstein.wasserstein_to_law] to it is exact.
+    Made by [`Law1d.from_sample`][meanfield.metrics.wasserstein.Law1d.from_sample], [`Law1d.from_quantile`][meanfield.metrics.wasserstein.Law1d.from_quantile] and [`Law1d.from_density`][meanfield.metrics.wasserstein.Law1d.from_density].
 
     Args:
         values: the atoms, shape ``(n,)`` or ``(n, 1)``, finite.
-        weights: their masses ``(n,)``, ``≥ 0`` with a positive sum (divided by it); default ``1/n`` each.
+        weights: their masses ``(n,)``, $\ge 0$ with a positive sum (divided by it); default ``1/n`` each.
     """
 
     def __init__(
@@ -966,7 +972,7 @@ class Discrete(Law1d):
         return self.values.size
 
     def _cell(self, u: np.ndarray) -> np.ndarray:
-        """The atom ``j`` with ``c_{j−1} < u ≤ c_j`` (``u = 0`` in the first)."""
+        r"""The atom ``j`` with $c_{j-1} < u \le c_j$ (``u = 0`` in the first)."""
         return np.clip(np.searchsorted(self._c, u, side="left") - 1, 0, self.values.size - 1)
 
     def quantile(self, u):
@@ -984,11 +990,11 @@ class Discrete(Law1d):
         return self._integral(b, k) - self._integral(a, k)
 
     def mean(self) -> float:
-        """``Σ w_k x_k``."""
+        r"""$\Sigma w_k x_k$."""
         return float(self._S[1][-1])
 
     def variance(self) -> float:
-        """``Σ w_k (x_k − mean)²``."""
+        r"""$\Sigma w_k (x_k - \mathrm{mean})^2$."""
         return float(np.dot(self.weights, (self.values - self.mean()) ** 2))
 
     def __repr__(self) -> str:
@@ -998,25 +1004,27 @@ class Discrete(Law1d):
 def wasserstein_to_law(
     x: torch.Tensor, law: Law1d, *, p: int = 2, weights: torch.Tensor | None = None
 ) -> WassersteinResult:
-    r"""Exact ``W_p`` between the empirical law of 1-D particles and a law with a known quantile function.
+    r"""Exact $W_p$ between the empirical law of 1-D particles and a law with a known quantile function.
 
-    With the particles sorted, ``x_(1) ≤ … ≤ x_(M)``, and cumulative weights ``c_0 = 0 < … < c_M = 1``,
+    With the particles sorted, $x_1 \le \dots \le x_M$, and cumulative weights $c_0 = 0 < \dots < c_M = 1$,
 
-    .. math::  W_p^p = \sum_i \int_{c_{i-1}}^{c_i} |x_{(i)} − Q(u)|^p \, du,
+    $$
+    W_p^p = \sum_i \int_{c_{i-1}}^{c_i} |x_{(i)} − Q(u)|^p \, du,
+    $$
 
-    each cell integrated in closed form: for ``p = 2``, ``w_i (x_(i) − m_i)² + (∫Q² − w_i m_i²)`` with
-    ``m_i = ∫Q / w_i``; for ``p = 1`` the cell is split at ``u* = F(x_(i))``.
+    each cell integrated in closed form: for ``p = 2``, $w_i (x_i - m_i)^2 + (\int Q^2 - w_i m_i^2)$ with
+    $m_i = \int Q / w_i$; for ``p = 1`` the cell is split at ``u* = F(x_(i))``.
 
     Args:
         x: particles, shape ``(M, 1)`` or ``(B, M, 1)``.
-        law: the reference law (:class:`Normal`, :class:`Uniform`, a :class:`Discrete` law from
-            :meth:`Law1d.from_quantile`, :meth:`Law1d.from_density` or :meth:`Law1d.from_sample`, or any
-            :class:`Law1d`).
+        law: the reference law ([`Normal`][meanfield.metrics.wasserstein.Normal], [`Uniform`][meanfield.metrics.wasserstein.Uniform], a [`Discrete`][meanfield.metrics.wasserstein.Discrete] law from
+            [`Law1d.from_quantile`][meanfield.metrics.wasserstein.Law1d.from_quantile], [`Law1d.from_density`][meanfield.metrics.wasserstein.Law1d.from_density] or [`Law1d.from_sample`][meanfield.metrics.wasserstein.Law1d.from_sample], or any
+            [`Law1d`][meanfield.metrics.wasserstein.Law1d]).
         p: order, 1 or 2.
         weights: masses, shape ``(M,)`` or ``(B, M)``, divided by their sum; default uniform.
 
     Returns:
-        :class:`WassersteinResult` with ``method="law"`` and ``cost = W_p^p`` of shape ``()`` or ``(B,)``.
+        [`WassersteinResult`][meanfield.metrics.wasserstein.WassersteinResult] with ``method="law"`` and $\text{ cost } = W_p^p$ of shape ``()`` or ``(B,)``.
     """
     p = _check_p(p)
     if not isinstance(law, Law1d):
@@ -1076,10 +1084,12 @@ def _covariance(name: str, S: torch.Tensor, d: int) -> torch.Tensor:
 def w2_gaussian(m1: torch.Tensor, S1: torch.Tensor, m2: torch.Tensor, S2: torch.Tensor) -> torch.Tensor:
     r"""``W2`` between ``N(m1, S1)`` and ``N(m2, S2)`` in closed form (Bures–Wasserstein).
 
-    .. math::  W_2^2 = |m_1 − m_2|^2 + \operatorname{tr} S_1 + \operatorname{tr} S_2
-               − 2 \operatorname{tr}\big(S_1^{1/2} S_2 S_1^{1/2}\big)^{1/2}
+    $$
+    W_2^2 = |m_1 − m_2|^2 + \operatorname{tr} S_1 + \operatorname{tr} S_2
+    − 2 \operatorname{tr}\big(S_1^{1/2} S_2 S_1^{1/2}\big)^{1/2}
+    $$
 
-    Singular (collapsed) covariances are allowed. Returns ``W2`` (square it for ``W2²``), batched over
+    Singular (collapsed) covariances are allowed. Returns ``W2`` (square it for $W_2^2$), batched over
     leading axes.
 
     Args:

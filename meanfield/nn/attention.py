@@ -1,13 +1,15 @@
-"""Mean-field attention: M attention heads as M particles, averaged.
+r"""Mean-field attention: M attention heads as M particles, averaged.
 
-Particle ``i`` is one head ``θ_i = (W_Q^i, W_K^i, W_V^i, W_O^i)`` with ``W_Q^i, W_K^i, W_V^i ∈ R^{d×h}`` and
-``W_O^i ∈ R^{h×d}`` (``d = d_model``, ``h = d_head``). For tokens ``X ∈ R^{T×d}`` a head computes
+Particle ``i`` is one head $\theta_i = (W_Q^i, W_K^i, W_V^i, W_O^i)$ with $W_Q^i, W_K^i, W_V^i \in \mathbb{R}^{d\times h}$ and
+$W_O^i \in \mathbb{R}^{h\times d}$ (``d = d_model``, ``h = d_head``). For tokens $X \in \mathbb{R}^{T\times d}$ a head computes
 
-    v_θ(X) = softmax(X W_Q (X W_K)^T / √h + mask) X W_V W_O  ∈ R^{T×d},
+$$
+v_\theta(X) = \operatorname{softmax}(X W_Q (X W_K)^T / \sqrt{h} + \mathrm{mask}) X W_V W_O \in \mathbb{R}^{T\times d},
+$$
 
-and the layer is the average over the empirical law of the heads, ``Y = 1/M Σ_i v_{θ_i}(X)``.
+and the layer is the average over the empirical law of the heads, $Y = 1/M \sum_i v_{\theta_i}(X)$.
 With ``h = d/M`` this is ``nn.MultiheadAttention`` (no biases) with its output projection scaled by 1/M;
-with ``h`` fixed and M growing it is the mean-field limit ``Y = ∫ v_θ(X) dρ(θ)``.
+with ``h`` fixed and M growing it is the mean-field limit $Y = \int v_\theta(X) d\rho(\theta)$.
 """
 
 from __future__ import annotations
@@ -25,21 +27,21 @@ __all__ = ["ParticleAttention", "CausalParticleAttention"]
 
 
 class ParticleAttention(ParticleLayer):
-    """Self-attention whose M heads are particles: ``Y = 1/M Σ_i v_{θ_i}(X)``.
+    r"""Self-attention whose M heads are particles: $Y = 1/M \sum_i v_{\theta_i}(X)$.
 
-    ``v_θ(X) = softmax(X W_Q (X W_K)^T / √h) X W_V W_O`` (see the module docstring). The parameters are
+    $v_\theta(X) = \operatorname{softmax}(X W_Q (X W_K)^T / \sqrt{h}) X W_V W_O$ (see the module docstring). The parameters are
     stacked over the particle axis in two tensors:
 
-    - ``W_QKV`` of shape ``(M, 3, h, d)``: ``W_QKV[i] = (W_Q^iᵀ, W_K^iᵀ, W_V^iᵀ)``, particle ``i``'s query, key
+    - $W_{\mathrm{QKV}}$ of shape ``(M, 3, h, d)``: $W_{\mathrm{QKV}}[i] = (W_Q^{i\top}, W_K^{i\top}, W_V^{i\top})$, particle ``i``'s query, key
       and value maps in ``nn.Linear``'s ``(out, in)`` layout, so that ``W_QKV.view(3·M·h, d)`` is the fused
       in-projection of multi-head attention with no copy (state dicts with the earlier separate
-      ``W_Q, W_K, W_V`` still load);
-    - ``W_O`` of shape ``(M, h, d)``, so that ``W_O.view(M·h, d)`` is the out-projection.
+      $W_Q, W_K, W_V$ still load);
+    - $W_O$ of shape ``(M, h, d)``, so that ``W_O.view(M·h, d)`` is the out-projection.
 
-    ``W_Q``, ``W_K``, ``W_V`` are views ``(M, d, h)`` of ``W_QKV`` (reading or writing them in place reads or
-    writes ``W_QKV``; their gradients are read from ``W_QKV.grad``, e.g. ``W_QKV.grad[:, 0].mT`` for
-    ``W_Q``). All heads run in one batched ``scaled_dot_product_attention`` call (no loop over
-    particles). At initialisation the entries of ``W_QKV`` are ``N(0, 1/d)`` and those of ``W_O`` are
+    $W_Q$, $W_K$, $W_V$ are views ``(M, d, h)`` of $W_{\mathrm{QKV}}$ (reading or writing them in place reads or
+    writes $W_{\mathrm{QKV}}$; their gradients are read from $W_{\mathrm{QKV}}.\mathrm{grad}$, e.g. $W_{\mathrm{QKV}}.\mathrm{grad}[:, 0].mT$ for
+    $W_Q$). All heads run in one batched ``scaled_dot_product_attention`` call (no loop over
+    particles). At initialisation the entries of $W_{\mathrm{QKV}}$ are ``N(0, 1/d)`` and those of $W_O$ are
     ``N(0, 1/h)``, so each head's output is O(1) and the average of M independent heads is O(M^{-1/2}).
 
     Args:
@@ -98,24 +100,24 @@ class ParticleAttention(ParticleLayer):
 
     @property
     def W_Q(self) -> torch.Tensor:
-        """The query maps ``(M, d, h)``, a view of ``W_QKV``."""
+        r"""The query maps ``(M, d, h)``, a view of $W_{\mathrm{QKV}}$."""
         return self.W_QKV[:, 0].transpose(-1, -2)  # (M, d, h)
 
     @property
     def W_K(self) -> torch.Tensor:
-        """The key maps ``(M, d, h)``, a view of ``W_QKV``."""
+        r"""The key maps ``(M, d, h)``, a view of $W_{\mathrm{QKV}}$."""
         return self.W_QKV[:, 1].transpose(-1, -2)  # (M, d, h)
 
     @property
     def W_V(self) -> torch.Tensor:
-        """The value maps ``(M, d, h)``, a view of ``W_QKV``."""
+        r"""The value maps ``(M, d, h)``, a view of $W_{\mathrm{QKV}}$."""
         return self.W_QKV[:, 2].transpose(-1, -2)  # (M, d, h)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, n_particles={self.n_particles}, d_head={self.d_head}"
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
-        """Also load state dicts of the earlier layout, with separate ``W_Q, W_K, W_V`` of shape ``(M, d, h)``."""
+        """Also load state dicts of the earlier layout, with separate $W_Q, W_K, W_V$ of shape ``(M, d, h)``."""
         old = [prefix + name for name in ("W_Q", "W_K", "W_V")]
         if prefix + "W_QKV" not in state_dict and all(key in state_dict for key in old):
             maps = [state_dict.pop(key).transpose(-1, -2) for key in old]  # 3 × (M, h, d)
@@ -130,10 +132,10 @@ class ParticleAttention(ParticleLayer):
         check_input_matches("X", X, self.W_QKV)
 
     def _heads(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Queries, keys, values ``(B, M, T, h)`` from one fused matmul ``X W_QKVᵀ`` (no weight copy).
+        r"""Queries, keys, values ``(B, M, T, h)`` from one fused matmul $X W_{\mathrm{QKV}}^\top$ (no weight copy).
 
         Split by ``unbind`` on the q/k/v axis of ``(B, T, M, 3, h)`` before the transposes, so that the
-        backward pass stacks the three gradients straight into the ``(B, T, M·3·h)`` layout of the matmul
+        backward pass stacks the three gradients straight into the $(B, T, M\cdot 3\cdot h)$ layout of the matmul
         (one copy, where splitting after a permute costs a stack and a re-layout).
         """
         self._check_input(X)
@@ -144,26 +146,26 @@ class ParticleAttention(ParticleLayer):
         return q, k, v
 
     def _mix(self, X: torch.Tensor) -> torch.Tensor:
-        """The attention-weighted values of every head, ``softmax(Q K^T/√h) V``: ``(B, M, T, h)``."""
+        r"""The attention-weighted values of every head, $\operatorname{softmax}(Q K^T/\sqrt{h}) V$: ``(B, M, T, h)``."""
         q, k, v = self._heads(X)  # (B, M, T, h) each
         return F.scaled_dot_product_attention(q, k, v, is_causal=self.is_causal)  # (B, M, T, h)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
-        """``Y = 1/M Σ_i v_{θ_i}(X)``: ``(B, T, d) -> (B, T, d)``."""
+        r"""$Y = 1/M \sum_i v_{\theta_i}(X)$: ``(B, T, d) -> (B, T, d)``."""
         o = self._mix(X)  # (B, M, T, h)
         B, M, T, h = o.shape
         o = o.transpose(1, 2).reshape(B, T, M * h)  # (B, T, M·h)
         return o @ (self.W_O.reshape(M * h, self.d_model) / M)  # (B, T, d)
 
     def particle_outputs(self, X: torch.Tensor) -> torch.Tensor:
-        """Every head's output ``v_{θ_i}(X)``, not averaged: ``(B, T, d) -> (B, M, T, d)``."""
+        r"""Every head's output $v_{\theta_i}(X)$, not averaged: ``(B, T, d) -> (B, M, T, d)``."""
         o = self._mix(X)  # (B, M, T, h)
         return o @ self.W_O.unsqueeze(0)  # (B, M, T, d)
 
     def attention_maps(self, X: torch.Tensor) -> torch.Tensor:
-        """Every head's attention matrix ``A_i = softmax(X W_Q^i (X W_K^i)^T / √h + mask)``: ``(B, M, T, T)``.
+        r"""Every head's attention matrix $A_i = \operatorname{softmax}(X W_Q^i (X W_K^i)^T / \sqrt{h} + \mathrm{mask})$: ``(B, M, T, T)``.
 
-        Rows sum to 1; with a causal mask ``A_i[s, t] = 0`` for ``t > s``.
+        Rows sum to 1; with a causal mask $A_i[s, t] = 0$ for ``t > s``.
         """
         q, k, _ = self._heads(X)  # (B, M, T, h) each
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_head)  # (B, M, T, T)
@@ -175,9 +177,9 @@ class ParticleAttention(ParticleLayer):
 
 
 class CausalParticleAttention(ParticleAttention):
-    """:class:`ParticleAttention` with a causal mask: token ``s`` attends only to tokens ``t ≤ s``.
+    r"""[`ParticleAttention`][meanfield.nn.attention.ParticleAttention] with a causal mask: token ``s`` attends only to tokens $t \le s$.
 
-    ``v_θ(X) = softmax(X W_Q (X W_K)^T / √h + C) X W_V W_O`` with ``C[s, t] = −∞`` for ``t > s``, else 0.
+    $v_\theta(X) = \operatorname{softmax}(X W_Q (X W_K)^T / \sqrt{h} + C) X W_V W_O$ with $C[s, t] = -\infty$ for ``t > s``, else 0.
     """
 
     is_causal = True

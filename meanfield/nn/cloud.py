@@ -1,18 +1,20 @@
 r"""A particle system as a particle layer: M points in R^d whose loss is the mean-field energy.
 
-:class:`ParticleCloud` holds ``x`` of shape ``(M, d)`` as one stacked parameter. Its particle outputs are the
-features ``(V(x_i), |x_i|², x_i)`` and its output their average, from which the energy of a confinement ``V``
-and the quadratic interaction ``W(z) = k/2·|z|²`` is
+[`ParticleCloud`][meanfield.nn.cloud.ParticleCloud] holds ``x`` of shape ``(M, d)`` as one stacked parameter. Its particle outputs are the
+features $(V(x_i), |x_i|^2, x_i)$ and its output their average, from which the energy of a confinement ``V``
+and the quadratic interaction $W(z) = k/2\cdot|z|^2$ is
 
-.. math::  E(ρ_M) = \frac1M \sum_i V(x_i) + \frac{1}{2M^2}\sum_{ij} W(x_i − x_j)
-                  = \overline{V} + \frac k2 \big(\overline{|x|^2} − |\bar x|^2\big).
+$$
+E(ρ_M) = \frac1M \sum_i V(x_i) + \frac{1}{2M^2}\sum_{ij} W(x_i − x_j)
+= \overline{V} + \frac k2 \big(\overline{|x|^2} − |\bar x|^2\big).
+$$
 
-Its gradient is ``∂E/∂x_i = (1/M)(∇V(x_i) + k(x_i − x̄))``, so :class:`~meanfield.optim.Langevin` with an SGD
-drift, ``n_particles = M`` (the ×M scaling) and time step ``lr = η`` makes the Euler–Maruyama step of the
+Its gradient is $\partial E/\partial x_i = (1/M)(\nabla V(x_i) + k(x_i - \bar{x}))$, so [`Langevin`][meanfield.optim.langevin.Langevin] with an SGD
+drift, ``n_particles = M`` (the ×M scaling) and time step $\operatorname{lr} = \eta$ makes the Euler–Maruyama step of the
 McKean–Vlasov particle system ``MeanFieldLangevin(V, QuadraticInteraction(k), β)``:
-``x_i ← x_i − η(∇V(x_i) + k(x_i − x̄)) + sqrt(2βη) ξ_i`` — the same chain as :func:`meanfield.simulate`, now a
+$x_i \leftarrow x_i - \eta(\nabla V(x_i) + k(x_i - \bar{x})) + \sqrt{2\beta \eta} \xi_i$ — the same chain as [`meanfield.simulate`][meanfield.simulate], now a
 ``meanfield run`` with a run folder, checkpoints, sweeps, and particles sharded over ranks (the energy needs only
-averages, which :mod:`meanfield.nn.sharded` all-reduces).
+averages, which [`meanfield.nn.sharded`][meanfield.nn.sharded] all-reduces).
 """
 
 from __future__ import annotations
@@ -28,12 +30,12 @@ __all__ = ["ParticleCloud"]
 
 
 class ParticleCloud(ParticleLayer):
-    """M particles ``x_i ∈ R^d`` in a confinement ``V`` with the quadratic interaction ``W(z) = k/2·|z|²``.
+    r"""M particles $x_i \in \mathbb{R}^d$ in a confinement ``V`` with the quadratic interaction $W(z) = k/2\cdot|z|^2$.
 
     Args:
         n_particles: ``M``.
         d: the dimension.
-        confinement: ``V`` (a :class:`~meanfield.potentials.Confinement`).
+        confinement: ``V`` (a [`Confinement`][meanfield.potentials.Confinement]).
         k: interaction strength (``k > 0`` attracts to the centre of mass).
         init_scale: the initial particles are ``N(0, init_scale² I)``.
         generator: random generator of the initial particles (``None``: torch's global one).
@@ -41,8 +43,8 @@ class ParticleCloud(ParticleLayer):
         dtype: dtype of the particles.
 
     Shapes:
-        ``particle_outputs()``: ``(1, M, 2 + d)`` = ``(V(x_i), |x_i|², x_i)``; ``forward()``: their mean
-        ``(1, 2 + d)``; :meth:`energy` of that mean: ``()``.
+        ``particle_outputs()``: ``(1, M, 2 + d)`` = $(V(x_i), |x_i|^2, x_i)$; ``forward()``: their mean
+        ``(1, 2 + d)``; [`energy`][meanfield.nn.cloud.ParticleCloud.energy] of that mean: ``()``.
     """
 
     particle_parameter_names = ("x",)
@@ -71,17 +73,17 @@ class ParticleCloud(ParticleLayer):
         )  # (M, d)
 
     def particle_outputs(self, X: torch.Tensor | None = None) -> torch.Tensor:
-        """``(V(x_i), |x_i|², x_i)`` per particle: ``(1, M, 2 + d)`` (``X`` is ignored: a cloud has no input)."""
+        """$(V(x_i), |x_i|^2, x_i)$ per particle: ``(1, M, 2 + d)`` (``X`` is ignored: a cloud has no input)."""
         x = self.x.unsqueeze(0)  # (1, M, d)
         v = self.confinement.energy(x)  # (1, M)
         return torch.cat([v.unsqueeze(-1), x.square().sum(-1, keepdim=True), x], -1)  # (1, M, 2 + d)
 
     def forward(self, X: torch.Tensor | None = None) -> torch.Tensor:
-        """The averages ``(V̄, mean |x|², x̄)``: ``(1, 2 + d)``."""
+        r"""The averages $(\bar{V}, \text{ mean } |x|^2, \bar{x})$: ``(1, 2 + d)``."""
         return self.particle_outputs(X).mean(1)  # (1, 2 + d)
 
     def energy(self, means: torch.Tensor) -> torch.Tensor:
-        """``E = V̄ + k/2 (mean |x|² − |x̄|²)`` from :meth:`forward`'s averages: ``()``."""
+        r"""$E = \bar{V} + k/2 (\mathrm{mean} |x|^2 - |\bar{x}|^2)$ from [`forward`][meanfield.nn.cloud.ParticleCloud.forward]'s averages: ``()``."""
         centre = means[0, 2:]  # (d,)
         return means[0, 0] + 0.5 * self.k * (means[0, 1] - centre.square().sum())
 

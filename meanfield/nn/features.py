@@ -1,10 +1,12 @@
-"""Mean-field two-layer network: neurons ``(a_i, w_i)`` (optionally ``(a_i, w_i, b_i)``) as particles.
+r"""Mean-field two-layer network: neurons $(a_i, w_i)$ (optionally $(a_i, w_i, b_i)$) as particles.
 
-    f(x) = 1/M Σ_i a_i σ(w_i · x + b_i),   a_i ∈ R (or R^k),  w_i ∈ R^{d_in},  b_i ∈ R (or none)
+$$
+f(x) = 1/M \sum_i a_i \sigma(w_i \cdot x + b_i), \qquad a_i \in R (or \mathbb{R}^k), w_i \in \mathbb{R}^{d_{in}}, b_i \in R (or \mathrm{none})
+$$
 
-with the optional projection ``Π`` of the particles onto the constraint set
-``{|a_i| ≤ A} × {‖w_i‖ = 1}`` (clip and/or sphere), applied by :meth:`FeatureParticles.project_`.
-With vector outputs ``a_i ∈ R^k`` the layer is the hidden layer and read-out of an MLP (``k`` classes) or the
+with the optional projection $\Pi$ of the particles onto the constraint set
+$\{|a_i| \le A\} \times \{\|w_i\| = 1\}$ (clip and/or sphere), applied by [`FeatureParticles.project_`][meanfield.nn.features.FeatureParticles.project_].
+With vector outputs $a_i \in \mathbb{R}^k$ the layer is the hidden layer and read-out of an MLP (``k`` classes) or the
 expansion of a transformer MLP block (``k = d_model``, inputs ``(B, T, d_model)``).
 """
 
@@ -33,35 +35,35 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 
 
 class FeatureParticles(ParticleLayer):
-    """Two-layer mean-field network ``f(x) = 1/M Σ_i a_i σ(w_i · x + b_i)`` with stacked particles.
+    r"""Two-layer mean-field network $f(x) = 1/M \sum_i a_i \sigma(w_i \cdot x + b_i)$ with stacked particles.
 
     The particles are ``a`` (shape ``(M,)``, or ``(M, k)`` with ``out_features=k``), ``w`` (shape
-    ``(M, d_in)``) and, with ``bias=True``, ``b`` (shape ``(M,)``). At initialisation
-    ``w_i ~ N(0, I/d_in)`` (or uniform on the unit sphere when ``sphere``), ``a_i ~ N(0, I_k)`` (clipped to
-    ``[−A, A]``) and ``b_i = 0``.
+    $(M, d_{in})$) and, with ``bias=True``, ``b`` (shape ``(M,)``). At initialisation
+    $w_i \sim N(0, I/d_{in})$ (or uniform on the unit sphere when ``sphere``), $a_i \sim N(0, I_k)$ (clipped to
+    $[-A, A]$) and $b_i = 0$.
 
     Scalar outputs (``out_features=None``, the default) are the mean-field network of the teacher–student
-    task; vector outputs ``a_i ∈ R^k`` make the layer an MLP hidden layer with its read-out
-    (``f: R^{d_in} → R^k``, e.g. ``k = 10`` class logits) or a transformer MLP expansion
+    task; vector outputs $a_i \in \mathbb{R}^k$ make the layer an MLP hidden layer with its read-out
+    ($f: \mathbb{R}^{d_{in}} \to \mathbb{R}^k$, e.g. ``k = 10`` class logits) or a transformer MLP expansion
     (``d_in = k = d_model``). ``out_features=1`` gives outputs ``(…, 1)`` (the scalar layer with a
     trailing axis).
 
     Args:
         d_in: input width.
         n_particles: number of neurons ``M``.
-        activation: ``σ``, a callable on tensors or a name in :data:`ACTIVATIONS`.
-        A: clip bound of the projection ``|a_i| ≤ A`` (entrywise for vector ``a_i``; ``None``: no clip).
-        sphere: whether ``w_i`` lives on the unit sphere (the projection renormalises it).
-        out_features: ``k``, the width of ``a_i`` (``None``: scalar ``a_i``).
-        bias: give every particle a bias ``b_i`` (a particle parameter, not projected).
+        activation: $\sigma$, a callable on tensors or a name in `ACTIVATIONS`.
+        A: clip bound of the projection $|a_i| \le A$ (entrywise for vector $a_i$; ``None``: no clip).
+        sphere: whether $w_i$ lives on the unit sphere (the projection renormalises it).
+        out_features: ``k``, the width of $a_i$ (``None``: scalar $a_i$).
+        bias: give every particle a bias $b_i$ (a particle parameter, not projected).
         generator: random generator of the initialisation (``None``: torch's global one).
         device: device of the parameters.
         dtype: dtype of the parameters.
 
     Shapes:
-        ``forward(X)``: ``(N, d_in) -> (N,)`` or ``(…, d_in) -> (…, k)`` with ``out_features=k`` (any
+        ``forward(X)``: $(N, d_{in}) -> (N,)$ or $(\dots, d_{in}) -> (\dots, k)$ with ``out_features=k`` (any
         leading axes, e.g. ``(B, T, d_model)``); ``particle_outputs(X)``: ``(N, M)`` or ``(N, M, k)``, entry
-        ``a_i σ(w_i · x_n + b_i)``; for inputs ``(B, T, d_in)`` the particle axis is inserted at dimension 1:
+        $a_i \sigma(w_i \cdot x_n + b_i)$; for inputs $(B, T, d_{in})$ the particle axis is inserted at dimension 1:
         ``(B, M, T, k)``.
 
     Example:
@@ -135,7 +137,7 @@ class FeatureParticles(ParticleLayer):
 
     @torch.no_grad()
     def project_(self) -> FeatureParticles:
-        """Apply ``Π`` in place: ``a_i ← clip(a_i, −A, A)``, and ``w_i ← w_i/‖w_i‖`` when ``sphere``.
+        r"""Apply $\Pi$ in place: $a_i \leftarrow \operatorname{clip}(a_i, -A, A)$, and $w_i \leftarrow w_i/\|w_i\|$ when ``sphere``.
 
         Returns:
             ``self``.
@@ -159,22 +161,22 @@ class FeatureParticles(ParticleLayer):
         check_input_matches("X", X, self.w)
 
     def hidden(self, X: torch.Tensor) -> torch.Tensor:
-        """The features ``σ(w_i · x + b_i)``: ``(…, d_in) -> (…, M)``."""
+        r"""The features $\sigma(w_i \cdot x + b_i)$: $(\dots, d_{in}) -> (\dots, M)$."""
         z = X @ self.w.T  # (…, M)
         if self.b is not None:
             z = z + self.b
         return self.activation(z)  # (…, M)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
-        """``f(x) = 1/M Σ_i a_i σ(w_i · x + b_i)``: ``(N, d_in) -> (N,)``, or ``(…, d_in) -> (…, k)``."""
+        r"""$f(x) = 1/M \sum_i a_i \sigma(w_i \cdot x + b_i)$: $(N, d_{in}) -> (N,)$, or $(\dots, d_{in}) -> (\dots, k)$."""
         self._check_input(X)
         return self.hidden(X) @ self.a / self.n_particles  # (N,) or (…, k)
 
     def particle_outputs(self, X: torch.Tensor) -> torch.Tensor:
-        """Every neuron's output ``a_i σ(w_i · x + b_i)``, particle axis at dimension 1.
+        r"""Every neuron's output $a_i \sigma(w_i \cdot x + b_i)$, particle axis at dimension 1.
 
-        ``(N, d_in) -> (N, M)`` for scalar ``a_i``; ``(N, d_in) -> (N, M, k)`` and
-        ``(B, T, d_in) -> (B, M, T, k)`` for ``a_i ∈ R^k``.
+        $(N, d_{in}) -> (N, M)$ for scalar $a_i$; $(N, d_{in}) -> (N, M, k)$ and
+        $(B, T, d_{in}) -> (B, M, T, k)$ for $a_i \in \mathbb{R}^k$.
         """
         self._check_input(X)
         h = self.hidden(X)  # (…, M)

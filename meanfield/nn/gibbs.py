@@ -1,4 +1,4 @@
-r"""The free energy of a network whose particle layers are trained by :class:`~meanfield.optim.Langevin`.
+r"""The free energy of a network whose particle layers are trained by [`Langevin`][meanfield.optim.Langevin].
 
 A particle layer computes ``1/M Σ_i φ_{θ_i}(X)``, so the loss is a functional ``L(ρ)`` of the particle law
 ``ρ = 1/M Σ_i δ_{θ_i}``. One Langevin step with an SGD drift on a layer's group (``n_particles = M``,
@@ -12,9 +12,9 @@ one term per particle layer ``ℓ`` (Mei–Montanari–Nguyen 2018; Chizat 2022;
 gradient ``M·∇_{θ_i} L = ∇ δL/δρ(θ_i)`` plus ``λθ_i`` is the drift, ``sqrt(2β·lr)`` the noise.
 
 **The particles** of a layer are its rows: particle ``i`` is the concatenation of row ``i`` of every stacked
-parameter named in ``particle_parameter_names`` (:meth:`~meanfield.nn.ParticleLayer.particle_features`), e.g.
-``θ_i = (a_i, w_i, b_i) ∈ R^{k + d_in + 1}`` for :class:`~meanfield.nn.FeatureParticles`; ``H(ρ_ℓ)`` is the
-differential entropy of those M points in ``R^D`` (:func:`meanfield.metrics.entropy`). The k-NN estimators'
+parameter named in ``particle_parameter_names`` (``particle_features``), e.g.
+``θ_i = (a_i, w_i, b_i) ∈ R^{k + d_in + 1}`` for ``FeatureParticles``; ``H(ρ_ℓ)`` is the
+differential entropy of those M points in ``R^D`` (``meanfield.metrics.entropy``). The k-NN estimators'
 bias grows with ``D`` (see their docs): the number is meaningful for small ``D`` (a teacher–student network
 on a few inputs), a trend at best for wide inputs. Particles constrained to a sphere (``sphere=True``) have
 no density on ``R^D`` and are refused. With an Adam drift the same ``F`` is the free energy of the chain's
@@ -69,7 +69,7 @@ class NetworkFreeEnergy:
         penalty: ``Σ_ℓ λ_ℓ/2 · E_{ρ_ℓ}|θ|²`` (0 without weight decay).
         entropy_term: ``Σ_ℓ β_ℓ·H_ℓ`` (``F = loss + penalty − entropy_term``).
         se: ``sqrt(Σ_ℓ β_ℓ²·SE(H_ℓ)²)``: the entropy estimates' error (the loss is taken as exact).
-        layers: one :class:`LayerEntropy` per particle layer, in model order.
+        layers: one [`LayerEntropy`][meanfield.nn.gibbs.LayerEntropy] per particle layer, in model order.
     """
 
     value: float
@@ -131,14 +131,14 @@ def free_energy(
     r"""``F = L(ρ) + Σ_ℓ (λ_ℓ/2·E|θ|² − β_ℓ·H(ρ_ℓ))`` over the particle layers of ``model`` (module docstring).
 
     Args:
-        model: a module with :class:`~meanfield.nn.ParticleLayer` submodules (or one itself).
+        model: a module with ``ParticleLayer`` submodules (or one itself).
         loss: ``L(ρ)``, a number or a one-element tensor: the loss of the whole network at its particles (a
             full-batch or large-batch loss: a minibatch loss carries its sampling noise into ``F``).
         beta: the temperature: a number ``β ≥ 0`` in the mean-field convention (every layer, no weight
-            decay), or the :class:`~meanfield.optim.Langevin` optimizer training the model: each layer then
+            decay), or the [`Langevin`][meanfield.optim.Langevin] optimizer training the model: each layer then
             takes its group's ``β_t`` at the step about to be taken (×M for ``temperature_convention="loss"``),
             its weight decay, and ``β = 0`` for a group without noise.
-        entropy: the method of :func:`meanfield.metrics.entropy`.
+        entropy: the method of ``meanfield.metrics.entropy``.
         k: the neighbour order of the k-NN estimators (``None``: their default).
 
     Raises:

@@ -1,22 +1,22 @@
-"""What every particle layer shares: the particle count, pruning, subsampling, mask importance.
+r"""What every particle layer shares: the particle count, pruning, subsampling, mask importance.
 
 A *particle layer* holds the parameters of its M particles as stacked tensors with a leading particle axis
-``(M, …)`` and computes ``Y = 1/M Σ_i φ_{θ_i}(X)``, the average of the particle outputs
+``(M, …)`` and computes $Y = 1/M \sum_i \varphi_{\theta_i}(X)$, the average of the particle outputs
 (``particle_outputs(X)`` has the particle axis at dimension 1:
 ``forward(X) == particle_outputs(X).mean(1)``).
 Keeping a subset ``S`` of the particles is indexing every stacked tensor with ``S``; the smaller layer
-computes ``1/|S| Σ_{i∈S} φ_{θ_i}(X)``, the same layer for the empirical law of the kept particles.
+computes $1/|S| \sum_{i\in S} \varphi_{\theta_i}(X)$, the same layer for the empirical law of the kept particles.
 
 Subsampling strategies choose ``S`` (``|S| = k``); they are objects registered by name in
-:data:`SUBSAMPLE_STRATEGIES`:
+`SUBSAMPLE_STRATEGIES`:
 
-- ``"random"`` (:class:`Random`): ``k`` particles drawn uniformly without replacement.
-- ``"importance"`` (:class:`Importance`): the ``k`` particles with the largest mask importance
-  ``I_i = Σ_n |∂ℓ_n/∂ξ_i|`` (Michel et al., 2019, *Are sixteen heads really better than one?*).
-- ``"farthest"`` (:class:`FarthestPoint`): greedy farthest-point sampling of the particles' features
+- ``"random"`` ([`Random`][meanfield.nn.particles.Random]): ``k`` particles drawn uniformly without replacement.
+- ``"importance"`` ([`Importance`][meanfield.nn.particles.Importance]): the ``k`` particles with the largest mask importance
+  $I_i = \sum_n |\partial \ell_n/\partial \xi_i|$ (Michel et al., 2019, *Are sixteen heads really better than one?*).
+- ``"farthest"`` ([`FarthestPoint`][meanfield.nn.particles.FarthestPoint]): greedy farthest-point sampling of the particles' features
   (their outputs on ``X``, or their flattened parameters), which keeps the most diverse particles.
-- ``"medoids"`` (:class:`Medoids`): an OT quantisation of the particle law: the ``k`` particles ``S``
-  that (locally) minimise ``Σ_i min_{j∈S} ‖φ_i − φ_j‖²``, which is ``M · W2²`` between ``ρ_M`` and the
+- ``"medoids"`` ([`Medoids`][meanfield.nn.particles.Medoids]): an OT quantisation of the particle law: the ``k`` particles ``S``
+  that (locally) minimise $\sum_i \min_{j\in S} \|\varphi_i - \varphi_j\|^2$, which is $M \cdot W_2^2$ between $\rho_M$ and the
   best law supported on ``S``.
 """
 
@@ -65,10 +65,10 @@ def check_input_matches(name: str, X: torch.Tensor, weight: torch.Tensor) -> Non
 
 
 class ParticleLayer(nn.Module):
-    """Base class of the layers whose parameters are M particles stacked along a leading axis.
+    r"""Base class of the layers whose parameters are M particles stacked along a leading axis.
 
     A subclass lists the names of its stacked parameters in ``particle_parameter_names`` (each of shape
-    ``(M, …)``) and implements ``particle_outputs(X)``, the outputs ``φ_{θ_i}(X)`` of every particle with
+    ``(M, …)``) and implements ``particle_outputs(X)``, the outputs $\varphi_{\theta_i}(X)$ of every particle with
     the particle axis at dimension 1; its ``forward`` must equal ``particle_outputs(X).mean(1)``.
     """
 
@@ -84,9 +84,9 @@ class ParticleLayer(nn.Module):
         raise NotImplementedError
 
     def prune(self: Layer, indices: Sequence[int] | torch.Tensor) -> Layer:
-        """Return a new layer made of the particles ``indices`` (this layer is left unchanged).
+        r"""Return a new layer made of the particles ``indices`` (this layer is left unchanged).
 
-        The new layer computes ``1/|S| Σ_{i∈S} φ_{θ_i}(X)``. Its parameters are fresh copies (no
+        The new layer computes $1/|S| \sum_{i\in S} \varphi_{\theta_i}(X)$. Its parameters are fresh copies (no
         gradient), on the same device and dtype; everything else (e.g. projection bounds) is copied.
 
         Args:
@@ -116,12 +116,12 @@ class ParticleLayer(nn.Module):
         loss: Loss | None = None,
         generator: torch.Generator | None = None,
     ) -> Layer:
-        """Return a new layer of ``k`` of these particles, chosen by ``strategy``.
+        r"""Return a new layer of ``k`` of these particles, chosen by ``strategy``.
 
         Args:
-            k: how many particles to keep, ``1 ≤ k ≤ M``.
-            strategy: a name in :data:`SUBSAMPLE_STRATEGIES` (``"random"``, ``"importance"``,
-                ``"farthest"``, ``"medoids"``) or a :class:`SubsampleStrategy` instance.
+            k: how many particles to keep, $1 \le k \le M$.
+            strategy: a name in `SUBSAMPLE_STRATEGIES` (``"random"``, ``"importance"``,
+                ``"farthest"``, ``"medoids"``) or a [`SubsampleStrategy`][meanfield.nn.particles.SubsampleStrategy] instance.
             X: layer inputs; needed by ``"importance"``, used as features by ``"farthest"`` and
                 ``"medoids"`` (without it those use the flattened particle parameters).
             loss: for ``"importance"``: the loss as a function of the layer output ``Y = forward(X)``.
@@ -141,7 +141,7 @@ class ParticleLayer(nn.Module):
         loss: Loss | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """The sorted indices ``(k,)`` of the particles that :meth:`subsample` keeps (same arguments)."""
+        """The sorted indices ``(k,)`` of the particles that [`subsample`][meanfield.nn.particles.ParticleLayer.subsample] keeps (same arguments)."""
         k = check_int("k", k)
         M = self.n_particles
         if k > M:
@@ -150,14 +150,16 @@ class ParticleLayer(nn.Module):
         return torch.sort(chosen).values
 
     def importance(self, X: torch.Tensor, loss: Loss) -> torch.Tensor:
-        """Mask importance of each particle (Michel et al., 2019).
+        r"""Mask importance of each particle (Michel et al., 2019).
 
-        Gate particle ``i`` by ``ξ_i``: ``Y_ξ = 1/M Σ_i ξ_i φ_i(X)``. With ``L = loss(Y)`` a sum (or mean)
-        of per-example losses ``ℓ_n`` over the leading axis of ``X``, the importance is
+        Gate particle ``i`` by $\xi_i$: $Y_\xi = 1/M \sum_i \xi_i \varphi_i(X)$. With ``L = loss(Y)`` a sum (or mean)
+        of per-example losses $\ell_n$ over the leading axis of ``X``, the importance is
 
-            I_i = Σ_n |∂ℓ_n/∂ξ_i| at ξ = 1,   ∂ℓ_n/∂ξ_i = 1/M ⟨∂L/∂Y_n, φ_i(X)_n⟩,
+        $$
+        I_i = \sum_n |\partial \ell_n/\partial \xi_i| \text{ at } \xi = 1, \qquad \partial \ell_n/\partial \xi_i = 1/M \langle\partial L/\partial Y_n, \varphi_i(X)_n\rangle,
+        $$
 
-        proportional to Michel et al.'s ``E_x |∂L(x)/∂ξ_i|``. No parameter gradient is touched.
+        proportional to Michel et al.'s $\mathbb{E}_x |\partial L(x)/\partial \xi_i|$. No parameter gradient is touched.
 
         Args:
             X: layer inputs, leading axis = examples.
@@ -257,7 +259,7 @@ class Random(SubsampleStrategy):
 
 
 class Importance(SubsampleStrategy):
-    """The ``k`` particles with the largest mask importance ``I_i`` (:meth:`ParticleLayer.importance`)."""
+    """The ``k`` particles with the largest mask importance $I_i$ ([`ParticleLayer.importance`][meanfield.nn.particles.ParticleLayer.importance])."""
 
     name = "importance"
 
@@ -271,7 +273,7 @@ class Importance(SubsampleStrategy):
 
 
 def _squared_distances(features: torch.Tensor) -> torch.Tensor:
-    """``D_ij = ‖φ_i − φ_j‖²`` for features ``(M, D)``, via the Gram matrix (clamped at 0)."""
+    r"""$D_{ij} = \|\varphi_i - \varphi_j\|^2$ for features ``(M, D)``, via the Gram matrix (clamped at 0)."""
     gram = features @ features.T  # (M, M)
     sq = gram.diagonal()  # (M,)
     return (sq[:, None] + sq[None, :] - 2 * gram).clamp_min(0)  # (M, M)
@@ -291,8 +293,8 @@ def _farthest_points(D: torch.Tensor, k: int) -> torch.Tensor:
 
 
 class FarthestPoint(SubsampleStrategy):
-    """Greedy farthest-point sampling: start at the medoid, then repeatedly add the particle whose
-    distance to the chosen set, ``min_{j∈S} ‖φ_i − φ_j‖``, is largest. ``φ_i``: the particle's outputs
+    r"""Greedy farthest-point sampling: start at the medoid, then repeatedly add the particle whose
+    distance to the chosen set, $\min_{j\in S} \|\varphi_i - \varphi_j\|$, is largest. $\varphi_i$: the particle's outputs
     on ``X`` (or its parameters without ``X``). Duplicated particles are kept only once until every
     distinct particle is kept."""
 
@@ -303,9 +305,9 @@ class FarthestPoint(SubsampleStrategy):
 
 
 class Medoids(SubsampleStrategy):
-    """OT quantisation of the particle law onto ``k`` of its own particles (k-medoids).
+    r"""OT quantisation of the particle law onto ``k`` of its own particles (k-medoids).
 
-    Minimises ``Q(S) = Σ_i min_{j∈S} ‖φ_i − φ_j‖² = M · min_w W2²(ρ_M, Σ_{j∈S} w_j δ_{φ_j})`` over
+    Minimises $Q(S) = \sum_i \min_{j\in S} \|\varphi_i - \varphi_j\|^2 = M \cdot \min_w W_2^2(\rho_M, \sum_{j\in S} w_j \delta_{\varphi_j})$ over
     ``|S| = k`` by alternating Voronoi assignment and medoid update (``Q`` never increases), started from
     farthest-point sampling; a local minimum, at most ``max_iter`` rounds.
     """
@@ -333,7 +335,7 @@ class Medoids(SubsampleStrategy):
 
     @staticmethod
     def quantisation_error(features: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
-        """``W2²(ρ_M, best law on S) = 1/M Σ_i min_{j∈S} ‖φ_i − φ_j‖²`` for features ``(M, D)``."""
+        r"""$W_2^2(\rho_M, \text{ best law on } S) = 1/M \sum_i \min_{j\in S} \|\varphi_i - \varphi_j\|^2$ for features ``(M, D)``."""
         return _squared_distances(features)[:, S].min(1).values.mean()
 
 

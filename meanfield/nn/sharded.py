@@ -1,10 +1,12 @@
 r"""Particle layers sharded over the ranks of ``torch.distributed``: each rank owns ``M/world`` particles.
 
-A particle layer computes ``Y = 1/M Σ_i φ_{θ_i}(X)``. Sharded, rank ``r`` holds the particles
+A particle layer computes $Y = 1/M \sum_i \varphi_{\theta_i}(X)$. Sharded, rank ``r`` holds the particles
 ``[start_r, stop_r)`` of every particle layer (its rows of each stacked parameter) and the whole batch; the
 layer's output is
 
-.. math::  Y = \sum_r \Big(\frac{1}{M} \sum_{i ∈ \text{shard}_r} φ_{θ_i}(X)\Big)
+$$
+Y = \sum_r \Big(\frac{1}{M} \sum_{i ∈ \text{shard}_r} φ_{θ_i}(X)\Big)
+$$
 
 one ``all_reduce`` of a ``Y``-sized tensor per layer and forward pass, and its backward the mirror image
 (Megatron-LM's tensor-parallel operators, Shoeybi et al., 2019): the layer's input enters through an
@@ -14,16 +16,16 @@ same on every rank). Everything outside the particle layers (embeddings, MLPs, n
 replicated: every rank computes the same numbers and gets the same gradients, with no gradient all-reduce.
 
 The Langevin noise of a sharded parameter is drawn at its full ``(M, …)`` size from the optimizer's generator
-(the same on every rank) and each rank takes its rows (:class:`~meanfield.optim.Langevin`, group key
+(the same on every rank) and each rank takes its rows ([`Langevin`][meanfield.optim.langevin.Langevin], group key
 ``particle_rows``): a sharded run makes the single-process run's moves, particle by particle, for any number of
 ranks, up to the summation order of the all-reduces (round-off). Drawing the whole noise on every rank costs
-``O(M·p)`` numbers per step per rank (``p`` parameters per particle), small beside the forward pass of
-``M`` heads; checkpoints hold the full tensors (:func:`full_state_dict`, :func:`full_optimizer_state`),
+$O(M\cdot p)$ numbers per step per rank (``p`` parameters per particle), small beside the forward pass of
+``M`` heads; checkpoints hold the full tensors ([`full_state_dict`][meanfield.nn.sharded.full_state_dict], [`full_optimizer_state`][meanfield.nn.sharded.full_optimizer_state]),
 so a run resumes on any number of ranks.
 
 Only the default process group is used (``shard_particles`` shards over all ranks). ``particle_outputs``,
 ``attention_maps``, ``prune`` and ``subsample`` of a sharded layer see the rank's own particles;
-:func:`particle_parameter` gathers a stacked parameter for diagnostics of the whole law.
+[`particle_parameter`][meanfield.nn.sharded.particle_parameter] gathers a stacked parameter for diagnostics of the whole law.
 """
 
 from __future__ import annotations
@@ -106,18 +108,18 @@ def _leave(module: nn.Module, args: tuple, out: torch.Tensor) -> torch.Tensor:
 
 
 def sharded_layers(model: nn.Module) -> list[ParticleLayer]:
-    """The sharded particle layers of ``model`` (those :func:`shard_particles` split), in module order."""
+    """The sharded particle layers of ``model`` (those [`shard_particles`][meanfield.nn.sharded.shard_particles] split), in module order."""
     return [m for m in model.modules() if getattr(m, "particle_shard", None) is not None]
 
 
 def shard_particles(model: nn.Module) -> nn.Module:
     """Split every particle layer of ``model`` over the ranks of the default process group, in place.
 
-    Each :class:`~meanfield.nn.ParticleLayer` keeps the rows ``[start, stop)`` of its stacked parameters
-    (:func:`meanfield.distributed.shard_range`: ``M`` must be a multiple of the number of ranks), gets a
-    ``particle_shard`` attribute (:class:`ParticleShard`) and hooks that make its output the average over all
+    Each [`ParticleLayer`][meanfield.nn.particles.ParticleLayer] keeps the rows ``[start, stop)`` of its stacked parameters
+    (`meanfield.distributed.shard_range`: ``M`` must be a multiple of the number of ranks), gets a
+    ``particle_shard`` attribute ([`ParticleShard`][meanfield.nn.sharded.ParticleShard]) and hooks that make its output the average over all
     ``M`` particles (module docstring). Build the model identically on every rank first (same seed), and the
-    optimizer after this call (:meth:`meanfield.optim.Langevin.param_groups_for` reads the shards). Without a
+    optimizer after this call ([`meanfield.optim.Langevin.param_groups_for`][meanfield.optim.langevin.Langevin.param_groups_for] reads the shards). Without a
     process group (or with one rank) the model is returned unchanged.
 
     Returns:
@@ -153,7 +155,7 @@ def shard_particles(model: nn.Module) -> nn.Module:
 
 
 def _gather_rows(t: torch.Tensor) -> torch.Tensor:
-    """Every rank's equal shard ``(m, …)`` stacked in rank order: ``(world·m, …)`` on every rank."""
+    r"""Every rank's equal shard ``(m, …)`` stacked in rank order: $(\mathrm{world}\cdot m, \dots)$ on every rank."""
     parts = [torch.empty_like(t) for _ in range(_world()[0])]
     dist.all_gather(parts, t.contiguous())
     return torch.cat(parts, 0)
@@ -185,7 +187,7 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Load an unsharded state dict (:func:`full_state_dict`, or a single-process run's) into a sharded model:
+    """Load an unsharded state dict ([`full_state_dict`][meanfield.nn.sharded.full_state_dict], or a single-process run's) into a sharded model:
     each rank takes its rows."""
     keys = _sharded_keys(model)
     state = {k: v[keys[k].start : keys[k].stop] if k in keys else v for k, v in state.items()}
@@ -223,7 +225,7 @@ def full_optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
 
 
 def load_full_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
-    """Load :func:`full_optimizer_state`'s (or a single-process run's) state: each rank takes its rows."""
+    """Load [`full_optimizer_state`][meanfield.nn.sharded.full_optimizer_state]'s (or a single-process run's) state: each rank takes its rows."""
     slots = _sharded_slots(optimizer)
     entries = {}
     for i, entry in state["state"].items():

@@ -1,12 +1,14 @@
-"""A pre-norm causal Transformer language model whose attention is multi-head or particle attention.
+r"""A pre-norm causal Transformer language model whose attention is multi-head or particle attention.
 
-One block with residual step ``Δt`` (the depth view of the attention seed: tokens are particles transported
-through depth by ``x ← x + Δt·V(x)``):
+One block with residual step $\Delta t$ (the depth view of the attention seed: tokens are particles transported
+through depth by $x \leftarrow x + \Delta t\cdot V(x)$):
 
-    x ← x + Δt · Attn(LN(x)),        x ← x + Δt · MLP(LN(x)),
+$$
+x \leftarrow x + \Delta t \cdot \mathrm{Attn}(\operatorname{LN}(x)), \qquad x \leftarrow x + \Delta t \cdot \mathrm{MLP}(\operatorname{LN}(x)),
+$$
 
-where ``Attn`` is ordinary causal multi-head attention (:class:`CausalSelfAttention`, the baseline) or
-:class:`~meanfield.nn.CausalParticleAttention` (``1/M Σ_i v_{θ_i}``, the heads as particles). Token and
+where ``Attn`` is ordinary causal multi-head attention ([`CausalSelfAttention`][meanfield.nn.transformer.CausalSelfAttention], the baseline) or
+[`CausalParticleAttention`][meanfield.nn.attention.CausalParticleAttention] ($1/M \sum_i v_{\theta_i}$, the heads as particles). Token and
 position embeddings are learned, the output head is tied to the token embedding (nanoGPT's GPT without
 biases or dropout).
 """
@@ -34,14 +36,14 @@ __all__ = [
 ]
 
 ATTENTIONS: tuple[str, ...] = ("mha", "particle")
-"""The attention kinds of :class:`TransformerLM`."""
+"""The attention kinds of [`TransformerLM`][meanfield.nn.transformer.TransformerLM]."""
 
 INITS: tuple[str, ...] = ("native", "matched", "coupled")
-"""Initialisations of the particle heads of :class:`TransformerLM` (see its docstring)."""
+"""Initialisations of the particle heads of [`TransformerLM`][meanfield.nn.transformer.TransformerLM] (see its docstring)."""
 
 
 class CausalSelfAttention(nn.Module):
-    """Causal multi-head self-attention (no biases): ``Y = Concat_j softmax(Q_j K_jᵀ/√h + C) V_j · W_out``.
+    r"""Causal multi-head self-attention (no biases): $Y = \mathrm{Concat}_j \operatorname{softmax}(Q_j K_j^\top/\sqrt{h} + C) V_j \cdot W_{\mathrm{out}}$.
 
     Args:
         d_model: token width ``d``.
@@ -93,37 +95,37 @@ class _Block(nn.Module):
 
 
 class TransformerLM(nn.Module):
-    """Pre-norm causal Transformer LM with multi-head (``"mha"``) or particle (``"particle"``) attention.
+    r"""Pre-norm causal Transformer LM with multi-head (``"mha"``) or particle (``"particle"``) attention.
 
     Args:
         vocab_size: number of tokens ``V``.
-        block_size: the longest context ``T_max``.
+        block_size: the longest context $T_{\max}$.
         d_model: token width ``d``.
         n_layers: number of blocks ``L``.
         n_heads: heads ``H`` of multi-head attention, or particles ``M`` of particle attention.
-        attention: ``"mha"`` or ``"particle"`` (:data:`ATTENTIONS`).
+        attention: ``"mha"`` or ``"particle"`` ([`ATTENTIONS`][meanfield.nn.transformer.ATTENTIONS]).
         d_head: head width of particle attention (default ``d/M``: the same parameters as MHA).
         mlp_ratio: MLP hidden width ``mlp_ratio·d``.
-        dt: the residual step ``Δt`` (1 for the usual Transformer).
-        init: initialisation of the particle heads (:data:`INITS`): ``"native"`` keeps
-            :class:`~meanfield.nn.CausalParticleAttention`'s own (``W_QKV ~ N(0, 1/d)``, ``W_O ~ N(0, 1/h)``:
+        dt: the residual step $\Delta t$ (1 for the usual Transformer).
+        init: initialisation of the particle heads ([`INITS`][meanfield.nn.transformer.INITS]): ``"native"`` keeps
+            [`CausalParticleAttention`][meanfield.nn.attention.CausalParticleAttention]'s own ($W_{\mathrm{QKV}} \sim N(0, 1/d)$, $W_O \sim N(0, 1/h)$:
             each head O(1), the 1/M average O(M^{-1/2}), about 20× the GPT-2-initialised baseline block at
             d = 128, M = 8); ``"matched"`` matches the baseline block's output law at init:
-            ``W_QKV ~ N(0, σ²)`` and ``W_O ~ N(0, σ_o² · M d / h)`` with ``σ = 0.02``,
-            ``σ_o = 0.02/√(2L)``, so that ``Var(1/M Σ_i o_i W_O^i) = h·Var(o)·Var(W_O)/M = d·Var(o)·σ_o²``,
+            $W_{\mathrm{QKV}} \sim N(0, \sigma^2)$ and $W_O \sim N(0, \sigma_o^2 \cdot M d / h)$ with $\sigma = 0.02$,
+            $\sigma_o = 0.02/\sqrt{2L}$, so that ``Var(1/M Σ_i o_i W_O^i) = h·Var(o)·Var(W_O)/M = d·Var(o)·σ_o²``,
             the variance of ``Concat(o) W_out`` in the baseline. For ``h = d/M`` the particle block is then
-            *equal in law* to the baseline block (the particle layer is MHA with ``W_out = W_O/M``).
+            *equal in law* to the baseline block (the particle layer is MHA with $W_{\mathrm{out}} = W_O/M$).
             ``"coupled"`` is the matched law drawn from the *same random numbers* as the MHA model with the
-            same ``generator``: every weight is drawn in the MHA model's order, and where ``M·h = d`` a
+            same ``generator``: every weight is drawn in the MHA model's order, and where $M\cdot h = d$ a
             layer's heads are the baseline's draws rearranged, ``W_QKV[i, j] = W_qkv[j·d + i·h : j·d +
             (i+1)·h]`` and ``W_O[i] = M · W_outᵀ[i·h : (i+1)·h]``, so that at ``M = H`` the particle LM
             computes the very function of the ``H``-head LM at init (a coupling of the two initial laws:
             the embeddings and MLPs of every arm of width ``d/M`` are equal, whatever ``M``). Where
-            ``M·h ≠ d`` the heads are drawn in the baseline's place, so the later weights differ.
+            $M\cdot h \ne d$ the heads are drawn in the baseline's place, so the later weights differ.
         generator: random generator of the initialisation (``None``: torch's global one).
 
-    Linear and embedding weights start ``N(0, 0.02²)`` (the output projections of each block
-    ``N(0, 0.02²/(2L))``, as GPT-2); the particle heads as ``init`` says.
+    Linear and embedding weights start $N(0, 0.02^2)$ (the output projections of each block
+    $N(0, 0.02^2/(2L))$, as GPT-2); the particle heads as ``init`` says.
 
     Shapes:
         ``forward(idx)``: ``(B, T)`` int64 ``-> (B, T, V)`` logits.
@@ -238,7 +240,7 @@ class TransformerLM(nn.Module):
             raise ValueError(f"{message}, got min {int(tokens.min())}, max {int(tokens.max())}")
 
     def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean next-token cross-entropy ``−1/(BT) Σ log p(targets | idx)`` (nats)."""
+        r"""Mean next-token cross-entropy $-1/(BT) \sum \log p(\mathrm{targets} | \mathrm{idx})$ (nats)."""
         self._check_tokens("targets", targets, like=idx)
         logits = self(idx)  # (B, T, V)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
@@ -251,7 +253,7 @@ def particle_layers(model: nn.Module) -> list[CausalParticleAttention]:
 
 @torch.no_grad()
 def attention_inputs(model: TransformerLM, idx: torch.Tensor) -> list[torch.Tensor]:
-    """The inputs ``LN₁(x^ℓ)`` of every block's attention on the tokens ``idx`` ``(B, T)``: ``L × (B, T, d)``."""
+    r"""The inputs $\operatorname{LN}_1(x^\ell)$ of every block's attention on the tokens ``idx`` ``(B, T)``: $L \times (B, T, d)$."""
     inputs: list[torch.Tensor] = []
     hooks = [
         block.attention.register_forward_pre_hook(lambda _m, args: inputs.append(args[0].detach()))
@@ -274,9 +276,9 @@ def drop_particles(
     targets: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> TransformerLM:
-    """A copy of ``model`` keeping ``k`` particles in every particle attention layer (the model is unchanged).
+    r"""A copy of ``model`` keeping ``k`` particles in every particle attention layer (the model is unchanged).
 
-    Each layer ``ℓ`` becomes ``1/k Σ_{i∈S_ℓ} v_{θ_i}`` (:meth:`~meanfield.nn.ParticleLayer.subsample`), the
+    Each layer $\ell$ becomes $1/k \sum_{i\in S_\ell} v_{\theta_i}$ ([`subsample`][meanfield.nn.particles.ParticleLayer.subsample]), the
     same layer for the empirical law of the kept particles, so the copy is ready to evaluate and to train:
     its particle parameters are new tensors, so build the optimizer's groups again
     (``Langevin.param_groups_for(copy)``).
@@ -284,12 +286,12 @@ def drop_particles(
     Strategies (chosen per layer, all layers at once, on the *original* model's activations):
 
     - ``"random"``: uniformly without replacement (``generator``);
-    - ``"importance"``: the largest mask importances ``Σ_n |∂ℓ_n/∂ξ_i|`` of the next-token loss on
+    - ``"importance"``: the largest mask importances $\sum_n |\partial \ell_n/\partial \xi_i|$ of the next-token loss on
       ``(idx, targets)``, the gate of layer ℓ's particles seen through the rest of the network;
     - ``"farthest"`` / ``"medoids"``: diversity-keeping, on the particles' outputs on ``idx``.
 
     Args:
-        model: a particle :class:`TransformerLM`.
+        model: a particle [`TransformerLM`][meanfield.nn.transformer.TransformerLM].
         keep: the fraction of particles kept (a float in ``(0, 1]``, ``k = max(1, round(keep·M))``) or the
             number ``k`` (an int).
         strategy: ``"random"``, ``"importance"``, ``"farthest"`` or ``"medoids"``.
@@ -298,7 +300,7 @@ def drop_particles(
         generator: for ``"random"``.
 
     Returns:
-        A new :class:`TransformerLM` (deep copy) with fewer particles per layer.
+        A new [`TransformerLM`][meanfield.nn.transformer.TransformerLM] (deep copy) with fewer particles per layer.
 
     Raises:
         ValueError: for a model without particle layers, a bad ``keep`` or a missing ``idx``/``targets``.
@@ -332,7 +334,7 @@ def drop_particles(
 
 
 def _downstream_loss(model: TransformerLM, ell: int, idx: torch.Tensor, targets: torch.Tensor):
-    """``Y ↦`` the next-token loss of ``model`` when block ``ell``'s attention output is ``Y`` ``(B, T, d)``."""
+    r"""$Y \mapsto$ the next-token loss of ``model`` when block ``ell``'s attention output is ``Y`` ``(B, T, d)``."""
 
     def loss(Y: torch.Tensor) -> torch.Tensor:
         T = idx.shape[1]

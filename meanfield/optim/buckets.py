@@ -1,6 +1,6 @@
 """The flat layout of a param group: its parameters per (device, dtype), with flat Adam moments.
 
-A :class:`Bucket` holds the parameters of one group on one (device, dtype) and, for an Adam drift, the moments
+A [`Bucket`][meanfield.optim.buckets.Bucket] holds the parameters of one group on one (device, dtype) and, for an Adam drift, the moments
 ``m`` and ``v`` of all of them in one flat buffer each, so that one fused kernel updates the whole bucket; the
 per-parameter state entries ``state[p]["exp_avg"]`` are views into those buffers, laid out like each parameter
 (its own strides: channels_last stays channels_last).
@@ -55,13 +55,13 @@ class Bucket:
         return out
 
     def covers(self, index: Sequence[int]) -> bool:
-        """Whether ``index`` is every parameter of the bucket in its own order (``0, 1, …, n − 1``): then
+        r"""Whether ``index`` is every parameter of the bucket in its own order ($0, 1, \dots, n - 1$): then
         a flat buffer of the bucket *is* the buffer of ``index``, and per-parameter lists line up with it."""
         return len(index) == len(self.params) and all(i == k for k, i in enumerate(index))
 
     def gather(self, flat: torch.Tensor, index: Sequence[int], strided: bool = False) -> torch.Tensor:
         """The entries of ``flat`` (n,) that belong to the parameters ``index``, flat, in logical order
-        (``strided`` as in :meth:`views`: how ``flat`` is laid out)."""
+        (``strided`` as in [`views`][meanfield.optim.buckets.Bucket.views]: how ``flat`` is laid out)."""
         if self.covers(index) and (not strided or all(p.is_contiguous() for p in self.params)):
             return flat
         return torch.cat([v.reshape(-1) for v in self.views(flat, index, strided)])  # (n_index,)

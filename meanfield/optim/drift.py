@@ -1,12 +1,12 @@
-"""The drift of a Langevin step: SGD, or Adam with its diagonal preconditioner.
+r"""The drift of a Langevin step: SGD, or Adam with its diagonal preconditioner.
 
-- ``drift="sgd"``: ``θ ← θ − lr·(M·∇_θL + λθ)``, ``η_eff = lr`` (one ``_foreach_add_`` per bucket).
-- ``drift="adam"``: ``θ ← θ − η_eff ⊙ m̂`` with ``η_eff = lr/(M·sqrt(v̂) + ε)`` per coordinate (one
-  ``torch._fused_adam_`` per bucket on the raw gradients ``g``: Adam of ``M·g`` is Adam of ``g`` with ``ε/M``
-  and ``λ/M``), ``v̂`` bias-corrected with each parameter's own step count.
+- ``drift="sgd"``: $\theta \leftarrow \theta - \operatorname{lr}\cdot(M\cdot\nabla_\theta L + \lambda \theta)$, $\eta_{\mathrm{eff}} = \operatorname{lr}$ (one ``_foreach_add_`` per bucket).
+- ``drift="adam"``: $\theta \leftarrow \theta - \eta_{\mathrm{eff}} \odot \hat{m}$ with $\eta_{\mathrm{eff}} = \operatorname{lr}/(M\cdot\sqrt{\hat{v}} + \varepsilon)$ per coordinate (one
+  ``torch._fused_adam_`` per bucket on the raw gradients ``g``: Adam of $M\cdot g$ is Adam of ``g`` with $\varepsilon/M$
+  and $\lambda/M$), $\hat{v}$ bias-corrected with each parameter's own step count.
 
-For preconditioned noise :func:`precondition` leaves ``t = 1/sqrt(sqrt(v) + ε·√bias2/M)`` in the bucket's work
-buffer, so that ``η_eff = (lr·√bias2/M)·t²`` and the noise is ``sqrt(2β_t·lr·√bias2/M)·t ⊙ ξ``.
+For preconditioned noise [`precondition`][meanfield.optim.drift.precondition] leaves $t = 1/\sqrt{\sqrt{v} + \varepsilon\cdot\sqrt{\mathrm{bias}2}/M}$ in the bucket's work
+buffer, so that $\eta_{\mathrm{eff}} = (\operatorname{lr}\cdot\sqrt{\mathrm{bias}2}/M)\cdot t^2$ and the noise is $\sqrt{2\beta_t\cdot\operatorname{lr}\cdot\sqrt{\mathrm{bias}2}/M}\cdot t \odot \xi$.
 """
 
 from __future__ import annotations
@@ -31,14 +31,14 @@ def apply_drift(
     norms: torch.Tensor,
     beta_t: float,
 ) -> list[Record]:
-    """Apply the drift ``θ ← θ − η_eff ⊙ g`` to the parameters ``index`` of bucket ``b`` (module docstring).
+    r"""Apply the drift $\theta \leftarrow \theta - \eta_{\mathrm{eff}} \odot g$ to the parameters ``index`` of bucket ``b`` (module docstring).
 
     Args:
         group: the param group (its ``lr``, ``drift``, ``betas``, ``eps``, ``weight_decay``, scaling).
         b: the bucket.
         index: the bucket's parameters that have a gradient.
-        grads: their gradients ``∂L/∂θ`` (unscaled; the ×M is applied here).
-        norms: ``(len(index),)`` their norms ``‖∂L/∂θ‖`` (checked finite by the caller).
+        grads: their gradients $\partial L/\partial \theta$ (unscaled; the ×M is applied here).
+        norms: ``(len(index),)`` their norms $\|\partial L/\partial \theta\|$ (checked finite by the caller).
         beta_t: the group's temperature at this step (recorded for the noise and the statistics).
 
     Returns:
@@ -110,8 +110,8 @@ def apply_drift(
 
 
 def precondition(record: Record) -> None:
-    """For preconditioned Adam noise: ``t = 1/sqrt(sqrt(v) + ε·√bias2/M)`` into the bucket's buffer,
-    so that ``η_eff = (lr·√bias2/M)·t²`` (three flat passes over ``v``)."""
+    r"""For preconditioned Adam noise: $t = 1/\sqrt{\sqrt{v} + \varepsilon\cdot\sqrt{\mathrm{bias}2}/M}$ into the bucket's buffer,
+    so that $\eta_{\mathrm{eff}} = (\operatorname{lr}\cdot\sqrt{\mathrm{bias}2}/M)\cdot t^2$ (three flat passes over ``v``)."""
     if record.drift != "adam" or not record.preconditioned:
         return
     b = record.bucket

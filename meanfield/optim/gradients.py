@@ -1,8 +1,8 @@
-"""The gradient check before a Langevin step changes anything: finite entries, and a step that does not overflow.
+r"""The gradient check before a Langevin step changes anything: finite entries, and a step that does not overflow.
 
-One reduction per bucket, ``‖g_k‖`` for each parameter ``k``; only when ``lr·(×M)·‖g_k‖`` is not finite are the
+One reduction per bucket, $\|g_k\|$ for each parameter ``k``; only when $\operatorname{lr}\cdot(\times M)\cdot\|g_k\|$ is not finite are the
 entries examined: a NaN/Inf entry, or a finite gradient whose float32 norm overflowed (recomputed in float64),
-or a step ``lr·‖g‖`` that overflows. Each error names the group, the parameter and its shape.
+or a step $\operatorname{lr}\cdot\|g\|$ that overflows. Each error names the group, the parameter and its shape.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ def gradient_norms(
     index: list[int],
     grads: list[torch.Tensor],
 ) -> torch.Tensor:
-    """``(k,)`` the norms ``‖∂L/∂θ‖`` of the gradients ``grads`` of bucket ``b``'s parameters ``index``, checked.
+    r"""``(k,)`` the norms $\|\partial L/\partial \theta\|$ of the gradients ``grads`` of bucket ``b``'s parameters ``index``, checked.
 
     Raises:
-        ValueError: a gradient with a NaN/Inf entry, or a step ``lr·(×M)·‖g‖`` that overflows (no parameter
+        ValueError: a gradient with a NaN/Inf entry, or a step $\operatorname{lr}\cdot(\times M)\cdot\|g\|$ that overflows (no parameter
             has been changed yet).
     """
     norms = torch.stack(torch._foreach_norm(grads))  # (k,) ‖∂L/∂θ‖ per parameter
@@ -47,7 +47,7 @@ def _check_step_size(
     norms: torch.Tensor,
     step_bound: float,
 ) -> None:
-    """Raise before any change when ``lr``·(×M)·``‖g‖`` overflows for a parameter with a finite gradient."""
+    r"""Raise before any change when ``lr``·(×M)·$\|g\|$ overflows for a parameter with a finite gradient."""
     for j in (~torch.isfinite(norms * step_bound)).nonzero()[:, 0].tolist():
         p = b.params[index[j]]
         gi, k = position(groups, group, p)

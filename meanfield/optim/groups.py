@@ -1,10 +1,10 @@
-"""The options of a param group: data forms become objects, defaults resolve, bad values are refused.
+r"""The options of a param group: data forms become objects, defaults resolve, bad values are refused.
 
-A group of :class:`~meanfield.optim.Langevin` is a ``torch.optim`` param-group dict with the keys of
+A group of [`Langevin`][meanfield.optim.langevin.Langevin] is a ``torch.optim`` param-group dict with the keys of
 ``Langevin.__init__`` (``lr``, ``beta``, ``drift``, ``betas``, ``eps``, ``weight_decay``, ``noise``,
 ``n_particles``, ``mean_field_scaling``, ``noise_preconditioned``, ``projection``, ``temperature_convention``,
 ``noise_block``) plus its step count ``step`` and, for a sharded layer, ``particle_rows``. A group multiplies
-its gradients by ``M`` (:func:`scale`: the Wasserstein gradient ``M·∂L/∂θ_i = ∇(δF/δρ)(θ_i)``).
+its gradients by ``M`` ([`scale`][meanfield.optim.groups.scale]: the Wasserstein gradient $M\cdot\partial L/\partial \theta_i = \nabla(\delta F/\delta \rho)(\theta_i)$).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def scale(group: dict[str, Any]) -> float:
 
 
 def not_gibbs(group: dict[str, Any]) -> bool:
-    """Whether ``group`` has noise that does not follow its Adam preconditioner (not Gibbs at ``β``)."""
+    r"""Whether ``group`` has noise that does not follow its Adam preconditioner (not Gibbs at $\beta$)."""
     return group["noise"] and group["drift"] == "adam" and not group["noise_preconditioned"]
 
 
@@ -142,11 +142,11 @@ def check_floating(group: dict[str, Any], where: str) -> None:
 
 
 def beta_value(group: dict[str, Any], gi: int) -> float:
-    """The temperature ``β_t`` of group ``gi`` at its step ``t``: its schedule's value, or the constant.
+    r"""The temperature $\beta_t$ of group ``gi`` at its step ``t``: its schedule's value, or the constant.
 
     Raises:
         TypeError: the schedule returned something that is not a number.
-        ValueError: ``β_t`` is negative or not finite.
+        ValueError: $\beta_t$ is negative or not finite.
     """
     k = group["step"]
     beta = group["beta"]
@@ -166,10 +166,10 @@ def beta_value(group: dict[str, Any], gi: int) -> float:
 
 
 def beta_at(group: dict[str, Any], gi: int) -> float:
-    """:func:`beta_value`, for a Langevin step whose noise variance is ``2·β_t·lr``.
+    r"""[`beta_value`][meanfield.optim.groups.beta_value], for a Langevin step whose noise variance is $2\cdot \beta_t\cdot\operatorname{lr}$.
 
     Raises:
-        TypeError, ValueError: as :func:`beta_value`; also ValueError when ``2·β_t·lr`` overflows.
+        TypeError, ValueError: as [`beta_value`][meanfield.optim.groups.beta_value]; also ValueError when $2\cdot \beta_t\cdot\operatorname{lr}$ overflows.
     """
     value = beta_value(group, gi)
     if not math.isfinite(2.0 * value * group["lr"]):

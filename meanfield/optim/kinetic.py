@@ -1,34 +1,34 @@
 r"""The kinetic Langevin optimizer: SGHMC-type steps that are the BAOAB splitting of kinetic Langevin dynamics.
 
-For every parameter ``θ`` of a param group (step ``h = lr``, friction ``γ``, temperature ``β_t``, ``M``
-particles) with its velocity ``v`` (the optimizer's state, zero at the start), one :meth:`KineticLangevin.step`
-after the gradient ``g = M·∂L/∂θ + λθ`` was computed at ``θ`` is
+For every parameter $\theta$ of a param group (step ``h = lr``, friction $\gamma$, temperature $\beta_t$, ``M``
+particles) with its velocity ``v`` (the optimizer's state, zero at the start), one [`KineticLangevin.step`][meanfield.optim.kinetic.KineticLangevin.step]
+after the gradient $g = M\cdot\partial L/\partial \theta + \lambda \theta$ was computed at $\theta$ is
 
     v ← v − h·g                                     (B(h/2) of the last step and B(h/2) of this one)
     θ ← θ + (h/2)·v                                 (A(h/2))
     v ← c·v + sqrt(β_t·(1 − c²))·ξ,   c = e^{−γh}   (O(h), exact: the noise the friction requires)
     θ ← Π(θ + (h/2)·v)                              (A(h/2), then the projection)
 
-so the parameters follow the positions of the BAOAB chain (:mod:`meanfield.solvers.kinetic`) for
-``dθ = v dt, dv = −∇F(θ) dt − γv dt + sqrt(2γβ) dW`` (unit mass, ``F = M·L + λ/2‖θ‖²``), started at
-``(θ_0, v_0 = −(h/2)∇F(θ_0))``; the stored ``v`` is BAOAB's velocity before its last half kick. The target law
-is ``∝ exp(−(F(θ) + ‖v‖²/2)/β)``, the θ-marginal the same Gibbs law ``∝ exp(−F/β)`` as
-:class:`~meanfield.optim.Langevin`'s, with a bias O(h²) instead of O(h); on ``F = a/2‖θ‖²`` the θ-law is
-exact at every stable step (``Var θ = β/a`` for ``h²a < 4``) and the stored velocity has ``Var v = β``
+so the parameters follow the positions of the BAOAB chain ([`meanfield.solvers.kinetic`][meanfield.solvers.kinetic]) for
+$d\theta = v dt, dv = -\nabla F(\theta) dt - \gamma v dt + \sqrt{2\gamma \beta} dW$ (unit mass, $F = M\cdot L + \lambda/2\|\theta\|^2$), started at
+$(\theta_0, v_0 = -(h/2)\nabla F(\theta_0))$; the stored ``v`` is BAOAB's velocity before its last half kick. The target law
+is $\propto \exp(-(F(\theta) + \|v\|^2/2)/\beta)$, the θ-marginal the same Gibbs law $\propto \exp(-F/\beta)$ as
+[`Langevin`][meanfield.optim.langevin.Langevin]'s, with a bias O(h²) instead of O(h); on $F = a/2\|\theta\|^2$ the θ-law is
+exact at every stable step ($\operatorname{Var} \theta = \beta/a$ for $h^2a < 4$) and the stored velocity has $\operatorname{Var} v = \beta$
 exactly (``theory/kinetic_optimizer.py`` checks both through this optimizer).
 
-**Momentum SGD.** At ``β = 0`` the step is heavy-ball momentum SGD, exactly: with ``b = −v/h`` it is
-``b ← μ·b + g, θ ← θ − η·b`` with ``μ = e^{−γh}`` and ``η = h²(1 + μ)/2``, i.e. ``torch.optim.SGD(lr=η,
+**Momentum SGD.** At $\beta = 0$ the step is heavy-ball momentum SGD, exactly: with $b = -v/h$ it is
+$b \leftarrow \mu\cdot b + g, \theta \leftarrow \theta - \eta\cdot b$ with $\mu = e^{-\gamma h}$ and $\eta = h^2(1 + \mu)/2$, i.e. ``torch.optim.SGD(lr=η,
 momentum=μ)`` (tested). Conversely SGD with momentum μ and learning rate η is this optimizer with
-``h = sqrt(2η/(1 + μ))`` and ``γ = −ln(μ)/h``; ``β > 0`` adds the noise ``sqrt(β(1 − μ²))·ξ`` to the velocity
-that this friction requires (fluctuation–dissipation), where :class:`~meanfield.optim.Langevin` with Adam's
-``β1 > 0`` adds ``sqrt(2βη)ξ`` to θ while an exponential average of gradients drives it: that chain is not a
+$h = \sqrt{2\eta/(1 + \mu)}$ and $\gamma = -\ln(\mu)/h$; $\beta > 0$ adds the noise $\sqrt{\beta(1 - \mu^2)}\cdot \xi$ to the velocity
+that this friction requires (fluctuation–dissipation), where [`Langevin`][meanfield.optim.langevin.Langevin] with Adam's
+$\beta_1 > 0$ adds $\sqrt{2\beta \eta}\xi$ to θ while an exponential average of gradients drives it: that chain is not a
 discretised kinetic Langevin dynamics and its stationary variance is biased by the factor of
-:func:`~meanfield.optim.momentum_variance_factor` (×19 the Euler–Maruyama bias at β1 = 0.9).
+[`momentum_variance_factor`][meanfield.optim.conventions.momentum_variance_factor] (×19 the Euler–Maruyama bias at β1 = 0.9).
 
-**Mean-field scaling, temperature conventions, projections** are those of :class:`~meanfield.optim.Langevin`:
+**Mean-field scaling, temperature conventions, projections** are those of [`Langevin`][meanfield.optim.langevin.Langevin]:
 a group with ``n_particles = M`` multiplies its gradients by M (the Wasserstein gradient), ``"loss"``
-temperatures are multiplied by M, and ``Π`` is applied to θ after every step (the velocity is left as it
+temperatures are multiplied by M, and $\Pi$ is applied to θ after every step (the velocity is left as it
 is: on a sphere it is not projected onto the tangent space).
 """
 
@@ -74,7 +74,7 @@ def _check_group(group: dict[str, Any], where: str) -> None:
 
 
 def _beta_at(group: dict[str, Any], gi: int) -> float:
-    """``β_t`` of group ``gi`` at its step count, in the mean-field convention (×M for ``"loss"``)."""
+    r"""$\beta_t$ of group ``gi`` at its step count, in the mean-field convention (×M for ``"loss"``)."""
     value = beta_value(group, gi)
     if group["temperature_convention"] == "loss":
         value *= group["n_particles"]
@@ -84,26 +84,26 @@ def _beta_at(group: dict[str, Any], gi: int) -> float:
 class KineticLangevin(torch.optim.Optimizer):
     r"""Kinetic (underdamped) mean-field Langevin dynamics as a ``torch.optim.Optimizer`` (BAOAB steps).
 
-    One step per group (see the module docstring): ``v ← v − h·g``, ``θ ← θ + (h/2)v``,
-    ``v ← e^{−γh}v + sqrt(β_t(1 − e^{−2γh}))·ξ``, ``θ ← Π(θ + (h/2)v)``, with ``g = M·∂L/∂θ + λθ``.
+    One step per group (see the module docstring): $v \leftarrow v - h\cdot g$, $\theta \leftarrow \theta + (h/2)v$,
+    $v \leftarrow e^{-\gamma h}v + \sqrt{\beta_t(1 - e^{-2\gamma h})}\cdot \xi$, $\theta \leftarrow \Pi(\theta + (h/2)v)$, with $g = M\cdot\partial L/\partial \theta + \lambda \theta$.
 
     Args:
         params: parameters or param-group dicts.
         lr: the time step ``h > 0``.
-        friction: ``γ ≥ 0`` (``μ = e^{−γh}`` is the momentum of the equivalent heavy-ball SGD).
-        beta: temperature ``β ≥ 0``, a number or a schedule ``step -> β`` (evaluated at the group's step count).
-        weight_decay: ``λ ≥ 0`` (an L2 term ``λ/2‖θ‖²`` in ``F``).
-        n_particles: ``M ≥ 1``: the gradients are multiplied by M (the mean-field scaling).
+        friction: $\gamma \ge 0$ ($\mu = e^{-\gamma h}$ is the momentum of the equivalent heavy-ball SGD).
+        beta: temperature $\beta \ge 0$, a number or a schedule $\text{ step } -> \beta$ (evaluated at the group's step count).
+        weight_decay: $\lambda \ge 0$ (an L2 term $\lambda/2\|\theta\|^2$ in ``F``).
+        n_particles: $M \ge 1$: the gradients are multiplied by M (the mean-field scaling).
         mean_field_scaling: whether to apply the factor M.
-        temperature_convention: ``"mean_field"`` (β of ``exp(−M·L/β)``) or ``"loss"`` (``β_s`` of
-            ``exp(−L/β_s)``: the noise uses ``M·β_s``).
-        projection: ``None`` or a :class:`~meanfield.projections.Projection` applied to θ after every step.
+        temperature_convention: ``"mean_field"`` (β of $\exp(-M\cdot L/\beta)$) or ``"loss"`` ($\beta_s$ of
+            $\exp(-L/\beta_s)$: the noise uses $M\cdot \beta_s$).
+        projection: ``None`` or a [`Projection`][meanfield.projections.Projection] applied to θ after every step.
         generator: the ``torch.Generator`` of the noise (on the parameters' device).
         seed: seed of the optimizer's own generator when ``generator`` is not given.
 
     Raises:
-        ValueError, TypeError: a bad option (negative friction or temperature, ``lr ≤ 0``, an unknown
-            convention), and in :meth:`step` a non-finite gradient (nothing is changed then).
+        ValueError, TypeError: a bad option (negative friction or temperature, $\operatorname{lr} \le 0$, an unknown
+            convention), and in [`step`][meanfield.optim.kinetic.KineticLangevin.step] a non-finite gradient (nothing is changed then).
 
     Example:
         >>> theta = torch.nn.Parameter(torch.zeros(1000, dtype=torch.float64))
@@ -239,7 +239,7 @@ class KineticLangevin(torch.optim.Optimizer):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load a :meth:`state_dict`: velocities, step counts and generators (a bit-identical continuation);
+        """Load a [`state_dict`][meanfield.optim.kinetic.KineticLangevin.state_dict]: velocities, step counts and generators (a bit-identical continuation);
         this optimizer's β schedules and projections are kept."""
         state_dict = dict(state_dict)
         # copies: a live state dict (another optimizer's) must not share its velocity tensors with this one

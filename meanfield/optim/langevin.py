@@ -1,11 +1,11 @@
-"""The Langevin optimizer itself: its param groups and the order of a step.
+r"""The Langevin optimizer itself: its param groups and the order of a step.
 
-One :meth:`Langevin.step`: 1. gather gradients and temperatures ``β_t`` (a bad schedule value raises before
+One [`Langevin.step`][meanfield.optim.langevin.Langevin.step]: 1. gather gradients and temperatures $\beta_t$ (a bad schedule value raises before
 anything changes), 2. check the gradients are finite (one reduction per bucket), 3. start the noise draw
-(:mod:`~meanfield.optim.noise`, on the CPU in a background thread) while 4. the drift is applied
-(:mod:`~meanfield.optim.drift`), 5. add the noise, 6. project. The pieces: the groups' options
-(:mod:`~meanfield.optim.groups`), their flat layout (:mod:`~meanfield.optim.buckets`), the statistics
-(:mod:`~meanfield.optim.stats`), the laws and conventions (:mod:`~meanfield.optim.conventions`).
+(`noise`, on the CPU in a background thread) while 4. the drift is applied
+(`drift`), 5. add the noise, 6. project. The pieces: the groups' options
+(`groups`), their flat layout (`buckets`), the statistics
+(`stats`), the laws and conventions (`conventions`).
 """
 
 from __future__ import annotations
@@ -43,78 +43,80 @@ __all__ = ["Langevin"]
 class Langevin(torch.optim.Optimizer):
     r"""Mean-field Langevin dynamics as a ``torch.optim.Optimizer`` (SGD or Adam drift, noise, projection).
 
-    One step on a param group with noise, temperature ``β_t`` and ``M`` particles:
+    One step on a param group with noise, temperature $\beta_t$ and ``M`` particles:
 
-        θ ← Π( θ − η_eff ⊙ g + sqrt(2 · β_t · η_eff) ⊙ ξ ),   ξ ~ N(0, I)
+    $$
+    \theta \leftarrow \Pi( \theta - \eta_{\mathrm{eff}} \odot g + \sqrt{2 \cdot \beta_t \cdot \eta_{\mathrm{eff}}} \odot \xi ), \qquad \xi \sim N(0, I)
+    $$
 
-    - ``drift="sgd"``: ``g = M·∇_θL + λθ``, ``η_eff = lr``. This is Euler–Maruyama with time step ``lr`` for
-      ``dθ = −∇F dt + sqrt(2β) dW``; the target law is ``∝ exp(−F/β)`` (``F = M·L + λ/2‖θ‖²``) up to the
+    - ``drift="sgd"``: $g = M\cdot\nabla_\theta L + \lambda \theta$, $\eta_{\mathrm{eff}} = \operatorname{lr}$. This is Euler–Maruyama with time step ``lr`` for
+      $d\theta = -\nabla F dt + \sqrt{2\beta} dW$; the target law is $\propto \exp(-F/\beta)$ ($F = M\cdot L + \lambda/2\|\theta\|^2$) up to the
       O(lr) bias of the discrete chain.
-    - ``drift="adam"``: ``g = m̂`` (bias-corrected first moment of ``M·∇_θL + λθ``) and
-      ``η_eff = lr/(sqrt(v̂) + ε)`` per coordinate (``v̂`` bias-corrected with each parameter's own step
-      count). With ``noise_preconditioned=True`` (default) the noise is ``sqrt(2β_t η_eff) ξ``:
-      preconditioned Langevin with ``P = diag(η_eff/lr)``, whose target is still ``∝ exp(−F/β)`` to first
+    - ``drift="adam"``: $g = \hat{m}$ (bias-corrected first moment of $M\cdot\nabla_\theta L + \lambda \theta$) and
+      $\eta_{\mathrm{eff}} = \operatorname{lr}/(\sqrt{\hat{v}} + \varepsilon)$ per coordinate ($\hat{v}$ bias-corrected with each parameter's own step
+      count). With ``noise_preconditioned=True`` (default) the noise is $\sqrt{2\beta_t \eta_{\mathrm{eff}}} \xi$:
+      preconditioned Langevin with $P = \operatorname{diag}(\eta_{\mathrm{eff}}/\operatorname{lr})$, whose target is still $\propto \exp(-F/\beta)$ to first
       order while ``P`` varies slowly. Groups with noise default to ``betas = (0, 0.999)`` (no momentum:
-      ``m̂ = g``, the pSGLD drift, whose chain has the EM law; momentum multiplies its O(η) bias by
-      ``(1 + β1)/(1 − β1)``, see :func:`momentum_variance_factor`) and ``ε = 1`` (``η_eff ≤ lr``: no
+      $\hat{m} = g$, the pSGLD drift, whose chain has the EM law; momentum multiplies its O(η) bias by
+      $(1 + \beta_1)/(1 - \beta_1)$, see [`momentum_variance_factor`][meanfield.optim.conventions.momentum_variance_factor]) and $\varepsilon = 1$ ($\eta_{\mathrm{eff}} \le \operatorname{lr}$: no
       explosion at step 1, see the module docstring). With ``noise_preconditioned=False`` the noise
-      is ``sqrt(2β_t lr) ξ`` and the target is no longer the Gibbs law at temperature ``β`` (for a constant
-      ``P = p·I`` it is ``∝ exp(−p·F/β)``; for a non-scalar ``P`` not a Gibbs law at all); it warns once.
-    - Groups with ``noise=False`` take the plain step ``θ ← Π(θ − η_eff ⊙ g)`` (SGD or Adam).
+      is $\sqrt{2\beta_t \operatorname{lr}} \xi$ and the target is no longer the Gibbs law at temperature $\beta$ (for a constant
+      $P = p\cdot I$ it is $\propto \exp(-p\cdot F/\beta)$; for a non-scalar ``P`` not a Gibbs law at all); it warns once.
+    - Groups with ``noise=False`` take the plain step $\theta \leftarrow \Pi(\theta - \eta_{\mathrm{eff}} \odot g)$ (SGD or Adam).
 
-    ``M·∇_θL`` is the Wasserstein gradient ``∇_θ δF/δρ`` of a particle of a layer computing
-    ``1/M Σ_i φ(θ_i)`` (see the module docstring for the derivation); a group declares its M with
+    $M\cdot\nabla_\theta L$ is the Wasserstein gradient $\nabla_\theta \delta F/\delta \rho$ of a particle of a layer computing
+    $1/M \sum_i \varphi(\theta_i)$ (see the module docstring for the derivation); a group declares its M with
     ``n_particles`` (default 1: no scaling) and ``mean_field_scaling=False`` switches the factor off. At
-    ``β = 0`` the optimizer is ``torch.optim.SGD`` / ``torch.optim.Adam`` on the gradients ``M·∇_θL`` (for
+    $\beta = 0$ the optimizer is ``torch.optim.SGD`` / ``torch.optim.Adam`` on the gradients $M\cdot\nabla_\theta L$ (for
     Adam on a group with noise, with torch's ``betas``/``eps`` given: its defaults differ).
 
     Every argument after ``params`` except ``generator`` and ``seed`` is a param-group default and can be
-    overridden per group. :meth:`param_groups_for` builds the groups of a model with particle layers:
+    overridden per group. [`param_groups_for`][meanfield.optim.langevin.Langevin.param_groups_for] builds the groups of a model with particle layers:
     particles with noise and the ×M scaling, everything else plain.
 
     Args:
         params: parameters or param-group dicts.
         lr: learning rate ``lr > 0`` (the time step of the SDE for an SGD drift).
-        beta: temperature ``β ≥ 0``, a number or a schedule ``step -> β`` (:mod:`meanfield.schedules`),
-            evaluated at the number of steps taken so far (``β(0)`` for the first step).
-        drift: ``"sgd"`` or ``"adam"`` (:data:`DRIFTS`).
-        betas: Adam's ``(β1, β2)``, each in ``[0, 1)``; ``None`` (default): ``(0, 0.999)`` for a group with
-            noise (no momentum: the right law), ``(0.9, 0.999)`` without. ``β1 > 0`` with noise warns once.
-        eps: Adam's ``ε > 0``, a floor on ``sqrt(v̂)`` in Wasserstein-gradient units: ``η_eff ≤ lr/ε``, and a
-            coordinate whose gradient stays near 0 gets noise up to ``sqrt(2β·lr/ε)``. ``None`` (default):
-            ``1`` for a group with noise (``η_eff ≤ lr``), ``1e-8`` without; ``last_stats.eta_eff_max`` shows
+        beta: temperature $\beta \ge 0$, a number or a schedule $\text{ step } -> \beta$ ([`meanfield.schedules`][meanfield.schedules]),
+            evaluated at the number of steps taken so far ($\beta(0)$ for the first step).
+        drift: ``"sgd"`` or ``"adam"`` (`DRIFTS`).
+        betas: Adam's $(\beta_1, \beta_2)$, each in ``[0, 1)``; ``None`` (default): ``(0, 0.999)`` for a group with
+            noise (no momentum: the right law), ``(0.9, 0.999)`` without. $\beta_1 > 0$ with noise warns once.
+        eps: Adam's $\varepsilon > 0$, a floor on $\sqrt{\hat{v}}$ in Wasserstein-gradient units: $\eta_{\mathrm{eff}} \le \operatorname{lr}/\varepsilon$, and a
+            coordinate whose gradient stays near 0 gets noise up to $\sqrt{2\beta\cdot\operatorname{lr}/\varepsilon}$. ``None`` (default):
+            ``1`` for a group with noise ($\eta_{\mathrm{eff}} \le \operatorname{lr}$), ``1e-8`` without; ``last_stats.eta_eff_max`` shows
             the largest step.
-        weight_decay: ``λ ≥ 0``, an L2 term ``λ/2‖θ‖²`` in ``F`` (a Gaussian prior), added to ``M·∇_θL``.
+        weight_decay: $\lambda \ge 0$, an L2 term $\lambda/2\|\theta\|^2$ in ``F`` (a Gaussian prior), added to $M\cdot\nabla_\theta L$.
         noise: whether the group gets the Langevin noise.
-        n_particles: the number of particles ``M ≥ 1`` of the group (its gradients are multiplied by M).
+        n_particles: the number of particles $M \ge 1$ of the group (its gradients are multiplied by M).
         mean_field_scaling: whether to apply the factor ``M``.
-        noise_preconditioned: with an Adam drift, scale the noise with ``η_eff`` (``True``) or ``lr``.
-        projection: ``None`` or a :class:`Projection` (:class:`Clip`, :class:`Sphere`,
-            :class:`LayerProjection`), applied to the group's parameters after every step.
+        noise_preconditioned: with an Adam drift, scale the noise with $\eta_{\mathrm{eff}}$ (``True``) or ``lr``.
+        projection: ``None`` or a [`Projection`][meanfield.projections.Projection] ([`Clip`][meanfield.projections.Clip], [`Sphere`][meanfield.projections.Sphere],
+            [`LayerProjection`][meanfield.optim.layers.LayerProjection]), applied to the group's parameters after every step.
         generator: the ``torch.Generator`` of the noise (on the parameters' device).
         seed: seed of the optimizer's own generator (one per device) when ``generator`` is not given; with
             neither, one seed is drawn from torch's global generator at construction.
-        temperature_convention: what ``beta`` means (:data:`TEMPERATURE_CONVENTIONS`): ``"mean_field"``
-            (default: the temperature of ``exp(−M·L/β)``) or ``"loss"`` (the seeds' ``β_s`` of
-            ``exp(−L/β_s)``; the noise uses ``M·β_s``, ``M`` the factor applied to the gradients: 1 with
-            ``mean_field_scaling=False``). ``β_s = β/M`` gives the same chain.
+        temperature_convention: what ``beta`` means (`TEMPERATURE_CONVENTIONS`): ``"mean_field"``
+            (default: the temperature of $\exp(-M\cdot L/\beta)$) or ``"loss"`` (the seeds' $\beta_s$ of
+            $\exp(-L/\beta_s)$; the noise uses $M\cdot \beta_s$, ``M`` the factor applied to the gradients: 1 with
+            ``mean_field_scaling=False``). $\beta_s = \beta/M$ gives the same chain.
         noise_block: ``0`` (default): the group's noise comes from the optimizer's generator, one draw per step
-            for all groups. ``k > 0``: the noise of particles ``[j·k, (j+1)·k)`` (rows of every parameter's
+            for all groups. ``k > 0``: the noise of particles $[j\cdot k, (j+1)\cdot k)$ (rows of every parameter's
             leading particle axis) at the group's step ``t`` is drawn from a generator seeded by
             ``derive_seed(seed, f"noise/{group index}/{j}/{t}")`` — counter-based: no state, and a particle's
             noise does not depend on which process holds it, so a rank of a sharded system draws only its own
-            rows (:mod:`meanfield.nn.sharded`; ``M`` and each shard a multiple of ``k``). Needs ``seed``
+            rows ([`meanfield.nn.sharded`][meanfield.nn.sharded]; ``M`` and each shard a multiple of ``k``). Needs ``seed``
             (not ``generator``).
 
     A β schedule or a projection may also be given as data (its ``to_dict()``, e.g. from a TOML config).
 
     Attributes:
-        last_stats: :class:`LangevinStats` of the last step over the groups with noise (computed when read).
-        last_group_stats: one :class:`LangevinStats` (or ``None``) per param group.
+        last_stats: [`LangevinStats`][meanfield.optim.stats.LangevinStats] of the last step over the groups with noise (computed when read).
+        last_group_stats: one [`LangevinStats`][meanfield.optim.stats.LangevinStats] (or ``None``) per param group.
 
     Raises:
         ValueError / TypeError: on an invalid argument (naming it, what it got and what is allowed), on a
-            schedule value ``β_t < 0`` or non-finite, and in :meth:`step` on a non-finite gradient (before
+            schedule value $\beta_t < 0$ or non-finite, and in [`step`][meanfield.optim.langevin.Langevin.step] on a non-finite gradient (before
             any parameter is changed).
 
     Example:
@@ -256,7 +258,7 @@ class Langevin(torch.optim.Optimizer):
         model: nn.Module, *, others: dict[str, Any] | None = None, **particle_options: Any
     ) -> list[dict[str, Any]]:
         """Param groups for a model with particle layers: particles noisy and ×M, everything else plain
-        (:func:`meanfield.optim.layers.param_groups_for`, whose docstring has the rules).
+        (`meanfield.optim.layers.param_groups_for`, whose docstring has the rules).
 
         Args:
             model: the model.
@@ -264,7 +266,7 @@ class Langevin(torch.optim.Optimizer):
             **particle_options: options of every particle group (e.g. ``projection=Sphere()``).
 
         Returns:
-            A list of param-group dicts for :class:`Langevin` (the last one is omitted when empty).
+            A list of param-group dicts for [`Langevin`][meanfield.optim.langevin.Langevin] (the last one is omitted when empty).
         """
         return layers.param_groups_for(model, others=others, **particle_options)
 
@@ -306,11 +308,11 @@ class Langevin(torch.optim.Optimizer):
 
         Raises:
             ValueError: a gradient has a NaN or Inf entry, or a β schedule returned a value that is not a
-                finite number ≥ 0 (nothing is changed then, :attr:`last_stats` included).
+                finite number ≥ 0 (nothing is changed then, [`last_stats`][meanfield.optim.langevin.Langevin.last_stats] included).
 
         An error while the parameters are being updated (e.g. a ``KeyboardInterrupt``) leaves the groups
-        before it updated and the rest not; the noise generator is put back and :attr:`last_stats` is
-        ``None``: reload a checkpoint (:meth:`state_dict`) rather than step again.
+        before it updated and the rest not; the noise generator is put back and [`last_stats`][meanfield.optim.langevin.Langevin.last_stats] is
+        ``None``: reload a checkpoint ([`state_dict`][meanfield.optim.langevin.Langevin.state_dict]) rather than step again.
         """
         loss = None
         if closure is not None:
@@ -389,7 +391,7 @@ class Langevin(torch.optim.Optimizer):
 
     @property
     def last_stats(self) -> LangevinStats | None:
-        """:class:`LangevinStats` of the last step over the noisy groups (``None`` before the first step, and
+        """[`LangevinStats`][meanfield.optim.stats.LangevinStats] of the last step over the noisy groups (``None`` before the first step, and
         after a step that raised while it was updating the parameters).
 
         Computed when first read after a step (a few passes over the noisy parameters), then cached.
@@ -402,7 +404,7 @@ class Langevin(torch.optim.Optimizer):
 
     @property
     def last_group_stats(self) -> list[LangevinStats | None]:
-        """One :class:`LangevinStats` per param group for the last step, in the order of ``param_groups``:
+        """One [`LangevinStats`][meanfield.optim.stats.LangevinStats] per param group for the last step, in the order of ``param_groups``:
         ``None`` for a group none of whose parameters had a gradient (and for every group before the first
         step, or after a step that raised while it was updating the parameters). A group without noise is
         described too (its drift; ``beta = 0``, ``noise_rms = 0``). Computed when first read, then cached.
@@ -426,11 +428,11 @@ class Langevin(torch.optim.Optimizer):
         Everything in it is a tensor, a number, a string, a list, a tuple, a dict or ``None``, so
         ``torch.save(opt.state_dict(), f)`` and ``torch.load(f, weights_only=True)`` (torch's default) work:
         β schedules are stored as their ``to_dict()`` (a constant β as a number), projections as their
-        ``to_dict()`` (a :class:`LayerProjection` as ``{"kind": "layer", "layer": <class name>}``). Besides
+        ``to_dict()`` (a [`LayerProjection`][meanfield.optim.layers.LayerProjection] as ``{"kind": "layer", "layer": <class name>}``). Besides
         ``state`` and ``param_groups``: ``generators`` (``{device: ByteTensor}``), ``seed``, ``n_steps``.
 
         Raises:
-            TypeError: a group's β is a callable that is not a :mod:`meanfield.schedules` object (a lambda):
+            TypeError: a group's β is a callable that is not a [`meanfield.schedules`][meanfield.schedules] object (a lambda):
                 it has no data form (use ``Cosine``, ``Linear``, ``Exponential``, ``Step`` or ``Constant``).
         """
         state = super().state_dict()
@@ -444,7 +446,7 @@ class Langevin(torch.optim.Optimizer):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load a :meth:`state_dict` (e.g. from ``torch.load(f, weights_only=True)``).
+        """Load a [`state_dict`][meanfield.optim.langevin.Langevin.state_dict] (e.g. from ``torch.load(f, weights_only=True)``).
 
         Moments, per-parameter Adam step counts, group step counts (the schedules' clock), options and the
         generators' states are restored, so the continuation is bit-identical to the uninterrupted run. The β

@@ -1,8 +1,8 @@
-"""Param groups of a model with particle layers: particles with noise and the ×M scaling, the rest plain.
+r"""Param groups of a model with particle layers: particles with noise and the ×M scaling, the rest plain.
 
-A *particle layer* is a module with ``n_particles = M`` (:class:`meanfield.nn.ParticleLayer`): it computes
-``1/M Σ_i φ(θ_i)``, so its particles' gradients are multiplied by ``M`` and get the Langevin noise;
-:class:`LayerProjection` calls the layer's own ``project_()`` after each step.
+A *particle layer* is a module with ``n_particles = M`` ([`meanfield.nn.ParticleLayer`][meanfield.nn.particles.ParticleLayer]): it computes
+$1/M \sum_i \varphi(\theta_i)$, so its particles' gradients are multiplied by ``M`` and get the Langevin noise;
+[`LayerProjection`][meanfield.optim.layers.LayerProjection] calls the layer's own ``project_()`` after each step.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def param_groups_for(
     """Param groups for a model with particle layers: particles noisy and ×M, everything else plain.
 
     A *particle layer* is a submodule with an attribute ``n_particles = M``. Its particle parameters are
-    the ones named in its ``particle_parameter_names`` (as in :class:`meanfield.nn.ParticleLayer`) or,
+    the ones named in its ``particle_parameter_names`` (as in [`meanfield.nn.ParticleLayer`][meanfield.nn.particles.ParticleLayer]) or,
     without that attribute, its parameters whose leading dimension is ``M``; a parameter belongs to the
     innermost such layer. Each layer gives one group ``{"params": …, "n_particles": M, "noise": True}``
     (plus ``"projection": LayerProjection(layer)`` when the layer has a ``project_()`` method), updated by
@@ -67,7 +67,7 @@ def param_groups_for(
         **particle_options: options of every particle group (e.g. ``projection=Sphere()``).
 
     Returns:
-        A list of param-group dicts for :class:`Langevin` (the last one is omitted when empty).
+        A list of param-group dicts for [`Langevin`][meanfield.optim.langevin.Langevin] (the last one is omitted when empty).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")

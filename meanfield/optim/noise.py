@@ -1,13 +1,13 @@
-"""The noise of a Langevin step: one flat standard normal draw, counter-based blocks, and its addition.
+r"""The noise of a Langevin step: one flat standard normal draw, counter-based blocks, and its addition.
 
-Per step, the buckets with noise share one flat draw ``ξ ~ N(0, I)`` per (device, dtype) from the optimizer's
-own generator (:func:`start_noise`), split into views, one per bucket; a bucket of a sharded layer takes its
-rows of the draw of all ``M`` particles (:func:`local_noise`), so that every particle moves as in one process.
+Per step, the buckets with noise share one flat draw $\xi \sim N(0, I)$ per (device, dtype) from the optimizer's
+own generator ([`start_noise`][meanfield.optim.noise.start_noise]), split into views, one per bucket; a bucket of a sharded layer takes its
+rows of the draw of all ``M`` particles ([`local_noise`][meanfield.optim.noise.local_noise]), so that every particle moves as in one process.
 With ``noise_block = k`` a bucket's noise comes instead from counter-based generators, one per block of ``k``
-particles and step (:func:`block_noise`). :func:`add_noise` adds ``sqrt(2β_t η_eff) ⊙ ξ``.
+particles and step ([`block_noise`][meanfield.optim.noise.block_noise]). [`add_noise`][meanfield.optim.noise.add_noise] adds $\sqrt{2\beta_t \eta_{\mathrm{eff}}} \odot \xi$.
 
 torch's CPU ``normal_`` runs on one thread and dominates a step on the CPU, so a large CPU draw runs in a
-background thread (:mod:`meanfield._background`) while the caller applies the drift (:class:`NoiseDraw`); the
+background thread ([`meanfield._background`][meanfield._background]) while the caller applies the drift ([`NoiseDraw`][meanfield.optim.noise.NoiseDraw]); the
 numbers drawn are the same either way (same generators, same order).
 """
 
@@ -30,7 +30,7 @@ Kind = tuple[torch.device, torch.dtype]
 
 def draw_size(b: Bucket) -> int:
     """Numbers of the step's shared draw for this bucket: ``n``, the full ``(M, …)`` sizes when sharded, 0
-    with block noise (drawn by :func:`block_noise`)."""
+    with block noise (drawn by [`block_noise`][meanfield.optim.noise.block_noise])."""
     if b.block:
         return 0
     if b.rows is None:
@@ -81,13 +81,13 @@ class NoiseDraw:
 
     torch's CPU ``normal_`` runs on one thread. When the CPU draws hold ``≥ _background.OVERLAP_MIN``
     numbers (and torch may use two threads or more) they run in a background thread
-    (:mod:`meanfield._background`) while the caller applies the drift on the other cores; :meth:`wait`
+    ([`meanfield._background`][meanfield._background]) while the caller applies the drift on the other cores; [`wait`][meanfield.optim.noise.NoiseDraw.wait]
     joins it. The numbers drawn are the same either way (same
     generators, same order).
 
     Args:
         jobs: ``(flat, generator)`` pairs, ``flat`` of shape ``(n,)`` to fill with ``N(0, 1)``.
-        views: the per-bucket slices of the flat buffers (what the caller reads after :meth:`wait`).
+        views: the per-bucket slices of the flat buffers (what the caller reads after [`wait`][meanfield.optim.noise.NoiseDraw.wait]).
     """
 
     def __init__(self, jobs: list[tuple[torch.Tensor, torch.Generator]], views: list[torch.Tensor]) -> None:
@@ -126,8 +126,8 @@ def start_noise(
         generator: the optimizer's generator of a device.
 
     Returns:
-        A :class:`NoiseDraw` whose ``views[j]`` (``(draw_size_j,)``) is the noise of ``noisy[j]``'s bucket: for
-        a sharded bucket (``particle_rows``) the draw of all ``M`` particles, of which :func:`local_noise`
+        A [`NoiseDraw`][meanfield.optim.noise.NoiseDraw] whose ``views[j]`` (``(draw_size_j,)``) is the noise of ``noisy[j]``'s bucket: for
+        a sharded bucket (``particle_rows``) the draw of all ``M`` particles, of which [`local_noise`][meanfield.optim.noise.local_noise]
         takes this rank's rows, so that the rank moves its particles exactly as the single process would.
     """
     sizes: dict[Kind, int] = {}
@@ -151,7 +151,7 @@ def start_noise(
 
 
 def add_noise(record: Record, xi: torch.Tensor) -> None:
-    """Add ``sqrt(2β_t η_eff) ξ`` (or ``sqrt(2β_t lr) ξ``) to the record's parameters; ``xi``: ``(n,)``."""
+    r"""Add $\sqrt{2\beta_t \eta_{\mathrm{eff}}} \xi$ (or $\sqrt{2\beta_t \operatorname{lr}} \xi$) to the record's parameters; ``xi``: ``(n,)``."""
     b, index = record.bucket, record.index
     record.noise = xi
     params = [b.params[i] for i in index]

@@ -1,11 +1,11 @@
-"""What a Langevin step did: :class:`LangevinStats`, computed lazily from the step's records.
+"""What a Langevin step did: [`LangevinStats`][meanfield.optim.stats.LangevinStats], computed lazily from the step's records.
 
-A step leaves one :class:`Record` per bucket (and Adam step count); reading
-:attr:`~meanfield.optim.Langevin.last_stats` reduces them, in chunks, to
+A step leaves one [`Record`][meanfield.optim.stats.Record] per bucket (and Adam step count); reading
+[`last_stats`][meanfield.optim.langevin.Langevin.last_stats] reduces them, in chunks, to
 
     η_eff (mean, min, max),   noise RMS = sqrt(Σ (sqrt(2β_t η_eff) ξ)² / n),   drift RMS = sqrt(Σ (η_eff g)² / n),
 
-over the coordinates with noise; buckets of a sharded layer (:mod:`meanfield.nn.sharded`) are summed over
+over the coordinates with noise; buckets of a sharded layer ([`meanfield.nn.sharded`][meanfield.nn.sharded]) are summed over
 the ranks (a collective).
 """
 
@@ -23,28 +23,28 @@ from meanfield.optim.buckets import Bucket
 __all__ = ["LangevinStats", "Record", "aggregate"]
 
 STATS_CHUNK = 1 << 18
-"""Elements per chunk of the reductions behind :attr:`Langevin.last_stats` (no full-size temporaries)."""
+"""Elements per chunk of the reductions behind [`Langevin.last_stats`][meanfield.optim.langevin.Langevin.last_stats] (no full-size temporaries)."""
 
 
 @dataclass(frozen=True)
 class LangevinStats:
-    """What the last :meth:`Langevin.step` did to the parameters of the groups with noise (or of one group).
+    r"""What the last [`Langevin.step`][meanfield.optim.langevin.Langevin.step] did to the parameters of the groups with noise (or of one group).
 
-    :attr:`Langevin.last_stats` covers the ``n`` coordinates that received noise (groups with ``noise=True``
-    and a gradient); :attr:`Langevin.last_group_stats` has one per param group (a group without noise: its
+    [`Langevin.last_stats`][meanfield.optim.langevin.Langevin.last_stats] covers the ``n`` coordinates that received noise (groups with ``noise=True``
+    and a gradient); [`Langevin.last_group_stats`][meanfield.optim.langevin.Langevin.last_group_stats] has one per param group (a group without noise: its
     drift, with ``beta = 0`` and ``noise_rms = 0``). A dataclass of floats and ints
     (``dataclasses.asdict`` gives a loggable dict).
 
     Attributes:
         step: the number of steps taken (the step described is the ``step``-th).
-        beta: the temperature ``β_t`` the schedule gave, in the group's ``temperature_convention`` (the
+        beta: the temperature $\beta_t$ the schedule gave, in the group's ``temperature_convention`` (the
             largest one if the noisy groups differ).
-        eta_eff_mean: mean of the per-coordinate step ``η_eff`` (``lr`` for an SGD drift,
-            ``lr/(M·sqrt(v̂) + ε)`` for an Adam drift, ``M`` the group's particle count when scaled).
+        eta_eff_mean: mean of the per-coordinate step $\eta_{\mathrm{eff}}$ (``lr`` for an SGD drift,
+            $\operatorname{lr}/(M\cdot\sqrt{\hat{v}} + \varepsilon)$ for an Adam drift, ``M`` the group's particle count when scaled).
         eta_eff_min: its minimum.
         eta_eff_max: its maximum.
-        noise_rms: root mean square of the noise increment ``sqrt(2β_t η_eff) ξ`` (or ``sqrt(2β_t lr) ξ``).
-        drift_rms: root mean square of the drift increment ``η_eff ⊙ g``.
+        noise_rms: root mean square of the noise increment $\sqrt{2\beta_t \eta_{\mathrm{eff}}} \xi$ (or $\sqrt{2\beta_t \operatorname{lr}} \xi$).
+        drift_rms: root mean square of the drift increment $\eta_{\mathrm{eff}} \odot g$.
         drift_to_noise: ``drift_rms / noise_rms`` (``inf`` without noise): below 1 the step is noise-driven.
         n: the number of coordinates.
     """
@@ -62,7 +62,7 @@ class LangevinStats:
 
 @dataclass
 class Record:
-    """Lazy statistics of one bucket for :attr:`Langevin.last_stats` (valid until the next step)."""
+    """Lazy statistics of one bucket for [`Langevin.last_stats`][meanfield.optim.langevin.Langevin.last_stats] (valid until the next step)."""
 
     bucket: Bucket
     index: list[int]
@@ -122,7 +122,7 @@ class Record:
 
 
 def _sums(records: Sequence[Record]) -> list[tuple[int, float, float, float, float, float]]:
-    """Each record's :meth:`Record.sums`; those of sharded buckets summed over the ranks (a collective: with
+    """Each record's [`Record.sums`][meanfield.optim.stats.Record.sums]; those of sharded buckets summed over the ranks (a collective: with
     sharded particle layers every rank reads the stats, as ``meanfield run`` does)."""
     sums = [record.sums() for record in records]
     sharded = [i for i, record in enumerate(records) if record.bucket.rows is not None]
@@ -141,7 +141,7 @@ def _sums(records: Sequence[Record]) -> list[tuple[int, float, float, float, flo
 
 
 def aggregate(records: Sequence[Record], step: int) -> LangevinStats:
-    """The :class:`LangevinStats` of ``records`` (the coordinates of all of them together)."""
+    """The [`LangevinStats`][meanfield.optim.stats.LangevinStats] of ``records`` (the coordinates of all of them together)."""
     n, eta_sum, eta_min, eta_max, noise_sq, drift_sq = 0, 0.0, math.inf, -math.inf, 0.0, 0.0
     for r in _sums(records):
         n += r[0]

@@ -1,7 +1,7 @@
 """Runs: train a task from a TOML configuration into a run folder that survives interruption.
 
-``meanfield run CONFIG.toml [--preset NAME] [--set key=value …] [--out DIR] [--resume]`` (or :func:`run`)
-builds the task's model and data, a :class:`~meanfield.optim.Langevin` optimizer from ``[optim]``, and trains
+``meanfield run CONFIG.toml [--preset NAME] [--set key=value …] [--out DIR] [--resume]`` (or [`run`][meanfield.runs.loop.run])
+builds the task's model and data, a [`Langevin`][meanfield.optim.langevin.Langevin] optimizer from ``[optim]``, and trains
 ``train.steps`` steps. A run is a folder::
 
     config.toml         the fully resolved configuration (preset and overrides applied)
@@ -13,7 +13,7 @@ builds the task's model and data, a :class:`~meanfield.optim.Langevin` optimizer
     checkpoints/        step-NNNNNNNN.pt, the last ``train.keep_checkpoints`` kept
     tensorboard/        event files, when the ``tensorboard`` package is installed
 
-Every file is written atomically (:mod:`meanfield._io`). A checkpoint holds the model, the optimizer (with
+Every file is written atomically (`meanfield._io`). A checkpoint holds the model, the optimizer (with
 its noise generators), the batch iterator (with its generator), the global torch generator, the step, and
 the logging window, all as tensors and plain data (it loads with ``torch.load(..., weights_only=True)``), so
 that ``--resume`` reaches bit for bit the parameters and metrics of the uninterrupted run on the CPU.
@@ -27,16 +27,16 @@ writes the folder; the others write nothing. ``train.batch_size`` must be a mult
 a mean over the batch's rows (every built-in task's is).
 
 Interruptions: Ctrl-C (SIGINT) finishes the current step, writes a checkpoint and raises
-:class:`RunInterrupted` (a second Ctrl-C stops at once); a non-finite loss or gradient raises
-:class:`NonFiniteLossError` naming the step, keeping the last checkpoint, whose parameters are finite.
+[`RunInterrupted`][meanfield.runs.loop.RunInterrupted] (a second Ctrl-C stops at once); a non-finite loss or gradient raises
+[`NonFiniteLossError`][meanfield.runs.loop.NonFiniteLossError] naming the step, keeping the last checkpoint, whose parameters are finite.
 
-**Layout.** :mod:`~meanfield.runs.config` (the schemas, :func:`load_config`, :func:`check_config`, the
-optimizer of ``[optim]``), :mod:`~meanfield.runs.folder` (checkpoints, the metrics log, :class:`RunResult`),
-:mod:`~meanfield.runs.environment` (``environment.json``), :mod:`~meanfield.runs.loop` (:func:`run` and the
-training loop), :mod:`~meanfield.runs.parallel` (process groups, all-reduces), :mod:`~meanfield.runs.sinks`
-(TensorBoard, figures, the summary table), :mod:`~meanfield.runs.lock` (one writer per folder),
-:mod:`~meanfield.runs.trained` (a checkpoint's model back, :func:`load_model`; a sweep's runs by configuration,
-:func:`find_runs`).
+**Layout.** `config` (the schemas, [`load_config`][meanfield.runs.config.load_config], [`check_config`][meanfield.runs.config.check_config], the
+optimizer of ``[optim]``), `folder` (checkpoints, the metrics log, [`RunResult`][meanfield.runs.folder.RunResult]),
+`environment` (``environment.json``), `loop` ([`run`][meanfield.runs.loop.run] and the
+training loop), `parallel` (process groups, all-reduces), `sinks`
+(TensorBoard, figures, the summary table), `lock` (one writer per folder),
+`trained` (a checkpoint's model back, [`load_model`][meanfield.runs.trained.load_model]; a sweep's runs by configuration,
+[`find_runs`][meanfield.runs.trained.find_runs]).
 """
 
 from meanfield.runs.config import (

@@ -1,6 +1,6 @@
-"""The configuration of a run: the schemas (:class:`RunConfig`, :class:`TrainConfig`), reading a TOML file
-with a preset and overrides (:func:`load_config`), checking it (:func:`check_config`) and the optimizer it
-describes (:func:`build_optimizer`).
+"""The configuration of a run: the schemas ([`RunConfig`][meanfield.runs.config.RunConfig], [`TrainConfig`][meanfield.runs.config.TrainConfig]), reading a TOML file
+with a preset and overrides ([`load_config`][meanfield.runs.config.load_config]), checking it ([`check_config`][meanfield.runs.config.check_config]) and the optimizer it
+describes ([`build_optimizer`][meanfield.runs.config.build_optimizer]).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class TrainConfig:
         tensorboard: also write TensorBoard event files when the ``tensorboard`` package is installed.
         figures: draw the training curves into ``figures/`` at the end.
         free_energy: also log, on every metrics line, the free energy ``F = train_loss + Σ_ℓ (λ_ℓ/2·E|θ|² −
-            β_ℓ·H(ρ_ℓ))`` of the model's particle layers (:func:`meanfield.nn.free_energy`): ``free_energy``,
+            β_ℓ·H(ρ_ℓ))`` of the model's particle layers (``meanfield.nn.free_energy``): ``free_energy``,
             ``free_energy_se`` and ``entropy_term`` (``Σ β·H``). Needs every particle on one process.
     """
 
@@ -65,25 +65,25 @@ class RunConfig:
     """The whole configuration of a run (the top level of the TOML file).
 
     Attributes:
-        task: a built-in task (``teacher_student``, ``lm``: :data:`meanfield.tasks.TASKS`) or
+        task: a built-in task (``teacher_student``, ``lm``: [`meanfield.tasks.TASKS`][meanfield.tasks.TASKS]) or
             ``"module:attribute"``.
         seed: the run's seed; the data, the initialisation, the batch order and the noise each get their
-            own stream derived from it (:func:`derive_seed`).
+            own stream derived from it ([`derive_seed`][meanfield.seeds.derive_seed]).
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, … or ``"auto"`` (CUDA when available).
         dtype: ``"float32"`` or ``"float64"``.
         threads: torch's intra-op threads (0: torch's default).
         parallel: how the processes of a ``torchrun`` launch share a step: ``"data"`` (each rank takes an equal
             share of the batch rows, every parameter replicated, gradients averaged) or ``"particles"`` (each
             rank holds ``M/world`` particles of every particle layer and the whole batch: the layers' averages
-            are all-reduces, :mod:`meanfield.nn.sharded`). Ignored in a single process.
+            are all-reduces, [`meanfield.nn.sharded`][meanfield.nn.sharded]). Ignored in a single process.
         description: free text, kept in the run folder.
         data: the task's ``[data]`` table.
         model: the task's ``[model]`` table.
-        optim: the :class:`~meanfield.optim.Langevin` options of the particle groups (``lr``, ``beta``, ``drift``,
-            …, :data:`OPTIM_OPTIONS`); ``beta`` is a number or a schedule table such as
+        optim: the [`Langevin`][meanfield.optim.langevin.Langevin] options of the particle groups (``lr``, ``beta``, ``drift``,
+            …, [`OPTIM_OPTIONS`][meanfield.runs.config.OPTIM_OPTIONS]); ``beta`` is a number or a schedule table such as
             ``{kind = "cosine", start = 1.0, end = 1e-3}`` (``T`` defaults to ``train.steps``);
             ``[optim.others]`` holds the options of the group of all other parameters (no noise).
-        train: :class:`TrainConfig`.
+        train: [`TrainConfig`][meanfield.runs.config.TrainConfig].
     """
 
     task: str
@@ -109,7 +109,7 @@ OPTIM_OPTIONS: tuple[str, ...] = _langevin_options()
 
 
 def load_config(path: str | os.PathLike, preset: str | None = None, overrides: Sequence[str] = ()) -> dict:
-    """Read ``path``, apply ``preset`` and ``overrides``, and check the result (:func:`check_config`).
+    """Read ``path``, apply ``preset`` and ``overrides``, and check the result ([`check_config`][meanfield.runs.config.check_config]).
 
     Returns:
         The resolved configuration as a plain dict (what ``config.toml`` of the run holds).
@@ -189,7 +189,7 @@ def build_optimizer(model: torch.nn.Module, cfg: RunConfig) -> Langevin:
 
 
 def _check_temperatures(cfg: RunConfig) -> None:
-    """``β_t`` must be a finite number ≥ 0 at every step ``0 … steps − 1`` the run will take.
+    r"""$\beta_t$ must be a finite number ≥ 0 at every step $0 \dots \text{ steps } - 1$ the run will take.
 
     A schedule is evaluated at every step (at 100,001 evenly spaced steps beyond that many), so a schedule
     that goes negative mid-run is refused before the run starts, not at that step.

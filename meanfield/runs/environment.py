@@ -113,7 +113,7 @@ PROVENANCE_KEYS = ("commit", "dirty", "source_sha256", "meanfield", "torch")
 
 
 def provenance(env: Mapping[str, Any]) -> dict[str, Any]:
-    """The :data:`PROVENANCE_KEYS` of an :func:`environment` record (carried by every checkpoint)."""
+    """The [`PROVENANCE_KEYS`][meanfield.runs.environment.PROVENANCE_KEYS] of an [`environment`][meanfield.runs.environment.environment] record (carried by every checkpoint)."""
     git = env.get("git") or {}
     packages = env.get("packages") or {}
     return {
@@ -126,14 +126,14 @@ def provenance(env: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def provenance_changes(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
-    """``"key: before → now"`` for each :data:`PROVENANCE_KEYS` entry that differs between two environments."""
+    """``"key: before → now"`` for each [`PROVENANCE_KEYS`][meanfield.runs.environment.PROVENANCE_KEYS] entry that differs between two environments."""
     a, b = provenance(before), provenance(now)
     return [f"{key}: {a[key]} → {b[key]}" for key in PROVENANCE_KEYS if a[key] != b[key]]
 
 
 def record_environment(path: Path, env: dict[str, Any]) -> list[str]:
     """Write ``env`` to ``environment.json``, keeping every earlier record of the run in its ``earlier`` list
-    (oldest first), and return the provenance changes from the latest earlier record (:func:`provenance_changes`).
+    (oldest first), and return the provenance changes from the latest earlier record ([`provenance_changes`][meanfield.runs.environment.provenance_changes]).
     """
     earlier: list[dict[str, Any]] = []
     if path.exists():

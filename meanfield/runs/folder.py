@@ -1,7 +1,7 @@
-"""The run folder's files: checkpoints, the metrics log, the summary (:class:`RunResult`), and the check that a
+"""The run folder's files: checkpoints, the metrics log, the summary ([`RunResult`][meanfield.runs.folder.RunResult]), and the check that a
 folder may take this run.
 
-Every file is written atomically (:mod:`meanfield._io`): a reader sees the old file or the new one, never half.
+Every file is written atomically (`meanfield._io`): a reader sees the old file or the new one, never half.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class DiskFullError(RunFolderError, OSError):
 
 
 def disk_full(path: Path, error: OSError, intact: str) -> DiskFullError:
-    """The :class:`DiskFullError` of a failed write of ``path`` (``intact``: what is still there)."""
+    """The [`DiskFullError`][meanfield.runs.folder.DiskFullError] of a failed write of ``path`` (``intact``: what is still there)."""
     return DiskFullError(
         errno.ENOSPC, f"no space left on device writing {path} ({error.strerror or error}); {intact}"
     )
@@ -78,9 +78,9 @@ class Checkpoints:
 
     A checkpoint is a ``torch.save`` file that loads with ``torch.load(path, weights_only=True)``. Its record,
     written before it, holds the SHA-256 and size of the file, the step, and what the run passes as ``meta``
-    (the config's hash and the provenance), so that :meth:`load` verifies the bytes it reads: a flipped byte, a
-    truncated or an emptied file is a :class:`CorruptCheckpointError` naming the file, never a silently
-    different run. :meth:`load_good` falls back to the newest checkpoint that verifies, moving the bad ones
+    (the config's hash and the provenance), so that [`load`][meanfield.runs.folder.Checkpoints.load] verifies the bytes it reads: a flipped byte, a
+    truncated or an emptied file is a [`CorruptCheckpointError`][meanfield.runs.folder.CorruptCheckpointError] naming the file, never a silently
+    different run. [`load_good`][meanfield.runs.folder.Checkpoints.load_good] falls back to the newest checkpoint that verifies, moving the bad ones
     into ``checkpoints/corrupt/``.
 
     Args:
@@ -211,7 +211,7 @@ class Checkpoints:
 
     def load_good(self, map_location: Any = None) -> tuple[int | None, dict[str, Any] | None, list[str]]:
         """The newest checkpoint that verifies: ``(step, state, skipped)``, ``skipped`` saying what was set aside
-        (:meth:`set_aside`) and why; ``(None, None, skipped)`` when none verifies."""
+        ([`set_aside`][meanfield.runs.folder.Checkpoints.set_aside]) and why; ``(None, None, skipped)`` when none verifies."""
         skipped = []
         for step in reversed(self.steps()):
             try:
@@ -223,7 +223,7 @@ class Checkpoints:
 
 
 class CorruptCheckpointError(RunFolderError):
-    """A checkpoint that does not verify or load; :attr:`path` is the file."""
+    """A checkpoint that does not verify or load; [`path`][meanfield.runs.folder.Checkpoints.path] is the file."""
 
     def __init__(self, path: Path, reason: str) -> None:
         super().__init__(f"checkpoint {path} is damaged: {reason}")
@@ -275,7 +275,7 @@ class MetricsLog:
         return records
 
     def truncate(self, step: int) -> None:
-        """Keep only the records of steps ``≤ step`` (atomically): what a resumed run continues from."""
+        r"""Keep only the records of steps $\le \text{ step }$ (atomically): what a resumed run continues from."""
         kept = [r for r in self.read() if r.get("step", 0) <= step]
         write_text_atomic(self.path, "".join(json.dumps(json_clean(r)) + "\n" for r in kept))
 
@@ -283,7 +283,7 @@ class MetricsLog:
         """Append one record and flush it.
 
         Raises:
-            DiskFullError: the device is full (the line may be torn: :meth:`read` drops a torn last line).
+            DiskFullError: the device is full (the line may be torn: [`read`][meanfield.runs.folder.MetricsLog.read] drops a torn last line).
         """
         line = json.dumps(json_clean(dict(record)), allow_nan=False) + "\n"
         try:

@@ -52,14 +52,14 @@ def _describe(holder: dict[str, Any]) -> str:
 
 
 class FolderLock:
-    """``with FolderLock(folder, "run"):`` holds ``folder/.lock`` exclusively (:mod:`module docstring <meanfield.runs.lock>`).
+    """``with FolderLock(folder, "run"):`` holds ``folder/.lock`` exclusively (`meanfield.runs.lock`, module docstring).
 
     Args:
         folder: the run or sweep folder (created if missing).
         what: ``"run"`` or ``"sweep"``, for the messages.
 
     Raises:
-        FolderLocked: on :meth:`acquire`, when a live process (on this host, or a record naming another host)
+        FolderLocked: on [`acquire`][meanfield.runs.lock.FolderLock.acquire], when a live process (on this host, or a record naming another host)
             holds the folder.
     """
 

@@ -1,4 +1,4 @@
-"""The training loop: :func:`run` builds the task, the optimizer and the folder, steps, logs, evaluates,
+"""The training loop: [`run`][meanfield.runs.loop.run] builds the task, the optimizer and the folder, steps, logs, evaluates,
 checkpoints, and stops cleanly on Ctrl-C or a non-finite loss.
 """
 
@@ -99,7 +99,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 class StopFlag:
     """``with StopFlag() as stop:``: SIGINT or SIGTERM sets ``stop.signum``, which a loop reads between steps; a
     second one raises ``KeyboardInterrupt`` at once. The handlers found are put back on exit (main thread only:
-    elsewhere Python allows no handler). Subclasses change what a signal does in :meth:`_handle`."""
+    elsewhere Python allows no handler). Subclasses change what a signal does in [`_handle`][meanfield.runs.loop.StopFlag._handle]."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -170,7 +170,7 @@ def _temperature(optimizer: Langevin) -> dict[str, float]:
 
 
 def _free_energy(model: torch.nn.Module, loss: float, optimizer: Langevin) -> dict[str, float]:
-    """``train.free_energy``: ``F = loss + penalty − Σ β·H`` of the particle layers (:func:`meanfield.nn.free_energy`
+    """``train.free_energy``: ``F = loss + penalty − Σ β·H`` of the particle layers (``meanfield.nn.free_energy``
     with the optimizer's β_t and weight decay), ``loss`` the window's mean training loss."""
     F = free_energy(model, loss, optimizer)
     return {"free_energy": F.value, "free_energy_se": F.se, "entropy_term": F.entropy_term}
@@ -210,7 +210,7 @@ def _check_checkpointable(state: Mapping[str, Any]) -> None:
 
 
 def build_experiment(cfg: RunConfig, device: torch.device) -> Experiment:
-    """The task's :class:`~meanfield.tasks.Experiment` (model, data, loss) for a checked configuration.
+    """The task's [`Experiment`][meanfield.tasks.Experiment] (model, data, loss) for a checked configuration.
 
     Raises:
         ConfigError: a value the schemas allow but the model or data refuse (``n_particles = -1``, …).
@@ -238,7 +238,7 @@ def build_experiment(cfg: RunConfig, device: torch.device) -> Experiment:
 
 def preflight(resolved: Mapping[str, Any]) -> None:
     """Check that a resolved configuration can start a run, writing nothing: the schemas, the task's model and
-    data built, the optimizer built (what :func:`meanfield.sweeps.sweep_runs` does for every point up front).
+    data built, the optimizer built (what [`meanfield.sweeps.sweep_runs`][meanfield.sweeps.sweep_runs] does for every point up front).
 
     Raises:
         ConfigError: naming what is wrong.
@@ -270,7 +270,7 @@ def run(
         on_step: called with the step number after every step (after its logging and checkpoint).
 
     Returns:
-        :class:`RunResult` of the finished run.
+        [`RunResult`][meanfield.runs.folder.RunResult] of the finished run.
 
     Raises:
         ConfigError: a bad configuration, a folder that already holds another run, or a resume whose
@@ -310,7 +310,7 @@ def run(
 
 
 class _Run:
-    """One run: the folder, the experiment, the optimizer and the loop (use :func:`run`)."""
+    """One run: the folder, the experiment, the optimizer and the loop (use [`run`][meanfield.runs.loop.run])."""
 
     def __init__(
         self,
@@ -386,7 +386,7 @@ class _Run:
             raise
 
     def release(self) -> None:
-        """Release the folder's lock (every exit path of :func:`run` calls it)."""
+        """Release the folder's lock (every exit path of [`run`][meanfield.runs.loop.run] calls it)."""
         self.lock.release()
 
     # -- folder -----------------------------------------------------------------------------------------------

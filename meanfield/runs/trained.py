@@ -1,10 +1,10 @@
 """Back from a run folder: the trained model of a checkpoint, and the runs of a sweep that have a configuration.
 
 Analysis happens after training: the drop-half draws, attention's share of the loss, token dynamics through
-a trained model. :func:`load_model` rebuilds the task's model from the folder's resolved ``config.toml``
-(the same :func:`~meanfield.runs.loop.build_experiment` as the run) and loads a checkpoint's weights through
-:meth:`~meanfield.runs.folder.Checkpoints.load`, which verifies them against their record
-(size and SHA-256); :func:`find_runs` selects a sweep's runs by the values of their resolved configuration,
+a trained model. [`load_model`][meanfield.runs.trained.load_model] rebuilds the task's model from the folder's resolved ``config.toml``
+(the same [`build_experiment`][meanfield.runs.loop.build_experiment] as the run) and loads a checkpoint's weights through
+[`load`][meanfield.runs.folder.Checkpoints.load], which verifies them against their record
+(size and SHA-256); [`find_runs`][meanfield.runs.trained.find_runs] selects a sweep's runs by the values of their resolved configuration,
 never by folder names (which a sweep may shorten or hash).
 """
 
@@ -60,7 +60,7 @@ def load_model(
         device: where the model is built and the weights are loaded.
 
     Returns:
-        The :class:`TrainedModel` (model in eval mode).
+        The [`TrainedModel`][meanfield.runs.trained.TrainedModel] (model in eval mode).
 
     Raises:
         FileNotFoundError: no ``config.toml``, or no checkpoint (at ``step``, or at all).

@@ -2,7 +2,7 @@
 OBABO, ABOBA).
 
 ``SOLVERS`` maps a name to a factory (the solvers of any particle system), ``SPLITTINGS`` the kinetic
-splittings' names to their words; :func:`get_solver` turns a name or a solver object into a solver.
+splittings' names to their words; [`get_solver`][meanfield.solvers.get_solver] turns a name or a solver object into a solver.
 """
 
 from __future__ import annotations
@@ -22,18 +22,18 @@ SOLVERS: dict[str, Callable[[], Solver]] = {
     "torchsde_euler": partial(TorchSDE, "euler"),
     **{name: partial(TorchSDE, name) for name in TORCHSDE_METHODS if name != "euler"},
 }
-"""Name → factory of the solvers that integrate any :class:`~meanfield.ParticleSystem`. The kinetic splittings
-(:data:`~meanfield.solvers.kinetic.SPLITTINGS`: ``"baoab"``, ``"obabo"``, ``"aboba"``) integrate only a
-:class:`~meanfield.kinetic.KineticMeanFieldLangevin` and are kept apart; :func:`get_solver` knows both."""
+"""Name → factory of the solvers that integrate any [`ParticleSystem`][meanfield.systems.ParticleSystem]. The kinetic splittings
+([`SPLITTINGS`][meanfield.solvers.kinetic.SPLITTINGS]: ``"baoab"``, ``"obabo"``, ``"aboba"``) integrate only a
+[`KineticMeanFieldLangevin`][meanfield.kinetic.KineticMeanFieldLangevin] and are kept apart; [`get_solver`][meanfield.solvers.get_solver] knows both."""
 
 
 def get_solver(solver: str | Solver) -> Solver:
-    """Return the solver named ``solver`` (a key of :data:`SOLVERS` or of
-    :data:`~meanfield.solvers.kinetic.SPLITTINGS`), or ``solver`` itself if it is one.
+    """Return the solver named ``solver`` (a key of [`SOLVERS`][meanfield.solvers.SOLVERS] or of
+    [`SPLITTINGS`][meanfield.solvers.kinetic.SPLITTINGS]), or ``solver`` itself if it is one.
 
     Raises:
         ValueError: for an unknown name (the message lists the allowed ones).
-        TypeError: for anything that is neither a name nor a :class:`Solver`.
+        TypeError: for anything that is neither a name nor a [`Solver`][meanfield.solvers.base.Solver].
     """
     if isinstance(solver, Solver):
         return solver

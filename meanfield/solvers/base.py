@@ -13,7 +13,7 @@ __all__ = ["Solver", "Stepper"]
 
 
 class Stepper(ABC):
-    """Advances one simulation: ``run(x, n, k)`` takes ``x = x_{t_n}`` to ``x_{t_{n+k}}``, ``t_n = t0 + n·dt``.
+    r"""Advances one simulation: ``run(x, n, k)`` takes $x = x_{t_n}$ to $x_{t_{n+k}}$, $t_n = t_0 + n\cdot dt$.
 
     A stepper may carry solver state between calls (e.g. the reversible Heun auxiliary state), so one
     simulation uses one stepper and calls ``run`` on consecutive segments.
@@ -64,7 +64,7 @@ class Solver(ABC):
 
     @abstractmethod
     def stepper(self, system: ParticleSystem, source: NoiseSource, t0: float, dt: float) -> Stepper:
-        """A stepper for ``system`` on the grid ``t_n = t0 + n·dt`` driven by ``source``."""
+        r"""A stepper for ``system`` on the grid $t_n = t_0 + n\cdot dt$ driven by ``source``."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

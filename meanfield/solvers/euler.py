@@ -12,12 +12,12 @@ __all__ = ["EulerMaruyama"]
 
 
 class EulerMaruyama(Solver):
-    """Euler–Maruyama: ``x_{n+1} = x_n + b(t_n, x_n)·dt + σ(t_n, x_n)·sqrt(dt)·ξ_n``.
+    r"""Euler–Maruyama: $x_{n+1} = x_n + b(t_n, x_n)\cdot dt + \sigma(t_n, x_n)\cdot\sqrt{dt}\cdot \xi_n$.
 
     Strong order 1 under additive noise (the Milstein correction vanishes), ½ otherwise; weak order 1.
     One step costs one drift evaluation, one noise draw (scaled as it is drawn, into a reused buffer) and
-    two passes over the state, or one for the affine drifts of :class:`~meanfield.MeanFieldLangevin` (see
-    :meth:`~meanfield.ParticleSystem.euler_update_`). With ``noise="rademacher"`` it keeps weak order 1.
+    two passes over the state, or one for the affine drifts of [`MeanFieldLangevin`][meanfield.systems.MeanFieldLangevin] (see
+    [`euler_update_`][meanfield.systems.ParticleSystem.euler_update_]). With ``noise="rademacher"`` it keeps weak order 1.
     """
 
     name = "euler"
@@ -35,7 +35,7 @@ class _EulerStepper(Stepper):
         self.sqrt_dt = dt**0.5
 
     def _next_scale(self, t_next: float, x: torch.Tensor, sigma: object) -> float:
-        """The scale the next step will ask the noise for, when it can be known now: ``sqrt(dt)`` for a
+        r"""The scale the next step will ask the noise for, when it can be known now: $\sqrt{dt}$ for a
         tensor σ, ``σ(t_next)·sqrt(dt)`` for additive noise (σ depends on t only). Otherwise 1: the
         prefetched draw is then multiplied by the scale when read (the same numbers)."""
         if torch.is_tensor(sigma):

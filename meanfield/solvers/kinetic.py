@@ -1,36 +1,40 @@
 r"""Splitting schemes for kinetic Langevin dynamics: BAOAB, OBABO, ABOBA, with the exact Ornstein–Uhlenbeck O.
 
-The generator of :class:`~meanfield.kinetic.KineticMeanFieldLangevin` splits into three exactly solvable pieces, each
-a map on the paired state ``z = (x, v)`` over a time ``τ``:
+The generator of [`KineticMeanFieldLangevin`][meanfield.kinetic.KineticMeanFieldLangevin] splits into three exactly solvable pieces, each
+a map on the paired state ``z = (x, v)`` over a time $\tau$:
 
     A(τ):  x ← x + τ·v                                     (free flight)
     B(τ):  v ← v + τ·f(x),  f = −∇V − 1/M Σ_j ∇W(· − x_j)    (kick)
     O(τ):  v ← e^{−γτ}·v + sqrt(β(1 − e^{−2γτ}))·ξ          (exact OU step, ξ ~ N(0, I))
 
-A scheme is a symmetric word; a letter that appears k times takes ``τ = h/k`` (BAOAB = B(h/2) A(h/2) O(h)
+A scheme is a symmetric word; a letter that appears k times takes $\tau = h/k$ (BAOAB = B(h/2) A(h/2) O(h)
 A(h/2) B(h/2)). Each scheme is weak order 2 (stationary averages biased by O(h²)) and strong order 1 under
 the additive noise of the kinetic system; it costs one force evaluation per step (the last kick's force is
 the next step's first: kept between steps), and on the CPU the next step's noise is drawn in the background
-while this step is updated (as the native Euler–Maruyama does: the same numbers either way). On the harmonic confinement ``V = a/2·x²`` the stationary laws of
+while this step is updated (as the native Euler–Maruyama does: the same numbers either way). On the harmonic confinement $V = a/2\cdot x^2$ the stationary laws of
 the three chains are Gaussian, independent of γ, with zero x–v covariance (exact, solve the discrete Lyapunov
 equation; ``theory/kinetic_harmonic.py``):
 
-    BAOAB:  Var x = β/a,                  Var v = β·(1 − h²a/4)
-    ABOBA:  Var x = β/a,                  Var v = β/(1 − h²a/4)
-    OBABO:  Var x = β/(a·(1 − h²a/4)),    Var v = β
+$$
+\begin{aligned}
+\mathrm{BAOAB}: \operatorname{Var} x = \beta/a, \qquad \operatorname{Var} v = \beta\cdot(1 - h^2a/4) \\
+\mathrm{ABOBA}: \operatorname{Var} x = \beta/a, \qquad \operatorname{Var} v = \beta/(1 - h^2a/4) \\
+\mathrm{OBABO}: \operatorname{Var} x = \beta/(a\cdot(1 - h^2a/4)), \qquad \operatorname{Var} v = \beta
+\end{aligned}
+$$
 
-all stable for ``h²a < 4``. A scheduled temperature is read once per step, at its start (``β_{t_n}`` for both
+all stable for $h^2a < 4$. A scheduled temperature is read once per step, at its start ($\beta_{t_n}$ for both
 halves of an OBABO step).
 
-**Noise.** A step reads one normalised increment ``ξ = (ξ_x, ξ_v)`` of shape ``(B, M, 2d)`` from the noise
-source (a generator, or :class:`~meanfield.BrownianIncrements` of the kinetic system's noise shape): ``ξ_v``
-is the step's increment of the Brownian motion ``W_v`` that drives the velocities (the one the first-order
-form's ``Σ`` reads, so torchsde's methods and the native Euler–Maruyama driven by the same increments follow
-the same path), and ``ξ_x`` the Brownian-bridge midpoint of ``W_v`` over the step: the half-step increments
-are ``sqrt(h/2)·ξ_±`` with ``ξ_± = (ξ_v ± ξ_x)/√2`` (independent ``N(0, I)``, summing to ``sqrt(h)·ξ_v``). An
-O over half a step uses ``ξ_+`` then ``ξ_−``; an O over a whole step is the two halves composed,
-``v ← c·v + s_{1/2}·(c_{1/2}·ξ_+ + ξ_−)``, which is the exact OU step in law. ``BrownianIncrements.coarsen``
-sums the ``ξ_x`` slot too, so a coarsened path's midpoint is a fresh independent draw (the law of each run
+**Noise.** A step reads one normalised increment $\xi = (\xi_x, \xi_v)$ of shape ``(B, M, 2d)`` from the noise
+source (a generator, or [`BrownianIncrements`][meanfield.brownian.BrownianIncrements] of the kinetic system's noise shape): $\xi_v$
+is the step's increment of the Brownian motion $W_v$ that drives the velocities (the one the first-order
+form's $\Sigma$ reads, so torchsde's methods and the native Euler–Maruyama driven by the same increments follow
+the same path), and $\xi_x$ the Brownian-bridge midpoint of $W_v$ over the step: the half-step increments
+are $\sqrt{h/2}\cdot \xi_\pm$ with $\xi_\pm = (\xi_v \pm \xi_x)/\sqrt{2}$ (independent ``N(0, I)``, summing to $\sqrt{h}\cdot \xi_v$). An
+O over half a step uses $\xi_+$ then $\xi_-$; an O over a whole step is the two halves composed,
+$v \leftarrow c\cdot v + s_{1/2}\cdot(c_{1/2}\cdot \xi_+ + \xi_-)$, which is the exact OU step in law. ``BrownianIncrements.coarsen``
+sums the $\xi_x$ slot too, so a coarsened path's midpoint is a fresh independent draw (the law of each run
 is exact either way; the strong order is measured in ``tests/test_kinetic.py``).
 """
 
@@ -56,11 +60,11 @@ class Splitting(Solver):
     """A symmetric A/B/O splitting of kinetic Langevin dynamics (see the module docstring).
 
     Args:
-        name: ``"baoab"``, ``"obabo"`` or ``"aboba"`` (a key of :data:`SPLITTINGS`).
+        name: ``"baoab"``, ``"obabo"`` or ``"aboba"`` (a key of [`SPLITTINGS`][meanfield.solvers.kinetic.SPLITTINGS]).
 
     Raises:
         ValueError: an unknown scheme; at simulation time, a system that is not a
-            :class:`~meanfield.kinetic.KineticMeanFieldLangevin`, or non-Gaussian noise.
+            [`KineticMeanFieldLangevin`][meanfield.kinetic.KineticMeanFieldLangevin], or non-Gaussian noise.
     """
 
     strong_orders = {"additive": 1.0, "diagonal": None, "general": None}
@@ -121,7 +125,7 @@ class _SplittingStepper(Stepper):
         self._c = {frac: math.exp(-gamma * frac * dt) for _, frac in plan}  # e^{−γτ} per fraction
 
     def _ou(self, v: torch.Tensor, xi: torch.Tensor, d: int, frac: float, beta: float, half: int) -> None:
-        """O over ``τ = frac·h``: whole step from both bridge halves, or half step ``half ∈ {0, 1}``."""
+        r"""O over $\tau = \mathrm{frac}\cdot h$: whole step from both bridge halves, or half step $\text{ half } \in \{0, 1\}$."""
         c = self._c[frac]
         xi_x, xi_v = xi[..., :d], xi[..., d:]  # (B, M, d) each
         if frac == 1.0:  # O(h) = O(h/2)∘O(h/2): v ← c v + s½ (c½ ξ+ + ξ−), ξ± = (ξv ± ξx)/√2

@@ -1,13 +1,13 @@
-"""Every fixed-step torchsde method, run on the same particle system and the same noise.
+r"""Every fixed-step torchsde method, run on the same particle system and the same noise.
 
 torchsde integrates states of shape ``(batch, channels)``; the adapter views ``(B, M, d)`` as
-``(B, M·d)`` and drives torchsde's own step functions on the exact grid ``t_n = t0 + n·dt`` with a
+$(B, M\cdot d)$ and drives torchsde's own step functions on the exact grid $t_n = t_0 + n\cdot dt$ with a
 Brownian motion that reads the caller's noise source (``torchsde.BrownianInterval``, its default, costs
 about 10 ms a step here and cannot share increments with the native solver).
 
 Stratonovich methods (midpoint, heun, euler_heun, reversible_heun, log_ode) solve the Stratonovich SDE;
 for an Itô system with diagonal noise the adapter hands them the converted drift
-``b − ½ σ ∂σ/∂x`` (computed by autograd), so every method approximates the same Itô solution. For
+$b - \tfrac12 \sigma \partial \sigma/\partial x$ (computed by autograd), so every method approximates the same Itô solution. For
 additive noise the two calculi coincide.
 """
 
@@ -79,7 +79,7 @@ class TorchSDE(Solver):
 
 
 class _SystemAsSDE:
-    """A particle system seen by torchsde: ``f``, ``g``, ``g_prod`` on flat states ``(B, M·d)``."""
+    r"""A particle system seen by torchsde: ``f``, ``g``, ``g_prod`` on flat states $(B, M\cdot d)$."""
 
     def __init__(self, system: ParticleSystem, shape: torch.Size, sde_type: str, noise_type: str) -> None:
         self.system, self.shape = system, shape
@@ -105,7 +105,7 @@ class _SystemAsSDE:
         return b.reshape(y.shape)
 
     def _sigma(self, t: torch.Tensor, y: torch.Tensor):
-        """``σ(t, x)``, checked to have a shape the noise type allows."""
+        r"""$\sigma(t, x)$, checked to have a shape the noise type allows."""
         sigma = self.system.diffusion(float(t), y.view(self.shape))
         if not torch.is_tensor(sigma):
             return sigma
@@ -137,7 +137,7 @@ class _SystemAsSDE:
 
 
 class _GridBrownian(BaseBrownian):
-    """torchsde's Brownian-motion interface over a :class:`NoiseSource`, for steps on the grid only."""
+    """torchsde's Brownian-motion interface over a [`NoiseSource`][meanfield.brownian.NoiseSource], for steps on the grid only."""
 
     def __init__(
         self,

@@ -1,24 +1,24 @@
-"""Tasks: what ``meanfield run`` trains. A task turns the ``[data]`` and ``[model]`` tables into an experiment.
+r"""Tasks: what ``meanfield run`` trains. A task turns the ``[data]`` and ``[model]`` tables into an experiment.
 
-A task has two dataclass schemas (``Data`` and ``Model``, checked strictly by :func:`meanfield.config.from_dict`)
-and a ``build`` function returning an :class:`Experiment`: the model, the batch sampler (with
+A task has two dataclass schemas (``Data`` and ``Model``, checked strictly by [`meanfield.config.from_dict`][meanfield.config.from_dict])
+and a ``build`` function returning an [`Experiment`][meanfield.tasks.Experiment]: the model, the batch sampler (with
 ``state_dict``/``load_state_dict``, so a resumed run sees the same data order) and its ``next_batch``, the
 loss of a batch, an evaluation, and the unit of throughput. Built in:
 
-- ``teacher_student``: regression of a single- or multi-index teacher ``y = Σ_k c_k g(w*_k·x)`` on
-  Gaussian inputs by the mean-field network ``f(x) = 1/M Σ_i a_i σ(w_i·x)``
-  (:class:`~meanfield.nn.FeatureParticles`); evaluation: test MSE and teacher alignment.
+- ``teacher_student``: regression of a single- or multi-index teacher $y = \sum_k c_k g(w^*_k\cdot x)$ on
+  Gaussian inputs by the mean-field network $f(x) = 1/M \sum_i a_i \sigma(w_i\cdot x)$
+  ([`FeatureParticles`][meanfield.nn.features.FeatureParticles]); evaluation: test MSE and teacher alignment.
 - ``image_classification``: Fashion-MNIST or CIFAR-10 by an MLP whose hidden layer is
-  :class:`~meanfield.nn.FeatureParticles` with vector outputs (or the same-width ordinary MLP); evaluation:
+  [`FeatureParticles`][meanfield.nn.features.FeatureParticles] with vector outputs (or the same-width ordinary MLP); evaluation:
   test loss, error and accuracy.
 - ``lm``: next-token language modelling (tiny-shakespeare characters or WikiText-2 words) with
-  :class:`~meanfield.nn.TransformerLM`, multi-head or particle attention; evaluation: loss and perplexity.
+  [`TransformerLM`][meanfield.nn.transformer.TransformerLM], multi-head or particle attention; evaluation: loss and perplexity.
 - ``mean_field``: a McKean–Vlasov particle system (confinement, quadratic interaction) as a
-  :class:`~meanfield.nn.cloud.ParticleCloud` whose Langevin steps are its Euler–Maruyama steps; evaluation:
+  [`ParticleCloud`][meanfield.nn.cloud.ParticleCloud] whose Langevin steps are its Euler–Maruyama steps; evaluation:
   energy, variance (against the discretised chain's exact stationary variance), centre of mass.
 
 A user task is named ``"package.module:attribute"`` in the config; the attribute is an object with ``Data``,
-``Model`` and ``build`` like :data:`TEACHER_STUDENT`.
+``Model`` and ``build`` like [`TEACHER_STUDENT`][meanfield.tasks.TEACHER_STUDENT].
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ TASKS: dict[str, Task] = {
 
 
 def get_task(name: str) -> Task:
-    """The task named ``name``: a key of :data:`TASKS` or ``"package.module:attribute"``.
+    """The task named ``name``: a key of [`TASKS`][meanfield.tasks.TASKS] or ``"package.module:attribute"``.
 
     Raises:
         ConfigError: for an unknown name or an import path that does not resolve to a task.

@@ -1,4 +1,4 @@
-"""The ``lm`` task: next-token language modelling with :class:`~meanfield.nn.TransformerLM`."""
+"""The ``lm`` task: next-token language modelling with [`TransformerLM`][meanfield.nn.transformer.TransformerLM]."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ class LMData:
 
 @dataclass
 class LMModel:
-    """``[model]`` of ``lm`` (:class:`~meanfield.nn.TransformerLM`)."""
+    """``[model]`` of ``lm`` ([`TransformerLM`][meanfield.nn.transformer.TransformerLM])."""
 
     attention: Literal["mha", "particle"] = "mha"
     d_model: int = 64

@@ -1,17 +1,17 @@
-"""The ``mean_field`` task: a McKean–Vlasov particle system run by ``meanfield run``.
+r"""The ``mean_field`` task: a McKean–Vlasov particle system run by ``meanfield run``.
 
-The model is a :class:`~meanfield.nn.cloud.ParticleCloud` — ``M`` particles in ``R^d`` in a confinement ``V``
-(``a/2·|x|²`` or the double well ``Σ_k x_k⁴/4 − x_k²/2``) with the interaction ``W(z) = k/2·|z|²`` — and the loss
+The model is a [`ParticleCloud`][meanfield.nn.cloud.ParticleCloud] — ``M`` particles in $\mathbb{R}^d$ in a confinement ``V``
+($a/2\cdot|x|^2$ or the double well $\sum_k x_k^4/4 - x_k^2/2$) with the interaction $W(z) = k/2\cdot|z|^2$ — and the loss
 its mean-field energy. With ``[optim] drift = "sgd"`` the Langevin step is the Euler–Maruyama step of
-``dx_i = −(∇V(x_i) + k(x_i − x̄)) dt + sqrt(2β) dW_i`` with ``dt = lr`` (``docs/scaling.md``): the simulation gets
+$dx_i = -(\nabla V(x_i) + k(x_i - \bar{x})) dt + \sqrt{2\beta} dW_i$ with ``dt = lr`` (``docs/scaling.md``): the simulation gets
 run folders, checkpoints and resume, sweeps over β, k, M and seeds, and ``parallel = "particles"`` under
 ``torchrun`` (each rank ``M/N`` particles, the averages all-reduced, ``optim.noise_block`` per-block noise so that
 a rank draws only its own particles' noise).
 
 There is no data: every step is one step of the dynamics. Evaluation: the energy, the per-coordinate variance
-``(mean |x|² − |x̄|²)/d``, the centre ``|x̄|`` (the order parameter of the double well's phase transition), and, for
+$(\mathrm{mean} |x|^2 - |\bar{x}|^2)/d$, the centre $|\bar{x}|$ (the order parameter of the double well's phase transition), and, for
 the quadratic confinement, the stationary variance of the discretised chain in the mean-field limit,
-``β/((a + k)(1 − η(a + k)/2))`` — given ``[model] beta`` and ``eta`` to compare with (the task does not read
+$\beta/((a + k)(1 - \eta(a + k)/2))$ — given ``[model] beta`` and ``eta`` to compare with (the task does not read
 ``[optim]``).
 """
 
@@ -37,9 +37,9 @@ class MeanFieldData:
 
 @dataclass
 class MeanFieldModel:
-    """``[model]`` of ``mean_field``.
+    r"""``[model]`` of ``mean_field``.
 
-    ``confinement``: ``"quadratic"`` (``V = a/2·|x|²``) or ``"double_well"``; ``k``: the quadratic interaction;
+    ``confinement``: ``"quadratic"`` ($V = a/2\cdot|x|^2$) or ``"double_well"``; ``k``: the quadratic interaction;
     ``init_scale``: the initial law ``N(0, init_scale² I)``; ``beta`` and ``eta``: only for the reported exact
     stationary variance (set them to ``[optim] beta`` and ``lr``; 0 leaves it out).
     """
@@ -55,10 +55,10 @@ class MeanFieldModel:
 
 
 def stationary_variance(a: float, k: float, beta: float, eta: float) -> float:
-    """Per-coordinate stationary variance of the Euler–Maruyama chain of the quadratic system, mean-field limit.
+    r"""Per-coordinate stationary variance of the Euler–Maruyama chain of the quadratic system, mean-field limit.
 
-    Each coordinate of ``x_i − x̄`` follows ``u ← (1 − η(a + k))u + sqrt(2βη)ξ`` (and ``x̄ → 0`` at rate ``a``), so
-    ``Var = 2βη/(1 − (1 − η(a + k))²) = β/((a + k)(1 − η(a + k)/2))``, the SDE's ``β/(a + k)`` as ``η → 0``.
+    Each coordinate of $x_i - \bar{x}$ follows $u \leftarrow (1 - \eta(a + k))u + \sqrt{2\beta \eta}\xi$ (and $\bar{x} \to 0$ at rate ``a``), so
+    $\operatorname{Var} = 2\beta \eta/(1 - (1 - \eta(a + k))^2) = \beta/((a + k)(1 - \eta(a + k)/2))$, the SDE's $\beta/(a + k)$ as $\eta \to 0$.
     """
     c = a + k
     if c <= 0 or not 0 < eta * c < 2:

@@ -1,17 +1,17 @@
-"""Regression and classification by feature particles: the ``teacher_student`` and ``image_classification`` tasks.
+r"""Regression and classification by feature particles: the ``teacher_student`` and ``image_classification`` tasks.
 
-``teacher_student``: a single- or multi-index teacher ``y = Σ_k c_k g(w*_k·x)`` on Gaussian inputs, learned by
-the mean-field network ``f(x) = 1/M Σ_i a_i σ(w_i·x)`` (``[model] kind = "particles"``, the particle group of
-the Langevin optimizer) or by an ordinary network of the same width ``f(x) = Σ_i a_i σ(w_i·x + b_i) + c`` with
+``teacher_student``: a single- or multi-index teacher $y = \sum_k c_k g(w^*_k\cdot x)$ on Gaussian inputs, learned by
+the mean-field network $f(x) = 1/M \sum_i a_i \sigma(w_i\cdot x)$ (``[model] kind = "particles"``, the particle group of
+the Langevin optimizer) or by an ordinary network of the same width $f(x) = \sum_i a_i \sigma(w_i\cdot x + b_i) + c$ with
 torch's default initialisation (``kind = "mlp"``: no particle layer, all its parameters in ``[optim.others]``,
 the deterministic baseline trained by plain Adam or SGD).
 
 ``image_classification``: Fashion-MNIST or CIFAR-10 (the lossy JPEG copy when that is what the data folder
 holds: the loader says so in the description), flattened and standardised per channel, classified by an MLP
-whose hidden layer is :class:`~meanfield.nn.FeatureParticles` with vector outputs ``a_i ∈ R^10``
-(``f(x) = 1/M Σ_i a_i σ(w_i·x + b_i)``, the logits) or by the same-width ``nn.Linear → σ → nn.Linear`` MLP.
+whose hidden layer is [`FeatureParticles`][meanfield.nn.features.FeatureParticles] with vector outputs $a_i \in \mathbb{R}^{10}$
+($f(x) = 1/M \sum_i a_i \sigma(w_i\cdot x + b_i)$, the logits) or by the same-width ``nn.Linear → σ → nn.Linear`` MLP.
 
-Both count the same multiply–adds per sample for both model kinds (``2·M·(d + k)`` forward), so equal steps
+Both count the same multiply–adds per sample for both model kinds ($2\cdot M\cdot(d + k)$ forward), so equal steps
 at equal batch size are equal samples *and* equal FLOPs, up to the optimizer's noise draw (one normal number
 per particle parameter per step).
 """
@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 ODD_ACTIVATIONS = ("tanh", "erf", "identity")
-"""Activations with ``σ(−z) = −σ(z)``: ``(a, w)`` and ``(−a, −w)`` are the same neuron (sign-symmetric metrics)."""
+r"""Activations with $\sigma(-z) = -\sigma(z)$: ``(a, w)`` and $(-a, -w)$ are the same neuron (sign-symmetric metrics)."""
 
 
 class WideMLP(nn.Module):
@@ -65,14 +65,14 @@ class WideMLP(nn.Module):
 
         f(x) = Σ_i a_i σ(w_i·x + b_i) + c,   (torch's default initialisation of ``nn.Linear``)
 
-    It has no ``n_particles`` attribute, so :meth:`Langevin.param_groups_for` puts all its parameters in the
+    It has no ``n_particles`` attribute, so [`Langevin.param_groups_for`][meanfield.optim.langevin.Langevin.param_groups_for] puts all its parameters in the
     group without noise (``[optim.others]``). ``w`` and ``a`` expose the weights in the layout of
-    :class:`FeatureParticles` (``(M, d)`` and ``(M,)`` or ``(M, k)``) for the diversity metrics.
+    [`FeatureParticles`][meanfield.nn.features.FeatureParticles] (``(M, d)`` and ``(M,)`` or ``(M, k)``) for the diversity metrics.
 
     Args:
         d_in: input width ``d``.
         width: hidden width ``M``.
-        activation: a name in :data:`meanfield.nn.features.ACTIVATIONS`.
+        activation: a name in `meanfield.nn.features.ACTIVATIONS`.
         out_features: ``k`` (``None``: scalar output, shape ``(N,)``).
         bias: biases in both layers.
         generator: random generator of the initialisation.
@@ -124,23 +124,23 @@ class WideMLP(nn.Module):
 def particle_metrics(
     net: nn.Module, directions: torch.Tensor | None, activation: str, threshold: float = 0.9
 ) -> dict[str, float]:
-    """Diversity and teacher-recovery metrics of a network's hidden units ``(a_i, w_i)``.
+    r"""Diversity and teacher-recovery metrics of a network's hidden units $(a_i, w_i)$.
 
-    With ``L`` the live units (:func:`~meanfield.metrics.diversity.live_particles`, ``‖a_i‖`` above 5 % of
-    the mean) and sign symmetry ``|cos|`` for the teacher metrics (``w`` and ``−w`` span the same direction):
+    With ``L`` the live units ([`live_particles`][meanfield.metrics.diversity.live_particles], $\|a_i\|$ above 5 % of
+    the mean) and sign symmetry ``|cos|`` for the teacher metrics (``w`` and $-w$ span the same direction):
 
-    - ``aligned``: fraction of live units with ``max_k |cos(w_i, w*_k)| ≥ τ`` (τ = ``threshold``);
-    - ``coverage``: fraction of the K teacher directions with a live unit at ``|cos| ≥ τ``;
+    - ``aligned``: fraction of live units with $\max_k |\cos(w_i, w^*_k)| \ge \tau$ (τ = ``threshold``);
+    - ``coverage``: fraction of the K teacher directions with a live unit at $|\cos| \ge \tau$;
     - ``modes``: clusters of live directions (single linkage at cosine distance 0.1, i.e. cos ≥ 0.9; ``|cos|``
       for odd activations), each holding ≥ 5 % of the live units;
     - ``collapse``: fraction of live units within cosine distance 0.01 of another (sign-aware: ``w`` and
-      ``−w`` are distinct for a ReLU);
+      $-w$ are distinct for a ReLU);
     - ``live``: fraction of live units;
-    - ``q``: the intensive overlap ``1/M Σ_i ‖P ŵ_i‖²`` over all M units, ``P`` the projector on the span of
-      the K teacher directions (``1/M Σ_i Σ_k (ŵ_i·w*_k)²`` for orthonormal ones; ``K/d`` for uniform
+    - ``q``: the intensive overlap $1/M \sum_i \|P \hat{w}_i\|^2$ over all M units, ``P`` the projector on the span of
+      the K teacher directions ($1/M \sum_i \sum_k (\hat{w}_i\cdot w^*_k)^2$ for orthonormal ones; ``K/d`` for uniform
       directions, 1 when every unit lies in the span): no threshold and no extreme over units, so its
-      mean-field value does not depend on M (:func:`~meanfield.metrics.diversity.teacher_overlap`);
-    - ``q_abs_a``: the same average weighted by ``‖a_i‖`` (units that carry output count more).
+      mean-field value does not depend on M ([`teacher_overlap`][meanfield.metrics.diversity.teacher_overlap]);
+    - ``q_abs_a``: the same average weighted by $\|a_i\|$ (units that carry output count more).
     """
     w = particle_parameter(net, "w")  # (M, d) all M units, also when the layer is sharded over ranks
     a = particle_parameter(net, "a")  # (M,) or (M, k)
@@ -167,7 +167,7 @@ def particle_metrics(
 
 @dataclass
 class TeacherStudentData:
-    """``[data]`` of ``teacher_student`` (see :func:`meanfield.data.teacher_student`)."""
+    """``[data]`` of ``teacher_student`` (see [`meanfield.data.teacher_student`][meanfield.data.teacher.teacher_student])."""
 
     d: int = 16
     k: int = 1
@@ -181,10 +181,10 @@ class TeacherStudentData:
 
 @dataclass
 class FeatureModel:
-    """``[model]`` of ``teacher_student``.
+    r"""``[model]`` of ``teacher_student``.
 
-    ``kind = "particles"``: ``f(x) = 1/M Σ a_i σ(w_i·x)`` (:class:`FeatureParticles`, the particle group);
-    ``kind = "mlp"``: the ordinary network of the same width (:class:`WideMLP`, ``bias`` in both layers,
+    ``kind = "particles"``: $f(x) = 1/M \sum a_i \sigma(w_i\cdot x)$ ([`FeatureParticles`][meanfield.nn.features.FeatureParticles], the particle group);
+    ``kind = "mlp"``: the ordinary network of the same width ([`WideMLP`][meanfield.tasks.regression.WideMLP], ``bias`` in both layers,
     trained by ``[optim.others]``; ``A`` and ``sphere`` do not apply).
     """
 
@@ -283,22 +283,22 @@ TEACHER_STUDENT = _TeacherStudent()
 
 @dataclass
 class ImageData:
-    """``[data]`` of ``image_classification``.
+    r"""``[data]`` of ``image_classification``.
 
     ``dataset``: ``"fashion_mnist"`` or ``"cifar10"`` (here the lossy JPEG-75 copy of CIFAR-10: the loader's
     description says so). ``root``: the data folder (``""``: the loaders' default). ``n_train``/``n_test``:
     the first that many images of each split (0: all). Pixels are scaled to [0, 1], standardised with the
     training split's per-channel mean and standard deviation, and flattened.
 
-    ``n_val``: a validation split held out of the training set, for choosing hyperparameters without the
-    test set (0: none, the default). ``n_val`` of the (first ``n_train``) training images, drawn uniformly
-    without replacement by a fixed permutation (:data:`VAL_SPLIT_SEED`, the same for every run seed and
+    $n_{\mathrm{val}}$: a validation split held out of the training set, for choosing hyperparameters without the
+    test set (0: none, the default). $n_{\mathrm{val}}$ of the (first ``n_train``) training images, drawn uniformly
+    without replacement by a fixed permutation ([`VAL_SPLIT_SEED`][meanfield.tasks.regression.VAL_SPLIT_SEED], the same for every run seed and
     every arm), are removed from training; the others are trained on in their original order. Not "the
-    last ``n_val``": the CIFAR-10 JPEG copy is ordered by class, so those would all be trucks.
+    last $n_{\mathrm{val}}$": the CIFAR-10 JPEG copy is ordered by class, so those would all be trucks.
     ``evaluate()`` then also reports ``val_loss`` (mean cross-entropy) and ``val_error`` on them, defined as
     ``test_loss`` and ``test_error``. The standardisation statistics stay those of the whole training split
     (pixel means and deviations only, no labels), so the pixels are the same numbers with and without the
-    split. An integer with ``0 ≤ n_val <`` the number of training images.
+    split. An integer with $0 \le n_{\mathrm{val}} <$ the number of training images.
     """
 
     dataset: Literal["fashion_mnist", "cifar10"] = "fashion_mnist"
@@ -317,10 +317,10 @@ class ImageData:
 
 @dataclass
 class ImageModel:
-    """``[model]`` of ``image_classification``: a one-hidden-layer MLP of width ``n_particles``.
+    r"""``[model]`` of ``image_classification``: a one-hidden-layer MLP of width ``n_particles``.
 
-    ``kind = "particles"``: ``f(x) = 1/M Σ_i a_i σ(w_i·x + b_i)``, ``a_i ∈ R^{classes}``
-    (:class:`FeatureParticles` with ``out_features`` and ``bias``); ``kind = "mlp"``: :class:`WideMLP`.
+    ``kind = "particles"``: $f(x) = 1/M \sum_i a_i \sigma(w_i\cdot x + b_i)$, $a_i \in \mathbb{R}^{\mathrm{classes}}$
+    ([`FeatureParticles`][meanfield.nn.features.FeatureParticles] with ``out_features`` and ``bias``); ``kind = "mlp"``: [`WideMLP`][meanfield.tasks.regression.WideMLP].
     """
 
     n_particles: int = 256
@@ -330,18 +330,18 @@ class ImageModel:
 
 
 VAL_SPLIT_SEED = 20_281
-"""Seed of the permutation that picks the validation images (:func:`validation_split`): a constant, so that
+"""Seed of the permutation that picks the validation images ([`validation_split`][meanfield.tasks.regression.validation_split]): a constant, so that
 every run seed and every arm holds out the same images."""
 
 
 def validation_split(n: int, n_val: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Indices of ``n_val`` validation examples among ``n``, and of the ``n − n_val`` others, each sorted.
+    r"""Indices of $n_{\mathrm{val}}$ validation examples among ``n``, and of the $n - n_{\mathrm{val}}$ others, each sorted.
 
-    The validation indices are the first ``n_val`` of ``torch.randperm(n)`` drawn from a generator seeded with
-    :data:`VAL_SPLIT_SEED` (uniform without replacement, independent of the run's seed).
+    The validation indices are the first $n_{\mathrm{val}}$ of ``torch.randperm(n)`` drawn from a generator seeded with
+    [`VAL_SPLIT_SEED`][meanfield.tasks.regression.VAL_SPLIT_SEED] (uniform without replacement, independent of the run's seed).
 
     Raises:
-        ConfigError: unless ``0 < n_val < n`` (naming ``data.n_val`` and the number of training examples).
+        ConfigError: unless $0 < n_{\mathrm{val}} < n$ (naming ``data.n_val`` and the number of training examples).
     """
     if not 0 < n_val < n:
         raise ConfigError(

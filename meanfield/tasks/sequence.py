@@ -1,18 +1,18 @@
-"""The ``seq_classify`` task: the attention seed's toy, synthetic sequence classification with particle heads.
+r"""The ``seq_classify`` task: the attention seed's toy, synthetic sequence classification with particle heads.
 
 Data (generated from the seed): sequences of ``T`` tokens drawn uniformly from ``V`` symbols; the label says
-whether the first token (the *query*) occurs again among the other ``T − 1`` positions. Each class has half
+whether the first token (the *query*) occurs again among the other $T - 1$ positions. Each class has half
 of the sequences: for label 1 the query is copied to ``n_copies`` random later positions, for label 0 every
-later position is redrawn from the ``V − 1`` other symbols. Solving it needs content-based attention from
+later position is redrawn from the $V - 1$ other symbols. Solving it needs content-based attention from
 position 0 to the matching tokens.
 
-Model: learned token and position embeddings ``x ∈ R^{T×d}``, one residual particle-attention block
-``x ← x + Δt · 1/M Σ_i v_{θ_i}(LN x)`` (:class:`~meanfield.nn.ParticleAttention`, M heads of width ``d/M``,
-not causal), then ``logits = W · LN(x_0)`` read at the query position (2 classes).
+Model: learned token and position embeddings $x \in \mathbb{R}^{T\times d}$, one residual particle-attention block
+$x \leftarrow x + \Delta t \cdot 1/M \sum_i v_{\theta_i}(\operatorname{LN} x)$ ([`ParticleAttention`][meanfield.nn.attention.ParticleAttention], M heads of width ``d/M``,
+not causal), then $\text{ logits } = W \cdot \operatorname{LN}(x_0)$ read at the query position (2 classes).
 
 Evaluation: loss and accuracy on a held-out set, accuracy and loss after keeping half of the particles
 (``random`` with a fixed generator, ``importance``, ``farthest``), and the mean pairwise cosine of the
-heads' attention maps (:func:`meanfield.metrics.diversity.attention_similarity`).
+heads' attention maps ([`meanfield.metrics.diversity.attention_similarity`][meanfield.metrics.diversity.attention_similarity]).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class SeqData:
 
 @dataclass
 class SeqModel:
-    """``[model]`` of ``seq_classify``: width ``d_model``, ``n_particles`` heads of width ``d/M``, ``Δt``."""
+    r"""``[model]`` of ``seq_classify``: width ``d_model``, ``n_particles`` heads of width ``d/M``, $\Delta t$."""
 
     d_model: int = 32
     n_particles: int = 8
@@ -68,7 +68,7 @@ def make_sequences(n: int, data: SeqData, generator: torch.Generator) -> tuple[t
 
 
 class ParticleClassifier(nn.Module):
-    """Embeddings → ``x + Δt·ParticleAttention(LN x)`` → ``Linear(LN x_0)``: ``(B, T)`` int64 → ``(B, 2)``."""
+    r"""Embeddings → $x + \Delta t\cdot\mathrm{ParticleAttention}(\operatorname{LN} x)$ → ``Linear(LN x_0)``: ``(B, T)`` int64 → ``(B, 2)``."""
 
     def __init__(self, data: SeqData, model: SeqModel, generator: torch.Generator) -> None:
         super().__init__()
