@@ -627,3 +627,167 @@ def test_sigterm_to_a_sweep_parent_reaches_its_workers_and_leaves_no_orphans(tmp
         assert (
             summary.status == "interrupted" and Checkpoints(folder / "checkpoints").latest() == summary.step
         )
+
+
+# -- issue 50: sweep workers that die, and sweeps that die ---------------------------------------------------
+
+
+def _sweep_args(out: Path, steps: int, seeds: str = "0", checkpoint_every: int = 0) -> list[str]:
+    args = ["sweep", str(TEACHER), "--preset", "smoke", "--out", str(out), "--jobs", "2", "--quiet"]
+    args += ["--grid", "optim.lr=0.02,0.05", "--seeds", seeds, "--set", f"train.steps={steps}"]
+    return args + ["--set", f"train.checkpoint_every={checkpoint_every}", "--set", "train.log_every=5"]
+
+
+def _workers(pid: int) -> list[int]:
+    """The sweep's worker processes (spawned: ``spawn_main`` in their command line)."""
+    found = []
+    for child in _children(pid):
+        with contextlib.suppress(OSError):
+            if "spawn_main" in Path(f"/proc/{child}/cmdline").read_text(errors="replace"):
+                found.append(child)
+    return found
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has ended (a zombie waiting for a parent that does not reap it counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def _resumable(folder: Path) -> bool:
+    """A point that never started, or one that stopped with a checkpoint of the step its summary names."""
+    if not (folder / "summary.json").exists():
+        return not (folder / "checkpoints").exists()
+    summary = RunResult.load(folder)
+    return summary.status == "interrupted" and Checkpoints(folder / "checkpoints").latest() == summary.step
+
+
+@pytest.mark.slow
+def test_a_sweeps_workers_die_with_its_parent_and_the_same_command_finishes_their_points(tmp_path):
+    """SIGKILL to a sweep's parent: its workers get SIGTERM from the kernel (PR_SET_PDEATHSIG), finish their
+    step, checkpoint and end; running the same command at once resumes both points (no ``FolderLocked``)."""
+    out = tmp_path / "sweep"
+    p = _meanfield(*_sweep_args(out, steps=3000))
+    try:
+        _wait_for(lambda: sum(_steps_logged(f) >= 10 for f in out.glob("*_seed=*")) >= 2, timeout=180)
+        workers = _workers(p.pid)
+        p.kill()
+        p.wait(timeout=30)
+        assert len(workers) == 2
+        _wait_for(lambda: all(_gone(w) for w in workers), timeout=120)  # none outlives its sweep
+    finally:
+        if p.poll() is None:
+            p.kill()
+    points = sorted(out.glob("*_seed=*"))
+    assert len(points) == 2 and all(_resumable(f) and (f / "summary.json").exists() for f in points)
+    again = _meanfield(*_sweep_args(out, steps=3000))
+    _, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err
+    assert "FolderLocked" not in err and "Traceback" not in err
+    assert all(RunResult.load(f).status == "finished" for f in points)
+
+
+def _lock_holder(folder: Path, sweep_pid: int | None) -> subprocess.Popen:
+    """A process that holds ``folder``'s lock as a sweep worker of ``sweep_pid`` would (``None``: as a run
+    started by hand) and, on SIGTERM, releases it and exits 0."""
+    code = (
+        "import signal, sys\n"
+        "from meanfield.runs import lock\n"
+        f"lock.SWEEP_PID = {sweep_pid!r}\n"
+        f"held = lock.FolderLock({str(folder)!r}).acquire()\n"
+        "signal.signal(signal.SIGTERM, lambda s, f: (held.release(), sys.exit(0)))\n"
+        "print('held', flush=True)\n"
+        "while True: signal.pause()\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    return holder
+
+
+def test_a_sweep_stops_the_orphan_of_a_dead_sweep_but_not_a_live_sweeps_worker_or_a_hand_run(
+    tmp_path, monkeypatch
+):
+    """An older sweep's worker whose sweep is gone and which keeps training (no parent-death signal) holds a
+    point: the new sweep waits ORPHAN_GRACE_S, sends it SIGTERM and gets the point. Controls: a holder whose
+    recorded sweep is its live parent, and a run started by hand, are left alone."""
+    from meanfield import sweeps
+
+    monkeypatch.setattr(sweeps, "ORPHAN_GRACE_S", 0.2)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a sweep pid that no longer runs
+    orphan = _lock_holder(tmp_path / "a", gone.pid)
+    live = _lock_holder(tmp_path / "b", os.getpid())  # its recorded sweep is its parent: this process
+    by_hand = _lock_holder(tmp_path / "c", None)
+    try:
+        sweeps._take_over_orphans(tmp_path, ["a", "b", "c"], quiet=True)
+        assert orphan.wait(timeout=60) == 0  # it got SIGTERM and released the point
+        with FolderLock(tmp_path / "a") as lock:
+            assert lock.held and lock.stale is None  # released, not stale
+        assert live.poll() is None and by_hand.poll() is None
+        for folder in ("b", "c"):
+            with pytest.raises(FolderLocked):
+                FolderLock(tmp_path / folder).acquire()
+    finally:
+        for holder in (orphan, live, by_hand):
+            if holder.poll() is None:
+                holder.kill()
+                holder.wait()
+
+
+@pytest.mark.slow
+def test_a_killed_worker_fails_its_own_point_and_the_others_go_on(tmp_path):
+    """SIGKILL (what the out-of-memory killer sends) to one worker: its point is marked failed with the signal,
+    the pool gets a new worker, the other three points finish, the tables are written, exit 1, no traceback.
+    Control: the same command again resumes the failed point from its checkpoint and exits 0."""
+    out = tmp_path / "sweep"
+    p = _meanfield(*_sweep_args(out, steps=600, seeds="0,1", checkpoint_every=5))
+    victim = out / "optim.lr=0.02_seed=0"
+    try:
+        _wait_for(lambda: _steps_logged(victim) >= 10, timeout=180)
+        holder = json.loads((victim / ".lock").read_text())["pid"]
+        assert holder in _workers(p.pid)
+        os.kill(holder, signal.SIGKILL)
+        _, err = p.communicate(timeout=600)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 1, err
+    assert "Traceback" not in err and "BrokenProcessPool" not in err
+    assert f"{victim.name}: its worker process (pid {holder}) was killed by SIGKILL" in err
+    import csv
+
+    rows = {r["folder"]: r for r in csv.DictReader((out / "runs.csv").open())}
+    assert rows[victim.name]["status"] == "failed" and "was killed by SIGKILL" in rows[victim.name]["error"]
+    assert [r["status"] for n, r in rows.items() if n != victim.name] == ["finished"] * 3
+    assert (out / "summary.md").exists()
+    summary = RunResult.load(victim)
+    assert summary.status == "failed" and "SIGKILL" in summary.summary["error"]
+    again = _meanfield(*_sweep_args(out, steps=600, seeds="0,1", checkpoint_every=5))
+    _, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err
+    assert RunResult.load(victim).status == "finished"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_while_the_workers_start_exits_128_plus_it_and_every_point_resumes(signum, tmp_path):
+    """The signal reaches the parent while its two workers are still importing torch: the workers hold it
+    (started with it blocked), the parent forwards it, no point starts or each stops with a checkpoint; exit
+    128 + signal, one line, no ``BrokenProcessPool``. Control: the same command again finishes every point."""
+    out = tmp_path / "sweep"
+    p = _meanfield(*_sweep_args(out, steps=40))
+    try:
+        _wait_for(lambda: _workers(p.pid), timeout=180)
+        p.send_signal(signum)
+        _, err = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 128 + signum, err
+    assert "Traceback" not in err and "BrokenProcessPool" not in err and err.count("\n") == 1
+    assert all(_resumable(f) for f in out.glob("*_seed=*"))
+    again = _meanfield(*_sweep_args(out, steps=40))
+    _, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err

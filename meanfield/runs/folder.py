@@ -34,6 +34,8 @@ __all__ = [
     "RunFolderError",
     "CorruptCheckpointError",
     "DiskFullError",
+    "FolderAccessError",
+    "write_error",
     "check_folder",
     "config_hash",
     "config_differences",
@@ -53,11 +55,17 @@ class RunFolderError(Exception):
     names the file and what to do."""
 
 
-class DiskFullError(RunFolderError, OSError):
-    """No space left on the device while writing a run's file; the earlier files are intact."""
+class FolderAccessError(RunFolderError, OSError):
+    """The machine refused a file operation of a run (a full disk, a read-only file system, no permission): an
+    error of the environment, not of the input (the command line exits with status 1, not 2); the message names
+    the file and what to do."""
 
     def __str__(self) -> str:
         return str(self.strerror)
+
+
+class DiskFullError(FolderAccessError):
+    """No space left on the device while writing a run's file; the earlier files are intact."""
 
 
 def disk_full(path: Path, error: OSError, intact: str) -> DiskFullError:
@@ -65,6 +73,34 @@ def disk_full(path: Path, error: OSError, intact: str) -> DiskFullError:
     return DiskFullError(
         errno.ENOSPC, f"no space left on device writing {path} ({error.strerror or error}); {intact}"
     )
+
+
+ACCESS_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+"""The ``errno`` values that :func:`write_error` turns into a :class:`FolderAccessError`."""
+
+
+def write_error(error: OSError, path: str | os.PathLike | None = None) -> OSError:
+    """A :class:`FolderAccessError` naming the file and what to do for an :data:`ACCESS_ERRNOS` error
+    (``path``: the file, when the error does not name it); any other error is returned as it is."""
+    if isinstance(error, RunFolderError) or error.errno not in ACCESS_ERRNOS:
+        return error
+    where = error.filename if error.filename is not None else path
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return disk_full(
+            Path(str(where)), error, "the files written before are intact: free some space, then run the same "
+            "command again (with --resume for a run)"
+        )
+    if error.errno == errno.EROFS:
+        text = (
+            f"cannot write {where}: the file system is read-only; remount it read-write, or copy the folder to a "
+            "writable place and run there"
+        )
+    else:
+        text = (
+            f"cannot write {where}: permission denied ({error.strerror}); give this user write access to the "
+            "folder, or use another --out"
+        )
+    return FolderAccessError(error.errno, text)
 
 
 def _is_disk_full(error: OSError) -> bool:

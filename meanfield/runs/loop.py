@@ -47,6 +47,7 @@ from meanfield.runs.folder import (
     check_folder,
     config_hash,
     remove_temporaries,
+    write_error,
     write_marker,
 )
 from meanfield.runs.lock import FolderLock
@@ -272,6 +273,7 @@ def run(
         FolderLocked: another live process writes the folder.
         RunFolderError: the folder holds another run's files, or a damaged file that cannot be skipped.
         DiskFullError: no space left on the device; the earlier checkpoints are intact.
+        FolderAccessError: a read-only file system or no permission to write the folder (the file named).
     """
     if isinstance(config, Mapping):
         if preset is not None or overrides:
@@ -291,6 +293,11 @@ def run(
             result = r.train()
         finally:
             r.release()
+    except OSError as error:  # a full disk, a read-only folder: one error naming the file and what to do
+        converted = write_error(error)
+        if converted is error:
+            raise
+        raise converted from None
     finally:
         torch.set_num_threads(threads)
     if r.owns_group:  # every rank passed train()'s last barrier: tear down the group this run created, before
