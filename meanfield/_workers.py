@@ -8,10 +8,11 @@ or the exit status), and the next :meth:`WorkerPool.submit` starts a new process
 
 Each worker
 
-- starts with SIGINT and SIGTERM ignored (an ignored disposition, unlike a blocked mask, survives ``exec``), so
-  a signal that arrives while it is still importing (a terminal's Ctrl-C reaches its whole process group) cannot
-  kill it; once its own handlers are in place it says it is ready, and only then gets a call — none once the
-  pool is stopping, so a signal during start-up starts nothing;
+- starts with SIGINT and SIGTERM ignored and blocked (the parent blocks them and sets them to ``SIG_IGN``
+  while it starts the process; both survive ``exec``), so a signal that arrives while it is still importing (a
+  terminal's Ctrl-C reaches its whole process group) cannot kill it; once its own handlers are in place it
+  unblocks them, says it is ready, and only then gets a call — none once the pool is stopping, so a signal
+  during start-up starts nothing;
 - leaves the terminal's process group (a Ctrl-C reaches the parent only, which forwards it once);
 - dies with its parent: on Linux ``prctl(PR_SET_PDEATHSIG, SIGTERM)``, which fires when the *thread* that
   started the worker ends — here the thread that holds the pool, which outlives every worker it starts because
@@ -106,6 +107,7 @@ def _worker_main(conn: Any, parent: int, function: Callable[..., Any], init: Cal
     os.setpgrp()
     die_with_parent(parent)
     init()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # held by the parent while it started us
     try:
         conn.send(_READY)
     except OSError:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
+from . import _checks
 from ._checks import check_finite, check_finite_tensor, check_int, check_positive, check_rank
 from .brownian import BrownianIncrements, GaussianNoise, NoiseSource, RademacherNoise
 from .seeds import resolve_generator
@@ -337,6 +338,7 @@ def simulate(
     solver.check(system, source)
     system.check_state(x0)  # e.g. per-replica parameters for another number of replicas
 
+    _checks.check_saved_states(n_steps, save_every, x0)  # before the list and the tensor of the saved states
     save_steps = [*range(0, n_steps, save_every), n_steps]
     states = torch.empty((len(save_steps), *x0.shape), dtype=x0.dtype, device=x0.device)  # (S, B, M, d)
     states[0] = x0.detach()  # the run is not recorded by autograd

@@ -1050,6 +1050,12 @@ def sweep_runs(
             return _write_tables(out, grid, points, names, summaries, metrics, base, options, quiet)
     with _Stop() as stop:  # from here a signal stops the sweep cleanly, start-up included
         _preflight(names, configs)
+        if not quiet:
+            from meanfield.tasks import task_source
+
+            for task, source in {c["task"]: task_source(c["task"]) for c in configs}.items():
+                if source is not None:  # a configuration that imports code says so
+                    print(f"{out}: task {task!r} runs code imported from {source}")
         stop.check("before any point ran")
         out.mkdir(parents=True, exist_ok=True)
         with FolderLock(out, "sweep"):  # one sweep per folder; signals reach the workers

@@ -22,6 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from meanfield import config as _config
+from meanfield._checks import asked_bytes, format_bytes, memory_available
 from meanfield._io import write_json_atomic, write_text_atomic
 from meanfield.config import ConfigError
 from meanfield.data import CorruptDataError
@@ -36,10 +37,11 @@ from meanfield.nn.sharded import (
 from meanfield.optim import Langevin
 from meanfield.runs import parallel
 from meanfield.runs.config import RunConfig, build_optimizer, check_config
-from meanfield.runs.environment import environment, provenance, record_environment
+from meanfield.runs.environment import environment, provenance, read_environment, record_environment
 from meanfield.runs.folder import (
     TIMING_KEYS,
     Checkpoints,
+    CorruptCheckpointError,
     DiskFullError,
     MetricsLog,
     RunFolderError,
@@ -53,7 +55,7 @@ from meanfield.runs.folder import (
 from meanfield.runs.lock import FolderLock
 from meanfield.runs.sinks import TensorBoard, draw_figures, summary_table
 from meanfield.seeds import derive_seed
-from meanfield.tasks import Experiment, get_task
+from meanfield.tasks import Experiment, get_task, task_source
 
 __all__ = [
     "run",
@@ -226,6 +228,21 @@ def build_experiment(cfg: RunConfig, device: torch.device) -> Experiment:
             f"task {cfg.task!r} cannot be built from this configuration ([data], [model], "
             f"train.batch_size): {error}"
         ) from None
+    except (RuntimeError, MemoryError) as error:  # an allocation refused: sizes that cannot fit here
+        asked = asked_bytes(error)
+        if asked is None and not isinstance(error, (MemoryError, torch.OutOfMemoryError)):
+            raise
+        memory = memory_available(device)
+        there = (
+            f"{device} has {format_bytes(memory[0])} of memory available ({format_bytes(memory[1])} in all)"
+            if memory is not None
+            else f"{device} has not that much memory"
+        )
+        raise ConfigError(
+            f"task {cfg.task!r} cannot be built from this configuration: one of its tensors needs "
+            f"{format_bytes(asked) if asked is not None else 'more memory than there is'}, and {there}; reduce "
+            "the sizes of [model] and [data] (n_particles, widths, n_train, …)"
+        ) from None
 
 
 def preflight(resolved: Mapping[str, Any]) -> None:
@@ -325,6 +342,9 @@ class _Run:
             resolved, header="resolved configuration of this run (meanfield run)"
         )
         check_folder(folder, self.config_text, resolved, resume)
+        self.task_source = task_source(self.cfg.task)  # a "module:attribute" task is code the config imports
+        if self.task_source is not None and not quiet:
+            print(f"{folder}: task {self.cfg.task!r} runs code imported from {self.task_source}")
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
         self.device = _device(self.cfg.device)
@@ -405,10 +425,29 @@ class _Run:
         over its resumptions (``summary.json``'s ``wall_clock_s``; ``wall_time_s`` counts the steps only)."""
         return time.perf_counter() - self._wall_origin
 
+    def _verify(self, path: Path, state: Mapping[str, Any]) -> None:
+        """Refuse a checkpoint whose parameters are not all finite: a run checks them before it writes one, so
+        such a file was changed afterwards (and re-signed), and resuming from it would diverge at once."""
+        names = {name for name, _ in self.experiment.model.named_parameters()}
+        bad = [
+            name
+            for name, value in state.get("model", {}).items()
+            if name in names
+            and torch.is_tensor(value)
+            and value.is_floating_point()
+            and not bool(torch.isfinite(value).all())
+        ]
+        if bad:
+            raise CorruptCheckpointError(
+                path,
+                f"its parameters {', '.join(bad[:3])} hold NaN or Inf; a run checks them finite before it writes "
+                "a checkpoint, so the file was changed afterwards",
+            )
+
     def _restore(self) -> None:
         """Load the newest checkpoint that verifies (the lead sets damaged ones aside first, saying so)."""
         if self.lead:
-            step, state, skipped = self.checkpoints.load_good(map_location="cpu")
+            step, state, skipped = self.checkpoints.load_good(map_location="cpu", verify=self._verify)
             for line in skipped:
                 warnings.warn(f"{line}; resuming from an earlier checkpoint", stacklevel=3)
             if skipped and step is None:
@@ -419,9 +458,9 @@ class _Run:
         if not self.lead:
             step = self.checkpoints.latest()
             state = None if step is None else self.checkpoints.load(step, map_location="cpu")
-        env_path = self.folder / "environment.json"
-        if step is not None and env_path.exists():
-            before = json.loads(env_path.read_text()).get("world_size", 1)
+        recorded = read_environment(self.folder / "environment.json") if step is not None else None
+        if recorded is not None:
+            before = recorded.get("world_size", 1)
             if before != self.world:
                 how = "the particles are" if self.cfg.parallel == "particles" else "the batch is"
                 warnings.warn(
@@ -579,6 +618,8 @@ class _Run:
             return self._finish()
         env = environment(self.cfg, self.device)
         env["world_size"] = self.world
+        if self.task_source is not None:
+            env["task_source"] = self.task_source
         self.provenance = provenance(env)
         if self.step:
             env["resumed_from_step"] = self.step
