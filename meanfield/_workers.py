@@ -14,11 +14,11 @@ Each worker
   unblocks them, says it is ready, and only then gets a call — none once the pool is stopping, so a signal
   during start-up starts nothing;
 - leaves the terminal's process group (a Ctrl-C reaches the parent only, which forwards it once);
-- dies with its parent: on Linux ``prctl(PR_SET_PDEATHSIG, SIGTERM)``, which fires when the *thread* that
-  started the worker ends — here the thread that holds the pool, which outlives every worker it starts because
-  the pool joins them on exit; elsewhere a watchdog thread that polls ``getppid()``. SIGTERM, not SIGKILL: a
-  worker in the middle of a run finishes its step and writes a checkpoint. A worker between calls also sees the
-  parent's end as the end of its pipe.
+- dies with its parent (:func:`die_with_parent`): it gets SIGTERM once when its parent has ended — on Linux
+  told by the kernel (``PR_SET_PDEATHSIG``), which fires at the end of the parent *thread* that forked it and
+  again at each reparenting, so the signal is checked against ``getppid()`` and turned into one SIGTERM; a
+  watchdog thread polls ``getppid()`` too. SIGTERM, not SIGKILL: a worker in the middle of a run finishes its
+  step and writes a checkpoint. A worker between calls also sees the parent's end as the end of its pipe.
 """
 
 from __future__ import annotations
@@ -77,27 +77,34 @@ def death_cause(exitcode: int | None) -> str:
     return f"exited with status {exitcode}"
 
 
-def die_with_parent(parent: int, signum: int = signal.SIGTERM) -> str:
-    """Make this process receive ``signum`` when its parent ``parent`` ends; return how (``"prctl"`` or
-    ``"watchdog"``). A parent already gone sends the signal at once."""
-    how = "watchdog"
-    libc_name = ctypes.util.find_library("c")
-    if libc_name is not None and hasattr(os, "getppid"):
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(libc_name, use_errno=True)
-            if libc.prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0:
-                how = "prctl"
-    if how == "watchdog":
+def die_with_parent(parent: int, signum: int = signal.SIGTERM) -> None:
+    """Send this process ``signum``, once, when its parent ``parent`` has ended (at once if it already has).
 
-        def watch() -> None:
-            while os.getppid() == parent:
-                threading.Event().wait(1.0)
+    On Linux the kernel tells it: ``prctl(PR_SET_PDEATHSIG, SIGHUP)``, and a SIGHUP handler that checks
+    ``getppid()``. The check matters: the kernel sends the parent-death signal when the *thread* that forked
+    this process ends, and again at each reparenting, so a parent killed with several threads sends it several
+    times (the second would read as "stop at once" to a run) and a parent thread ending in a live parent sends
+    it too. Everywhere, a watchdog thread polls ``getppid()`` every second as well. Must be called from the main
+    thread (it installs a signal handler).
+    """
+    fired = threading.Lock()
+
+    def fire() -> None:
+        if os.getppid() != parent and fired.acquire(blocking=False):
             os.kill(os.getpid(), signum)
 
-        threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
-    if os.getppid() != parent:  # it ended before prctl: the signal would never come
-        os.kill(os.getpid(), signum)
-    return how
+    signal.signal(signal.SIGHUP, lambda s, f: fire())
+    libc_name = ctypes.util.find_library("c")
+    if libc_name is not None:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(libc_name, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGHUP), 0, 0, 0)
+
+    def watch() -> None:
+        while not fired.locked():
+            fire()
+            threading.Event().wait(1.0)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
 def _worker_main(conn: Any, parent: int, function: Callable[..., Any], init: Callable[[], None]) -> None:

@@ -339,15 +339,20 @@ class _Stop(StopFlag):
     def __init__(self) -> None:
         super().__init__()
         self.pids: Callable[[], Sequence[int]] = list
-        self.count = 0
 
     def _handle(self, signum: int, frame: Any) -> None:
-        self.count += 1
+        global _worker_stop
         if self.signum is None:
             self.signum = signum
+        _worker_stop = signum  # --jobs 1: a point being built here stops after its first step (_resignal)
         for pid in self.pids():
             with contextlib.suppress(OSError):
                 os.kill(pid, signum)
+
+    def __exit__(self, *exc: object) -> None:
+        global _worker_stop
+        _worker_stop = None
+        super().__exit__(*exc)
 
     def check(self, what: str) -> None:
         """Raise :class:`~meanfield.runs.RunInterrupted` if a signal came (``what``: where the sweep stands)."""

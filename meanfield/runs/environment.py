@@ -166,11 +166,15 @@ def record_environment(path: Path, env: dict[str, Any]) -> list[str]:
     """Write ``env`` to ``environment.json``, keeping every earlier record of the run in its ``earlier`` list
     (oldest first), and return the provenance changes from the latest earlier record (:func:`provenance_changes`).
 
-    Raises:
-        RunFolderError: the file there is unreadable (:func:`read_environment`); nothing is written.
+    A damaged file is replaced (:func:`meanfield.runs.folder.check_folder` refuses one on resume, before).
     """
+    from meanfield.runs.folder import RunFolderError
+
     earlier: list[dict[str, Any]] = []
-    previous = read_environment(path)
+    try:
+        previous = read_environment(path)
+    except RunFolderError:
+        previous = None  # a damaged record is replaced (a resume refuses one before it gets here)
     if previous is not None:
         earlier = [*previous.pop("earlier", []), previous]
     changes = provenance_changes(earlier[-1], env) if earlier else []

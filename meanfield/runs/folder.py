@@ -240,15 +240,11 @@ class Checkpoints:
         try:
             state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
         except pickle.UnpicklingError as error:  # weights_only refused an object: never retry it unsafely
-            detail = [
-                line.strip()
-                for line in str(error).splitlines()
-                if line.strip() and "weights_only" not in line and "documentation" not in line
-            ]
+            found = re.search(r"(GLOBAL [\w.]+)", str(error))  # what it holds; torch's hints are not repeated
             raise CorruptCheckpointError(
                 path,
                 "torch.load(weights_only=True) refused it: it holds objects other than tensors and plain data"
-                + (f" ({' '.join(detail)})" if detail else "")
+                + (f" ({found.group(1)})" if found else "")
                 + "; a run never writes such a file, so it was replaced: do not load it by other means",
             ) from None
         except Exception as error:  # noqa: BLE001 — any failure: the file is not a loadable checkpoint

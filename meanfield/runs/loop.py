@@ -143,6 +143,31 @@ def _finite_parameters(model: torch.nn.Module) -> bool:
     return all(bool(torch.isfinite(p).all()) for p in model.parameters())
 
 
+def _finite_checker(model: torch.nn.Module) -> Callable[[Path, Mapping[str, Any]], None]:
+    """``verify(path, state)`` for :meth:`Checkpoints.load_good`: refuse a checkpoint whose parameters of
+    ``model`` are not all finite. A run checks them before it writes one, so such a file was changed afterwards
+    (and re-signed), and resuming from it would diverge at once."""
+    names = {name for name, _ in model.named_parameters()}
+
+    def verify(path: Path, state: Mapping[str, Any]) -> None:
+        bad = [
+            name
+            for name, value in state.get("model", {}).items()
+            if name in names
+            and torch.is_tensor(value)
+            and value.is_floating_point()
+            and not bool(torch.isfinite(value).all())
+        ]
+        if bad:
+            raise CorruptCheckpointError(
+                path,
+                f"its parameters {', '.join(bad[:3])} hold NaN or Inf; a run checks them finite before it "
+                "writes a checkpoint, so the file was changed afterwards",
+            )
+
+    return verify
+
+
 def _stats_record(optimizer: Langevin) -> dict[str, Any]:
     record: dict[str, Any] = {}
     stats = optimizer.last_stats
@@ -425,29 +450,12 @@ class _Run:
         over its resumptions (``summary.json``'s ``wall_clock_s``; ``wall_time_s`` counts the steps only)."""
         return time.perf_counter() - self._wall_origin
 
-    def _verify(self, path: Path, state: Mapping[str, Any]) -> None:
-        """Refuse a checkpoint whose parameters are not all finite: a run checks them before it writes one, so
-        such a file was changed afterwards (and re-signed), and resuming from it would diverge at once."""
-        names = {name for name, _ in self.experiment.model.named_parameters()}
-        bad = [
-            name
-            for name, value in state.get("model", {}).items()
-            if name in names
-            and torch.is_tensor(value)
-            and value.is_floating_point()
-            and not bool(torch.isfinite(value).all())
-        ]
-        if bad:
-            raise CorruptCheckpointError(
-                path,
-                f"its parameters {', '.join(bad[:3])} hold NaN or Inf; a run checks them finite before it writes "
-                "a checkpoint, so the file was changed afterwards",
-            )
-
     def _restore(self) -> None:
         """Load the newest checkpoint that verifies (the lead sets damaged ones aside first, saying so)."""
         if self.lead:
-            step, state, skipped = self.checkpoints.load_good(map_location="cpu", verify=self._verify)
+            step, state, skipped = self.checkpoints.load_good(
+                map_location="cpu", verify=_finite_checker(self.experiment.model)
+            )
             for line in skipped:
                 warnings.warn(f"{line}; resuming from an earlier checkpoint", stacklevel=3)
             if skipped and step is None:
