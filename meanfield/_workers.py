@@ -13,7 +13,7 @@ Each worker
   terminal's Ctrl-C reaches its whole process group) cannot kill it; once its own handlers are in place it
   unblocks them, says it is ready, and only then gets a call — none once the pool is stopping, so a signal
   during start-up starts nothing;
-- leaves the terminal's process group (a Ctrl-C reaches the parent only, which forwards it once);
+- leaves the terminal's process group (a Ctrl-C reaches the parent only, which forwards it to ready workers);
 - dies with its parent (:func:`die_with_parent`): it gets SIGTERM once when its parent has ended — on Linux
   told by the kernel (``PR_SET_PDEATHSIG``), which fires at the end of the parent *thread* that forked it and
   again at each reparenting, so the signal is checked against ``getppid()`` and turned into one SIGTERM; a

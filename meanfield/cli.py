@@ -178,7 +178,7 @@ def _sweep(args: argparse.Namespace) -> int:
         return 128 + error.signum
     except KeyboardInterrupt:
         print(
-            "meanfield sweep: stopped at once by an interrupt; every point keeps its last complete "
+            "meanfield sweep: stopped at once by a second interrupt; every point keeps its last complete "
             "checkpoint: run the same command again to resume",
             file=sys.stderr,
         )
@@ -210,7 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"meanfield {_version()}")
     parser.add_argument(
-        "--debug", action="store_true", help="print every error with its traceback (not one line)"
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,  # absent from the parsed arguments unless given
+        help="print every error with its traceback (not one line): meanfield --debug run …",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p = sub.add_parser(
@@ -261,12 +264,6 @@ def build_parser() -> argparse.ArgumentParser:
             help="override a key after the preset (repeatable), e.g. --set train.steps=100",
         )
         p.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
-        p.add_argument(
-            "--debug",
-            action="store_true",
-            default=argparse.SUPPRESS,  # also before the command: meanfield --debug run …
-            help="print every error with its traceback (not one line)",
-        )
 
     p = sub.add_parser(
         "run",
@@ -388,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
-    if args.debug:  # every error with its traceback
+    if getattr(args, "debug", False):  # every error with its traceback
         return args.func(args)
     from .runs.folder import ACCESS_ERRNOS, FolderAccessError, write_error
 
@@ -400,15 +397,15 @@ def main(argv: list[str] | None = None) -> int:
     except _user_errors() as error:  # a bad name, configuration, preset or file: one line, exit 2
         print(f"meanfield {args.command}: error: {error}", file=sys.stderr)
         return 2
-    except OSError as error:
-        if error.errno not in ACCESS_ERRNOS:
-            raise
-        print(f"meanfield {args.command}: error: {write_error(error)}", file=sys.stderr)
-        return 1
     except BrokenPipeError:  # `meanfield run --list | head`: the reader left; say nothing more
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's final flush does not fail again
         return 0
+    except OSError as error:  # a write the machine refused outside a run's own files (sweep.json, …)
+        if error.errno not in ACCESS_ERRNOS:
+            raise
+        print(f"meanfield {args.command}: error: {write_error(error)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
