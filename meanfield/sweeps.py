@@ -370,6 +370,7 @@ def _run_local(todo: Sequence[int], args, jobs: int, bar, stop: _Stop) -> dict[i
     until all are done or a signal stops the sweep (then every running point checkpoints and stops, no new
     point starts, and :class:`~meanfield.runs.RunInterrupted` is raised once the workers are done). A worker
     that dies (SIGKILL, the out-of-memory killer) fails its own point, with the cause, and is replaced."""
+    import signal
     import sys
 
     from meanfield._workers import NotStarted, WorkerDied, WorkerPool
@@ -417,13 +418,9 @@ def _run_local(todo: Sequence[int], args, jobs: int, bar, stop: _Stop) -> dict[i
                         raise value
                     bar.update(1)
     signum = stop.signum if stop.signum is not None else getattr(interrupted, "signum", None)
-    if signum is None and isinstance(interrupted, KeyboardInterrupt):
-        import signal
-
+    if signum is None and isinstance(interrupted, KeyboardInterrupt):  # a worker stopped at once
         signum = signal.SIGINT
     if signum is not None:
-        import signal
-
         name = signal.Signals(signum).name
         raise RunInterrupted(
             f"the sweep was stopped by {name}: {len(summaries)} points finished this time, the running ones wrote "
