@@ -342,8 +342,7 @@ class _Stop(StopFlag):
 
     def _handle(self, signum: int, frame: Any) -> None:
         global _worker_stop
-        if self.signum is None:
-            self.signum = signum
+        self.signum = signum
         _worker_stop = signum  # --jobs 1: a point being built here stops after its first step (_resignal)
         for pid in self.pids():
             with contextlib.suppress(OSError):
