@@ -707,6 +707,7 @@ def _lock_holder(folder: Path, sweep_pid: int | None) -> subprocess.Popen:
     return holder
 
 
+@pytest.mark.slow
 def test_a_sweep_stops_the_orphan_of_a_dead_sweep_but_not_a_live_sweeps_worker_or_a_hand_run(
     tmp_path, monkeypatch
 ):
