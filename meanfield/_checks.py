@@ -109,7 +109,8 @@ def memory_available(device: torch.device | str = "cpu") -> tuple[int, int] | No
     if device.type != "cpu":
         return None
     try:
-        text = open("/proc/meminfo").read()
+        with open("/proc/meminfo") as f:
+            text = f.read()
     except OSError:
         return None
     found = dict(re.findall(r"^(MemAvailable|MemTotal):\s+(\d+) kB", text, flags=re.M))
