@@ -397,6 +397,9 @@ def main(argv: list[str] | None = None) -> int:
     except _user_errors() as error:  # a bad name, configuration, preset or file: one line, exit 2
         print(f"meanfield {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C outside a run's or a sweep's own handling (while starting, say)
+        print(f"meanfield {args.command}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # `meanfield run --list | head`: the reader left; say nothing more
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's final flush does not fail again
