@@ -4,6 +4,7 @@ what it got and what is allowed."""
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 
@@ -14,6 +15,11 @@ __all__ = [
     "check_finite_tensor",
     "check_rank",
     "check_int",
+    "check_memory",
+    "format_bytes",
+    "memory_available",
+    "asked_bytes",
+    "check_saved_states",
 ]
 
 
@@ -82,3 +88,70 @@ def check_rank(name: str, x: torch.Tensor, rank: int, layout: str) -> torch.Tens
     if x.dim() != rank:
         raise ValueError(f"{name} must have shape {layout} ({rank} dimensions), got shape {tuple(x.shape)}")
     return x
+
+
+def format_bytes(n: float) -> str:
+    """``n`` bytes in binary units: ``1.5 GiB``, ``745 TiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def memory_available(device: torch.device | str = "cpu") -> tuple[int, int] | None:
+    """``(available, total)`` bytes of memory on ``device``: the CPU's ``MemAvailable`` and ``MemTotal`` (Linux
+    ``/proc/meminfo``), a CUDA device's free and total memory; ``None`` where it is not known."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        return int(free), int(total)
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            text = f.read()
+    except OSError:
+        return None
+    found = dict(re.findall(r"^(MemAvailable|MemTotal):\s+(\d+) kB", text, flags=re.M))
+    if len(found) < 2:
+        return None
+    return int(found["MemAvailable"]) * 1024, int(found["MemTotal"]) * 1024
+
+
+def check_memory(what: str, nbytes: int, device: torch.device | str, advice: str) -> None:
+    """Raise a ``ValueError`` before allocating ``nbytes`` for ``what`` on ``device`` when they exceed the memory
+    available there, saying the size asked, the memory there is and ``advice`` (what to change)."""
+    memory = memory_available(device)
+    if memory is None or nbytes <= memory[0]:
+        return
+    raise ValueError(
+        f"{what} need {format_bytes(nbytes)}, and {torch.device(device)} has {format_bytes(memory[0])} of memory "
+        f"available ({format_bytes(memory[1])} in all): {advice}"
+    )
+
+
+def asked_bytes(error: BaseException) -> int | None:
+    """The bytes an allocation that failed asked for, read from torch's message (``None`` if it says none)."""
+    text = str(error)
+    found = re.search(r"allocate (\d+) bytes", text)
+    if found:
+        return int(found.group(1))
+    found = re.search(r"[Tt]ried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB|PiB)", text)
+    if found:
+        units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+        return int(float(found.group(1)) * 1024 ** units.index(found.group(2)))
+    return None
+
+
+def check_saved_states(n_steps: int, save_every: int, x0: torch.Tensor) -> None:
+    """Refuse (before allocating) a [`meanfield.simulate.simulate`][meanfield.simulate.simulate] whose saved states, the initial one and
+    one every ``save_every`` of ``n_steps`` steps and the last, each of ``x0``'s size, need more memory than its
+    device has available."""
+    n_saved = len(range(0, n_steps, save_every)) + 1
+    check_memory(
+        f"simulate's {n_saved} saved states of shape {tuple(x0.shape)} ({x0.dtype})",
+        n_saved * x0.numel() * x0.element_size(),
+        x0.device,
+        "save fewer states (a larger save_every), or fewer replicas or particles",
+    )

@@ -24,16 +24,22 @@ def write_atomic(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) ->
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as error:
+        error.filename = str(path)
+        raise
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         if os.path.exists(tmp):
             os.remove(tmp)
+        if isinstance(error, OSError) and error.filename in (None, tmp):
+            error.filename = str(path)  # name the file asked for, not its temporary
         raise
     return path
 

@@ -97,7 +97,7 @@ def _print_config(path: str, args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .runs import DiskFullError, NonFiniteLossError, RunInterrupted, run
+    from .runs import NonFiniteLossError, RunInterrupted, run
 
     if args.list:
         return _list_configs()
@@ -128,7 +128,7 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130
-    except (NonFiniteLossError, DiskFullError) as error:
+    except NonFiniteLossError as error:
         print(f"meanfield run: error: {error}", file=sys.stderr)
         return 1
     return 0
@@ -209,6 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Mean-field Langevin dynamics: training as an interacting-particle SDE.",
     )
     parser.add_argument("--version", action="version", version=f"meanfield {_version()}")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,  # absent from the parsed arguments unless given
+        help="print every error with its traceback (not one line): meanfield --debug run …",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p = sub.add_parser(
         "validate",
@@ -384,15 +390,30 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    if getattr(args, "debug", False):  # every error with its traceback
+        return args.func(args)
+    from .runs.folder import ACCESS_ERRNOS, FolderAccessError, write_error
+
     try:
         return args.func(args)
+    except FolderAccessError as error:  # the machine's fault (a full disk, a read-only folder): exit 1
+        print(f"meanfield {args.command}: error: {error}", file=sys.stderr)
+        return 1
     except _user_errors() as error:  # a bad name, configuration, preset or file: one line, exit 2
         print(f"meanfield {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C outside a run's or a sweep's own handling (while starting, say)
+        print(f"meanfield {args.command}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # `meanfield run --list | head`: the reader left; say nothing more
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's final flush does not fail again
         return 0
+    except OSError as error:  # a write the machine refused outside a run's own files (sweep.json, …)
+        if error.errno not in ACCESS_ERRNOS:
+            raise
+        print(f"meanfield {args.command}: error: {write_error(error)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import _checks
 from ._checks import check_finite, check_finite_tensor, check_int, check_positive, check_rank
 from ._display import fields_html, html_block, shortlist
 from .brownian import BrownianIncrements, GaussianNoise, NoiseSource, RademacherNoise
@@ -419,6 +420,7 @@ def simulate(
         warnings.warn(unstable, UnstableStepWarning, stacklevel=2)
     watch = CollapseWatch(system, x0, dt, t0, collapse_every, collapse)
 
+    _checks.check_saved_states(n_steps, save_every, x0)  # before the list and the tensor of the saved states
     save_steps = [*range(first_save, n_steps, save_every), n_steps]
     states = torch.empty((len(save_steps), *x0.shape), dtype=x0.dtype, device=x0.device)  # (S, B, M, d)
     saved = 0

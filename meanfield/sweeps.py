@@ -50,7 +50,6 @@ every seed and pairs each arm with ``adam`` seed by seed.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import csv
 import datetime
@@ -59,7 +58,6 @@ import io
 import itertools
 import json
 import math
-import multiprocessing
 import os
 import re
 from collections import Counter
@@ -268,11 +266,14 @@ _worker_stop: int | None = None  # in a worker process: the signal the sweep's p
 
 
 def _worker_init() -> None:
-    """A worker of ``--jobs N``: its own process group (a terminal's Ctrl-C reaches the parent only, which
-    forwards it once) and, between points, SIGINT/SIGTERM only mark the worker as stopping."""
+    """A worker of ``--jobs N`` (``WorkerPool`` has made it die with the sweep and put
+    it in its own process group): between points SIGINT/SIGTERM only mark it as stopping, and the locks of the
+    run folders it takes record the sweep's pid, so that a later sweep can tell one left by a dead sweep."""
     import signal
 
-    os.setpgrp()
+    from meanfield.runs import lock
+
+    lock.SWEEP_PID = os.getppid()
 
     def stop(signum: int, frame: Any) -> None:
         global _worker_stop
@@ -280,6 +281,15 @@ def _worker_init() -> None:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, stop)
+
+
+def _resignal(step: int) -> None:
+    """After a point's first step: a signal that reached the worker while the run was being built (before the
+    run's own handler) is sent again, to the run, which checkpoints and stops."""
+    global _worker_stop
+    if _worker_stop is not None:
+        signum, _worker_stop = _worker_stop, None
+        os.kill(os.getpid(), signum)
 
 
 def _run_point(
@@ -293,7 +303,9 @@ def _run_point(
     if _worker_stop is not None:  # the sweep is stopping: start nothing
         raise RunInterrupted("the sweep was stopped before this point started", _worker_stop)
     try:
-        result = run(config, folder, preset=preset, overrides=overrides, resume=True, quiet=True)
+        result = run(
+            config, folder, preset=preset, overrides=overrides, resume=True, quiet=True, on_step=_resignal
+        )
         return result.summary
     except RunInterrupted:  # Ctrl-C or SIGTERM stops the sweep (the point resumes next time)
         raise
@@ -306,31 +318,68 @@ def _run_point(
         return {**summary, "status": "failed", "error": reason}
 
 
+def _mark_died(folder: str, reason: str) -> dict[str, Any]:
+    """The summary of a point whose worker process died (``reason``: how): ``failed`` with the reason, written
+    into the point's ``summary.json`` under its lock (the dead worker's lock is stale) when that can be done. A
+    later sweep resumes the point from its latest checkpoint."""
+    from meanfield.runs import RunFolderError, RunResult
+
+    try:
+        summary = RunResult.load(folder).summary
+    except (OSError, ValueError, KeyError):
+        summary = {"final": {}}
+    summary = {**summary, "status": "failed", "error": reason}
+    with contextlib.suppress(OSError, RunFolderError), FolderLock(folder, "run"):
+        if Path(folder, "summary.json").exists():
+            write_json_atomic(Path(folder) / "summary.json", summary)
+    return summary
+
+
 class _Stop(StopFlag):
-    """The sweep parent's SIGINT/SIGTERM handler: note the signal (never raise) and forward the first one to the
-    workers."""
+    """The sweep parent's SIGINT/SIGTERM handler: note the signal (never raise) and forward it to the workers
+    (the first makes each running point checkpoint and stop, a second stops them at once)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.pids: Callable[[], Sequence[int]] = list
 
     def _handle(self, signum: int, frame: Any) -> None:
-        first = not self.set
+        global _worker_stop
         self.signum = signum
-        if first:
-            for pid in self.pids():
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signum)
+        _worker_stop = signum  # --jobs 1: a point being built here stops after its first step (_resignal)
+        for pid in self.pids():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signum)
+
+    def __exit__(self, *exc: object) -> None:
+        global _worker_stop
+        _worker_stop = None
+        super().__exit__(*exc)
+
+    def check(self, what: str) -> None:
+        """Raise [`RunInterrupted`][meanfield.runs.RunInterrupted] if a signal came (``what``: where the sweep stands)."""
+        from meanfield.runs import RunInterrupted
+
+        if self.signum is not None:
+            import signal
+
+            name = signal.Signals(self.signum).name
+            raise RunInterrupted(f"the sweep was stopped by {name} {what}", self.signum)
 
 
 def _run_local(todo: Sequence[int], args, jobs: int, bar, stop: _Stop) -> dict[int, dict[str, Any]]:
     """Run the points ``todo`` here (``jobs`` = 1) or in ``jobs`` worker processes, at most ``jobs`` at a time,
     until all are done or a signal stops the sweep (then every running point checkpoints and stops, no new
-    point starts, and [`RunInterrupted`][meanfield.runs.loop.RunInterrupted] is raised once the workers are done)."""
+    point starts, and [`RunInterrupted`][meanfield.runs.RunInterrupted] is raised once the workers are done). A worker
+    that dies (SIGKILL, the out-of-memory killer) fails its own point, with the cause, and is replaced."""
+    import signal
+    import sys
+
+    from meanfield._workers import NotStarted, WorkerDied, WorkerPool
     from meanfield.runs import RunInterrupted
 
     summaries: dict[int, dict[str, Any]] = {}
-    interrupted: RunInterrupted | None = None
+    interrupted: BaseException | None = None
     if jobs == 1:
         for i in todo:
             if stop.signum is not None:
@@ -342,30 +391,38 @@ def _run_local(todo: Sequence[int], args, jobs: int, bar, stop: _Stop) -> dict[i
                 break
             bar.update(1)
     else:
-        context = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(
-            jobs, mp_context=context, initializer=_worker_init
-        ) as pool:
-            stop.pids = lambda: list(getattr(pool, "_processes", None) or {})
-            waiting, running = list(todo), {}
-            while waiting or running:
-                while waiting and len(running) < jobs and stop.signum is None and interrupted is None:
+        with WorkerPool(jobs, _run_point, _worker_init) as pool:
+            stop.pids = lambda: pool.pids
+            waiting = list(todo)
+            while waiting or pool.running:
+                while waiting and pool.free and stop.signum is None and interrupted is None:
                     i = waiting.pop(0)
-                    running[pool.submit(_run_point, *args(i))] = i
-                if not running:
+                    pool.submit(i, args(i))
+                if not pool.running:
                     break
-                done, _ = concurrent.futures.wait(running, timeout=0.5, return_when="FIRST_COMPLETED")
-                for future in done:
-                    i = running.pop(future)
-                    try:
-                        summaries[i] = future.result()
-                        bar.update(1)
-                    except RunInterrupted as error:
-                        interrupted = error
-    signum = stop.signum if stop.signum is not None else (interrupted.signum if interrupted else None)
+                pool.stopping = stop.signum is not None or interrupted is not None
+                for i, ok, value in pool.results(timeout=0.5):
+                    if isinstance(value, NotStarted):  # the sweep stopped before the point was sent
+                        continue
+                    if ok:
+                        summaries[i] = value
+                    elif isinstance(value, WorkerDied):
+                        folder = args(i)[1]
+                        summaries[i] = _mark_died(folder, f"{type(value).__name__}: {value}")
+                        print(
+                            f"sweep point {Path(folder).name}: {value}; marked failed, the other points go on",
+                            file=sys.stderr,
+                        )
+                    elif isinstance(value, (RunInterrupted, KeyboardInterrupt)):
+                        interrupted = value
+                        continue
+                    else:  # _run_point records every failure of a run: this is a bug, which stops the sweep
+                        raise value
+                    bar.update(1)
+    signum = stop.signum if stop.signum is not None else getattr(interrupted, "signum", None)
+    if signum is None and isinstance(interrupted, KeyboardInterrupt):  # a worker stopped at once
+        signum = signal.SIGINT
     if signum is not None:
-        import signal
-
         name = signal.Signals(signum).name
         raise RunInterrupted(
             f"the sweep was stopped by {name}: {len(summaries)} points finished this time, the running ones wrote "
@@ -466,6 +523,45 @@ def _adopt_old_folders(
     for i, folder in sorted(found.items()):
         folder.rename(out / names[i])
         print(f"{out}: renamed the run folder {folder.name!r} to {names[i]!r} (its point {dict(points[i])})")
+
+
+ORPHAN_GRACE_S = 60.0
+"""How long a sweep waits for a point's orphan (a worker of a dead sweep, stopping by itself) before it sends
+SIGTERM; after SIGTERM it waits [`ORPHAN_STOP_S`][meanfield.sweeps.ORPHAN_STOP_S] more for the checkpoint."""
+ORPHAN_STOP_S = 300.0
+
+
+def _take_over_orphans(out: Path, names: Sequence[str], quiet: bool) -> None:
+    """Free the points of ``out`` still held by the workers of a sweep that is gone (their parent died: SIGKILL,
+    a lost node), so that this sweep resumes them instead of failing them with ``FolderLocked``.
+
+    An orphan gets [`ORPHAN_GRACE_S`][meanfield.sweeps.ORPHAN_GRACE_S] seconds to end by itself (a worker dies with its sweep: it finishes its
+    step and checkpoints), then SIGTERM (an orphan of an older version keeps training), and
+    [`ORPHAN_STOP_S`][meanfield.sweeps.ORPHAN_STOP_S] more. A point held by a live sweep's worker, or by a ``meanfield run`` started by hand,
+    is left alone (it fails with ``FolderLocked`` naming its holder)."""
+    import signal
+    import sys
+
+    from meanfield.runs.lock import orphan_holder, wait_until_free
+
+    for name in names:
+        folder = out / name
+        holder = orphan_holder(folder)
+        if holder is None:
+            continue
+        pid = holder["pid"]
+        say = f"{folder}: held by pid {pid}, a worker of sweep pid {holder['sweep_pid']}, which is gone"
+        if wait_until_free(folder, ORPHAN_GRACE_S):
+            print(f"{say}; it stopped, the point resumes from its checkpoint", file=sys.stderr)
+            continue
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+        stopped = wait_until_free(folder, ORPHAN_STOP_S)
+        print(
+            f"{say}; sent it SIGTERM: "
+            + ("it checkpointed and stopped, the point resumes" if stopped else "it is still running"),
+            file=sys.stderr,
+        )
 
 
 def _check_finished(
@@ -987,56 +1083,66 @@ def sweep_runs(
             finished = _check_finished(out, names, configs, resumes=False)
             summaries = {i: finished.get(i) or _not_run(out / name) for i, name in enumerate(names)}
             return _write_tables(out, grid, points, names, summaries, metrics, base, options, quiet)
-    _preflight(names, configs)
-    out.mkdir(parents=True, exist_ok=True)
-    with FolderLock(out, "sweep"), _Stop() as stop:  # one sweep per folder; signals reach the workers
-        _adopt_old_folders(out, points, names, configs)
-        finished = _check_finished(out, names, configs)  # the folder is ours (locked) from here on
-        _record_command(out, spec)
+    with _Stop() as stop:  # from here a signal stops the sweep cleanly, start-up included
+        _preflight(names, configs)
+        if not quiet:
+            from meanfield.tasks import task_source
 
-        summaries: dict[int, dict[str, Any]] = {}
-        todo = []
-        for i, point in enumerate(points):
-            folder = out / names[i]
-            done = finished.get(i)
-            if done is None or not (folder / "point.json").exists():
-                _write_point(
-                    folder, point, [*overrides, *point_overrides(point)], point_preset(point, preset)
-                )
-            if done is not None:
-                summaries[i] = done
-            else:
-                todo.append(i)
-        if order == "seed":  # stable: within a seed, the grid's order
-            todo.sort(key=lambda i: seeds.index(points[i]["seed"]))
-        shown = not quiet and progress_default()  # the policy of meanfield.progress
-        bar = tqdm(
-            total=len(points), initial=len(points) - len(todo), disable=not shown, unit="run", desc=out.name
-        )
-        threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+            for task, source in {c["task"]: task_source(c["task"]) for c in configs}.items():
+                if source is not None:  # a configuration that imports code says so
+                    print(f"{out}: task {task!r} runs code imported from {source}")
+        stop.check("before any point ran")
+        out.mkdir(parents=True, exist_ok=True)
+        with FolderLock(out, "sweep"):  # one sweep per folder; signals reach the workers
+            _adopt_old_folders(out, points, names, configs)
+            finished = _check_finished(out, names, configs)  # the folder is ours (locked) from here on
+            _take_over_orphans(out, [n for i, n in enumerate(names) if i not in finished], quiet)
+            stop.check("before any point ran")
+            _record_command(out, spec)
 
-        if backend == "ray":
-            threads = 1  # one CPU per task: Ray schedules the cluster's cores
-
-        def args(i: int) -> tuple:
-            point = points[i]
-            return (
-                str(Path(config).resolve()),
-                str((out / names[i]).resolve()),
-                point_preset(point, preset),
-                [*overrides, *point_overrides(point)],
-                threads,
+            summaries: dict[int, dict[str, Any]] = {}
+            todo = []
+            for i, point in enumerate(points):
+                folder = out / names[i]
+                done = finished.get(i)
+                if done is None or not (folder / "point.json").exists():
+                    _write_point(
+                        folder, point, [*overrides, *point_overrides(point)], point_preset(point, preset)
+                    )
+                if done is not None:
+                    summaries[i] = done
+                else:
+                    todo.append(i)
+            if order == "seed":  # stable: within a seed, the grid's order
+                todo.sort(key=lambda i: seeds.index(points[i]["seed"]))
+            shown = not quiet and progress_default()  # the policy of meanfield.progress
+            bar = tqdm(
+                total=len(points), initial=len(points) - len(todo), disable=not shown, unit="run", desc=out.name
             )
+            threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
 
-        try:
             if backend == "ray":
-                summaries.update(_run_on_ray(todo, args, address, bar))
-            else:
-                summaries.update(_run_local(todo, args, jobs, bar, stop))
-        finally:
-            bar.close()
+                threads = 1  # one CPU per task: Ray schedules the cluster's cores
 
-        return _write_tables(out, grid, points, names, summaries, metrics, base, options, quiet)
+            def args(i: int) -> tuple:
+                point = points[i]
+                return (
+                    str(Path(config).resolve()),
+                    str((out / names[i]).resolve()),
+                    point_preset(point, preset),
+                    [*overrides, *point_overrides(point)],
+                    threads,
+                )
+
+            try:
+                if backend == "ray":
+                    summaries.update(_run_on_ray(todo, args, address, bar))
+                else:
+                    summaries.update(_run_local(todo, args, jobs, bar, stop))
+            finally:
+                bar.close()
+
+            return _write_tables(out, grid, points, names, summaries, metrics, base, options, quiet)
 
 
 def _write_tables(

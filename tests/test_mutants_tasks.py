@@ -19,7 +19,6 @@ t-test, the bytes a fake script or a fake theory check wrote, the pixel size a P
 
 from __future__ import annotations
 
-import concurrent.futures
 import hashlib
 import json
 import math
@@ -517,29 +516,55 @@ def test_a_stopped_worker_refuses_to_start_a_point(monkeypatch, tmp_path):
     assert info.value.signum == signal.SIGTERM and not (tmp_path / "p").exists()
 
 
-def test_worker_init_makes_a_process_group_and_signals_only_mark_the_worker(monkeypatch):
-    """``_worker_init`` calls ``os.setpgrp`` once and installs handlers for SIGINT and SIGTERM that record
-    the signal in ``_worker_stop`` (nothing is raised)."""
-    calls, handlers = [], {}
-    monkeypatch.setattr(os, "setpgrp", lambda: calls.append("setpgrp"))
+def test_worker_init_records_the_sweep_in_locks_and_signals_only_mark_the_worker(monkeypatch):
+    """``_worker_init`` sets ``lock.SWEEP_PID`` to its parent (the sweep) and installs handlers for SIGINT and
+    SIGTERM that record the signal in ``_worker_stop`` (nothing is raised)."""
+    from meanfield.runs import lock
+
+    handlers = {}
     monkeypatch.setattr(signal, "signal", lambda signum, handler: handlers.__setitem__(signum, handler))
     monkeypatch.setattr(sweeps, "_worker_stop", None)
+    monkeypatch.setattr(lock, "SWEEP_PID", None)
     sweeps._worker_init()
-    assert calls == ["setpgrp"] and set(handlers) == {signal.SIGINT, signal.SIGTERM}
+    assert set(handlers) == {signal.SIGINT, signal.SIGTERM} and lock.SWEEP_PID == os.getppid()
     handlers[signal.SIGTERM](signal.SIGTERM, None)
     assert sweeps._worker_stop == signal.SIGTERM
     handlers[signal.SIGINT](signal.SIGINT, None)
     assert sweeps._worker_stop == signal.SIGINT
 
 
-class _ThreadPool(concurrent.futures.ThreadPoolExecutor):
-    """A stand-in for the process pool: threads, recording the context and initializer it was given."""
+class _ThreadPool:
+    """A stand-in for :class:`meanfield._workers.WorkerPool`: the calls run at once, here, recording the pool's
+    arguments."""
 
     made: list = []
 
-    def __init__(self, max_workers, mp_context=None, initializer=None):
-        _ThreadPool.made.append((max_workers, mp_context.get_start_method(), initializer))
-        super().__init__(max_workers)
+    def __init__(self, jobs, function, init):
+        _ThreadPool.made.append((jobs, function, init))
+        self.jobs, self.function, self.done, self.stopping = jobs, function, [], False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    pids: list = []
+
+    @property
+    def running(self):
+        return len(self.done)
+
+    @property
+    def free(self):
+        return len(self.done) < self.jobs
+
+    def submit(self, key, args):
+        self.done.append((key, True, self.function(*args)))
+
+    def results(self, timeout=None):
+        done, self.done = self.done, []
+        yield from done
 
 
 def _fake_summary(config, folder, preset, overrides, threads):
@@ -549,9 +574,12 @@ def _fake_summary(config, folder, preset, overrides, threads):
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_run_local_returns_every_point_by_its_index(monkeypatch, jobs):
     """``_run_local`` runs every point of ``todo`` with its own arguments and files its summary under its
-    index, here or (``jobs`` = 2) in a pool started by ``spawn`` with ``_worker_init``; the bar counts them."""
+    index, here or (``jobs`` = 2) in a ``WorkerPool`` of ``_run_point`` with ``_worker_init``; the bar counts
+    them."""
+    from meanfield import _workers
+
     _ThreadPool.made = []
-    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", _ThreadPool)
+    monkeypatch.setattr(_workers, "WorkerPool", _ThreadPool)
     monkeypatch.setattr(sweeps, "_run_point", _fake_summary)
     ticks = []
     bar = types.SimpleNamespace(update=ticks.append)
@@ -560,7 +588,7 @@ def test_run_local_returns_every_point_by_its_index(monkeypatch, jobs):
     got = sweeps._run_local(todo, lambda i: ("c.toml", f"point{i}", None, [f"seed={i}"], 3), jobs, bar, stop)
     assert {i: s["folder"] for i, s in got.items()} == {i: f"point{i}" for i in todo}
     assert all(s["threads"] == 3 for s in got.values()) and ticks == [1] * len(todo)
-    assert _ThreadPool.made == ([] if jobs == 1 else [(2, "spawn", sweeps._worker_init)])
+    assert _ThreadPool.made == ([] if jobs == 1 else [(2, _fake_summary, sweeps._worker_init)])
 
 
 def _finals(lr: float, seed: int) -> dict:

@@ -11,6 +11,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -627,3 +628,475 @@ def test_sigterm_to_a_sweep_parent_reaches_its_workers_and_leaves_no_orphans(tmp
         assert (
             summary.status == "interrupted" and Checkpoints(folder / "checkpoints").latest() == summary.step
         )
+
+
+# -- issue 50: sweep workers that die, and sweeps that die ---------------------------------------------------
+
+
+def _sweep_args(out: Path, steps: int, seeds: str = "0", checkpoint_every: int = 0) -> list[str]:
+    args = ["sweep", str(TEACHER), "--preset", "smoke", "--out", str(out), "--jobs", "2", "--quiet"]
+    args += ["--grid", "optim.lr=0.02,0.05", "--seeds", seeds, "--set", f"train.steps={steps}"]
+    return args + ["--set", f"train.checkpoint_every={checkpoint_every}", "--set", "train.log_every=5"]
+
+
+def _workers(pid: int) -> list[int]:
+    """The sweep's worker processes (spawned: ``spawn_main`` in their command line)."""
+    found = []
+    for child in _children(pid):
+        with contextlib.suppress(OSError):
+            if "spawn_main" in Path(f"/proc/{child}/cmdline").read_text(errors="replace"):
+                found.append(child)
+    return found
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has ended (a zombie waiting for a parent that does not reap it counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def _resumable(folder: Path) -> bool:
+    """A point that never started, or one that stopped with a checkpoint of the step its summary names."""
+    if not (folder / "summary.json").exists():
+        return not (folder / "checkpoints").exists()
+    summary = RunResult.load(folder)
+    return summary.status == "interrupted" and Checkpoints(folder / "checkpoints").latest() == summary.step
+
+
+@pytest.mark.slow
+def test_a_sweeps_workers_die_with_its_parent_and_the_same_command_finishes_their_points(tmp_path):
+    """SIGKILL to a sweep's parent: its workers get SIGTERM from the kernel (PR_SET_PDEATHSIG), finish their
+    step, checkpoint and end; running the same command at once resumes both points (no ``FolderLocked``)."""
+    out = tmp_path / "sweep"
+    p = _meanfield(*_sweep_args(out, steps=3000))
+    try:
+        _wait_for(lambda: sum(_steps_logged(f) >= 10 for f in out.glob("*_seed=*")) >= 2, timeout=180)
+        workers = _workers(p.pid)
+        p.kill()
+        p.wait(timeout=30)
+        assert len(workers) == 2
+        _wait_for(lambda: all(_gone(w) for w in workers), timeout=120)  # none outlives its sweep
+    finally:
+        if p.poll() is None:
+            p.kill()
+    points = sorted(out.glob("*_seed=*"))
+    assert len(points) == 2 and all(_resumable(f) and (f / "summary.json").exists() for f in points)
+    again = _meanfield(*_sweep_args(out, steps=3000))
+    _, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err
+    assert "FolderLocked" not in err and "Traceback" not in err
+    assert all(RunResult.load(f).status == "finished" for f in points)
+
+
+def _lock_holder(folder: Path, sweep_pid: int | None) -> subprocess.Popen:
+    """A process that holds ``folder``'s lock as a sweep worker of ``sweep_pid`` would (``None``: as a run
+    started by hand) and, on SIGTERM, releases it and exits 0."""
+    code = (
+        "import signal, sys\n"
+        "from meanfield.runs import lock\n"
+        f"lock.SWEEP_PID = {sweep_pid!r}\n"
+        f"held = lock.FolderLock({str(folder)!r}).acquire()\n"
+        "signal.signal(signal.SIGTERM, lambda s, f: (held.release(), sys.exit(0)))\n"
+        "print('held', flush=True)\n"
+        "while True: signal.pause()\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    return holder
+
+
+@pytest.mark.slow
+def test_a_sweep_stops_the_orphan_of_a_dead_sweep_but_not_a_live_sweeps_worker_or_a_hand_run(
+    tmp_path, monkeypatch
+):
+    """An older sweep's worker whose sweep is gone and which keeps training (no parent-death signal) holds a
+    point: the new sweep waits ORPHAN_GRACE_S, sends it SIGTERM and gets the point. Controls: a holder whose
+    recorded sweep is its live parent, and a run started by hand, are left alone."""
+    from meanfield import sweeps
+
+    monkeypatch.setattr(sweeps, "ORPHAN_GRACE_S", 0.2)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a sweep pid that no longer runs
+    orphan = _lock_holder(tmp_path / "a", gone.pid)
+    live = _lock_holder(tmp_path / "b", os.getpid())  # its recorded sweep is its parent: this process
+    by_hand = _lock_holder(tmp_path / "c", None)
+    try:
+        sweeps._take_over_orphans(tmp_path, ["a", "b", "c"], quiet=True)
+        assert orphan.wait(timeout=60) == 0  # it got SIGTERM and released the point
+        with FolderLock(tmp_path / "a") as lock:
+            assert lock.held and lock.stale is None  # released, not stale
+        assert live.poll() is None and by_hand.poll() is None
+        for folder in ("b", "c"):
+            with pytest.raises(FolderLocked):
+                FolderLock(tmp_path / folder).acquire()
+    finally:
+        for holder in (orphan, live, by_hand):
+            if holder.poll() is None:
+                holder.kill()
+                holder.wait()
+
+
+@pytest.mark.slow
+def test_a_killed_worker_fails_its_own_point_and_the_others_go_on(tmp_path):
+    """SIGKILL (what the out-of-memory killer sends) to one worker: its point is marked failed with the signal,
+    the pool gets a new worker, the other three points finish, the tables are written, exit 1, no traceback.
+    Control: the same command again resumes the failed point from its checkpoint and exits 0."""
+    out = tmp_path / "sweep"
+    p = _meanfield(*_sweep_args(out, steps=600, seeds="0,1", checkpoint_every=5))
+    victim = out / "optim.lr=0.02_seed=0"
+    try:
+        _wait_for(lambda: _steps_logged(victim) >= 10, timeout=180)
+        holder = json.loads((victim / ".lock").read_text())["pid"]
+        assert holder in _workers(p.pid)
+        os.kill(holder, signal.SIGKILL)
+        _, err = p.communicate(timeout=600)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 1, err
+    assert "Traceback" not in err and "BrokenProcessPool" not in err
+    assert f"{victim.name}: its worker process (pid {holder}) was killed by SIGKILL" in err
+    import csv
+
+    rows = {r["folder"]: r for r in csv.DictReader((out / "runs.csv").open())}
+    assert rows[victim.name]["status"] == "failed" and "was killed by SIGKILL" in rows[victim.name]["error"]
+    assert [r["status"] for n, r in rows.items() if n != victim.name] == ["finished"] * 3
+    assert (out / "summary.md").exists()
+    summary = RunResult.load(victim)
+    assert summary.status == "failed" and "SIGKILL" in summary.summary["error"]
+    again = _meanfield(*_sweep_args(out, steps=600, seeds="0,1", checkpoint_every=5))
+    _, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err
+    assert RunResult.load(victim).status == "finished"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_while_the_workers_start_exits_128_plus_it_and_every_point_resumes(signum, tmp_path):
+    """The signal reaches the parent while its two workers are still importing torch: the workers hold it
+    (started with it blocked), the parent forwards it, no point starts or each stops with a checkpoint; exit
+    128 + signal, one line, no ``BrokenProcessPool``. Control: the same command again finishes every point."""
+    out = tmp_path / "sweep"
+    p = _meanfield(*_sweep_args(out, steps=40))
+    try:
+        _wait_for(lambda: _workers(p.pid), timeout=180)
+        p.send_signal(signum)
+        _, err = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 128 + signum, err
+    assert "Traceback" not in err and "BrokenProcessPool" not in err and err.count("\n") == 1
+    assert all(_resumable(f) for f in out.glob("*_seed=*"))
+    again = _meanfield(*_sweep_args(out, steps=40))
+    _, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err
+
+
+# -- issue 50: resume faults are one line naming the file, exit 1 (the machine) or 2 (the input) -------------
+
+
+def _resume(folder: Path, capsys, *extra: str) -> tuple[int, str]:
+    sets = [x for s in (*SMALL, *extra) for x in ("--set", s)]
+    code = cli.main(
+        ["run", str(TEACHER), "--preset", "smoke", "--out", str(folder), "--resume", "--quiet", *sets]
+    )
+    return code, capsys.readouterr().err
+
+
+def _fill(where: Path) -> Path:
+    """Fill the file system of ``where`` to the last byte; return the ballast file."""
+    ballast = where / "ballast"
+    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT)
+    try:
+        for size in (1 << 16, 1):  # blocks, then the last bytes
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * size)
+    finally:
+        os.close(fd)
+    return ballast
+
+
+def test_a_resume_onto_a_full_disk_is_one_line_naming_the_file_exit_1(
+    small_disk, uninterrupted, tmp_path, capsys, monkeypatch
+):
+    """A stopped run on a full device (a real 24 MiB tmpfs filled to the last byte, else an injected ENOSPC
+    from writing config.toml): resuming it is one line naming a file of the folder, exit 1 (the machine's
+    fault, not the input's), no traceback. Control: with the space back the same command resumes it, and the
+    run equals the uninterrupted one bit for bit."""
+    folder = _stopped((small_disk if small_disk is not None else tmp_path) / "run")
+    if small_disk is not None:
+        ballast = _fill(small_disk)
+    else:
+        from meanfield.runs import loop
+
+        real = loop.write_text_atomic
+
+        def full(path, text):
+            if Path(path).name == "config.toml":
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(path, text)
+
+        monkeypatch.setattr(loop, "write_text_atomic", full)
+    code, err = _resume(folder, capsys)
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"no space left on device writing {folder}" in err and "free some space" in err
+    assert RunResult.load(folder).status != "finished"
+    if small_disk is not None:
+        ballast.unlink()
+    else:
+        monkeypatch.undo()
+    assert _resume(folder, capsys)[0] == 0 and _same_run(uninterrupted, folder)
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """``(writable, read_only)``: a folder and a read-only bind mount of it (as root where mounts are allowed),
+    else ``(writable, None)``."""
+    source, view = tmp_path / "rw", tmp_path / "ro"
+    source.mkdir()
+    view.mkdir()
+    done = subprocess.run(["mount", "--bind", str(source), str(view)], capture_output=True)
+    if done.returncode != 0:
+        yield source, None
+        return
+    try:
+        if subprocess.run(["mount", "-o", "remount,bind,ro", str(view)], capture_output=True).returncode:
+            yield source, None
+        else:
+            yield source, view
+    finally:
+        subprocess.run(["umount", "-l", str(view)], capture_output=True)
+
+
+def test_a_resume_in_a_read_only_folder_is_one_line_naming_the_lock_exit_1(read_only, capsys, monkeypatch):
+    """A run folder seen through a read-only bind mount (else an injected EROFS from opening the lock): one line
+    naming FOLDER/.lock and what to do, exit 1. Control: the same folder, writable, resumes (exit 0)."""
+    source, view = read_only
+    _stopped(source / "run")
+    if view is None:
+        view, real = source, os.open
+
+        def read_only_open(path, flags, *args):
+            if str(path).endswith(".lock"):
+                raise OSError(errno.EROFS, "Read-only file system", str(path))
+            return real(path, flags, *args)
+
+        monkeypatch.setattr(os, "open", read_only_open)
+    code, err = _resume(view / "run", capsys)
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"cannot write {view / 'run' / '.lock'}: the file system is read-only" in err
+    monkeypatch.undo()
+    assert _resume(source / "run", capsys)[0] == 0
+
+
+def test_a_garbled_environment_json_is_one_line_naming_it_exit_2(tmp_path, capsys):
+    """environment.json cut in the middle: the resume refuses before writing anything, naming the file and what
+    to do, exit 2; no JSONDecodeError traceback. Control: once it is deleted, as the message says, it resumes."""
+    folder = _stopped(tmp_path / "env")
+    path = folder / "environment.json"
+    path.write_text(path.read_text()[:40])
+    before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+    code, err = _resume(folder, capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{path} is unreadable (JSONDecodeError" in err and "delete it" in err
+    assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == before  # nothing written
+    path.unlink()
+    assert _resume(folder, capsys)[0] == 0 and RunResult.load(folder).status == "finished"
+
+
+def test_checkpoints_replaced_by_a_file_is_one_line_exit_2(tmp_path, capsys):
+    """``checkpoints/`` replaced by a file: one line naming it (no NotADirectoryError), exit 2. Control: with the
+    file moved away the run resumes (from step 0: there is no checkpoint)."""
+    import shutil
+
+    folder = _stopped(tmp_path / "file")
+    shutil.rmtree(folder / "checkpoints")
+    (folder / "checkpoints").write_text("not a folder")
+    code, err = _resume(folder, capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{folder / 'checkpoints'} is not a folder" in err and "Traceback" not in err
+    (folder / "checkpoints").unlink()
+    assert _resume(folder, capsys)[0] == 0 and RunResult.load(folder).status == "finished"
+
+
+def test_debug_prints_the_traceback_of_a_refused_resume(tmp_path):
+    """``--debug``: the same refusal raises with its traceback (here: the RunFolderError of a garbled record)."""
+    folder = _stopped(tmp_path / "env")
+    (folder / "environment.json").write_text("{")
+    sets = [x for s in SMALL for x in ("--set", s)]
+    with pytest.raises(RunFolderError, match="environment.json is unreadable"):
+        cli.main(
+            ["--debug", "run", str(TEACHER), "--preset", "smoke", "--out", str(folder), "--resume", *sets]
+        )
+
+
+# -- issue 50: truthful messages ------------------------------------------------------------------------------
+
+
+def _resign(checkpoints: Checkpoints, step: int, state: dict) -> None:
+    """Write ``state`` as the checkpoint of ``step`` with a matching record (what a forger would do)."""
+    import hashlib
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    data = buffer.getvalue()
+    record = checkpoints.record(step)
+    record.update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+    checkpoints.path(step).write_bytes(data)
+    checkpoints.record_path(step).write_text(json.dumps(record))
+
+
+def test_a_resigned_checkpoint_with_nan_parameters_is_set_aside_not_resumed(uninterrupted, tmp_path):
+    """A checkpoint whose parameters were set to NaN and whose record was rewritten to match: it verifies, so
+    before it was loaded and the run diverged at once, calling it 'the last checkpoint with finite parameters'.
+    Now it is refused as damaged, moved to corrupt/, and the run resumes from step 5 to the uninterrupted
+    result. Control: the same re-signing with finite parameters resumes from it without a warning."""
+    folder = _stopped(tmp_path / "nan")
+    checkpoints = Checkpoints(folder / "checkpoints")
+    state = checkpoints.load(10)
+    name = next(k for k, v in state["model"].items() if v.is_floating_point())
+    _resign(checkpoints, 10, state)  # control first: re-signed, finite
+    assert checkpoints.load_good()[0] == 10
+    state["model"][name] = torch.full_like(state["model"][name], float("nan"))
+    _resign(checkpoints, 10, state)
+    with pytest.warns(UserWarning, match=rf"step-00000010\.pt is damaged: its parameters {name}.* hold NaN"):
+        run(TEACHER, folder, preset="smoke", overrides=SMALL, quiet=True, resume=True)
+    assert (folder / "checkpoints" / "corrupt" / "step-00000010.pt").exists()
+    assert _same_run(uninterrupted, folder)
+
+
+class _Payload:
+    def __reduce__(self):
+        return (os.system, ("echo this must never run",))
+
+
+def test_a_refused_malicious_checkpoint_does_not_suggest_weights_only_false(tmp_path):
+    """A re-signed checkpoint holding a pickled call of os.system: torch.load(weights_only=True) refuses it;
+    the message names what it held but never repeats torch's hint to retry with weights_only=False.
+    Control: torch's own message does carry that hint."""
+    folder = _stopped(tmp_path / "evil")
+    checkpoints = Checkpoints(folder / "checkpoints")
+    state = checkpoints.load(10)
+    _resign(checkpoints, 10, {**state, "payload": _Payload()})
+    with pytest.raises(CorruptCheckpointError) as caught:
+        checkpoints.load(10)
+    message = str(caught.value)
+    assert "refused it" in message and "system" in message
+    assert "weights_only=False" not in message and "set to `False`" not in message
+    with pytest.raises(Exception, match="set to `False`"):  # the hint torch gives
+        torch.load(checkpoints.path(10), weights_only=True)
+
+
+# -- issue 50: sizes ------------------------------------------------------------------------------------------
+
+
+def test_sizes_that_cannot_fit_are_refused_in_one_line_with_the_size_and_the_memory(tmp_path, capsys):
+    """``model.n_particles = 10**12`` (a 15 TiB tensor): one line stating the size asked and the memory there
+    is, exit 2, nothing written; ``train.steps = 10**20``: the allowed range. Controls: 2**53 steps pass the
+    check (the config only), and 32 particles run."""
+    from meanfield.runs import check_config
+
+    out = tmp_path / "big"
+    code = cli.main(
+        [
+            "run",
+            str(TEACHER),
+            "--preset",
+            "smoke",
+            "--set",
+            "model.n_particles=1000000000000",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert re.search(r"one of its tensors needs [\d.]+ TiB, and cpu has [\d.]+ GiB", err), err
+    assert "of memory available" in err and not out.exists()
+    code = cli.main(
+        [
+            "run",
+            str(TEACHER),
+            "--preset",
+            "smoke",
+            "--set",
+            "train.steps=100000000000000000000",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "train.steps must be in 1 … 2**53" in err and err.count("\n") == 1
+    resolved = {"task": "teacher_student", "optim": {"lr": 0.1, "beta": 0.0}}
+    check_config({**resolved, "train": {"steps": 2**53}})  # control: the largest allowed
+    with pytest.raises(ConfigError, match=r"2\*\*53"):
+        check_config({**resolved, "train": {"steps": 2**53 + 1}})
+
+
+def test_simulate_refuses_saved_states_beyond_the_memory_before_allocating():
+    """``simulate`` asked to save 2,000,001 states of 100,000 floats (800 GB): refused before the tensor (and the
+    list of save steps) is made, naming the size and the memory. Control: saving only the two ends passes."""
+    from meanfield import _checks
+    from meanfield.potentials import Quadratic
+    from meanfield.simulate import simulate
+    from meanfield.systems import MeanFieldLangevin
+
+    x0 = torch.zeros(1, 1000, 100)
+    with pytest.raises(ValueError, match=r"2000001 saved states .* need 745 GiB, and cpu has .* available"):
+        simulate(MeanFieldLangevin(Quadratic(1.0), beta=1.0), x0, t1=2.0, dt=1e-6, save_every=1, generator=0)
+    _checks.check_saved_states(2_000_000, 2_000_000, x0)  # control: two states fit
+
+
+# -- issue 50: leftovers of a kill, and the optimizer's state after a resume ---------------------------------
+
+
+def test_a_record_left_without_its_checkpoint_is_removed_and_the_optimizer_state_resumes_exactly(
+    uninterrupted, tmp_path
+):
+    """A kill between a checkpoint's record and its file leaves ``step-N.json`` alone: the next run that takes
+    the folder removes it (the records of existing checkpoints stay). After the resume the optimizer's state
+    dict equals the uninterrupted run's strictly: the same keys in every group (no ``differentiable`` added by
+    torch) and the same tensors."""
+    folder = _stopped(tmp_path / "orphan")
+    checkpoints = Checkpoints(folder / "checkpoints")
+    orphan = checkpoints.record_path(17)  # not a checkpoint step of this run
+    orphan.write_text(checkpoints.record_path(10).read_text())
+    run(TEACHER, folder, preset="smoke", overrides=SMALL, quiet=True, resume=True)
+    assert not orphan.exists()
+    assert all(checkpoints.record_path(s).exists() for s in checkpoints.steps())  # control: the others stay
+
+    def same(a, b) -> bool:
+        if torch.is_tensor(a):
+            return torch.is_tensor(b) and a.dtype == b.dtype and torch.equal(a, b)
+        if isinstance(a, dict):
+            return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, (list, tuple)):
+            return type(a) is type(b) and len(a) == len(b) and all(map(same, a, b))
+        return a == b
+
+    mine = checkpoints.load()["optimizer"]
+    theirs = Checkpoints(uninterrupted / "checkpoints").load()["optimizer"]
+    assert same(mine, theirs)
+    theirs["param_groups"][0]["differentiable"] = False  # negative control: what a resume used to add
+    assert not same(mine, theirs)
+
+
+def test_a_run_that_imports_code_says_from_where(tmp_path, capsys):
+    """``task = "module:attribute"`` imports that module: the run prints its file and records it in
+    environment.json. Control: a built-in task prints nothing of the kind."""
+    folder = tmp_path / "imported"
+    run(TEACHER, folder, preset="smoke", overrides=[*SMALL, "task=meanfield.tasks:TEACHER_STUDENT"])
+    out = capsys.readouterr().out
+    import meanfield.tasks
+
+    assert f"task 'meanfield.tasks:TEACHER_STUDENT' runs code imported from {meanfield.tasks.__file__}" in out
+    assert json.loads((folder / "environment.json").read_text())["task_source"] == meanfield.tasks.__file__
+    run(TEACHER, tmp_path / "builtin", preset="smoke", overrides=SMALL)
+    assert "imported from" not in capsys.readouterr().out

@@ -505,7 +505,7 @@ def test_main_without_a_command_prints_the_help_and_returns_0(capsys):
     assert cli.main([]) == 0
     out = capsys.readouterr()
     assert out.out == cli.build_parser().format_help()
-    assert out.out.startswith("usage: meanfield [-h] [--version] COMMAND ...")
+    assert out.out.startswith("usage: meanfield [-h] [--version] [--debug] COMMAND ...")
     assert out.err == ""
     assert "meanfield run" not in out.out.splitlines()[0]
 

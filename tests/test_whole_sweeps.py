@@ -1216,7 +1216,8 @@ def test_sweep_runs_tables_written_and_printed(tmp_path, monkeypatch, capsys):
 
 def test_run_point_records_a_failure(tmp_path, monkeypatch):
     """A point whose run raises is recorded: its saved summary (or ``{"final": {}}``) with status and error;
-    the run gets resume=True and quiet=True; ``threads`` sets torch's threads; RunInterrupted propagates."""
+    the run gets resume=True, quiet=True and on_step=_resignal (a signal that came while it was built reaches
+    the run after its first step); ``threads`` sets torch's threads; RunInterrupted propagates."""
     import meanfield.runs as runs_mod
 
     calls = []
@@ -1238,7 +1239,13 @@ def test_run_point_records_a_failure(tmp_path, monkeypatch):
         (
             "c.toml",
             str(tmp_path / "p"),
-            {"preset": "quick", "overrides": ["a=1"], "resume": True, "quiet": True},
+            {
+                "preset": "quick",
+                "overrides": ["a=1"],
+                "resume": True,
+                "quiet": True,
+                "on_step": sweeps._resignal,
+            },
         )
     ]
 
@@ -1263,8 +1270,10 @@ def test_run_point_records_a_failure(tmp_path, monkeypatch):
         sweeps._run_point("c.toml", "f", None, [], None)
 
 
-def test_stop_forwards_the_first_signal_only(monkeypatch):
-    """``_Stop._handle`` records every signal (never raises) and sends only the first one to the workers."""
+def test_stop_forwards_every_signal_and_marks_a_point_built_here(monkeypatch):
+    """``_Stop._handle`` records every signal (never raises), sends each one to the workers (the first makes
+    their points checkpoint and stop, a second stops them at once) and sets ``_worker_stop``, so that a point
+    being built in this process (``--jobs 1``) stops after its first step; leaving the ``with`` clears it."""
     killed = []
 
     def kill(pid, signum):
@@ -1273,13 +1282,16 @@ def test_stop_forwards_the_first_signal_only(monkeypatch):
             raise OSError("gone")
 
     monkeypatch.setattr(sweeps.os, "kill", kill)
+    monkeypatch.setattr(sweeps, "_worker_stop", None)
     stop = sweeps._Stop()
     assert stop.pids() == [] and stop.signum is None
     stop.pids = lambda: [1, 2, 3]
     stop._handle(15, None)
-    assert killed == [(1, 15), (2, 15), (3, 15)] and stop.signum == 15
+    assert killed == [(1, 15), (2, 15), (3, 15)] and stop.signum == 15 and sweeps._worker_stop == 15
     stop._handle(2, None)
-    assert killed == [(1, 15), (2, 15), (3, 15)] and stop.signum == 2
+    assert killed == [(1, 15), (2, 15), (3, 15), (1, 2), (2, 2), (3, 2)] and stop.signum == 2
+    stop.__exit__(None, None, None)
+    assert sweeps._worker_stop is None
 
 
 def test_preflight_once_per_config_and_names_the_point(monkeypatch):

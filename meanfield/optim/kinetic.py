@@ -250,7 +250,9 @@ class KineticLangevin(torch.optim.Optimizer):
         generators = state_dict.pop("generators", {})
         self._seed = state_dict.pop("seed", self._seed)
         kept = [(g["beta"], g["projection"]) for g in self.param_groups]
+        defaults = dict(self.defaults)  # torch's __setstate__ adds its own keys (differentiable): not ours
         super().load_state_dict(state_dict)
+        self.defaults = defaults
         for group, (beta, projection) in zip(self.param_groups, kept):
             group["beta"], group["projection"] = beta, projection
         if self._seed is not None:  # the saver's generators; those it had not made start from the seed again

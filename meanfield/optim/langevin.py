@@ -462,8 +462,10 @@ class Langevin(torch.optim.Optimizer):
         generators = state_dict.pop("generators", {})
         seed = state_dict.pop("seed", self._seed)
         n_steps = state_dict.pop("n_steps", self._n_steps)
-        kept = [{key: g.get(key) for key in CONFIG_KEYS} for g in self.param_groups]
+        kept = [{key: g[key] for key in CONFIG_KEYS if key in g} for g in self.param_groups]
+        defaults = dict(self.defaults)  # torch's __setstate__ adds its own keys (differentiable): not ours
         super().load_state_dict(state_dict)
+        self.defaults = defaults
         for group, config in zip(self.param_groups, kept):
             group.update(config)
             for key, value in self.defaults.items():  # options added since the state was saved

@@ -23,6 +23,10 @@ from meanfield.tasks import get_task
 __all__ = ["TrainConfig", "RunConfig", "OPTIM_OPTIONS", "load_config", "check_config", "build_optimizer"]
 
 
+MAX_STEPS = 2**53
+"""The most steps a run may take: beyond, step numbers are not exact in float64 (the schedules' ``t/T``)."""
+
+
 @dataclass
 class TrainConfig:
     """``[train]``: the training loop.
@@ -55,6 +59,11 @@ class TrainConfig:
         for name in ("steps", "batch_size", "log_every", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be ≥ 1, got {getattr(self, name)}")
+        if self.steps > MAX_STEPS:
+            raise ValueError(
+                f"train.steps must be in 1 … 2**53 = {MAX_STEPS} (step numbers stay exact in float64, as the "
+                f"schedules use them), got {self.steps}"
+            )
         for name in ("eval_every", "checkpoint_every"):
             if getattr(self, name) < 0:
                 raise ValueError(f"train.{name} must be ≥ 0 (0: only at the end), got {getattr(self, name)}")

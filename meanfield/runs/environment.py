@@ -21,7 +21,14 @@ import torch
 from meanfield._io import write_json_atomic
 from meanfield.runs.config import RunConfig
 
-__all__ = ["environment", "provenance", "provenance_changes", "record_environment", "PROVENANCE_KEYS"]
+__all__ = [
+    "environment",
+    "provenance",
+    "provenance_changes",
+    "read_environment",
+    "record_environment",
+    "PROVENANCE_KEYS",
+]
 
 _PACKAGE = Path(__file__).resolve().parents[1]  # meanfield/
 
@@ -131,18 +138,45 @@ def provenance_changes(before: Mapping[str, Any], now: Mapping[str, Any]) -> lis
     return [f"{key}: {a[key]} → {b[key]}" for key in PROVENANCE_KEYS if a[key] != b[key]]
 
 
+def read_environment(path: Path) -> dict[str, Any] | None:
+    """The run's ``environment.json`` (``None`` when there is none).
+
+    Raises:
+        RunFolderError: the file is unreadable or not a JSON object, naming it and what to do.
+    """
+    from meanfield.runs.folder import RunFolderError
+
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        reason = f"{type(error).__name__}: {error}"
+    else:
+        if isinstance(record, dict):
+            return record
+        reason = "not a JSON object"
+    raise RunFolderError(
+        f"{path} is unreadable ({reason}): restore it from a copy, or delete it to go on without the record of "
+        "the earlier sessions (each checkpoint keeps its own provenance)"
+    )
+
+
 def record_environment(path: Path, env: dict[str, Any]) -> list[str]:
     """Write ``env`` to ``environment.json``, keeping every earlier record of the run in its ``earlier`` list
     (oldest first), and return the provenance changes from the latest earlier record ([`provenance_changes`][meanfield.runs.environment.provenance_changes]).
+
+    A damaged file is replaced ([`meanfield.runs.folder.check_folder`][meanfield.runs.folder.check_folder] refuses one on resume, before).
     """
+    from meanfield.runs.folder import RunFolderError
+
     earlier: list[dict[str, Any]] = []
-    if path.exists():
-        try:
-            previous = json.loads(path.read_text())
-        except (OSError, ValueError):
-            previous = None  # a damaged record is replaced, not fatal: the checkpoints carry the provenance
-        if isinstance(previous, dict):
-            earlier = [*previous.pop("earlier", []), previous]
+    try:
+        previous = read_environment(path)
+    except RunFolderError:
+        previous = None  # a damaged record is replaced (a resume refuses one before it gets here)
+    if previous is not None:
+        earlier = [*previous.pop("earlier", []), previous]
     changes = provenance_changes(earlier[-1], env) if earlier else []
     write_json_atomic(path, {**env, "earlier": earlier})
     return changes

@@ -12,9 +12,10 @@ import hashlib
 import io
 import json
 import os
+import pickle
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,8 @@ __all__ = [
     "RunFolderError",
     "CorruptCheckpointError",
     "DiskFullError",
+    "FolderAccessError",
+    "write_error",
     "check_folder",
     "config_hash",
     "config_differences",
@@ -53,11 +56,17 @@ class RunFolderError(Exception):
     names the file and what to do."""
 
 
-class DiskFullError(RunFolderError, OSError):
-    """No space left on the device while writing a run's file; the earlier files are intact."""
+class FolderAccessError(RunFolderError, OSError):
+    """The machine refused a file operation of a run (a full disk, a read-only file system, no permission): an
+    error of the environment, not of the input (the command line exits with status 1, not 2); the message names
+    the file and what to do."""
 
     def __str__(self) -> str:
         return str(self.strerror)
+
+
+class DiskFullError(FolderAccessError):
+    """No space left on the device while writing a run's file; the earlier files are intact."""
 
 
 def disk_full(path: Path, error: OSError, intact: str) -> DiskFullError:
@@ -65,6 +74,36 @@ def disk_full(path: Path, error: OSError, intact: str) -> DiskFullError:
     return DiskFullError(
         errno.ENOSPC, f"no space left on device writing {path} ({error.strerror or error}); {intact}"
     )
+
+
+ACCESS_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+"""The ``errno`` values that [`write_error`][meanfield.runs.folder.write_error] turns into a [`FolderAccessError`][meanfield.runs.folder.FolderAccessError]."""
+
+
+def write_error(error: OSError, path: str | os.PathLike | None = None) -> OSError:
+    """A [`FolderAccessError`][meanfield.runs.folder.FolderAccessError] naming the file and what to do for an [`ACCESS_ERRNOS`][meanfield.runs.folder.ACCESS_ERRNOS] error
+    (``path``: the file, when the error does not name it); any other error is returned as it is."""
+    if isinstance(error, RunFolderError) or error.errno not in ACCESS_ERRNOS:
+        return error
+    where = error.filename if error.filename is not None else path
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return disk_full(
+            Path(str(where)),
+            error,
+            "the files written before are intact: free some space, then run the same "
+            "command again (with --resume for a run)",
+        )
+    if error.errno == errno.EROFS:
+        text = (
+            f"cannot write {where}: the file system is read-only; remount it read-write, or copy the folder to a "
+            "writable place and run there"
+        )
+    else:
+        text = (
+            f"cannot write {where}: permission denied ({error.strerror}); give this user write access to the "
+            "folder, or use another --out"
+        )
+    return FolderAccessError(error.errno, text)
 
 
 def _is_disk_full(error: OSError) -> bool:
@@ -95,8 +134,17 @@ class Checkpoints:
         self.keep = keep
 
     def steps(self) -> list[int]:
-        """The steps that have a checkpoint, ascending."""
+        """The steps that have a checkpoint, ascending.
+
+        Raises:
+            RunFolderError: the folder's path is a file (or anything but a folder).
+        """
         if not self.folder.is_dir():
+            if self.folder.exists() or self.folder.is_symlink():
+                raise RunFolderError(
+                    f"{self.folder} is not a folder (a file stands where the checkpoints go): move it away, "
+                    "then run again (with --resume, a run without checkpoints starts from step 0)"
+                )
             return []
         found = (self.PATTERN.match(p.name) for p in self.folder.iterdir())
         return sorted(int(m.group(1)) for m in found if m)
@@ -191,6 +239,14 @@ class Checkpoints:
                 )
         try:
             state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+        except pickle.UnpicklingError as error:  # weights_only refused an object: never retry it unsafely
+            found = re.search(r"(GLOBAL [\w.]+)", str(error))  # what it holds; torch's hints are not repeated
+            raise CorruptCheckpointError(
+                path,
+                "torch.load(weights_only=True) refused it: it holds objects other than tensors and plain data"
+                + (f" ({found.group(1)})" if found else "")
+                + "; a run never writes such a file, so it was replaced: do not load it by other means",
+            ) from None
         except Exception as error:  # noqa: BLE001 — any failure: the file is not a loadable checkpoint
             raise CorruptCheckpointError(
                 path, f"torch.load failed: {type(error).__name__}: {error}"
@@ -209,13 +265,19 @@ class Checkpoints:
             os.replace(self.record_path(step), where / self.record_path(step).name)
         return target
 
-    def load_good(self, map_location: Any = None) -> tuple[int | None, dict[str, Any] | None, list[str]]:
+    def load_good(
+        self, map_location: Any = None, verify: Callable[[Path, dict[str, Any]], None] | None = None
+    ) -> tuple[int | None, dict[str, Any] | None, list[str]]:
         """The newest checkpoint that verifies: ``(step, state, skipped)``, ``skipped`` saying what was set aside
-        ([`set_aside`][meanfield.runs.folder.Checkpoints.set_aside]) and why; ``(None, None, skipped)`` when none verifies."""
+        (``set_aside``) and why; ``(None, None, skipped)`` when none verifies. ``verify(path, state)``, when
+        given, checks a loaded state further (raising [`CorruptCheckpointError`][meanfield.runs.folder.CorruptCheckpointError])."""
         skipped = []
         for step in reversed(self.steps()):
             try:
-                return step, self.load(step, map_location=map_location), skipped
+                state = self.load(step, map_location=map_location)
+                if verify is not None:
+                    verify(self.path(step), state)
+                return step, state, skipped
             except CorruptCheckpointError as error:
                 moved = self.set_aside(step)
                 skipped.append(f"{error} (moved to {moved})")
@@ -355,11 +417,19 @@ def write_marker(folder: Path, config_sha256: str) -> None:
 
 
 def remove_temporaries(folder: Path) -> list[Path]:
-    """Delete the temporary files that killed writes left in ``folder`` and its ``checkpoints/`` (``.*.tmp``:
-    with the folder's lock held, none belongs to a live writer)."""
+    """Delete what killed writes left in ``folder`` (with the folder's lock held, none belongs to a live writer):
+    temporary files (``.*.tmp``) there and in ``checkpoints/``, and checkpoint records ``step-N.json`` whose
+    ``step-N.pt`` was never written (a kill between the two writes of [`save`][meanfield.runs.folder.Checkpoints.save])."""
     removed = [
         p for where in (folder, folder / "checkpoints") if where.is_dir() for p in where.glob(".*.tmp")
     ]
+    checkpoints = folder / "checkpoints"
+    if checkpoints.is_dir():
+        removed += [
+            record
+            for record in checkpoints.glob("step-*.json")
+            if re.fullmatch(r"step-\d+\.json", record.name) and not record.with_suffix(".pt").exists()
+        ]
     for p in removed:
         p.unlink(missing_ok=True)
     return removed
@@ -370,12 +440,13 @@ def check_folder(folder: Path, config_text: str, resolved: Mapping[str, Any], re
 
     - a ``config.toml``, unless ``resume``; on resume one whose configuration differs from ``config_text``
       (the differing keys are named), or whose ``run.json`` names another configuration's hash;
+    - on resume, a ``checkpoints`` that is not a folder, or an unreadable ``environment.json``;
     - no ``config.toml`` but a run's files (``run.json``, ``metrics.jsonl``, ``summary.json``, checkpoints):
       another run's remains, which a new run must not mix with its own.
 
     Raises:
         ConfigError: the folder holds a run and the request does not match it.
-        RunFolderError: the folder holds a run's files without its configuration.
+        RunFolderError: the folder holds a run's files without its configuration, or (resume) a damaged one.
     """
     config_path = folder / "config.toml"
     if not config_path.exists():
@@ -388,6 +459,10 @@ def check_folder(folder: Path, config_text: str, resolved: Mapping[str, Any], re
         return
     if not resume:
         raise ConfigError(f"{folder} already holds a run: pass --resume to continue it, or another --out")
+    from meanfield.runs.environment import read_environment
+
+    Checkpoints(folder / "checkpoints").steps()  # a file where the checkpoints go
+    read_environment(folder / "environment.json")  # an unreadable record
     stored = _config.load_toml(config_path)
     if stored != _config.load_toml_text(config_text):
         changed = sorted(config_differences(stored, resolved))

@@ -23,10 +23,13 @@ from typing import Any
 
 from meanfield.runs.folder import RunFolderError
 
-__all__ = ["FolderLock", "FolderLocked", "LOCK_NAME"]
+__all__ = ["FolderLock", "FolderLocked", "LOCK_NAME", "SWEEP_PID", "orphan_holder", "wait_until_free"]
 
 LOCK_NAME = ".lock"
 """The lock file's name inside the folder."""
+SWEEP_PID: int | None = None
+"""In a sweep's worker process: the sweep's pid, written into the records of the locks it takes (``sweep_pid``),
+so that a later sweep can tell a point held by a worker whose sweep is gone ([`orphan_holder`][meanfield.runs.lock.orphan_holder])."""
 
 
 class FolderLocked(RunFolderError):
@@ -99,7 +102,12 @@ class FolderLock:
         if self._fd is not None:
             return self
         self.folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as error:
+            from meanfield.runs.folder import write_error
+
+            raise write_error(error, self.path) from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -136,8 +144,16 @@ class FolderLock:
                 "command": list(sys.argv),
                 "what": self.what,
             }
-            self._write(fd, record)
-            os.fsync(fd)
+            if SWEEP_PID is not None:
+                record["sweep_pid"] = SWEEP_PID
+            try:
+                self._write(fd, record)
+                os.fsync(fd)
+            except OSError as error:
+                from meanfield.runs.folder import write_error
+
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                raise write_error(error, self.path) from None
         except BaseException:
             os.close(fd)
             raise
@@ -173,3 +189,58 @@ def _is_python(pid: int) -> bool:
     except OSError:
         return True  # no /proc: trust the pid
     return b"python" in cmdline or b"meanfield" in cmdline
+
+
+def _parent(pid: int) -> int | None:
+    """The parent pid of ``pid`` (from ``/proc``; ``None`` where there is none)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _held(path: Path) -> bool:
+    """Whether a live process holds the ``flock`` of ``path`` (a dead one, zombie or not, holds none)."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # closing drops a lock taken here
+    return False
+
+
+def orphan_holder(folder: str | os.PathLike) -> dict[str, Any] | None:
+    """The lock record of ``folder`` when it is held by a sweep's worker whose sweep is gone (an orphan): the
+    record names a ``sweep_pid``, its holder runs on this host, and that sweep is not its parent any more (or, without
+    ``/proc``, no longer runs). ``None`` otherwise: no holder, a live sweep's worker, or a run started by hand."""
+    path = Path(folder) / LOCK_NAME
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("released") or record.get("host") != socket.gethostname():
+        return None
+    pid, sweep = record.get("pid"), record.get("sweep_pid")
+    if not (isinstance(pid, int) and isinstance(sweep, int)) or not _held(path):
+        return None
+    parent = _parent(pid)
+    orphaned = parent != sweep if parent is not None else not _alive(sweep)
+    return record if orphaned else None
+
+
+def wait_until_free(folder: str | os.PathLike, timeout: float, poll: float = 0.1) -> bool:
+    """Wait up to ``timeout`` seconds for no process to hold ``folder``'s lock; return whether none does."""
+    path = Path(folder) / LOCK_NAME
+    deadline = time.monotonic() + timeout
+    while _held(path):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll)
+    return True

@@ -22,6 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from meanfield import config as _config
+from meanfield._checks import asked_bytes, format_bytes, memory_available
 from meanfield._io import write_json_atomic, write_text_atomic
 from meanfield.config import ConfigError
 from meanfield.data import CorruptDataError
@@ -38,10 +39,11 @@ from meanfield.optim import Langevin
 from meanfield.progress import progress_default
 from meanfield.runs import parallel
 from meanfield.runs.config import RunConfig, build_optimizer, check_config
-from meanfield.runs.environment import environment, provenance, record_environment
+from meanfield.runs.environment import environment, provenance, read_environment, record_environment
 from meanfield.runs.folder import (
     TIMING_KEYS,
     Checkpoints,
+    CorruptCheckpointError,
     DiskFullError,
     MetricsLog,
     RunFolderError,
@@ -49,12 +51,13 @@ from meanfield.runs.folder import (
     check_folder,
     config_hash,
     remove_temporaries,
+    write_error,
     write_marker,
 )
 from meanfield.runs.lock import FolderLock
 from meanfield.runs.sinks import TensorBoard, draw_figures, summary_table
 from meanfield.seeds import derive_seed
-from meanfield.tasks import Experiment, get_task
+from meanfield.tasks import Experiment, get_task, task_source
 
 __all__ = [
     "run",
@@ -140,6 +143,31 @@ def _device(name: str) -> torch.device:
 
 def _finite_parameters(model: torch.nn.Module) -> bool:
     return all(bool(torch.isfinite(p).all()) for p in model.parameters())
+
+
+def _finite_checker(model: torch.nn.Module) -> Callable[[Path, Mapping[str, Any]], None]:
+    """``verify(path, state)`` for [`load_good`][meanfield.runs.loop.Checkpoints.load_good]: refuse a checkpoint whose parameters of
+    ``model`` are not all finite. A run checks them before it writes one, so such a file was changed afterwards
+    (and re-signed), and resuming from it would diverge at once."""
+    names = {name for name, _ in model.named_parameters()}
+
+    def verify(path: Path, state: Mapping[str, Any]) -> None:
+        bad = [
+            name
+            for name, value in state.get("model", {}).items()
+            if name in names
+            and torch.is_tensor(value)
+            and value.is_floating_point()
+            and not bool(torch.isfinite(value).all())
+        ]
+        if bad:
+            raise CorruptCheckpointError(
+                path,
+                f"its parameters {', '.join(bad[:3])} hold NaN or Inf; a run checks them finite before it "
+                "writes a checkpoint, so the file was changed afterwards",
+            )
+
+    return verify
 
 
 def _stats_record(optimizer: Langevin) -> dict[str, Any]:
@@ -234,6 +262,21 @@ def build_experiment(cfg: RunConfig, device: torch.device) -> Experiment:
             f"task {cfg.task!r} cannot be built from this configuration ([data], [model], "
             f"train.batch_size): {error}"
         ) from None
+    except (RuntimeError, MemoryError) as error:  # an allocation refused: sizes that cannot fit here
+        asked = asked_bytes(error)
+        if asked is None and not isinstance(error, (MemoryError, torch.OutOfMemoryError)):
+            raise
+        memory = memory_available(device)
+        there = (
+            f"{device} has {format_bytes(memory[0])} of memory available ({format_bytes(memory[1])} in all)"
+            if memory is not None
+            else f"{device} has not that much memory"
+        )
+        raise ConfigError(
+            f"task {cfg.task!r} cannot be built from this configuration: one of its tensors needs "
+            f"{format_bytes(asked) if asked is not None else 'more memory than there is'}, and {there}; reduce "
+            "the sizes of [model] and [data] (n_particles, widths, n_train, …)"
+        ) from None
 
 
 def preflight(resolved: Mapping[str, Any]) -> None:
@@ -281,6 +324,7 @@ def run(
         FolderLocked: another live process writes the folder.
         RunFolderError: the folder holds another run's files, or a damaged file that cannot be skipped.
         DiskFullError: no space left on the device; the earlier checkpoints are intact.
+        FolderAccessError: a read-only file system or no permission to write the folder (the file named).
     """
     if isinstance(config, Mapping):
         if preset is not None or overrides:
@@ -300,6 +344,11 @@ def run(
             result = r.train()
         finally:
             r.release()
+    except OSError as error:  # a full disk, a read-only folder: one error naming the file and what to do
+        converted = write_error(error)
+        if converted is error:
+            raise
+        raise converted from None
     finally:
         torch.set_num_threads(threads)
     if r.owns_group:  # every rank passed train()'s last barrier: tear down the group this run created, before
@@ -327,6 +376,9 @@ class _Run:
             resolved, header="resolved configuration of this run (meanfield run)"
         )
         check_folder(folder, self.config_text, resolved, resume)
+        self.task_source = task_source(self.cfg.task)  # a "module:attribute" task is code the config imports
+        if self.task_source is not None and not quiet:
+            print(f"{folder}: task {self.cfg.task!r} runs code imported from {self.task_source}")
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
         self.device = _device(self.cfg.device)
@@ -417,7 +469,9 @@ class _Run:
     def _restore(self) -> None:
         """Load the newest checkpoint that verifies (the lead sets damaged ones aside first, saying so)."""
         if self.lead:
-            step, state, skipped = self.checkpoints.load_good(map_location="cpu")
+            step, state, skipped = self.checkpoints.load_good(
+                map_location="cpu", verify=_finite_checker(self.experiment.model)
+            )
             for line in skipped:
                 warnings.warn(f"{line}; resuming from an earlier checkpoint", stacklevel=3)
             if skipped and step is None:
@@ -428,9 +482,9 @@ class _Run:
         if not self.lead:
             step = self.checkpoints.latest()
             state = None if step is None else self.checkpoints.load(step, map_location="cpu")
-        env_path = self.folder / "environment.json"
-        if step is not None and env_path.exists():
-            before = json.loads(env_path.read_text()).get("world_size", 1)
+        recorded = read_environment(self.folder / "environment.json") if step is not None else None
+        if recorded is not None:
+            before = recorded.get("world_size", 1)
             if before != self.world:
                 how = "the particles are" if self.cfg.parallel == "particles" else "the batch is"
                 warnings.warn(
@@ -590,6 +644,8 @@ class _Run:
             return self._finish()
         env = environment(self.cfg, self.device)
         env["world_size"] = self.world
+        if self.task_source is not None:
+            env["task_source"] = self.task_source
         self.provenance = provenance(env)
         if self.step:
             env["resumed_from_step"] = self.step

@@ -38,6 +38,7 @@ __all__ = [
     "Task",
     "TASKS",
     "get_task",
+    "task_source",
     "TEACHER_STUDENT",
     "LM",
     "IMAGE_CLASSIFICATION",
@@ -133,3 +134,12 @@ def get_task(name: str) -> Task:
         if not hasattr(task, needed):
             raise ConfigError(f"task {name!r} has no {needed!r}: a task defines Data, Model and build")
     return task
+
+
+def task_source(name: str) -> str | None:
+    """Where the code of a ``"module:attribute"`` task was imported from (the module's file, or its name when it
+    has no file); ``None`` for a built-in task. A configuration that names such a task runs that code."""
+    if not isinstance(name, str) or name in TASKS or ":" not in name:
+        return None
+    module = importlib.import_module(name.partition(":")[0])
+    return getattr(module, "__file__", None) or module.__name__
