@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -42,6 +43,10 @@ from .metrics.information import entropy as estimate_entropy
 from .potentials import Alignment, Interaction, QuadraticInteraction, RadialInteraction
 from .projections import Sphere
 from .schedules import Constant
+
+if TYPE_CHECKING:
+    from .simulate import Trajectory
+    from .systems import MeanFieldLangevin
 
 __all__ = ["FreeEnergy", "free_energy", "energy_parts", "self_pair_energy"]
 
@@ -185,8 +190,8 @@ def _state_free_energy(system, x: torch.Tensor, beta: torch.Tensor, entropy: str
 
 
 def free_energy(
-    system,
-    x,
+    system: MeanFieldLangevin,
+    x: torch.Tensor | Trajectory,
     *,
     t: float | None = None,
     entropy: str = "auto",

@@ -135,7 +135,7 @@ def run(preset: str = "fast", *, beta_sim: float | None = None) -> CheckResult:
     }  # the jackknife takes replica means per column
     rate_se = jackknife(lambda m: _rate(np.array([m[str(j)] for j in range(len(times))]), times), columns).se
     chain_rate = 2 * math.log(1 / (1 - ETA * A)) / ETA
-    result.add(f"rate of F̂ − F̂∞ on t ∈ [{FIT[0]:g}, {FIT[1]:g}] [2a]", rate, 2 * A, Z * rate_se + abs(chain_rate - 2 * A),
+    result.add(f"rate of F̂ − F̂∞ on t ∈ [{FIT[0]:g}, {FIT[1]:g}] (2a)", rate, 2 * A, Z * rate_se + abs(chain_rate - 2 * A),
                detectable=Z * rate_se, note=f"5·SE (jackknife over replicas) + EM bias |{chain_rate:.4f} − 2a|")  # fmt: skip
     result.add("negative control: rate vs 2(a+k)", rate, 2 * (A + K), Z * rate_se + abs(chain_rate - 2 * A),
                expect="differ", note="the variance's rate: must be rejected")  # fmt: skip

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -32,6 +33,9 @@ from torch import nn
 from meanfield._display import fields_html, html_block, number
 from meanfield.metrics.information import entropy as estimate_entropy
 from meanfield.nn.particles import ParticleLayer
+
+if TYPE_CHECKING:
+    from meanfield.optim import Langevin
 
 __all__ = ["free_energy", "NetworkFreeEnergy", "LayerEntropy"]
 
@@ -123,7 +127,7 @@ def _temperature(optimizer, layer: ParticleLayer, name: str) -> tuple[float, flo
 def free_energy(
     model: nn.Module,
     loss: float | torch.Tensor,
-    beta,
+    beta: float | Langevin,
     *,
     entropy: str = "auto",
     k: int | None = None,
