@@ -1,6 +1,7 @@
 """The drift of a Langevin step: SGD, or Adam with its diagonal preconditioner.
 
-- ``drift="sgd"``: ``θ ← θ − lr·(M·∇_θL + λθ)``, ``η_eff = lr`` (one ``_foreach_add_`` per bucket).
+- ``drift="sgd"``: ``θ ← θ − lr·(M·∇_θL + λθ)``, ``η_eff = lr`` (one ``_foreach_add_`` per bucket, and one or
+  two more with weight decay; the drift's size for the statistics is computed only when they are read).
 - ``drift="adam"``: ``θ ← θ − η_eff ⊙ m̂`` with ``η_eff = lr/(M·sqrt(v̂) + ε)`` per coordinate (one
   ``torch._fused_adam_`` per bucket on the raw gradients ``g``: Adam of ``M·g`` is Adam of ``g`` with ``ε/M``
   and ``λ/M``), ``v̂`` bias-corrected with each parameter's own step count.
@@ -28,7 +29,7 @@ def apply_drift(
     b: Bucket,
     index: list[int],
     grads: list[torch.Tensor],
-    norms: torch.Tensor,
+    norms: torch.Tensor | None,
     beta_t: float,
 ) -> list[Record]:
     """Apply the drift ``θ ← θ − η_eff ⊙ g`` to the parameters ``index`` of bucket ``b`` (module docstring).
@@ -38,7 +39,8 @@ def apply_drift(
         b: the bucket.
         index: the bucket's parameters that have a gradient.
         grads: their gradients ``∂L/∂θ`` (unscaled; the ×M is applied here).
-        norms: ``(len(index),)`` their norms ``‖∂L/∂θ‖`` (checked finite by the caller).
+        norms: ``(len(index),)`` their norms ``‖∂L/∂θ‖`` when the caller checked them (``None`` when the step
+            was not checked: :attr:`Langevin.check_every`).
         beta_t: the group's temperature at this step (recorded for the noise and the statistics).
 
     Returns:
@@ -53,17 +55,16 @@ def apply_drift(
     wd = group["weight_decay"]
     params = [b.params[i] for i in index]
     if group["drift"] == "sgd":
-        if wd:
-            drift = torch._foreach_mul(grads, scale)  # [(…)] M·g
-            torch._foreach_add_(drift, params, alpha=wd)  # M·g + λθ
-            drift_sq = (torch.stack(torch._foreach_norm(drift)).double() * lr).square().sum()  # ‖η g‖²
+        if wd:  # M·g + λθ (M·g when M ≠ 1: the same rounding as ever), a new list: the gradients stay as given
+            drift = torch._foreach_add(torch._foreach_mul(grads, scale) if scale != 1 else grads, params, alpha=wd)
             torch._foreach_add_(params, drift, alpha=-lr)
+            terms, factor = drift, lr  # the drift is lr·(M·g + λθ)
         else:
-            drift_sq = (norms.double() * (lr * scale)).square().sum()  # () ‖η M g‖² (inf, not an error)
             torch._foreach_add_(params, grads, alpha=-lr * scale)
-        return [
-            Record(b, index, "sgd", lr, beta_noise, scale, None, False, drift_sq=drift_sq, beta_given=beta_t)
-        ]
+            terms, factor = grads, lr * scale
+        record = Record(b, index, "sgd", lr, beta_noise, scale, None, False, beta_given=beta_t)
+        record.keep_drift(terms, factor, None if wd else norms)
+        return [record]
     beta1, beta2 = group["betas"]
     steps = [b.steps[i] for i in index]
     torch._foreach_add_(steps, 1.0)

@@ -1,8 +1,9 @@
 """The gradient check before a Langevin step changes anything: finite entries, and a step that does not overflow.
 
-One reduction per bucket, ``‖g_k‖`` for each parameter ``k``; only when ``lr·(×M)·‖g_k‖`` is not finite are the
-entries examined: a NaN/Inf entry, or a finite gradient whose float32 norm overflowed (recomputed in float64),
-or a step ``lr·‖g‖`` that overflows. Each error names the group, the parameter and its shape.
+One reduction per bucket, ``‖g_k‖`` for each parameter ``k``, and one synchronisation (their sum); only when
+``lr·(×M)·Σ_k ‖g_k‖`` is not a finite number of the gradients' dtype are the entries examined: a NaN/Inf entry,
+or a finite gradient whose float32 norm overflowed (recomputed in float64), or a step ``lr·‖g‖`` that
+overflows. Each error names the group, the parameter and its shape.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ def gradient_norms(
     """
     norms = torch.stack(torch._foreach_norm(grads))  # (k,) ‖∂L/∂θ‖ per parameter
     step_bound = group["lr"] * (group_scale(group) if group["drift"] == "sgd" else 1.0)
-    if not bool(torch.isfinite(norms * step_bound).all()):  # NaN/Inf, or an overflowing step
+    # one synchronisation: Σ_k ‖g_k‖·bound ≤ the dtype's largest number whenever every ‖g_k‖·bound is
+    # finite and none overflows (NaN fails the comparison); otherwise the entries are examined one by one
+    if not float(norms.sum()) * step_bound <= torch.finfo(norms.dtype).max:
         _check_entries(groups, group, b, index, grads, norms)
         _check_step_size(groups, group, b, index, norms, step_bound)
     return norms

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
+from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
 
+from meanfield import _background
 from meanfield._checks import check_int
 from meanfield.optim import layers
 from meanfield.optim.buckets import Bucket, build_buckets
@@ -32,12 +34,27 @@ from meanfield.optim.groups import (
     not_gibbs,
     resolve_defaults,
 )
-from meanfield.optim.noise import add_noise, block_noise, local_noise, start_noise
+from meanfield.optim.noise import NoiseDraw, add_noise, block_noise, fill_normal, local_noise, noise_plan
 from meanfield.optim.stats import LangevinStats, Record, aggregate
 from meanfield.projections import Projection
 from meanfield.schedules import Schedule, schedule_to_data
 
 __all__ = ["Langevin"]
+
+
+class _Plan(NamedTuple):
+    """The noise draws of a step: ``(flat, generator)`` jobs, one view per bucket, the views shaped like
+    each bucket's parameters (``None`` for block or sharded noise), and the number of CPU numbers drawn."""
+
+    jobs: list[tuple[torch.Tensor, torch.Generator]]
+    views: list[torch.Tensor]
+    shaped: list[list[torch.Tensor] | None]
+    cpu_numbers: int
+
+
+def _cpu_numbers(jobs: list[tuple[torch.Tensor, torch.Generator]]) -> int:
+    """How many numbers the CPU draws of ``jobs`` hold (what decides a background draw)."""
+    return sum(flat.numel() for flat, _ in jobs if flat.device.type == "cpu")
 
 
 class Langevin(torch.optim.Optimizer):
@@ -106,6 +123,13 @@ class Langevin(torch.optim.Optimizer):
             rows (:mod:`meanfield.nn.sharded`; ``M`` and each shard a multiple of ``k``). Needs ``seed``
             (not ``generator``).
 
+        check_every: check the gradients (NaN/Inf entries, or a step ``lr·‖g‖`` that overflows; one reduction
+            and one synchronisation per bucket) before the steps ``0, k, 2k, …`` (``k = check_every``); ``1``
+            (default): every step, so a bad gradient raises before it reaches a parameter (``meanfield run``
+            stops a run on that error); ``0``: never (a NaN gradient then reaches the parameters). The
+            loss and the parameters are still checked where the caller checks them (``meanfield run`` checks
+            the loss every step and the parameters at every checkpoint).
+
     A β schedule or a projection may also be given as data (its ``to_dict()``, e.g. from a TOML config).
 
     Attributes:
@@ -150,7 +174,9 @@ class Langevin(torch.optim.Optimizer):
         seed: int | None = None,
         temperature_convention: str = "mean_field",
         noise_block: int = 0,
+        check_every: int = 1,
     ) -> None:
+        self.check_every = check_int("check_every", check_every, minimum=0)
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
         if seed is not None:
@@ -166,6 +192,9 @@ class Langevin(torch.optim.Optimizer):
         self._layout: list[list[Bucket]] | None = None
         self._layout_key: tuple | None = None
         self._noise_buffers: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+        self._layout_version = 0  # counts the layouts built (the noise plan belongs to one)
+        self._plan_key: tuple | None = None  # what _noise_plan's draws and views were built for
+        self._plan = _Plan([], [], [], 0)
         self._records: list[Record] | None = []  # noisy groups' records; None: the last step failed half way
         self._group_records: list[list[Record]] = []  # every group's records of the last step
         self._stats: LangevinStats | None = None
@@ -292,9 +321,9 @@ class Langevin(torch.optim.Optimizer):
                 build_buckets(g, self.param_groups, self.state, self._seed) for g in self.param_groups
             ]
             self._layout_key = key
+            self._layout_version += 1
         return self._layout
 
-    @torch.no_grad()
     def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
         """One Langevin step for every param group (see the class docstring for the update).
 
@@ -305,13 +334,31 @@ class Langevin(torch.optim.Optimizer):
             The closure's loss, or ``None``.
 
         Raises:
-            ValueError: a gradient has a NaN or Inf entry, or a β schedule returned a value that is not a
-                finite number ≥ 0 (nothing is changed then, :attr:`last_stats` included).
+            ValueError: a gradient has a NaN or Inf entry (checked at the steps :attr:`check_every` says), or
+                a β schedule returned a value that is not a finite number ≥ 0 (nothing is changed then,
+                :attr:`last_stats` included).
 
         An error while the parameters are being updated (e.g. a ``KeyboardInterrupt``) leaves the groups
         before it updated and the rest not; the noise generator is put back and :attr:`last_stats` is
         ``None``: reload a checkpoint (:meth:`state_dict`) rather than step again.
+
+        torch.optim's step wrapper (a profiler range and the step hooks) runs only when it has something to
+        do: a hook registered, or the profiler on.
         """
+        if (
+            self._optimizer_step_pre_hooks
+            or self._optimizer_step_post_hooks
+            or _global_optimizer_pre_hooks
+            or _global_optimizer_post_hooks
+            or torch._C._autograd._profiler_enabled()
+        ):
+            return self._hooked_step(closure)
+        return self._step(closure)
+
+    step.hooked = True  # type: ignore[attr-defined]  # torch.optim: do not wrap it (it calls the wrapper itself)
+
+    @torch.no_grad()
+    def _step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -334,15 +381,16 @@ class Langevin(torch.optim.Optimizer):
                 beta_t = beta_at(group, gi) if group["noise"] else 0.0
                 plan.append((gi, group, beta_t, work))
         # 2. check the gradients (one reduction per bucket): a refused step changes nothing, stats included
+        check = self.check_every > 0 and self._n_steps % self.check_every == 0
         checked = []
         for gi, group, beta_t, work in plan:
             entries = []
             for b, index, grads in work:
-                norms = gradient_norms(self.param_groups, group, b, index, grads)  # (k,) ‖∂L/∂θ‖, checked
+                norms = gradient_norms(self.param_groups, group, b, index, grads) if check else None  # (k,)
                 entries.append((b, index, grads, norms))
             checked.append((gi, group, beta_t, entries))
 
-        # 3. the noise draw starts (on the CPU in a background thread) while 4. the drift is applied
+        # 3. a large CPU noise draw starts in a background thread while 4. the drift is applied
         self._records = []  # the last step's records point into the noise buffers about to be redrawn
         self._group_records = [[] for _ in self.param_groups]
         self._stats = None
@@ -353,7 +401,8 @@ class Langevin(torch.optim.Optimizer):
             if group["noise"] and beta_t > 0
             for b, index, _ in work
         ]
-        draw = start_noise(noisy, self._noise_buffers, self._generator)
+        jobs, views, shaped, cpu_numbers = self._noise_plan(noisy)
+        draw = NoiseDraw(jobs, views) if _background.pays(cpu_numbers) else None
         try:
             records = []  # (record, j): a record of the j-th bucket of the draw (noisy[j])
             j = 0
@@ -368,24 +417,54 @@ class Langevin(torch.optim.Optimizer):
                                 precondition(record)
                                 records.append((record, j))
                             j += 1
-            draw.wait()
+            if draw is None:  # drawn now, after the drift: an error before this left the generators as they were
+                fill_normal(jobs)
+            else:
+                draw.wait()
             noises = [  # [(n_j,)] this rank's rows of the shared draw, or the counter-based blocks
                 block_noise(b, self._seed, gi, t) if b.block else local_noise(b, view)
-                for (b, _, gi, t), view in zip(noisy, draw.views)
+                for (b, _, gi, t), view in zip(noisy, views)
             ]
         except BaseException:
-            draw.undo()  # no draw left running on the generator, which is back where it was
+            if draw is not None:
+                draw.undo()  # no draw left running on the generator, which is back where it was
             self._records = None  # the step is half done: no stats describe it (last_stats is None)
             raise
         # 5. noise, 6. projection
         for record, j in records:
-            add_noise(record, noises[j])
+            add_noise(record, noises[j], shaped[j])
         for _, group, _, _ in plan:
             if group["projection"] is not None:
                 group["projection"].project_all_(group["params"])
             group["step"] += 1
         self._n_steps += 1
         return loss
+
+    _hooked_step = torch.optim.Optimizer.profile_hook_step(_step)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """``torch.optim.Optimizer.zero_grad``; with ``set_to_none=True`` (its default) and the profiler off, a
+        plain loop setting every ``p.grad`` to ``None`` (no profiler range to open: the same effect)."""
+        if not set_to_none or torch._C._autograd._profiler_enabled():
+            return super().zero_grad(set_to_none)
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.grad = None
+        return None
+
+    def _noise_plan(self, noisy: list[tuple[Bucket, list[int], int, int]]) -> _Plan:
+        """The draws of these buckets (:func:`~meanfield.optim.noise.noise_plan`), kept while the layout and
+        the set of noisy buckets stay the same: the flat buffers and their views are built once."""
+        key = (self._layout_version, *(id(b) for b, *_ in noisy))
+        if self._plan_key != key:
+            jobs, views = noise_plan(noisy, self._noise_buffers, self._generator)
+            shaped = [  # ξ shaped like each parameter, where the bucket's noise is its slice of the draw
+                None if b.block or b.rows is not None else b.views(view, range(len(b.params)))
+                for (b, *_), view in zip(noisy, views)
+            ]
+            self._plan = _Plan(jobs, views, shaped, _cpu_numbers(jobs))
+            self._plan_key = key
+        return self._plan
 
     @property
     def last_stats(self) -> LangevinStats | None:
@@ -474,6 +553,7 @@ class Langevin(torch.optim.Optimizer):
         for name, rng_state in generators.items():
             self._generator(torch.device(name)).set_state(rng_state)
         self._layout = None
+        self._plan_key = None  # its generators are replaced
         self._records = []
         self._group_records = []
         self._stats = None
