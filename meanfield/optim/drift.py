@@ -29,7 +29,7 @@ def apply_drift(
     b: Bucket,
     index: list[int],
     grads: list[torch.Tensor],
-    norms: torch.Tensor | None,
+    norms: list[torch.Tensor] | None,
     beta_t: float,
 ) -> list[Record]:
     """Apply the drift ``θ ← θ − η_eff ⊙ g`` to the parameters ``index`` of bucket ``b`` (module docstring).
@@ -39,7 +39,7 @@ def apply_drift(
         b: the bucket.
         index: the bucket's parameters that have a gradient.
         grads: their gradients ``∂L/∂θ`` (unscaled; the ×M is applied here).
-        norms: ``(len(index),)`` their norms ``‖∂L/∂θ‖`` when the caller checked them (``None`` when the step
+        norms: ``[()]`` their norms ``‖∂L/∂θ‖`` when the caller checked them (``None`` when the step
             was not checked: :attr:`Langevin.check_every`).
         beta_t: the group's temperature at this step (recorded for the noise and the statistics).
 

@@ -25,20 +25,23 @@ def gradient_norms(
     b: Bucket,
     index: list[int],
     grads: list[torch.Tensor],
-) -> torch.Tensor:
-    """``(k,)`` the norms ``‖∂L/∂θ‖`` of the gradients ``grads`` of bucket ``b``'s parameters ``index``, checked.
+) -> list[torch.Tensor]:
+    """``[()]`` the norms ``‖∂L/∂θ‖`` of the gradients ``grads`` of bucket ``b``'s parameters ``index``, checked.
 
     Raises:
         ValueError: a gradient with a NaN/Inf entry, or a step ``lr·(×M)·‖g‖`` that overflows (no parameter
             has been changed yet).
     """
-    norms = torch.stack(torch._foreach_norm(grads))  # (k,) ‖∂L/∂θ‖ per parameter
+    norms = torch._foreach_norm(grads)  # [()] ‖∂L/∂θ‖ per parameter
     step_bound = group["lr"] * (group_scale(group) if group["drift"] == "sgd" else 1.0)
     # one synchronisation: Σ_k ‖g_k‖·bound ≤ the dtype's largest number whenever every ‖g_k‖·bound is
     # finite and none overflows (NaN fails the comparison); otherwise the entries are examined one by one
-    if not float(norms.sum()) * step_bound <= torch.finfo(norms.dtype).max:
-        _check_entries(groups, group, b, index, grads, norms)
-        _check_step_size(groups, group, b, index, norms, step_bound)
+    total = float(norms[0]) if len(norms) == 1 else float(torch.stack(norms).sum())
+    if not total * step_bound <= torch.finfo(grads[0].dtype).max:
+        stacked = torch.stack(norms)  # (k,)
+        _check_entries(groups, group, b, index, grads, stacked)
+        _check_step_size(groups, group, b, index, stacked, step_bound)
+        norms = list(stacked)
     return norms
 
 

@@ -357,12 +357,16 @@ class Langevin(torch.optim.Optimizer):
 
     step.hooked = True  # type: ignore[attr-defined]  # torch.optim: do not wrap it (it calls the wrapper itself)
 
-    @torch.no_grad()
     def _step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        with torch.no_grad():  # (not a decorator: it builds a context object per call)
+            self._update()
+        return loss
+
+    def _update(self) -> None:
         layout = self._get_layout()
 
         # 1. gather gradients and temperatures (a schedule error raises before anything changes)
@@ -386,7 +390,7 @@ class Langevin(torch.optim.Optimizer):
         for gi, group, beta_t, work in plan:
             entries = []
             for b, index, grads in work:
-                norms = gradient_norms(self.param_groups, group, b, index, grads) if check else None  # (k,)
+                norms = gradient_norms(self.param_groups, group, b, index, grads) if check else None  # [()]
                 entries.append((b, index, grads, norms))
             checked.append((gi, group, beta_t, entries))
 
@@ -438,7 +442,6 @@ class Langevin(torch.optim.Optimizer):
                 group["projection"].project_all_(group["params"])
             group["step"] += 1
         self._n_steps += 1
-        return loss
 
     _hooked_step = torch.optim.Optimizer.profile_hook_step(_step)
 
