@@ -315,7 +315,7 @@ class Langevin(torch.optim.Optimizer):
     # -- layout ----------------------------------------------------------------------------------------------
 
     def _get_layout(self) -> list[list[Bucket]]:
-        key = tuple((tuple(id(p) for p in g["params"]), g["drift"]) for g in self.param_groups)
+        key = tuple((*map(id, g["params"]), g["drift"]) for g in self.param_groups)
         if self._layout is None or key != self._layout_key:
             self._layout = [
                 build_buckets(g, self.param_groups, self.state, self._seed) for g in self.param_groups
