@@ -21,7 +21,7 @@ from meanfield.optim.buckets import Bucket
 from meanfield.optim.groups import scale as group_scale
 from meanfield.optim.stats import Record
 
-__all__ = ["apply_drift", "precondition"]
+__all__ = ["apply_drift", "sgd_drift_", "precondition"]
 
 
 def apply_drift(
@@ -55,13 +55,7 @@ def apply_drift(
     wd = group["weight_decay"]
     params = [b.params[i] for i in index]
     if group["drift"] == "sgd":
-        if wd:  # M·g + λθ (M·g when M ≠ 1: the same rounding as ever), a new list: the gradients stay as given
-            drift = torch._foreach_add(torch._foreach_mul(grads, scale) if scale != 1 else grads, params, alpha=wd)
-            torch._foreach_add_(params, drift, alpha=-lr)
-            terms, factor = drift, lr  # the drift is lr·(M·g + λθ)
-        else:
-            torch._foreach_add_(params, grads, alpha=-lr * scale)
-            terms, factor = grads, lr * scale
+        terms, factor = sgd_drift_(params, grads, lr, scale, wd)
         record = Record(b, index, "sgd", lr, beta_noise, scale, None, False, beta_given=beta_t)
         record.keep_drift(terms, factor, None if wd else norms)
         return [record]
@@ -108,6 +102,21 @@ def apply_drift(
         )
         for k, sub in by_count.items()
     ]
+
+
+def sgd_drift_(
+    params: list[torch.Tensor], grads: list[torch.Tensor], lr: float, scale: float, weight_decay: float
+) -> tuple[list[torch.Tensor], float]:
+    """The SGD drift ``θ ← θ − lr·(M·g + λθ)`` in place; returns ``(d, factor)`` with the drift ``factor·d_k``
+    (for the statistics, reduced only when read): ``(M·g + λθ, lr)``, or ``(g, lr·M)`` without weight decay."""
+    if weight_decay:  # M·g + λθ (M·g when M ≠ 1: the same rounding as ever), a new list: the gradients stay
+        drift = torch._foreach_add(
+            torch._foreach_mul(grads, scale) if scale != 1 else grads, params, alpha=weight_decay
+        )
+        torch._foreach_add_(params, drift, alpha=-lr)
+        return drift, lr
+    torch._foreach_add_(params, grads, alpha=-lr * scale)
+    return grads, lr * scale
 
 
 def precondition(record: Record) -> None:

@@ -8,6 +8,7 @@ overflows. Each error names the group, the parameter and its shape.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -37,12 +38,18 @@ def gradient_norms(
     # one synchronisation: Σ_k ‖g_k‖·bound ≤ the dtype's largest number whenever every ‖g_k‖·bound is
     # finite and none overflows (NaN fails the comparison); otherwise the entries are examined one by one
     total = float(norms[0]) if len(norms) == 1 else float(torch.stack(norms).sum())
-    if not total * step_bound <= torch.finfo(grads[0].dtype).max:
+    if not total * step_bound <= _largest(grads[0].dtype):
         stacked = torch.stack(norms)  # (k,)
         _check_entries(groups, group, b, index, grads, stacked)
         _check_step_size(groups, group, b, index, stacked, step_bound)
         norms = list(stacked)
     return norms
+
+
+@functools.cache
+def _largest(dtype: torch.dtype) -> float:
+    """The largest finite number of ``dtype``."""
+    return torch.finfo(dtype).max
 
 
 def _check_step_size(

@@ -10,6 +10,7 @@ anything changes), 2. check the gradients are finite (one reduction per bucket),
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
@@ -22,7 +23,7 @@ from meanfield import _background
 from meanfield._checks import check_int
 from meanfield.optim import layers
 from meanfield.optim.buckets import Bucket, build_buckets
-from meanfield.optim.drift import apply_drift, precondition
+from meanfield.optim.drift import apply_drift, precondition, sgd_drift_
 from meanfield.optim.gradients import gradient_norms
 from meanfield.optim.groups import (
     CONFIG_KEYS,
@@ -34,6 +35,7 @@ from meanfield.optim.groups import (
     not_gibbs,
     resolve_defaults,
 )
+from meanfield.optim.groups import scale as group_scale
 from meanfield.optim.noise import NoiseDraw, add_noise, block_noise, fill_normal, local_noise, noise_plan
 from meanfield.optim.stats import LangevinStats, Record, aggregate
 from meanfield.projections import Projection
@@ -50,6 +52,12 @@ class _Plan(NamedTuple):
     views: list[torch.Tensor]
     shaped: list[list[torch.Tensor] | None]
     cpu_numbers: int
+
+
+def _plain_sgd(group: dict[str, Any]) -> bool:
+    """Whether :meth:`Langevin._sgd_update` can step this group: an SGD drift, the shared draw (no counter-based
+    blocks, no sharded rows)."""
+    return group["drift"] == "sgd" and not group.get("noise_block") and group.get("particle_rows") is None
 
 
 def _cpu_numbers(jobs: list[tuple[torch.Tensor, torch.Generator]]) -> int:
@@ -193,6 +201,8 @@ class Langevin(torch.optim.Optimizer):
         self._layout_key: tuple | None = None
         self._noise_buffers: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
         self._layout_version = 0  # counts the layouts built (the noise plan belongs to one)
+        self._sgd_program: list[tuple[int, dict[str, Any], Bucket, list[int]]] | None = None  # _sgd_update's
+        self._lazy: list[list[Any]] | None = None  # _sgd_update's records, as tuples until read
         self._plan_key: tuple | None = None  # what _noise_plan's draws and views were built for
         self._plan = _Plan([], [], [], 0)
         self._records: list[Record] | None = []  # noisy groups' records; None: the last step failed half way
@@ -322,6 +332,15 @@ class Langevin(torch.optim.Optimizer):
             ]
             self._layout_key = key
             self._layout_version += 1
+            self._sgd_program = (
+                [
+                    (gi, group, b, list(range(len(b.params))))
+                    for gi, (group, buckets) in enumerate(zip(self.param_groups, self._layout))
+                    for b in buckets
+                ]
+                if all(_plain_sgd(g) for g in self.param_groups)
+                else None
+            )
         return self._layout
 
     def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
@@ -368,6 +387,9 @@ class Langevin(torch.optim.Optimizer):
 
     def _update(self) -> None:
         layout = self._get_layout()
+        if self._sgd_program is not None and self._sgd_update(self._sgd_program):
+            return
+        self._lazy = None
 
         # 1. gather gradients and temperatures (a schedule error raises before anything changes)
         plan = []
@@ -445,6 +467,75 @@ class Langevin(torch.optim.Optimizer):
 
     _hooked_step = torch.optim.Optimizer.profile_hook_step(_step)
 
+    def _sgd_update(self, program: list[tuple[int, dict[str, Any], Bucket, list[int]]]) -> bool:
+        """The step of :meth:`_update` for SGD groups whose parameters all have a dense gradient: the same
+        operations in the same order (the same numbers), with the records kept as tuples until the
+        statistics are read. Returns ``False``, having changed nothing, where :meth:`_update` must take it."""
+        work = []
+        for gi, group, b, index in program:
+            grads = [p.grad for p in b.params]
+            for g in grads:
+                if g is None or g.is_sparse:
+                    return False
+            work.append((gi, group, b, index, grads))
+        groups = self.param_groups
+        betas = {gi: beta_at(group, gi) if group["noise"] else 0.0 for gi, group, *_ in work}
+        check = self.check_every > 0 and self._n_steps % self.check_every == 0
+        norms = [gradient_norms(groups, g, b, index, grads) if check else None for _, g, b, index, grads in work]
+        self._stats = self._group_stats = None
+        self._records = []
+        noisy = [(b,) for gi, group, b, _, _ in work if group["noise"] and betas[gi] > 0]
+        jobs, views, shaped, cpu_numbers = self._noise_plan(noisy)
+        draw = NoiseDraw(jobs, views) if _background.pays(cpu_numbers) else None
+        lazy = []
+        try:
+            for (gi, group, b, index, grads), bucket_norms in zip(work, norms):
+                lr, scale, beta_t = float(group["lr"]), group_scale(group), betas[gi]
+                beta_noise = beta_t * scale if group["temperature_convention"] == "loss" else beta_t
+                wd = group["weight_decay"]
+                terms, factor = sgd_drift_(b.params, grads, lr, scale, wd)
+                versions = () if wd else tuple(t._version for t in terms)
+                lazy.append([gi, group["noise"], b, index, lr, beta_noise, scale, beta_t, None, terms, factor,
+                             None if wd else bucket_norms, versions])  # fmt: skip
+            if draw is None:  # drawn now, after the drift: an error before this left the generators as they were
+                fill_normal(jobs)
+            else:
+                draw.wait()
+        except BaseException:
+            if draw is not None:
+                draw.undo()
+            self._records = None
+            self._lazy = None
+            raise
+        j = 0
+        for entry in lazy:
+            if entry[1] and entry[7] > 0:
+                torch._foreach_add_(entry[2].params, shaped[j], alpha=math.sqrt(2 * entry[5] * entry[4]))
+                entry[8] = views[j]  # ξ, for the statistics
+                j += 1
+        for gi, group in enumerate(groups):
+            if gi in betas:
+                if group["projection"] is not None:
+                    group["projection"].project_all_(group["params"])
+                group["step"] += 1
+        self._lazy = lazy
+        self._n_steps += 1
+        return True
+
+    def _materialise(self) -> None:
+        """Turn the records :meth:`_sgd_update` kept as tuples into :class:`Record` objects."""
+        lazy, self._lazy = self._lazy, None
+        if lazy is None:
+            return
+        self._records, self._group_records = [], [[] for _ in self.param_groups]
+        for gi, noise, b, index, lr, beta_noise, scale, beta_t, xi, terms, factor, norms, versions in lazy:
+            record = Record(b, index, "sgd", lr, beta_noise, scale, xi, False, beta_given=beta_t)
+            record.drift_terms, record.drift_factor, record.drift_norms = terms, factor, norms
+            record.drift_versions = versions if versions else tuple(t._version for t in terms)
+            self._group_records[gi].append(record)
+            if noise:
+                self._records.append(record)
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         """``torch.optim.Optimizer.zero_grad``; with ``set_to_none=True`` (its default) and the profiler off, a
         plain loop setting every ``p.grad`` to ``None`` (no profiler range to open: the same effect)."""
@@ -478,6 +569,7 @@ class Langevin(torch.optim.Optimizer):
         """
         if self._records is None:  # the last step raised during its update
             return None
+        self._materialise()
         if self._stats is None and self._n_steps > 0:
             self._stats = aggregate(self._records, self._n_steps)
         return self._stats
@@ -491,6 +583,7 @@ class Langevin(torch.optim.Optimizer):
         """
         if self._records is None or self._n_steps == 0:
             return [None] * len(self.param_groups)
+        self._materialise()
         if self._group_stats is None:
             self._group_stats = [
                 aggregate(records, self._n_steps) if records else None for records in self._group_records
@@ -557,6 +650,7 @@ class Langevin(torch.optim.Optimizer):
             self._generator(torch.device(name)).set_state(rng_state)
         self._layout = None
         self._plan_key = None  # its generators are replaced
+        self._lazy = None
         self._records = []
         self._group_records = []
         self._stats = None
