@@ -50,7 +50,7 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 PACKAGES = ("meanfield-sde", "torch", "numpy", "scipy", "pot", "torchsde", "geomloss", "pykeops")
 """Library versions recorded with every run (those installed)."""
 
-OUTPUTS = ("benchmarks/results", "docs/benchmarks.md", "docs/figures/peers-*.png")
+OUTPUTS = ("benchmarks/results", "docs/benchmarks.md")
 """What the benchmarks write: changes there do not make a run's checkout dirty (else every run after the first
 of a series would say so)."""
 

@@ -461,8 +461,12 @@ EXTRA = {"meanfield Langevin, check_every=0": {"check_every": 0}}
 
 
 def worker() -> None:
-    """Serve ``setup`` / ``time`` / ``answer`` requests, one JSON line each, on stdin/stdout."""
+    """Serve ``setup`` / ``time`` / ``answer`` requests, one JSON line each, on stdin/stdout. torch.compile's
+    caches go to a fresh folder, so that the setup column is a cold compilation."""
+    import tempfile
     import warnings
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="peers-inductor-")
 
     warnings.simplefilter("ignore")  # the peers' deprecation notes
     made: dict[str, tuple] = {}
@@ -618,25 +622,6 @@ def goals(results: list[tuple[str, dict]]) -> list[str]:
     return out
 
 
-def figure(results: list[tuple[str, dict]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(results), figsize=(4.5 * len(results), 4.2), squeeze=False)
-    for ax, (title, rows) in zip(axes[0], results):
-        live = [(n, r) for n, r in rows.items() if "skip" not in r]
-        ax.barh([n for n, _ in live], [1e6 * r["cpu_med"] for _, r in live], color="tab:blue")
-        ax.set_xscale("log")
-        ax.set_xlabel("µs per step (CPU time, log)")
-        ax.set_title(title, fontsize=9)
-        ax.tick_params(axis="y", labelsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -648,6 +633,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         return worker()
     from _common import Provenance, result_path, write_result
+    from _peers_figure import draw
 
     provenance = Provenance.start(__file__, argv)
     out = args.out or result_path("peers")
@@ -684,10 +670,11 @@ def main(argv: list[str] | None = None) -> None:
     for title, rows in results:
         lines += table(title, rows, BASE["sde"] if "Euler" in title else BASE["sgld"])
     lines += [*goals(results), ""]
-    if args.out is None:  # the page's figure: only for the results file the page includes
-        figure(results, picture)
+    if args.out is None:  # the page's figure (drawn from this file by the docs hook at build time)
         lines += [f"![CPU time per step, log scale](figures/{picture.name})", ""]
     print(f"written to {write_result(out, chr(10).join(lines), provenance)}")
+    if args.out is None:
+        print(f"figure: {draw(out, picture)}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,52 @@
+"""The figure of ``benchmarks/peers.py``, drawn from its results file (figures are never committed: the docs hook
+draws it at build time, ``docs/_hooks.py``).
+
+Each ``### <problem>`` table of a ``peers.md`` becomes one panel: every engine that ran, its CPU time per step
+on a log scale.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def parse(text: str) -> list[tuple[str, list[tuple[str, float]]]]:
+    """``[(problem, [(engine, µs per step CPU), …]), …]`` from a ``peers.md`` (engines skipped: left out)."""
+    panels: list[tuple[str, list[tuple[str, float]]]] = []
+    for line in text.splitlines():
+        if line.startswith("### "):
+            panels.append((line[4:].strip(), []))
+        elif panels and line.startswith("| ") and not line.startswith("| engine"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            try:
+                panels[-1][1].append((cells[0], float(cells[1])))
+            except (IndexError, ValueError):  # a skipped engine ("—") or the separator row
+                continue
+    return [(title, rows) for title, rows in panels if rows]
+
+
+def draw(results_md: Path, png: Path) -> Path:
+    """Draw the figure of the results file ``results_md`` into ``png``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = parse(Path(results_md).read_text())
+    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(4.6 * max(1, len(panels)), 4.4), squeeze=False)
+    for ax, (title, rows) in zip(axes[0], panels):
+        names = [name for name, _ in rows][::-1]
+        ax.barh(
+            names,
+            [us for _, us in rows][::-1],
+            color=["tab:blue" if "meanfield" in n else "tab:gray" for n in names],
+        )
+        ax.set_xscale("log")
+        ax.set_xlabel("µs per step (CPU time, log scale)")
+        ax.set_title(title, fontsize=8)
+        ax.tick_params(axis="y", labelsize=7)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return png
