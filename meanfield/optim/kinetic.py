@@ -137,6 +137,7 @@ class KineticLangevin(torch.optim.Optimizer):
     ) -> None:
         self.check_every = check_int("check_every", check_every, minimum=0)
         self._noise_buffers: dict[torch.Tensor, torch.Tensor] = {}
+        self._kept: dict[int, tuple] = {}  # per group: (stepping parameters' ids, velocities, noise, generators)
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
         if generator is not None and seed is not None:
@@ -233,31 +234,47 @@ class KineticLangevin(torch.optim.Optimizer):
                             f"param group {gi}: a gradient has NaN or Inf entries; nothing was changed"
                         )
             plan.append((gi, group, params, grads, _beta_at(group, gi)))
-        for _, group, params, grads, beta in plan:
+        for gi, group, params, grads, beta in plan:
             h, gamma = group["lr"], group["friction"]
             scale = float(group["n_particles"]) if group["mean_field_scaling"] else 1.0
             c = math.exp(-gamma * h)
             sigma = math.sqrt(beta * (1.0 - c * c))  # the noise the friction requires: Var v → β
-            velocities = []
-            for p in params:
-                state = self.state[p]
-                if "velocity" not in state:
-                    state["velocity"] = torch.zeros_like(p)  # v_0 = 0, shape of θ
-                velocities.append(state["velocity"])
+            velocities, noise, generators = self._buffers(gi, params)
             torch._foreach_add_(velocities, grads, alpha=-h * scale)  # B: v ← v − h·M·∂L/∂θ
             if group["weight_decay"]:
                 torch._foreach_add_(velocities, params, alpha=-h * group["weight_decay"])  # … − h·λθ
             torch._foreach_add_(params, velocities, alpha=0.5 * h)  # A(h/2)
             torch._foreach_mul_(velocities, c)  # O(h): friction …
             if sigma > 0:  # … and noise, one draw per parameter in order, into buffers kept between steps
-                noise = self._noise(params)
-                for xi, p in zip(noise, params):
-                    xi.normal_(generator=self._generator(p.device))  # (…) ξ ~ N(0, I), shape of θ
+                for xi, generator in zip(noise, generators):
+                    xi.normal_(generator=generator)  # (…) ξ ~ N(0, I), shape of θ
                 torch._foreach_add_(velocities, noise, alpha=sigma)
             torch._foreach_add_(params, velocities, alpha=0.5 * h)  # A(h/2)
             if group["projection"] is not None:
                 group["projection"].project_all_(params)
             group["step"] += 1
+
+    def _buffers(
+        self, gi: int, params: list[torch.Tensor]
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Generator]]:
+        """The velocities (the optimizer's state), noise buffers and generators of group ``gi``'s stepping
+        ``params``, kept while the same parameters step (again after :meth:`load_state_dict`)."""
+        key = tuple(map(id, params))
+        kept = self._kept.get(gi)
+        if kept is None or kept[0] != key:
+            velocities = []
+            for p in params:
+                state = self.state[p]
+                if "velocity" not in state:
+                    state["velocity"] = torch.zeros_like(p)  # v_0 = 0, shape of θ
+                velocities.append(state["velocity"])
+            kept = self._kept[gi] = (
+                key,
+                velocities,
+                self._noise(params),
+                [self._generator(p.device) for p in params],
+            )
+        return kept[1], kept[2], kept[3]
 
     def _noise(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
         """Buffers shaped like ``params`` for the draws, made once (not saved: their values are not state)."""
@@ -291,6 +308,7 @@ class KineticLangevin(torch.optim.Optimizer):
         }
         generators = state_dict.pop("generators", {})
         self._seed = state_dict.pop("seed", self._seed)
+        self._kept = {}  # the velocities and generators are replaced
         kept = [(g["beta"], g["projection"]) for g in self.param_groups]
         super().load_state_dict(state_dict)
         for group, (beta, projection) in zip(self.param_groups, kept):
