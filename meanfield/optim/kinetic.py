@@ -216,6 +216,16 @@ class KineticLangevin(torch.optim.Optimizer):
 
     _hooked_step = torch.optim.Optimizer.profile_hook_step(_step)
 
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """``torch.optim.Optimizer.zero_grad``; with ``set_to_none=True`` (its default) and the profiler off, a
+        plain loop setting every ``p.grad`` to ``None`` (no profiler range to open: the same effect)."""
+        if not set_to_none or torch._C._autograd._profiler_enabled():
+            return super().zero_grad(set_to_none)
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.grad = None
+        return None
+
     def _update(self) -> None:
         plan = []
         for gi, group in enumerate(self.param_groups):
