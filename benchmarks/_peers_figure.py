@@ -31,20 +31,23 @@ def draw(results_md: Path, png: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     panels = parse(Path(results_md).read_text())
-    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(4.6 * max(1, len(panels)), 4.4), squeeze=False)
-    for ax, (title, rows) in zip(axes[0], panels):
-        names = [name for name, _ in rows][::-1]
-        ax.barh(
-            names,
-            [us for _, us in rows][::-1],
-            color=["tab:blue" if "meanfield" in n else "tab:gray" for n in names],
-        )
+    cols = min(2, max(1, len(panels)))
+    rows = max(1, -(-len(panels) // cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(6.2 * cols, 3.6 * rows), squeeze=False)
+    for ax, (title, bars) in zip(axes.flat, panels):
+        names = [name for name, _ in bars][::-1]
+        colours = ["tab:blue" if "meanfield" in n else "tab:gray" for n in names]
+        ax.barh(names, [us for _, us in bars][::-1], color=colours)
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("µs per step (CPU time, log scale)")
-        ax.set_title(title, fontsize=8)
+        ax.set_title(title.replace(", n = ", ",\nn = ").replace(", M = ", ",\nM = "), fontsize=8)
         ax.tick_params(axis="y", labelsize=7)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
