@@ -76,16 +76,18 @@ def test_a_coupled_run_keeps_the_values_of_before_bit_for_bit(scheme):
     assert not torch.allclose(drawn, run, atol=1e-3)
 
 
-def _drawn_run(z0, n, dt, word, a, k, gamma, beta, g):
+def _drawn_run(z0, n, dt, word, a, k, gamma, beta, g, t0=0.0):
     """The drawn-noise splitting by hand: x, v apart, each O ``v ← c·v + s·ξ`` with one draw of
-    ``(n_O, B, M, d)`` numbers ``N(0, s²)`` per step; the force ``−a·x − k·(x − x̄)``."""
+    ``(n_O, B, M, d)`` numbers ``N(0, s²)`` per step, ``s`` from ``β`` at the step's start (``beta`` a number
+    or a function of t); the force ``−a·x − k·(x − x̄)``."""
     d = z0.shape[-1] // 2
     x, v = z0[..., :d].clone(), z0[..., d:].clone()
     counts = {c: word.count(c) for c in word}
     n_o = counts["O"]
     c = math.exp(-gamma * dt / n_o)
-    s = math.sqrt(beta * (1 - c * c))
-    for _ in range(n):
+    for step in range(n):
+        b = beta(t0 + step * dt) if callable(beta) else beta
+        s = math.sqrt(b * (1 - c * c))
         xi = torch.empty((n_o, *x.shape), dtype=x.dtype).normal_(0.0, s, generator=g)
         o = 0
         for letter in word:
@@ -120,6 +122,30 @@ def test_drawn_noise_is_one_scaled_draw_of_b_m_d_numbers_per_o(scheme, k):
     double = torch.Generator().manual_seed(8)
     torch.empty(n, 2 * SPLITTINGS[scheme].count("O"), 3, 20, 2, dtype=F64).normal_(generator=double)
     assert not torch.equal(g.get_state(), double.get_state())
+
+
+def test_drawn_noise_reads_a_scheduled_temperature_at_the_start_of_each_step():
+    """β_t = 0.1 + t with BAOAB from t0 = 0.5 (two segments): each step's O uses β_{t_n}, as the hand-written
+    run does (to 1e-12); negative control: β_{t0} throughout differs."""
+    system = KineticMeanFieldLangevin(Quadratic(1.0), friction=0.8, beta=lambda t: 0.1 + t)
+    z0 = torch.randn(1, 6, 2, dtype=F64, generator=torch.Generator().manual_seed(22))
+    t0, h, n = 0.5, 0.25, 6
+    run = simulate(
+        system,
+        z0,
+        t0=t0,
+        t1=t0 + n * h,
+        dt=h,
+        solver="baoab",
+        generator=torch.Generator().manual_seed(7),
+        check_every=4,
+    ).final
+
+    def hand(beta):
+        return _drawn_run(z0, n, h, "BAOAB", 1.0, 0.0, 0.8, beta, torch.Generator().manual_seed(7), t0=t0)
+
+    assert torch.allclose(run, hand(lambda t: 0.1 + t), rtol=0, atol=1e-12)
+    assert not torch.allclose(run, hand(0.1 + t0), rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize(("scheme", "which"), [("obabo", "v"), ("aboba", "x")])
