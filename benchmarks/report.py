@@ -132,6 +132,17 @@ Target: a Langevin step ≤ 1.3× (fused Adam + one flat normal draw) on a 20M-p
 is the floor (the noise must be drawn somehow, and on a CPU the draw dominates).""",
     ),
     Section(
+        "meanfield against its peers",
+        ("peers",),
+        """\
+Issue 51: the Euler–Maruyama step and the SGLD step against diffrax, torchsde, BlackJAX and posteriors, each
+engine in its own environment and one thread, every answer checked against meanfield's within Monte Carlo
+error before its ratio is given (`benchmarks/peers.py`'s docstring has the problems, the engines and the
+method). Targets: `Langevin` ≤ 1.2× the hand-written SGLD loop at d = 20, one chain; the opt-in captured
+SGLD block (`meanfield.captured.sgld_block`, `torch.compile`) ≤ 3× BlackJAX's `lax.scan`; the
+compile time is the setup column.""",
+    ),
+    Section(
         "Run machinery vs a bare training loop",
         ("runs",),
         """\

@@ -139,6 +139,23 @@ class KineticMeanFieldLangevin(ParticleSystem):
         r"""$-\nabla V(x_i) - 1/M \sum_j \nabla W(x_i - x_j)$: positions ``(B, M, d) -> (B, M, d)``."""
         return self.force_field.drift(t, x)  # (B, M, d)
 
+    def force_into(self, t: float, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """``force`` at ``x`` (``(B, M, d)``, contiguous), written into ``out`` when that saves passes: for
+        ``V = a/2·|x|²`` and ``W = k/2·|z|²`` with numbers ``a``, ``k`` the force is ``−(a + k)·x + k·x̄``, one
+        pass after the mean (``force`` takes four); otherwise ``force``'s own tensor. Returns the force.
+        """
+        field = self.force_field
+        if not field._affine:
+            return self.force(t, x)  # (B, M, d)
+        a = field.confinement.a
+        k = field.interaction.k if field.interaction is not None else 0.0
+        if torch.is_tensor(a) or torch.is_tensor(k):  # per-replica values
+            return self.force(t, x)  # (B, M, d)
+        if not k:
+            return torch.mul(x, -a, out=out)  # (B, M, d)
+        centre = x.mean(1, keepdim=True).mul_(k)  # (B, 1, d) k·x̄
+        return torch.add(centre, x, alpha=-(a + k), out=out)  # (B, M, d)
+
     def drift(self, t: float, z: torch.Tensor) -> torch.Tensor:
         r"""$b(z) = (v, \mathrm{force}(x) - \gamma v)$: ``(B, M, 2d) -> (B, M, 2d)``."""
         d = _check_paired(z)

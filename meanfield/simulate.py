@@ -441,7 +441,6 @@ def simulate(
     # Where the state was last confirmed finite at a check stop: the step, a copy of the state and how to
     # replay the noise from there, so that a non-finite state can be traced to the first step that made it.
     anchor = _Anchor(source, x0)
-    start_size = float(x0.detach().abs().max())  # x0 is finite and not empty (checked above)
 
     def non_finite(n: int, n_next: int, n_saved: int, what: str) -> NonFiniteStateError:
         first = anchor.first_bad_step(solver, system, t0, dt, n_next)
@@ -454,7 +453,7 @@ def simulate(
         else:
             step, x_before = first
             last, where = step - 1, f"at step {step} (t = {t0 + step * dt:g}), the first non-finite step"
-            advice = _advice(system, t0 + last * dt, x_before, step, start_size)
+            advice = _advice(system, t0 + last * dt, x_before, step, float(x0.detach().abs().max()))
         return NonFiniteStateError(
             f"the state became non-finite ({what}) {where}; it was finite at step {last} "
             f"(t = {t0 + last * dt:g}). {advice} error.trajectory holds the {n_saved} states saved so far.",

@@ -66,6 +66,7 @@ def _tables_are_labelled(text: str) -> bool:
         ("optim.py", ["--params", "0.05", "--rounds", "2", "--warmup", "1", "--out", "{tmp}/optim.md"]),
         ("runs.py", ["--steps", "6", "--rounds", "1", "--out", "{tmp}/runs.md"]),
         ("parallel_lm.py", ["--smoke", "--out", "{tmp}/parallel_lm.md"]),
+        ("peers.py", ["--smoke", "--out", "{tmp}/peers.md"]),  # engines not installed: skipped with a note
     ],
 )
 def test_benchmark_script_runs_and_records_its_provenance(script, args, tmp_path):

@@ -666,6 +666,7 @@ def test_an_error_during_the_drift_leaves_no_draw_running_and_the_generator_unch
         raise RuntimeError("drift failed")
 
     monkeypatch.setattr("meanfield.optim.langevin.apply_drift", broken)
+    monkeypatch.setattr("meanfield.optim.langevin.sgd_drift_", broken)  # the SGD fast path's drift (issue 51)
     with pytest.raises(RuntimeError, match="drift failed"):
         opt.step()
     assert torch.equal(opt._generator(torch.device("cpu")).get_state(), state)

@@ -649,17 +649,24 @@ def counting_force(system):
 @pytest.mark.parametrize("scheme, extra", [("baoab", 1), ("obabo", 1), ("aboba", 0)])
 def test_the_last_kick_force_is_kept_across_steps_and_segments(scheme, extra):
     """One force evaluation per step, plus the first for BAOAB and OBABO (whose word ends with a kick): ``n +
-    1`` (``n`` for ABOBA) also when every step is its own segment (``save_every=1``); the states equal the
-    numpy oracle of the splitting on the seeded increments, with the exponential ``e^{−γτ}`` per fraction."""
+    1`` (``n`` for ABOBA) also when every step is its own segment (``save_every=1``), with drawn noise and with
+    pre-drawn increments; the states of the latter equal the numpy oracle of the splitting on those increments
+    (the seeded normals), with the exponential ``e^{−γτ}`` per fraction. (Drawn noise is one draw per O since
+    issue 51: ``tests/solvers/test_splitting_noise.py`` replays it.)"""
     system = KineticMeanFieldLangevin(DoubleWell(), friction=0.7, beta=0.4)
     calls = counting_force(system)
     z0 = pair(cloud(1, 3, 1, seed=8), cloud(1, 3, 1, seed=9))
     n, h = 5, 0.1
-    traj = simulate(system, z0, t1=n * h, dt=h, solver=scheme, generator=4, save_every=1)
+    simulate(system, z0, t1=n * h, dt=h, solver=scheme, generator=4, save_every=1)
+    assert len(calls) == n + extra
+    calls.clear()
+    xis = seeded_normals(4, n, (1, 3, 2))
+    path = BrownianIncrements(torch.from_numpy(np.stack(xis)) * math.sqrt(h), h)
+    traj = simulate(system, z0, t1=n * h, dt=h, solver=scheme, brownian=path, save_every=1)
     assert len(calls) == n + extra
     x, v, cached = z0[..., :1].numpy(), z0[..., 1:].numpy(), None
     ref = KineticMeanFieldLangevin(DoubleWell(), friction=0.7, beta=0.4)
-    for k, xi in enumerate(seeded_normals(4, n, (1, 3, 2))):
+    for k, xi in enumerate(xis):
         x, v, cached = splitting_step(
             SPLITTINGS[scheme],
             x,
@@ -720,8 +727,9 @@ def test_a_scheduled_temperature_is_read_at_the_start_of_each_step():
     system = KineticMeanFieldLangevin(Quadratic(1.0), friction=0.8, beta=lambda t: 0.1 + t)
     z0 = pair(cloud(1, 3, 1, seed=22), cloud(1, 3, 1, seed=23))
     t0, h, n = 0.5, 0.25, 4
-    traj = simulate(system, z0, t0=t0, t1=t0 + n * h, dt=h, solver="baoab", generator=7)
     xis = seeded_normals(7, n, (1, 3, 2))
+    path = BrownianIncrements(torch.from_numpy(np.stack(xis)) * math.sqrt(h), h)  # drawn noise: test_splitting_noise
+    traj = simulate(system, z0, t0=t0, t1=t0 + n * h, dt=h, solver="baoab", brownian=path)
 
     def oracle(beta_at):
         x, v, cached = z0[..., :1].numpy(), z0[..., 1:].numpy(), None

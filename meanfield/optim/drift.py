@@ -1,9 +1,10 @@
 r"""The drift of a Langevin step: SGD, or Adam with its diagonal preconditioner.
 
-- ``drift="sgd"``: $\theta \leftarrow \theta - \operatorname{lr}\cdot(M\cdot\nabla_\theta L + \lambda \theta)$, $\eta_{\mathrm{eff}} = \operatorname{lr}$ (one ``_foreach_add_`` per bucket).
-- ``drift="adam"``: $\theta \leftarrow \theta - \eta_{\mathrm{eff}} \odot \hat{m}$ with $\eta_{\mathrm{eff}} = \operatorname{lr}/(M\cdot\sqrt{\hat{v}} + \varepsilon)$ per coordinate (one
-  ``torch._fused_adam_`` per bucket on the raw gradients ``g``: Adam of $M\cdot g$ is Adam of ``g`` with $\varepsilon/M$
-  and $\lambda/M$), $\hat{v}$ bias-corrected with each parameter's own step count.
+- ``drift="sgd"``: ``θ ← θ − lr·(M·∇_θL + λθ)``, ``η_eff = lr`` (one ``_foreach_add_`` per bucket, and one or
+  two more with weight decay; the drift's size for the statistics is computed only when they are read).
+- ``drift="adam"``: ``θ ← θ − η_eff ⊙ m̂`` with ``η_eff = lr/(M·sqrt(v̂) + ε)`` per coordinate (one
+  ``torch._fused_adam_`` per bucket on the raw gradients ``g``: Adam of ``M·g`` is Adam of ``g`` with ``ε/M``
+  and ``λ/M``), ``v̂`` bias-corrected with each parameter's own step count.
 
 For preconditioned noise [`precondition`][meanfield.optim.drift.precondition] leaves $t = 1/\sqrt{\sqrt{v} + \varepsilon\cdot\sqrt{\mathrm{bias}2}/M}$ in the bucket's work
 buffer, so that $\eta_{\mathrm{eff}} = (\operatorname{lr}\cdot\sqrt{\mathrm{bias}2}/M)\cdot t^2$ and the noise is $\sqrt{2\beta_t\cdot\operatorname{lr}\cdot\sqrt{\mathrm{bias}2}/M}\cdot t \odot \xi$.
@@ -20,7 +21,7 @@ from meanfield.optim.buckets import Bucket
 from meanfield.optim.groups import scale as group_scale
 from meanfield.optim.stats import Record
 
-__all__ = ["apply_drift", "precondition"]
+__all__ = ["apply_drift", "sgd_drift_", "precondition"]
 
 
 def apply_drift(
@@ -28,7 +29,7 @@ def apply_drift(
     b: Bucket,
     index: list[int],
     grads: list[torch.Tensor],
-    norms: torch.Tensor,
+    norms: list[torch.Tensor] | None,
     beta_t: float,
 ) -> list[Record]:
     r"""Apply the drift $\theta \leftarrow \theta - \eta_{\mathrm{eff}} \odot g$ to the parameters ``index`` of bucket ``b`` (module docstring).
@@ -37,8 +38,9 @@ def apply_drift(
         group: the param group (its ``lr``, ``drift``, ``betas``, ``eps``, ``weight_decay``, scaling).
         b: the bucket.
         index: the bucket's parameters that have a gradient.
-        grads: their gradients $\partial L/\partial \theta$ (unscaled; the ×M is applied here).
-        norms: ``(len(index),)`` their norms $\|\partial L/\partial \theta\|$ (checked finite by the caller).
+        grads: their gradients ``∂L/∂θ`` (unscaled; the ×M is applied here).
+        norms: ``[()]`` their norms ``‖∂L/∂θ‖`` when the caller checked them (``None`` when the step
+            was not checked: ``check_every``).
         beta_t: the group's temperature at this step (recorded for the noise and the statistics).
 
     Returns:
@@ -53,17 +55,10 @@ def apply_drift(
     wd = group["weight_decay"]
     params = [b.params[i] for i in index]
     if group["drift"] == "sgd":
-        if wd:
-            drift = torch._foreach_mul(grads, scale)  # [(…)] M·g
-            torch._foreach_add_(drift, params, alpha=wd)  # M·g + λθ
-            drift_sq = (torch.stack(torch._foreach_norm(drift)).double() * lr).square().sum()  # ‖η g‖²
-            torch._foreach_add_(params, drift, alpha=-lr)
-        else:
-            drift_sq = (norms.double() * (lr * scale)).square().sum()  # () ‖η M g‖² (inf, not an error)
-            torch._foreach_add_(params, grads, alpha=-lr * scale)
-        return [
-            Record(b, index, "sgd", lr, beta_noise, scale, None, False, drift_sq=drift_sq, beta_given=beta_t)
-        ]
+        terms, factor = sgd_drift_(params, grads, lr, scale, wd)
+        record = Record(b, index, "sgd", lr, beta_noise, scale, None, False, beta_given=beta_t)
+        record.keep_drift(terms, factor, None if wd else norms)
+        return [record]
     beta1, beta2 = group["betas"]
     steps = [b.steps[i] for i in index]
     torch._foreach_add_(steps, 1.0)
@@ -107,6 +102,21 @@ def apply_drift(
         )
         for k, sub in by_count.items()
     ]
+
+
+def sgd_drift_(
+    params: list[torch.Tensor], grads: list[torch.Tensor], lr: float, scale: float, weight_decay: float
+) -> tuple[list[torch.Tensor], float]:
+    """The SGD drift ``θ ← θ − lr·(M·g + λθ)`` in place; returns ``(d, factor)`` with the drift ``factor·d_k``
+    (for the statistics, reduced only when read): ``(M·g + λθ, lr)``, or ``(g, lr·M)`` without weight decay."""
+    if weight_decay:  # M·g + λθ (M·g when M ≠ 1: the same rounding as ever), a new list: the gradients stay
+        drift = torch._foreach_add(
+            torch._foreach_mul(grads, scale) if scale != 1 else grads, params, alpha=weight_decay
+        )
+        torch._foreach_add_(params, drift, alpha=-lr)
+        return drift, lr
+    torch._foreach_add_(params, grads, alpha=-lr * scale)
+    return grads, lr * scale
 
 
 def precondition(record: Record) -> None:

@@ -1,12 +1,14 @@
 r"""The gradient check before a Langevin step changes anything: finite entries, and a step that does not overflow.
 
-One reduction per bucket, $\|g_k\|$ for each parameter ``k``; only when $\operatorname{lr}\cdot(\times M)\cdot\|g_k\|$ is not finite are the
-entries examined: a NaN/Inf entry, or a finite gradient whose float32 norm overflowed (recomputed in float64),
-or a step $\operatorname{lr}\cdot\|g\|$ that overflows. Each error names the group, the parameter and its shape.
+One reduction per bucket, ``‖g_k‖`` for each parameter ``k``, and one synchronisation (their sum); only when
+``lr·(×M)·Σ_k ‖g_k‖`` is not a finite number of the gradients' dtype are the entries examined: a NaN/Inf entry,
+or a finite gradient whose float32 norm overflowed (recomputed in float64), or a step ``lr·‖g‖`` that
+overflows. Each error names the group, the parameter and its shape.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -24,19 +26,30 @@ def gradient_norms(
     b: Bucket,
     index: list[int],
     grads: list[torch.Tensor],
-) -> torch.Tensor:
-    r"""``(k,)`` the norms $\|\partial L/\partial \theta\|$ of the gradients ``grads`` of bucket ``b``'s parameters ``index``, checked.
+) -> list[torch.Tensor]:
+    """``[()]`` the norms ``‖∂L/∂θ‖`` of the gradients ``grads`` of bucket ``b``'s parameters ``index``, checked.
 
     Raises:
         ValueError: a gradient with a NaN/Inf entry, or a step $\operatorname{lr}\cdot(\times M)\cdot\|g\|$ that overflows (no parameter
             has been changed yet).
     """
-    norms = torch.stack(torch._foreach_norm(grads))  # (k,) ‖∂L/∂θ‖ per parameter
+    norms = torch._foreach_norm(grads)  # [()] ‖∂L/∂θ‖ per parameter
     step_bound = group["lr"] * (group_scale(group) if group["drift"] == "sgd" else 1.0)
-    if not bool(torch.isfinite(norms * step_bound).all()):  # NaN/Inf, or an overflowing step
-        _check_entries(groups, group, b, index, grads, norms)
-        _check_step_size(groups, group, b, index, norms, step_bound)
+    # one synchronisation: Σ_k ‖g_k‖·bound ≤ the dtype's largest number whenever every ‖g_k‖·bound is
+    # finite and none overflows (NaN fails the comparison); otherwise the entries are examined one by one
+    total = float(norms[0]) if len(norms) == 1 else float(torch.stack(norms).sum())
+    if not total * step_bound <= _largest(grads[0].dtype):
+        stacked = torch.stack(norms)  # (k,)
+        _check_entries(groups, group, b, index, grads, stacked)
+        _check_step_size(groups, group, b, index, stacked, step_bound)
+        norms = list(stacked)
     return norms
+
+
+@functools.cache
+def _largest(dtype: torch.dtype) -> float:
+    """The largest finite number of ``dtype``."""
+    return torch.finfo(dtype).max
 
 
 def _check_step_size(

@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
+from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
 
 from meanfield._checks import check_int, check_nonnegative, check_positive
 from meanfield.optim.conventions import TEMPERATURE_CONVENTIONS
@@ -100,6 +101,9 @@ class KineticLangevin(torch.optim.Optimizer):
         projection: ``None`` or a [`Projection`][meanfield.projections.Projection] applied to θ after every step.
         generator: the ``torch.Generator`` of the noise (on the parameters' device).
         seed: seed of the optimizer's own generator when ``generator`` is not given.
+        check_every: check the gradients for NaN/Inf entries (one reduction and one synchronisation per group)
+            at a group's steps ``0, k, 2k, …`` (``k = check_every``); ``1`` (default): every step, before any
+            parameter changes; ``0``: never.
 
     Raises:
         ValueError, TypeError: a bad option (negative friction or temperature, $\operatorname{lr} \le 0$, an unknown
@@ -129,7 +133,11 @@ class KineticLangevin(torch.optim.Optimizer):
         projection: Projection | Mapping[str, Any] | None = None,
         generator: torch.Generator | None = None,
         seed: int | None = None,
+        check_every: int = 1,
     ) -> None:
+        self.check_every = check_int("check_every", check_every, minimum=0)
+        self._noise_buffers: dict[torch.Tensor, torch.Tensor] = {}
+        self._kept: dict[int, tuple] = {}  # per group: (stepping parameters' ids, velocities, noise, generators)
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
         if generator is not None and seed is not None:
@@ -174,58 +182,119 @@ class KineticLangevin(torch.optim.Optimizer):
             g = self._generators[device] = torch.Generator(device=device).manual_seed(self._seed)
         return g
 
-    @torch.no_grad()
     def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
         """One BAOAB step of every param group (see the class docstring).
 
         Raises:
-            ValueError: a gradient with a NaN/Inf entry, or a β schedule value that is not finite and ≥ 0
-                (checked for every group before any parameter changes).
+            ValueError: a gradient with a NaN/Inf entry (at the steps ``check_every`` says), or a β
+                schedule value that is not finite and ≥ 0 (checked for every group before any parameter
+                changes).
+
+        torch.optim's step wrapper (a profiler range and the step hooks) runs only when it has something to
+        do: a hook registered, or the profiler on.
         """
+        if (
+            self._optimizer_step_pre_hooks
+            or self._optimizer_step_post_hooks
+            or _global_optimizer_pre_hooks
+            or _global_optimizer_post_hooks
+            or torch._C._autograd._profiler_enabled()
+        ):
+            return self._hooked_step(closure)
+        return self._step(closure)
+
+    step.hooked = True  # type: ignore[attr-defined]  # torch.optim: do not wrap it (it calls the wrapper itself)
+
+    def _step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        with torch.no_grad():  # (not a decorator: it builds a context object per call)
+            self._update()
+        return loss
+
+    _hooked_step = torch.optim.Optimizer.profile_hook_step(_step)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """``torch.optim.Optimizer.zero_grad``; with ``set_to_none=True`` (its default) and the profiler off, a
+        plain loop setting every ``p.grad`` to ``None`` (no profiler range to open: the same effect)."""
+        if not set_to_none or torch._C._autograd._profiler_enabled():
+            return super().zero_grad(set_to_none)
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.grad = None
+        return None
+
+    def _update(self) -> None:
         plan = []
         for gi, group in enumerate(self.param_groups):
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
                 continue
-            for p in params:
-                if p.grad.is_sparse:
-                    raise ValueError(f"param group {gi}: KineticLangevin does not support sparse gradients")
-                if not bool(torch.isfinite(p.grad).all()):
-                    raise ValueError(
-                        f"param group {gi}: a gradient has NaN or Inf entries; nothing was changed"
-                    )
-            plan.append((gi, group, params, _beta_at(group, gi)))
-        for _, group, params, beta in plan:
+            grads = [p.grad for p in params]
+            if any(g.is_sparse for g in grads):
+                raise ValueError(f"param group {gi}: KineticLangevin does not support sparse gradients")
+            if self.check_every and group["step"] % self.check_every == 0:
+                # one synchronisation: the sum of the norms is finite iff every entry is
+                norms = torch._foreach_norm(grads)
+                if not math.isfinite(float(norms[0]) if len(norms) == 1 else float(torch.stack(norms).sum())):
+                    if any(not bool(torch.isfinite(g).all()) for g in grads):
+                        raise ValueError(
+                            f"param group {gi}: a gradient has NaN or Inf entries; nothing was changed"
+                        )
+            plan.append((gi, group, params, grads, _beta_at(group, gi)))
+        for gi, group, params, grads, beta in plan:
             h, gamma = group["lr"], group["friction"]
             scale = float(group["n_particles"]) if group["mean_field_scaling"] else 1.0
             c = math.exp(-gamma * h)
             sigma = math.sqrt(beta * (1.0 - c * c))  # the noise the friction requires: Var v → β
+            velocities, noise, generators = self._buffers(gi, params)
+            torch._foreach_add_(velocities, grads, alpha=-h * scale)  # B: v ← v − h·M·∂L/∂θ
+            if group["weight_decay"]:
+                torch._foreach_add_(velocities, params, alpha=-h * group["weight_decay"])  # … − h·λθ
+            torch._foreach_add_(params, velocities, alpha=0.5 * h)  # A(h/2)
+            torch._foreach_mul_(velocities, c)  # O(h): friction …
+            if sigma > 0:  # … and noise, one draw per parameter in order, into buffers kept between steps
+                for xi, generator in zip(noise, generators):
+                    xi.normal_(generator=generator)  # (…) ξ ~ N(0, I), shape of θ
+                torch._foreach_add_(velocities, noise, alpha=sigma)
+            torch._foreach_add_(params, velocities, alpha=0.5 * h)  # A(h/2)
+            if group["projection"] is not None:
+                group["projection"].project_all_(params)
+            group["step"] += 1
+
+    def _buffers(
+        self, gi: int, params: list[torch.Tensor]
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Generator]]:
+        """The velocities (the optimizer's state), noise buffers and generators of group ``gi``'s stepping
+        ``params``, kept while the same parameters step (again after ``load_state_dict``)."""
+        key = tuple(map(id, params))
+        kept = self._kept.get(gi)
+        if kept is None or kept[0] != key:
+            velocities = []
             for p in params:
                 state = self.state[p]
                 if "velocity" not in state:
                     state["velocity"] = torch.zeros_like(p)  # v_0 = 0, shape of θ
-                v = state["velocity"]
-                v.add_(p.grad, alpha=-h * scale)  # B: v ← v − h·M·∂L/∂θ
-                if group["weight_decay"]:
-                    v.add_(p, alpha=-h * group["weight_decay"])  # … − h·λθ
-                p.add_(v, alpha=0.5 * h)  # A(h/2)
-                v.mul_(c)  # O(h): friction …
-                if sigma > 0:
-                    v.add_(
-                        torch.randn(
-                            p.shape, dtype=p.dtype, device=p.device, generator=self._generator(p.device)
-                        ),
-                        alpha=sigma,
-                    )
-                p.add_(v, alpha=0.5 * h)  # A(h/2)
-            if group["projection"] is not None:
-                group["projection"].project_all_(params)
-            group["step"] += 1
-        return loss
+                velocities.append(state["velocity"])
+            kept = self._kept[gi] = (
+                key,
+                velocities,
+                self._noise(params),
+                [self._generator(p.device) for p in params],
+            )
+        return kept[1], kept[2], kept[3]
+
+    def _noise(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Buffers shaped like ``params`` for the draws, made once (not saved: their values are not state)."""
+        out = []
+        for p in params:
+            xi = self._noise_buffers.get(p)
+            if xi is None or xi.shape != p.shape or xi.dtype != p.dtype or xi.device != p.device:
+                xi = self._noise_buffers[p] = torch.empty_like(p, memory_format=torch.contiguous_format)
+            out.append(xi)
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         """``torch.optim`` state (the velocities) plus the generators' states, as plain data (``weights_only``)."""
@@ -249,6 +318,7 @@ class KineticLangevin(torch.optim.Optimizer):
         }
         generators = state_dict.pop("generators", {})
         self._seed = state_dict.pop("seed", self._seed)
+        self._kept = {}  # the velocities and generators are replaced
         kept = [(g["beta"], g["projection"]) for g in self.param_groups]
         defaults = dict(self.defaults)  # torch's __setstate__ adds its own keys (differentiable): not ours
         super().load_state_dict(state_dict)

@@ -10,17 +10,20 @@ anything changes), 2. check the gradients are finite (one reduction per bucket),
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
+from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
 
+from meanfield import _background
 from meanfield._checks import check_int
 from meanfield.optim import layers
 from meanfield.optim.buckets import Bucket, build_buckets
-from meanfield.optim.drift import apply_drift, precondition
+from meanfield.optim.drift import apply_drift, precondition, sgd_drift_
 from meanfield.optim.gradients import gradient_norms
 from meanfield.optim.groups import (
     CONFIG_KEYS,
@@ -32,12 +35,34 @@ from meanfield.optim.groups import (
     not_gibbs,
     resolve_defaults,
 )
-from meanfield.optim.noise import add_noise, block_noise, local_noise, start_noise
+from meanfield.optim.groups import scale as group_scale
+from meanfield.optim.noise import NoiseDraw, add_noise, block_noise, fill_normal, local_noise, noise_plan
 from meanfield.optim.stats import LangevinStats, Record, aggregate
 from meanfield.projections import Projection
 from meanfield.schedules import Schedule, schedule_to_data
 
 __all__ = ["Langevin"]
+
+
+class _Plan(NamedTuple):
+    """The noise draws of a step: ``(flat, generator)`` jobs, one view per bucket, the views shaped like
+    each bucket's parameters (``None`` for block or sharded noise), and the number of CPU numbers drawn."""
+
+    jobs: list[tuple[torch.Tensor, torch.Generator]]
+    views: list[torch.Tensor]
+    shaped: list[list[torch.Tensor] | None]
+    cpu_numbers: int
+
+
+def _plain_sgd(group: dict[str, Any]) -> bool:
+    """Whether ``_sgd_update`` can step this group: an SGD drift, the shared draw (no counter-based
+    blocks, no sharded rows)."""
+    return group["drift"] == "sgd" and not group.get("noise_block") and group.get("particle_rows") is None
+
+
+def _cpu_numbers(jobs: list[tuple[torch.Tensor, torch.Generator]]) -> int:
+    """How many numbers the CPU draws of ``jobs`` hold (what decides a background draw)."""
+    return sum(flat.numel() for flat, _ in jobs if flat.device.type == "cpu")
 
 
 class Langevin(torch.optim.Optimizer):
@@ -108,6 +133,13 @@ class Langevin(torch.optim.Optimizer):
             rows ([`meanfield.nn.sharded`][meanfield.nn.sharded]; ``M`` and each shard a multiple of ``k``). Needs ``seed``
             (not ``generator``).
 
+        check_every: check the gradients (NaN/Inf entries, or a step ``lr·‖g‖`` that overflows; one reduction
+            and one synchronisation per bucket) before the steps ``0, k, 2k, …`` (``k = check_every``); ``1``
+            (default): every step, so a bad gradient raises before it reaches a parameter (``meanfield run``
+            stops a run on that error); ``0``: never (a NaN gradient then reaches the parameters). The
+            loss and the parameters are still checked where the caller checks them (``meanfield run`` checks
+            the loss every step and the parameters at every checkpoint).
+
     A β schedule or a projection may also be given as data (its ``to_dict()``, e.g. from a TOML config).
 
     Attributes:
@@ -152,7 +184,9 @@ class Langevin(torch.optim.Optimizer):
         seed: int | None = None,
         temperature_convention: str = "mean_field",
         noise_block: int = 0,
+        check_every: int = 1,
     ) -> None:
+        self.check_every = check_int("check_every", check_every, minimum=0)
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
         if seed is not None:
@@ -168,6 +202,11 @@ class Langevin(torch.optim.Optimizer):
         self._layout: list[list[Bucket]] | None = None
         self._layout_key: tuple | None = None
         self._noise_buffers: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+        self._layout_version = 0  # counts the layouts built (the noise plan belongs to one)
+        self._sgd_program: list[tuple[int, dict[str, Any], Bucket, list[int]]] | None = None  # _sgd_update's
+        self._lazy: list[list[Any]] | None = None  # _sgd_update's records, as tuples until read
+        self._plan_key: tuple | None = None  # what _noise_plan's draws and views were built for
+        self._plan = _Plan([], [], [], 0)
         self._records: list[Record] | None = []  # noisy groups' records; None: the last step failed half way
         self._group_records: list[list[Record]] = []  # every group's records of the last step
         self._stats: LangevinStats | None = None
@@ -288,15 +327,24 @@ class Langevin(torch.optim.Optimizer):
     # -- layout ----------------------------------------------------------------------------------------------
 
     def _get_layout(self) -> list[list[Bucket]]:
-        key = tuple((tuple(id(p) for p in g["params"]), g["drift"]) for g in self.param_groups)
+        key = tuple((*map(id, g["params"]), g["drift"]) for g in self.param_groups)
         if self._layout is None or key != self._layout_key:
             self._layout = [
                 build_buckets(g, self.param_groups, self.state, self._seed) for g in self.param_groups
             ]
             self._layout_key = key
+            self._layout_version += 1
+            self._sgd_program = (
+                [
+                    (gi, group, b, list(range(len(b.params))))
+                    for gi, (group, buckets) in enumerate(zip(self.param_groups, self._layout))
+                    for b in buckets
+                ]
+                if all(_plain_sgd(g) for g in self.param_groups)
+                else None
+            )
         return self._layout
 
-    @torch.no_grad()
     def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
         """One Langevin step for every param group (see the class docstring for the update).
 
@@ -307,18 +355,43 @@ class Langevin(torch.optim.Optimizer):
             The closure's loss, or ``None``.
 
         Raises:
-            ValueError: a gradient has a NaN or Inf entry, or a β schedule returned a value that is not a
-                finite number ≥ 0 (nothing is changed then, [`last_stats`][meanfield.optim.langevin.Langevin.last_stats] included).
+            ValueError: a gradient has a NaN or Inf entry (checked at the steps ``check_every`` says), or
+                a β schedule returned a value that is not a finite number ≥ 0 (nothing is changed then,
+                ``last_stats`` included).
 
         An error while the parameters are being updated (e.g. a ``KeyboardInterrupt``) leaves the groups
-        before it updated and the rest not; the noise generator is put back and [`last_stats`][meanfield.optim.langevin.Langevin.last_stats] is
-        ``None``: reload a checkpoint ([`state_dict`][meanfield.optim.langevin.Langevin.state_dict]) rather than step again.
+        before it updated and the rest not; the noise generator is put back and ``last_stats`` is
+        ``None``: reload a checkpoint (``state_dict``) rather than step again.
+
+        torch.optim's step wrapper (a profiler range and the step hooks) runs only when it has something to
+        do: a hook registered, or the profiler on.
         """
+        if (
+            self._optimizer_step_pre_hooks
+            or self._optimizer_step_post_hooks
+            or _global_optimizer_pre_hooks
+            or _global_optimizer_post_hooks
+            or torch._C._autograd._profiler_enabled()
+        ):
+            return self._hooked_step(closure)
+        return self._step(closure)
+
+    step.hooked = True  # type: ignore[attr-defined]  # torch.optim: do not wrap it (it calls the wrapper itself)
+
+    def _step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        with torch.no_grad():  # (not a decorator: it builds a context object per call)
+            self._update()
+        return loss
+
+    def _update(self) -> None:
         layout = self._get_layout()
+        if self._sgd_program is not None and self._sgd_update(self._sgd_program):
+            return
+        self._lazy = None
 
         # 1. gather gradients and temperatures (a schedule error raises before anything changes)
         plan = []
@@ -336,15 +409,16 @@ class Langevin(torch.optim.Optimizer):
                 beta_t = beta_at(group, gi) if group["noise"] else 0.0
                 plan.append((gi, group, beta_t, work))
         # 2. check the gradients (one reduction per bucket): a refused step changes nothing, stats included
+        check = self.check_every > 0 and self._n_steps % self.check_every == 0
         checked = []
         for gi, group, beta_t, work in plan:
             entries = []
             for b, index, grads in work:
-                norms = gradient_norms(self.param_groups, group, b, index, grads)  # (k,) ‖∂L/∂θ‖, checked
+                norms = gradient_norms(self.param_groups, group, b, index, grads) if check else None  # [()]
                 entries.append((b, index, grads, norms))
             checked.append((gi, group, beta_t, entries))
 
-        # 3. the noise draw starts (on the CPU in a background thread) while 4. the drift is applied
+        # 3. a large CPU noise draw starts in a background thread while 4. the drift is applied
         self._records = []  # the last step's records point into the noise buffers about to be redrawn
         self._group_records = [[] for _ in self.param_groups]
         self._stats = None
@@ -355,7 +429,8 @@ class Langevin(torch.optim.Optimizer):
             if group["noise"] and beta_t > 0
             for b, index, _ in work
         ]
-        draw = start_noise(noisy, self._noise_buffers, self._generator)
+        jobs, views, shaped, cpu_numbers = self._noise_plan(noisy)
+        draw = NoiseDraw(jobs, views) if _background.pays(cpu_numbers) else None
         try:
             records = []  # (record, j): a record of the j-th bucket of the draw (noisy[j])
             j = 0
@@ -370,24 +445,122 @@ class Langevin(torch.optim.Optimizer):
                                 precondition(record)
                                 records.append((record, j))
                             j += 1
-            draw.wait()
+            if draw is None:  # drawn now, after the drift: an error before this left the generators as they were
+                fill_normal(jobs)
+            else:
+                draw.wait()
             noises = [  # [(n_j,)] this rank's rows of the shared draw, or the counter-based blocks
                 block_noise(b, self._seed, gi, t) if b.block else local_noise(b, view)
-                for (b, _, gi, t), view in zip(noisy, draw.views)
+                for (b, _, gi, t), view in zip(noisy, views)
             ]
         except BaseException:
-            draw.undo()  # no draw left running on the generator, which is back where it was
+            if draw is not None:
+                draw.undo()  # no draw left running on the generator, which is back where it was
             self._records = None  # the step is half done: no stats describe it (last_stats is None)
             raise
         # 5. noise, 6. projection
         for record, j in records:
-            add_noise(record, noises[j])
+            add_noise(record, noises[j], shaped[j])
         for _, group, _, _ in plan:
             if group["projection"] is not None:
                 group["projection"].project_all_(group["params"])
             group["step"] += 1
         self._n_steps += 1
-        return loss
+
+    _hooked_step = torch.optim.Optimizer.profile_hook_step(_step)
+
+    def _sgd_update(self, program: list[tuple[int, dict[str, Any], Bucket, list[int]]]) -> bool:
+        """The step of ``_update`` for SGD groups whose parameters all have a dense gradient: the same
+        operations in the same order (the same numbers), with the records kept as tuples until the
+        statistics are read. Returns ``False``, having changed nothing, where ``_update`` must take it."""
+        work = []
+        for gi, group, b, index in program:
+            grads = [p.grad for p in b.params]
+            for g in grads:
+                if g is None or g.is_sparse:
+                    return False
+            work.append((gi, group, b, index, grads))
+        groups = self.param_groups
+        betas = {gi: beta_at(group, gi) if group["noise"] else 0.0 for gi, group, *_ in work}
+        check = self.check_every > 0 and self._n_steps % self.check_every == 0
+        norms = [gradient_norms(groups, g, b, index, grads) if check else None for _, g, b, index, grads in work]
+        self._stats = self._group_stats = None
+        self._records = []
+        noisy = [(b,) for gi, group, b, _, _ in work if group["noise"] and betas[gi] > 0]
+        jobs, views, shaped, cpu_numbers = self._noise_plan(noisy)
+        draw = NoiseDraw(jobs, views) if _background.pays(cpu_numbers) else None
+        lazy = []
+        try:
+            for (gi, group, b, index, grads), bucket_norms in zip(work, norms):
+                lr, scale, beta_t = float(group["lr"]), group_scale(group), betas[gi]
+                beta_noise = beta_t * scale if group["temperature_convention"] == "loss" else beta_t
+                wd = group["weight_decay"]
+                terms, factor = sgd_drift_(b.params, grads, lr, scale, wd)
+                versions = () if wd else tuple(t._version for t in terms)
+                lazy.append([gi, group["noise"], b, index, lr, beta_noise, scale, beta_t, None, terms, factor,
+                             None if wd else bucket_norms, versions])  # fmt: skip
+            if draw is None:  # drawn now, after the drift: an error before this left the generators as they were
+                fill_normal(jobs)
+            else:
+                draw.wait()
+        except BaseException:
+            if draw is not None:
+                draw.undo()
+            self._records = None
+            self._lazy = None
+            raise
+        j = 0
+        for entry in lazy:
+            if entry[1] and entry[7] > 0:
+                torch._foreach_add_(entry[2].params, shaped[j], alpha=math.sqrt(2 * entry[5] * entry[4]))
+                entry[8] = views[j]  # ξ, for the statistics
+                j += 1
+        for gi, group in enumerate(groups):
+            if gi in betas:
+                if group["projection"] is not None:
+                    group["projection"].project_all_(group["params"])
+                group["step"] += 1
+        self._lazy = lazy
+        self._n_steps += 1
+        return True
+
+    def _materialise(self) -> None:
+        """Turn the records ``_sgd_update`` kept as tuples into [`Record`][meanfield.optim.langevin.Record] objects."""
+        lazy, self._lazy = self._lazy, None
+        if lazy is None:
+            return
+        self._records, self._group_records = [], [[] for _ in self.param_groups]
+        for gi, noise, b, index, lr, beta_noise, scale, beta_t, xi, terms, factor, norms, versions in lazy:
+            record = Record(b, index, "sgd", lr, beta_noise, scale, xi, False, beta_given=beta_t)
+            record.drift_terms, record.drift_factor, record.drift_norms = terms, factor, norms
+            record.drift_versions = versions if versions else tuple(t._version for t in terms)
+            self._group_records[gi].append(record)
+            if noise:
+                self._records.append(record)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """``torch.optim.Optimizer.zero_grad``; with ``set_to_none=True`` (its default) and the profiler off, a
+        plain loop setting every ``p.grad`` to ``None`` (no profiler range to open: the same effect)."""
+        if not set_to_none or torch._C._autograd._profiler_enabled():
+            return super().zero_grad(set_to_none)
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.grad = None
+        return None
+
+    def _noise_plan(self, noisy: list[tuple[Bucket, list[int], int, int]]) -> _Plan:
+        """The draws of these buckets ([`noise_plan`][meanfield.optim.noise.noise_plan]), kept while the layout and
+        the set of noisy buckets stay the same: the flat buffers and their views are built once."""
+        key = (self._layout_version, *(id(b) for b, *_ in noisy))
+        if self._plan_key != key:
+            jobs, views = noise_plan(noisy, self._noise_buffers, self._generator)
+            shaped = [  # ξ shaped like each parameter, where the bucket's noise is its slice of the draw
+                None if b.block or b.rows is not None else b.views(view, range(len(b.params)))
+                for (b, *_), view in zip(noisy, views)
+            ]
+            self._plan = _Plan(jobs, views, shaped, _cpu_numbers(jobs))
+            self._plan_key = key
+        return self._plan
 
     @property
     def last_stats(self) -> LangevinStats | None:
@@ -398,6 +571,7 @@ class Langevin(torch.optim.Optimizer):
         """
         if self._records is None:  # the last step raised during its update
             return None
+        self._materialise()
         if self._stats is None and self._n_steps > 0:
             self._stats = aggregate(self._records, self._n_steps)
         return self._stats
@@ -411,6 +585,7 @@ class Langevin(torch.optim.Optimizer):
         """
         if self._records is None or self._n_steps == 0:
             return [None] * len(self.param_groups)
+        self._materialise()
         if self._group_stats is None:
             self._group_stats = [
                 aggregate(records, self._n_steps) if records else None for records in self._group_records
@@ -478,6 +653,8 @@ class Langevin(torch.optim.Optimizer):
         for name, rng_state in generators.items():
             self._generator(torch.device(name)).set_state(rng_state)
         self._layout = None
+        self._plan_key = None  # its generators are replaced
+        self._lazy = None
         self._records = []
         self._group_records = []
         self._stats = None

@@ -23,7 +23,7 @@ from meanfield.optim.buckets import Bucket
 from meanfield.optim.stats import Record
 from meanfield.seeds import derive_seed
 
-__all__ = ["NoiseDraw", "start_noise", "draw_size", "block_noise", "local_noise", "add_noise"]
+__all__ = ["NoiseDraw", "noise_plan", "start_noise", "draw_size", "block_noise", "local_noise", "add_noise"]
 
 Kind = tuple[torch.device, torch.dtype]
 
@@ -113,23 +113,14 @@ class NoiseDraw:
         _background.abandon(pending, self._saved.values())
 
 
-def start_noise(
+def noise_plan(
     noisy: Sequence[tuple[Bucket, list[int], int, int]],
     buffers: dict[Kind, torch.Tensor],
     generator: Callable[[torch.device], torch.Generator],
-) -> NoiseDraw:
-    """Start the step's standard normal draws: one flat draw per (device, dtype) over ``noisy``'s buckets.
-
-    Args:
-        noisy: ``(bucket, index, group index, the group's step)`` of every bucket that gets noise this step.
-        buffers: the optimizer's reusable flat buffers, one per (device, dtype); grown here when too small.
-        generator: the optimizer's generator of a device.
-
-    Returns:
-        A [`NoiseDraw`][meanfield.optim.noise.NoiseDraw] whose ``views[j]`` (``(draw_size_j,)``) is the noise of ``noisy[j]``'s bucket: for
-        a sharded bucket (``particle_rows``) the draw of all ``M`` particles, of which [`local_noise`][meanfield.optim.noise.local_noise]
-        takes this rank's rows, so that the rank moves its particles exactly as the single process would.
-    """
+) -> tuple[list[tuple[torch.Tensor, torch.Generator]], list[torch.Tensor]]:
+    """The step's draws without drawing: ``(jobs, views)``, one ``(flat, generator)`` job per (device, dtype)
+    over ``noisy``'s buckets and one view per bucket (see [`start_noise`][meanfield.optim.noise.start_noise]). The views depend only on the
+    buckets, so an optimizer keeps them from step to step while its buckets do not change."""
     sizes: dict[Kind, int] = {}
     for b, *_ in noisy:
         kind = (b.params[0].device, b.params[0].dtype)
@@ -147,19 +138,42 @@ def start_noise(
         kind = (b.params[0].device, b.params[0].dtype)
         views.append(flats[kind][used[kind] : used[kind] + draw_size(b)])  # (draw_size_b,)
         used[kind] += draw_size(b)
-    return NoiseDraw([(flat, generator(kind[0])) for kind, flat in flats.items()], views)
+    return [(flat, generator(kind[0])) for kind, flat in flats.items()], views
 
 
-def add_noise(record: Record, xi: torch.Tensor) -> None:
-    r"""Add $\sqrt{2\beta_t \eta_{\mathrm{eff}}} \xi$ (or $\sqrt{2\beta_t \operatorname{lr}} \xi$) to the record's parameters; ``xi``: ``(n,)``."""
+def start_noise(
+    noisy: Sequence[tuple[Bucket, list[int], int, int]],
+    buffers: dict[Kind, torch.Tensor],
+    generator: Callable[[torch.device], torch.Generator],
+) -> NoiseDraw:
+    """Start the step's standard normal draws: one flat draw per (device, dtype) over ``noisy``'s buckets.
+
+    Args:
+        noisy: ``(bucket, index, group index, the group's step)`` of every bucket that gets noise this step.
+        buffers: the optimizer's reusable flat buffers, one per (device, dtype); grown here when too small.
+        generator: the optimizer's generator of a device.
+
+    Returns:
+        A [`NoiseDraw`][meanfield.optim.noise.NoiseDraw] whose ``views[j]`` (``(draw_size_j,)``) is the noise of ``noisy[j]``'s bucket: for
+        a sharded bucket (``particle_rows``) the draw of all ``M`` particles, of which [`local_noise`][meanfield.optim.noise.local_noise]
+        takes this rank's rows, so that the rank moves its particles exactly as the single process would.
+    """
+    return NoiseDraw(*noise_plan(noisy, buffers, generator))
+
+
+def add_noise(record: Record, xi: torch.Tensor, xi_views: list[torch.Tensor] | None = None) -> None:
+    """Add ``sqrt(2β_t η_eff) ξ`` (or ``sqrt(2β_t lr) ξ``) to the record's parameters; ``xi``: ``(n,)``;
+    ``xi_views``: its views shaped like every parameter of the bucket, when the caller keeps them."""
     b, index = record.bucket, record.index
     record.noise = xi
-    params = [b.params[i] for i in index]
+    params = b.params if xi_views is not None and b.covers(index) else [b.params[i] for i in index]
+    if xi_views is None or params is not b.params:
+        xi_views = b.views(xi, index)
     lr, beta_t, scale = record.lr, record.beta, record.scale
     if record.rsqrt_ready:
         # η_eff = lr/(M·sqrt(v/bias2) + ε) = (lr·√bias2/M)·t², t = 1/sqrt(sqrt(v) + ε·√bias2/M)
         amplitude = math.sqrt(2 * beta_t * lr * math.sqrt(record.bias2) / scale)
         t_views = b.rsqrt_views if b.covers(index) else [b.rsqrt_views[i] for i in index]
-        torch._foreach_addcmul_(params, t_views, b.views(xi, index), value=amplitude)
+        torch._foreach_addcmul_(params, t_views, xi_views, value=amplitude)
     else:
-        torch._foreach_add_(params, b.views(xi, index), alpha=math.sqrt(2 * beta_t * lr))
+        torch._foreach_add_(params, xi_views, alpha=math.sqrt(2 * beta_t * lr))

@@ -76,8 +76,26 @@ class Record:
     bias1: float = 1.0
     bias2: float = 1.0
     rsqrt_ready: bool = False
-    drift_sq: torch.Tensor | None = None  # () SGD drift ‖η g‖², computed during the step
     beta_given: float = 0.0  # the schedule's β_t (the group's convention), reported in the stats
+    drift_terms: list[torch.Tensor] | None = None  # SGD: the tensors d_k of the drift factor·d_k
+    drift_factor: float = 0.0
+    drift_norms: list[torch.Tensor] | None = None  # [()] ‖d_k‖ when the step computed them (its gradient check)
+    drift_versions: tuple[int, ...] = ()  # the d_k's versions at the step: an in-place change since voids them
+
+    def keep_drift(self, terms: list[torch.Tensor], factor: float, norms: list[torch.Tensor] | None) -> None:
+        """Keep what ``sums`` needs for the SGD drift ``factor·d_k`` (its size is reduced only when read)."""
+        self.drift_terms, self.drift_factor, self.drift_norms = terms, factor, norms
+        self.drift_versions = tuple(t._version for t in terms)
+
+    def drift_sq(self) -> float:
+        """``Σ_k ‖factor·d_k‖²`` of an SGD step: NaN when a ``d_k`` (a gradient) was changed in place since
+        the step (``zero_grad(set_to_none=False)`` before reading the stats)."""
+        norms = self.drift_norms
+        if norms is None:
+            if any(t._version != v for t, v in zip(self.drift_terms, self.drift_versions)):
+                return math.nan
+            norms = torch._foreach_norm(self.drift_terms)
+        return float((torch.stack(norms).double() * self.drift_factor).square().sum())  # inf, not an error
 
     def sums(self) -> tuple[int, float, float, float, float, float]:
         """``(n, Σ η_eff, min η_eff, max η_eff, Σ noise², Σ drift²)`` over the recorded coordinates."""
@@ -88,7 +106,7 @@ class Record:
         xi = None if self.noise is None else b.gather(self.noise, index)  # (n,)
         if self.drift == "sgd":
             noise_sq = 0.0 if xi is None else 2 * self.beta * self.lr * float(torch.dot(xi, xi))
-            return n, self.lr * n, self.lr, self.lr, noise_sq, float(self.drift_sq)
+            return n, self.lr * n, self.lr, self.lr, noise_sq, self.drift_sq()
         e = self.eps * math.sqrt(self.bias2) / self.scale
         t_all = None  # (n,) 1/sqrt(sqrt(v) + e), when the step computed it
         if self.rsqrt_ready:

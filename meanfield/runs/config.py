@@ -109,7 +109,8 @@ class RunConfig:
 
 
 def _langevin_options() -> tuple[str, ...]:
-    skip = {"self", "params", "generator", "seed"}
+    # check_every: a run checks every step's gradients (its divergence stop relies on it, issue 51)
+    skip = {"self", "params", "generator", "seed", "check_every"}
     return tuple(n for n in inspect.signature(Langevin.__init__).parameters if n not in skip)
 
 

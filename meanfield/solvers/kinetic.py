@@ -26,15 +26,23 @@ $$
 all stable for $h^2a < 4$. A scheduled temperature is read once per step, at its start ($\beta_{t_n}$ for both
 halves of an OBABO step).
 
-**Noise.** A step reads one normalised increment $\xi = (\xi_x, \xi_v)$ of shape ``(B, M, 2d)`` from the noise
-source (a generator, or [`BrownianIncrements`][meanfield.brownian.BrownianIncrements] of the kinetic system's noise shape): $\xi_v$
-is the step's increment of the Brownian motion $W_v$ that drives the velocities (the one the first-order
-form's $\Sigma$ reads, so torchsde's methods and the native Euler–Maruyama driven by the same increments follow
-the same path), and $\xi_x$ the Brownian-bridge midpoint of $W_v$ over the step: the half-step increments
-are $\sqrt{h/2}\cdot \xi_\pm$ with $\xi_\pm = (\xi_v \pm \xi_x)/\sqrt{2}$ (independent ``N(0, I)``, summing to $\sqrt{h}\cdot \xi_v$). An
-O over half a step uses $\xi_+$ then $\xi_-$; an O over a whole step is the two halves composed,
-$v \leftarrow c\cdot v + s_{1/2}\cdot(c_{1/2}\cdot \xi_+ + \xi_-)$, which is the exact OU step in law. ``BrownianIncrements.coarsen``
-sums the $\xi_x$ slot too, so a coarsened path's midpoint is a fresh independent draw (the law of each run
+**Noise.** With noise drawn from a generator (``simulate(..., generator=...)``: no path to couple to) each O
+draws what it needs and no more: ``B·M·d`` numbers ``s·ξ ~ N(0, s²)``, ``s = sqrt(β(1 − c²))``, scaled as they
+are drawn, and ``v ← c·v + s·ξ`` is one pass (the exact OU step); the positions and velocities are kept in
+one contiguous ``(2, B, M, d)`` buffer during a segment of steps (copied from and back to the paired state
+once a segment), and for ``V = a/2·|x|²``, ``W = k/2·|z|²`` the force is one pass after the mean
+([`force_into`][meanfield.kinetic.KineticMeanFieldLangevin.force_into]).
+
+**Coupled noise.** With a noise source (``brownian=``, e.g. pre-drawn increments shared with another solver or
+step size) a step reads one normalised increment ``ξ = (ξ_x, ξ_v)`` of shape ``(B, M, 2d)`` from the noise
+source (a generator, or ``BrownianIncrements`` of the kinetic system's noise shape): ``ξ_v``
+is the step's increment of the Brownian motion ``W_v`` that drives the velocities (the one the first-order
+form's ``Σ`` reads, so torchsde's methods and the native Euler–Maruyama driven by the same increments follow
+the same path), and ``ξ_x`` the Brownian-bridge midpoint of ``W_v`` over the step: the half-step increments
+are ``sqrt(h/2)·ξ_±`` with ``ξ_± = (ξ_v ± ξ_x)/√2`` (independent ``N(0, I)``, summing to ``sqrt(h)·ξ_v``). An
+O over half a step uses ``ξ_+`` then ``ξ_−``; an O over a whole step is the two halves composed,
+``v ← c·v + s_{1/2}·(c_{1/2}·ξ_+ + ξ_−)``, which is the exact OU step in law. ``BrownianIncrements.coarsen``
+sums the ``ξ_x`` slot too, so a coarsened path's midpoint is a fresh independent draw (the law of each run
 is exact either way; the strong order is measured in ``tests/test_kinetic.py``).
 """
 
@@ -45,7 +53,7 @@ from collections import Counter
 
 import torch
 
-from ..brownian import NoiseSource
+from ..brownian import GaussianNoise, NoiseSource
 from ..kinetic import KineticMeanFieldLangevin
 from ..systems import ParticleSystem
 from .base import Solver, Stepper
@@ -123,6 +131,18 @@ class _SplittingStepper(Stepper):
         self._force_key: tuple | None = None  # (data_ptr, version) of the state the force belongs to
         gamma = system.friction
         self._c = {frac: math.exp(-gamma * frac * dt) for _, frac in plan}  # e^{−γτ} per fraction
+        # drawn noise (no path to couple to): one N(0, I) number per velocity coordinate and O, drawn into its
+        # own (n_O, B, M, d) buffer already scaled, on positions and velocities kept contiguous between steps
+        self.lean = type(source) is GaussianNoise
+        if self.lean:
+            B, M, two_d = source.shape
+            buffer = source._buffer  # (B, M, 2d): its dtype and device
+            self._o_frac = next(frac for letter, frac in plan if letter == "O")
+            n_o = sum(letter == "O" for letter, _ in plan)
+            self._noise = GaussianNoise((n_o, B, M, two_d // 2), dt, source.generator, buffer.dtype, buffer.device)
+            self._work = torch.empty((2, B, M, two_d // 2), dtype=buffer.dtype, device=buffer.device)  # (x, v)
+            self._f = torch.empty_like(self._work[0])  # (B, M, d) the force, where force_into writes it
+            self._work_key: tuple | None = None  # (data_ptr, version) of the state _work holds
 
     def _ou(self, v: torch.Tensor, xi: torch.Tensor, d: int, frac: float, beta: float, half: int) -> None:
         r"""O over $\tau = \mathrm{frac}\cdot h$: whole step from both bridge halves, or half step $\text{ half } \in \{0, 1\}$."""
@@ -136,7 +156,53 @@ class _SplittingStepper(Stepper):
             s = math.sqrt(max(beta * (1.0 - c * c), 0.0)) / math.sqrt(2.0)
             v.mul_(c).add_(xi_v, alpha=s).add_(xi_x, alpha=s if half == 0 else -s)
 
+    def _o_scale(self, t: float) -> float:
+        """The standard deviation ``sqrt(β_t(1 − c²))`` of an O's noise, ``c = e^{−γτ}``."""
+        c = self._c[self._o_frac]
+        return math.sqrt(max(self.system.temperature(t) * (1.0 - c * c), 0.0))
+
+    def _run_lean(self, z: torch.Tensor, n: int, k: int) -> torch.Tensor:
+        """``run`` with drawn noise: each O is ``v ← c·v + s·ξ``, one draw of ``B·M·d`` numbers scaled as drawn
+        (``s = sqrt(β(1 − c²))``, the exact OU step) and one pass; positions and velocities are contiguous
+        copies of ``z``'s halves, written back at the end of the segment."""
+        system, noise, t0, dt, plan = self.system, self._noise, self.t0, self.dt, self.plan
+        B, M, two_d = z.shape
+        paired = z.unflatten(-1, (2, two_d // 2))  # (B, M, 2, d) a view
+        work = self._work  # (2, B, M, d)
+        force = self._force
+        if self._work_key != (z.data_ptr(), z._version):  # a state _work does not hold (a first segment)
+            work.copy_(paired.permute(2, 0, 1, 3))
+            force = None
+        x, v = work[0], work[1]  # (B, M, d) each, contiguous
+        c = self._c[self._o_frac]
+        last = n + k - 1 if noise.prefetches else -1  # prefetch only within this segment
+        try:
+            for step in range(n, n + k):
+                t = t0 + step * dt
+                xi = noise.increment(step, self._o_scale(t))  # (n_O, B, M, d) s·ξ
+                if step < last and noise.will_prefetch(step + 1):  # drawn in the background during this step
+                    noise.prefetch(step + 1, self._o_scale(t + dt))
+                o = 0
+                for letter, frac in plan:
+                    if letter == "A":
+                        x.add_(v, alpha=frac * dt)
+                        force = None
+                    elif letter == "B":
+                        if force is None:
+                            force = system.force_into(t, x, self._f)  # (B, M, d)
+                        v.add_(force, alpha=frac * dt)
+                    else:
+                        torch.add(xi[o], v, alpha=c, out=v)  # O: v ← c·v + s·ξ
+                        o += 1
+        finally:
+            noise.settle()  # no draw left running on the caller's generator
+        paired.copy_(work.permute(1, 2, 0, 3))
+        self._force, self._work_key = force, (z.data_ptr(), z._version)
+        return z
+
     def run(self, z: torch.Tensor, n: int, k: int) -> torch.Tensor:
+        if self.lean:
+            return self._run_lean(z, n, k)
         system, source, t0, dt = self.system, self.source, self.t0, self.dt
         d = z.shape[-1] // 2
         x, v = z[..., :d], z[..., d:]  # (B, M, d) views: the updates write into z
