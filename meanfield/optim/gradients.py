@@ -27,7 +27,7 @@ def gradient_norms(
     index: list[int],
     grads: list[torch.Tensor],
 ) -> list[torch.Tensor]:
-    """``[()]`` the norms ``‖∂L/∂θ‖`` of the gradients ``grads`` of bucket ``b``'s parameters ``index``, checked.
+    r"""``[()]`` the norms ``‖∂L/∂θ‖`` of the gradients ``grads`` of bucket ``b``'s parameters ``index``, checked.
 
     Raises:
         ValueError: a gradient with a NaN/Inf entry, or a step $\operatorname{lr}\cdot(\times M)\cdot\|g\|$ that overflows (no parameter
