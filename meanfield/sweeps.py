@@ -529,6 +529,7 @@ ORPHAN_GRACE_S = 60.0
 """How long a sweep waits for a point's orphan (a worker of a dead sweep, stopping by itself) before it sends
 SIGTERM; after SIGTERM it waits [`ORPHAN_STOP_S`][meanfield.sweeps.ORPHAN_STOP_S] more for the checkpoint."""
 ORPHAN_STOP_S = 300.0
+"""How long a sweep waits, after SIGTERM, for an orphan to write its checkpoint and let its point go."""
 
 
 def _take_over_orphans(out: Path, names: Sequence[str], quiet: bool) -> None:
