@@ -642,6 +642,8 @@ class Langevin(torch.optim.Optimizer):
         super().load_state_dict(state_dict)
         self.defaults = defaults
         for group, config in zip(self.param_groups, kept):
+            for key in CONFIG_KEYS:  # this optimizer's: the saved rank's particle rows are not this rank's
+                group.pop(key, None)
             group.update(config)
             for key, value in self.defaults.items():  # options added since the state was saved
                 group.setdefault(key, value)
