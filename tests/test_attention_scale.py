@@ -853,3 +853,18 @@ def test_scale_lr_chooses_by_the_rule_and_reports_p3_to_p5_with_wilcoxon(tmp_pat
     assert p8["wilcoxon"] == pytest.approx(2 / 2**8) and p8["without"] == (7, pytest.approx(0.04))
     assert [r["d"] for r in rows[1:]] == [None, None] and [r["holm"] for r in rows[1:]] == [1.0, 1.0]
     assert p8["holm"] == pytest.approx(min(1.0, 3 * p8["d"].p_value))
+
+
+def test_scale_issue47_verdict_words_follow_the_rows_numbers():
+    """The verdict table's words: no verdict below the planned 8 pairs; "established" only at Holm < 0.05;
+    "seen … not established" at raw p < 0.05 above it; otherwise the δ80 of the row (hand-made differences)."""
+    v = _module("issue47", HERE / "scale_issue47.py").verdict
+    from meanfield.stats import paired_difference
+
+    up = paired_difference([1.1, 1.2, 1.15, 1.12, 1.18, 1.11, 1.16, 1.14], [1.0] * 8)  # every pair +0.1 to +0.2
+    flat = paired_difference([1.01, 0.99, 1.02, 0.98, 1.0, 1.01, 0.99, 1.0], [1.0] * 8)
+    assert v(up, 0.01, 3) == "3 of 8 pairs landed: no verdict yet"
+    assert v(up, 0.01, 8) == "established: higher (Holm p < 0.05, 8 pairs)"
+    assert v(up, 0.2, 8).startswith("seen (higher, raw p = ") and v(up, 0.2, 8).endswith("not established after Holm (8 pairs)")
+    assert v(flat, 1.0, 8) == f"no difference as large as δ80 = {flat.detectable():.3g} nats (8 pairs)"
+    assert v(None, 1.0, 0) == "0 of 8 pairs landed: no verdict yet"
