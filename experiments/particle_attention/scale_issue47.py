@@ -22,6 +22,7 @@ verdict table, one row per seed claim, from the committed run folders as they st
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from pathlib import Path
@@ -117,6 +118,29 @@ def exploratory_rows(primary: dict) -> list[dict]:
     return out
 
 
+def issue47_runs(scale: Path):
+    """``(stage, summary, environment)`` of every finished run issue 47 added: the hot arms' seeds that issue 27
+    did not run (β = 3e-3; seeds 3–7 of 1e-2 and 3e-2), the P6 reruns, the lr choice and the lr-fair runs."""
+    for stage in ("secondary", "p6", "lr_tune", "lr_fair"):
+        for arm, seed, run, summary in _primary.finished_runs(scale / stage):
+            if stage == "secondary" and not (arm == "p8-b3e-3" or (arm in ("p8-b1e-2", "p8-b3e-2") and seed >= 3)):
+                continue
+            env = run / "environment.json"
+            yield stage, summary, json.loads(env.read_text()) if env.is_file() else {}
+
+
+def cost_line(scale: Path) -> str:
+    """Σ ``wall_clock_s`` × threads of issue 47's finished runs, per stage (``scale_report.cost``'s measure)."""
+    per: dict[str, list[float]] = {}
+    for stage, summary, env in issue47_runs(scale):
+        per.setdefault(stage, []).append(float(summary["wall_clock_s"]) * int(env.get("threads", 1)) / 3600)
+    if not per:
+        return "Cost: no issue-47 run of the 6 × 256 model has finished yet.\n"
+    cells = ", ".join(f"{stage} {len(h)} runs {sum(h):.1f} h" for stage, h in per.items())
+    total = sum(sum(h) for h in per.values())
+    return f"Cost: {total:.1f} CPU-hours for issue 47's finished 6 × 256 runs ({cells}; Σ wall_clock_s × threads).\n"
+
+
 def markdown(scale: Path) -> str:
     primary = _primary.load(scale / "primary")
     secondary = _primary.load(scale / "secondary")
@@ -182,7 +206,7 @@ def markdown(scale: Path) -> str:
         lines.append(_row([r["claim"] + " (exploratory)", f"`{r['metric']}`, β = 1e-3 − β = 0", str(d.n), _ci(d),
                            _d80(d), f"{r['holm']:.2g} (sweep table, per metric)",
                            "exploratory: " + verdict(d, r["holm"], d.n, unit=r["unit"])]))  # fmt: skip
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n" + cost_line(scale)
 
 
 def main(argv: list[str] | None = None) -> None:
