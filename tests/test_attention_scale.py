@@ -204,16 +204,18 @@ def test_run_scale_keeps_the_pilot_blind_and_tests_at_n_8(tmp_path):
 
 
 def test_run_scale_table_writes_a_stage_table_and_runs_nothing(tmp_path):
-    """`table secondary` and `table wikitext2` are one --table-only sweep each over the stage's arms and seeds
-    0-2 (words: against p8, with --detect 0.01), with the stage's metrics; no draws; anything else is refused."""
+    """`table secondary` and `table wikitext2` are one --table-only sweep each over the stage's arms (secondary:
+    with issue 47's β = 3e-3, seeds 0-7; words: seeds 0-2 against p8, with --detect 0.01), with the stage's
+    metrics; no draws; anything else is refused."""
     (second,) = _stubbed_run_scale(tmp_path / "s", "table", "secondary")
     assert (
         second[0] == "meanfield"
         and "--table-only" in second
-        and second[second.index("--seeds") + 1] == "0,1,2"
+        and second[second.index("--seeds") + 1] == "0,1,2,3,4,5,6,7"
     )
     assert (
-        second[second.index("--grid") + 1] == f"preset={','.join(SECONDARY)}" and "--baseline" not in second
+        second[second.index("--grid") + 1] == f"preset={','.join(SECONDARY)},p8-b3e-3"
+        and "--baseline" not in second
     )
     assert "--metric" in second and second[second.index("--out") + 1].endswith("results/scale/secondary")
     (words,) = _stubbed_run_scale(tmp_path / "w", "table", "wikitext2")
@@ -790,3 +792,79 @@ def test_words_report_tests_at_n_3_without_the_power_rule_and_adds_the_best_step
     assert "blind until every primary arm has 3 seeds" in text and "| B1 |" not in text and "δ80 at n = 3" in text
     assert not figure.exists()  # blind: no curve either
     assert "test split's loss" in text and "(the pre-registration)" not in text
+
+
+def test_run_scale_issue47_runs_hot_then_p6_then_the_lr_choice(tmp_path):
+    """`issue47` (the plan's order): the hot end into secondary/ (β = 3e-3, 1e-2, 3e-2 over seeds 0-7 in one
+    seed-major pool: the finished seeds 0-2 are skipped by the sweep) followed by the drop-half draws and the
+    whole secondary table; then p8 and p8-b1e-3 seeds 0-1 into p6/ with their draws; then MHA-8 and M = 8 at the
+    three lrs on the carved split (tune), seeds 0-2, without draws. `lr-fair` runs nothing while no lr is chosen."""
+    calls = [c for c in _stubbed_run_scale(tmp_path / "i", "issue47", followers=True) if c != ["killed"]]
+    sweeps = [c for c in calls if c[0] == "meanfield" and "--order" in c]
+    grids = [(c[c.index("--grid") + 1], c[c.index("--seeds") + 1], c[c.index("--out") + 1].split("/")[-1])
+             for c in sweeps]  # fmt: skip
+    tune = ",".join(f"tune+{a}+lr{lr}" for a in ("mha8", "p8") for lr in ("3e-4", "1e-3", "3e-3"))
+    assert grids == [
+        ("preset=p8-b3e-3,p8-b1e-2,p8-b3e-2", "0,1,2,3,4,5,6,7", "secondary"),
+        ("preset=p8,p8-b1e-3", "0,1", "p6"),
+        (f"preset={tune}", "0,1,2", "lr_tune"),
+    ]
+    tables = [c for c in calls if c[0] == "meanfield" and "--order" not in c]
+    assert "--table-only" in tables[0] and tables[0][tables[0].index("--out") + 1].endswith("secondary")
+    draws = [c[c.index("--folder") + 1].split("/")[-1] for c in calls if "--folder" in c and "--every" not in c]
+    assert draws == ["secondary", "p6"]  # negative control: no draws of the tuning runs (no probes there)
+    fair = _stubbed_run_scale(tmp_path / "f", "lr-fair")
+    assert fair == [["python", "experiments/particle_attention/scale_lr.py", "--choice"]]
+
+
+def _fake_run(folder: Path, preset: str, seed: int, val_loss: float | None) -> None:
+    folder.mkdir(parents=True)
+    (folder / "config.toml").write_text(f"seed = {seed}\n")
+    (folder / "point.json").write_text(json.dumps({"point": {"preset": preset}}))
+    status = {"status": "finished", "final": {"val_loss": val_loss}} if val_loss is not None else {"status": "diverged", "final": {}}
+    (folder / "summary.json").write_text(json.dumps(status))
+
+
+def test_scale_lr_chooses_by_the_rule_and_reports_p3_to_p5_with_wilcoxon(tmp_path):
+    """The lr choice: the lowest mean over seeds 0-2 (hand-made losses), an lr with a diverged run never chosen,
+    no choice while a run is missing; P3′ pairs each arm at its own lr (from lr_fair/, or primary/ at 1e-3),
+    with the exact Wilcoxon p of 8 positive differences (2/2^8 = 0.0078) and the mean without the largest."""
+    lr = _module("lr", HERE / "scale_lr.py")
+    tune = tmp_path / "lr_tune"
+    losses = {("mha8", "3e-4"): 1.8, ("mha8", "1e-3"): 1.7, ("mha8", "3e-3"): 1.6,
+              ("p8", "3e-4"): 1.9, ("p8", "1e-3"): 1.65, ("p8", "3e-3"): 1.5}  # fmt: skip
+    for (arm, rate), v in losses.items():
+        for seed in (0, 1, 2):
+            bad = arm == "p8" and rate == "3e-3" and seed == 1  # the best mean, but one run diverged
+            _fake_run(tune / f"{arm}{rate}_{seed}", f"tune+{arm}+lr{rate}", seed, None if bad else v + 0.01 * seed)
+    _fake_run(tune / "p16_0", "tune+p16+lr1e-3", 0, 1.0)  # p16: one run of nine, no choice yet
+    chosen = lr.choose(lr.tuning_table(lr.runs(tune)))
+    assert chosen == {"mha8": "3e-3", "p8": "1e-3"}
+    assert lr.fair_points(chosen) == ["mha8+lr3e-3"]
+    fair, primary = tmp_path / "lr_fair", tmp_path / "primary"
+    diffs = [0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.30]
+    for seed, d in enumerate(diffs):
+        _fake_run(fair / f"m{seed}", "mha8+lr3e-3", seed, 1.6)
+        _fake_run(primary / f"p{seed}", "p8", seed, 1.6 + d)
+        _fake_run(primary / f"mha{seed}", "mha8", seed, 9.0)  # mha8 at 1e-3: not its chosen lr (control)
+    rows = lr.comparisons(lr.final_losses(chosen, fair, primary))
+    p8 = rows[0]
+    assert p8["arm"] == "p8" and p8["d"].n == 8 and p8["d"].mean == pytest.approx(sum(diffs) / 8)
+    assert p8["wilcoxon"] == pytest.approx(2 / 2**8) and p8["without"] == (7, pytest.approx(0.04))
+    assert [r["d"] for r in rows[1:]] == [None, None] and [r["holm"] for r in rows[1:]] == [1.0, 1.0]
+    assert p8["holm"] == pytest.approx(min(1.0, 3 * p8["d"].p_value))
+
+
+def test_scale_issue47_verdict_words_follow_the_rows_numbers():
+    """The verdict table's words: no verdict below the planned 8 pairs; "established" only at Holm < 0.05;
+    "seen … not established" at raw p < 0.05 above it; otherwise the δ80 of the row (hand-made differences)."""
+    v = _module("issue47", HERE / "scale_issue47.py").verdict
+    from meanfield.stats import paired_difference
+
+    up = paired_difference([1.1, 1.2, 1.15, 1.12, 1.18, 1.11, 1.16, 1.14], [1.0] * 8)  # every pair +0.1 to +0.2
+    flat = paired_difference([1.01, 0.99, 1.02, 0.98, 1.0, 1.01, 0.99, 1.0], [1.0] * 8)
+    assert v(up, 0.01, 3) == "3 of 8 pairs landed: no verdict yet"
+    assert v(up, 0.01, 8) == "established: higher (Holm p < 0.05, 8 pairs)"
+    assert v(up, 0.2, 8).startswith("seen (higher, raw p = ") and v(up, 0.2, 8).endswith("not established after Holm (8 pairs)")
+    assert v(flat, 1.0, 8) == f"no difference as large as δ80 = {flat.detectable():.3g} nats (8 pairs)"
+    assert v(None, 1.0, 0) == "0 of 8 pairs landed: no verdict yet"

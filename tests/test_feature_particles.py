@@ -200,3 +200,27 @@ def test_the_cifar50_guard_refuses_a_folder_begun_at_another_lr(tmp_path):
     assert verdict({**same, "commands": [same, same]}) == 0 and verdict(same) == 0
     assert verdict({**same, "commands": [other, same]}) == 1  # begun at another lr, resumed at this one
     assert verdict(other) == 1
+
+
+def test_anchor_sensitivity_reads_the_crossing_half_way_to_each_anchor(monkeypatch):
+    """``anchor_sensitivity.table`` on hand-made curves (every seed equal, so the bootstrap is exact): at d the
+    aligned fraction is u + 2, u + 1.5, u + 0.5 at β = 1e-5, 1e-4, 1e-3 (u the uniform-law level), so anchored
+    at 1e-5 the level u + 1 is crossed half way (in log β) between 1e-4 and 1e-3: β_half = 10^−3.5 at every d,
+    exponent 0. Anchored at 1e-4 the level is u + 1 − 0.25 = u + 0.75: crossed at 1e-4·10^(0.75) (fraction 3/4).
+    The control: an anchor that is not on the grid gives no crossing."""
+    monkeypatch.syspath_prepend(str(EXP))
+    spec = importlib.util.spec_from_file_location("fp_anchor", EXP / "anchor_sensitivity.py")
+    anchor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(anchor)
+    monkeypatch.setattr(anchor, "ANCHORS", (1e-5, 1e-4, 3e-5))
+    monkeypatch.setattr(anchor._report, "N_BOOT", 20)  # the bootstrap is exact here (equal seeds): keep it short
+    curves = {}
+    for d in (8, 16, 32):
+        u = anchor._report.uniform_level("aligned", d, anchor.K, anchor.M)
+        curves[d] = {b: {s: {"aligned": u + v} for s in range(3)} for b, v in ((1e-5, 2.0), (1e-4, 1.5), (1e-3, 0.5))}
+    rows = anchor.table(curves, "aligned")
+    for d in (8, 16, 32):
+        assert rows[0]["const"][d][0] == pytest.approx(10**-3.5 * d / 4, rel=1e-9)
+        assert rows[1]["const"][d][0] == pytest.approx(1e-4 * 10**0.75 * d / 4, rel=1e-9)
+    assert rows[0]["p"][0] == pytest.approx(0.0, abs=1e-9) and rows[1]["p"][0] == pytest.approx(0.0, abs=1e-9)
+    assert rows[2]["const"] == {} and rows[2]["p"] is None  # control: 3e-5 is not a β of these curves

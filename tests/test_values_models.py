@@ -12,6 +12,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
+import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -33,7 +35,7 @@ from meanfield.nn.attention import CausalParticleAttention, ParticleAttention
 from meanfield.nn.transformer import CausalSelfAttention, TransformerLM, drop_particles
 from meanfield.richardson import coupled_step_sizes, richardson
 from meanfield.systems import SDE
-from meanfield.tasks.language import LM, LMData, LMModel
+from meanfield.tasks.language import LM, LMData, LMModel, _corpus, lm_splits
 from meanfield.tasks.sequence import SEQ_CLASSIFY, ParticleClassifier, SeqData, SeqModel, make_sequences
 from meanfield.tokens import SelfAttentionDynamics, growth_rate
 
@@ -967,3 +969,37 @@ def test_lm_build_refuses_a_missing_split_and_places_the_model(tmp_path):
     exp = LM.build(data, model, batch_size=2, seed=0, device=torch.device("meta"), dtype=torch.float32)
     assert {p.device.type for p in exp.model.parameters()} == {"meta"}
     assert {p.dtype for p in exp.model.parameters()} == {torch.float32}
+
+
+def test_lm_holdout_trains_without_the_last_tokens_and_evaluates_on_them(tmp_path):
+    """``data.holdout = h`` with ``eval_split = "holdout"``: the batches are drawn from the training split
+    minus its last h tokens (the same windows as ``TokenBatches`` of ``train[:-h]``) and ``val_loss`` is the
+    loss on those h tokens by hand (rel 1e-12: float64 round-off). Controls: the full training split gives
+    other batches, and the loss on the valid split differs; bad settings are refused in one line."""
+    h = 60
+    data, model, train, valid, V = _lm_setup(tmp_path, holdout=h, eval_split="holdout")
+    seed = 1
+    exp = LM.build(data, model, batch_size=3, seed=seed, device=torch.device("cpu"), dtype=torch.float64)
+    kept, held = train[:-h], train[-h:]
+    assert len(train) == 364 and len(kept) == 304 and len(held) == h
+    ours = TokenBatches(kept, 8, 3, seed=_stream_seed(seed, "batches"))
+    full = TokenBatches(train, 8, 3, seed=_stream_seed(seed, "batches"))
+    same_as_full = True
+    for _ in range(4):
+        (x, y), (rx, ry), (fx, _fy) = exp.next_batch(), ours.next_batch(), full.next_batch()
+        assert torch.equal(x, rx) and torch.equal(y, ry)
+        same_as_full &= torch.equal(x, fx)
+    assert not same_as_full  # control: the windows of the uncut split are other windows
+    with torch.no_grad():
+        out = exp.evaluate()
+        assert out["val_loss"] == pytest.approx(_mean_loss(exp.model, _blocks(held, 8)), rel=1e-12)
+        assert out["val_loss"] != pytest.approx(_mean_loss(exp.model, _blocks(valid, 8)), rel=1e-6)
+    assert lm_splits(_corpus(data), replace(data, eval_split="valid"))[1].equal(valid)  # cut, valid untouched
+    D64 = torch.float64
+    for bad, message in (
+        ({"holdout": 0}, 'data.eval_split = "holdout" evaluates on tokens held out of the training split'),
+        ({"holdout": 8}, "data.holdout must leave a block of block_size + 1 = 9 tokens on either side"),
+        ({"holdout": 356}, "between 9 and 355, got 356"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            LM.build(replace(data, **bad), model, batch_size=3, seed=0, device=torch.device("cpu"), dtype=D64)

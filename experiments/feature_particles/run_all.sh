@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates every run folder quoted in docs/experiments/feature_particles.md (resumable: rerunning skips
 # finished points). One core: threads = 1 in the configs, --jobs 1. Usage:
-#   bash experiments/feature_particles/run_all.sh [table|single|steps|small|noisy|multi|lambda|lambda_long|lambda_q|lambda_M|lambda_k1|lambda_k1_long|mean_field_k2|anneal|lambda_arms|images|images_lr|cifar50|convergence|convergence_wide|convergence_scan]...
+#   bash experiments/feature_particles/run_all.sh [table|single|steps|small|noisy|multi|lambda|lambda_long|lambda_q|lambda_q_long|lambda_M|lambda_k1|lambda_k1_long|mean_field_k2|anneal|lambda_arms|images|images_lr|cifar50|convergence|convergence_wide|convergence_scan]...
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export OMP_WAIT_POLICY=PASSIVE
@@ -128,6 +128,10 @@ for what in "${@:-table}"; do
     lambda_k1_long)  # issue 28: are the coldest single-index runs stationary? β = 1e-4 at 4× the steps
       sweep "$CFG" --set data.k=1 --set optim.beta=1e-4 --grid data.d=8,16 --grid train.steps=16000 \
         --seeds 0,1,2 --out "$R/lambda_k1_long" ;;
+    lambda_q_long)  # issue 47: the cold anchors of lambda_q (β ≤ 1e-4) at 4× the steps, same seeds: are they
+      # stationary (anchor_sensitivity.py: the paired change from 4,000 steps), and where do the crossings go?
+      sweep "$CFG" --grid data.d=8,16,32 --grid optim.beta=1e-5,3e-5,1e-4 --grid train.steps=16000 \
+        --seeds 0,1,2,3,4 --out "$R/lambda_q_long" ;;
     mean_field_k2)  # issue 28: the 2-D mean-field law of the two-index teacher (minutes per d; D=… for one)
       for d in ${D:-8 16 32}; do python experiments/feature_particles/mean_field_k2.py "$d" "$R/mean_field_k2/d=$d.json"; done ;;
     anneal)  # the seed's schedule shape (cosine, λ_min = λ_max/1000) at several λ_max, d = 16

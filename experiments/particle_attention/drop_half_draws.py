@@ -39,6 +39,7 @@ from meanfield.metrics import lm as _lm
 from meanfield.nn.transformer import drop_particles
 from meanfield.runs import Checkpoints, load_model
 from meanfield.seeds import derive_seed
+from meanfield.tasks.language import lm_splits
 
 HERE = Path(__file__).resolve().parent
 FOLDER = HERE / "results" / "scale" / "primary"
@@ -55,7 +56,7 @@ def probe_blocks(data, batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor
     if data.dataset != "tiny_shakespeare":
         raise ValueError(f"drop_half_draws reads tiny-shakespeare runs, not {data.dataset!r}")
     corpus = _data.tiny_shakespeare(data.root or None)
-    held_out = getattr(corpus, data.eval_split)
+    held_out = lm_splits(corpus, data)[1]
     out = []
     for i, (x, y) in enumerate(_data.iter_blocks(held_out, data.block_size, batch_size)):
         if i * batch_size >= data.probe_blocks:

@@ -12,6 +12,15 @@
 #   bash experiments/particle_attention/run_scale.sh wikitext2      # seeds 0-2 of the primary arms on words, then
 #                                                                   # scale_report.py --stage wikitext2 (P1-P6 on words)
 #   bash experiments/particle_attention/run_scale.sh table STAGE    # secondary|wikitext2: its whole table so far
+# Issue 47 (the page's "Issue 47: pre-registration"; results/scale/issue47_plan.md: the order and the commands):
+#   bash experiments/particle_attention/run_scale.sh hot            # β = 3e-3 seeds 0-7, β = 1e-2 and 3e-2 seeds
+#                                                                   # 3-7, into secondary/ (seeds 0-2 are there)
+#   bash experiments/particle_attention/run_scale.sh p6             # p8 and p8-b1e-3 seeds 0-1 again, their
+#                                                                   # checkpoints kept for the 32-draw drop-half
+#   bash experiments/particle_attention/run_scale.sh lr-tune ARMS   # ARMS (mha8,p8 | p16,p32) at lr 3e-4, 1e-3,
+#                                                                   # 3e-3 on the carved validation split, seeds 0-2
+#   bash experiments/particle_attention/run_scale.sh lr-fair        # each tuned arm at its chosen lr, seeds 0-7
+#   bash experiments/particle_attention/run_scale.sh issue47        # hot, then p6, then lr-tune mha8,p8
 #   bash experiments/particle_attention/run_scale.sh smoke [OUT]    # the whole pipeline at the smoke size (CI)
 #
 # Seeds run seed-major (every primary arm of seed s before seed s + 1), so that an interrupted stage leaves
@@ -29,7 +38,6 @@
 set -u
 cd "$(dirname "$0")/../.."
 
-STAGE=${1:-}
 JOBS=${JOBS:-2}
 DRAWS=1   # drop_half_draws.py after each seed (tiny-shakespeare stages only)
 PRECISION=${PRECISION:-fp32}
@@ -37,6 +45,8 @@ CONFIG=experiments/particle_attention/scale.toml
 R=experiments/particle_attention/results/scale
 PRIMARY=mha8,p8,p8-b1e-3,p8-cos1e-2,p16,p32
 SECONDARY=p8-b1e-5,p8-b1e-4,p8-b1e-2,p8-b3e-2,p8-cos1e-3,p16-w32,p32-w32
+HOT=p8-b3e-3,p8-b1e-2,p8-b3e-2   # issue 47's hot-end family, paired with p8 (primary/) over seeds 0-7
+LRS=3e-4,1e-3,3e-3               # issue 47's learning rates per arm
 
 EXTRA=()
 case "$PRECISION" in
@@ -84,11 +94,13 @@ sweep() {
         echo "$out: seeds $first-$last done; no comparison table before seed 7 (the pre-registration)"
         return
     fi
+    [ "$baseline" = none ] && return   # the stage's own table is written by its caller
     meanfield sweep "$CONFIG" --grid preset="$arms" --seeds "$(seq_csv 0 "$last")" --jobs "$JOBS" --quiet \
         "${EXTRA[@]}" "${METRICS[@]}" "$@" ${baseline:+--baseline "$baseline"} --out "$out" --detect 0.01
 }
 
-case "$STAGE" in
+stage() {   # stage NAME [ARGS]: one stage (a function, so that issue47 can chain them)
+case "${1:-}" in
     pilot)
         sweep "$R/primary" "$PRIMARY" 0 2 blind ;;
     main)
@@ -101,9 +113,25 @@ case "$STAGE" in
         DRAWS=0
         sweep "$R/wikitext2" "$PRIMARY" 0 2 preset=p8 --preset wikitext2
         python experiments/particle_attention/scale_report.py --stage wikitext2 || true ;;   # P1-P6 on words
+    hot)   # into secondary/, where seeds 0-2 of 1e-2 and 3e-2 are (skipped); then the whole secondary table
+        sweep "$R/secondary" "$HOT" 0 7 none
+        stage table secondary ;;
+    p6)   # p8 and p8-b1e-3 seeds 0-1 lack a checkpoint here: rerun them (their own folder) for the 32 draws
+        sweep "$R/p6" p8,p8-b1e-3 0 1 preset=p8 ;;
+    lr-tune)
+        ARMS=${2:?"lr-tune ARMS: mha8,p8 first, then p16,p32 (the pre-registration's order)"}
+        DRAWS=0
+        points=$(for a in ${ARMS//,/ }; do for lr in ${LRS//,/ }; do printf 'tune+%s+lr%s,' "$a" "$lr"; done; done)
+        sweep "$R/lr_tune" "${points%,}" 0 2 "" ;;
+    lr-fair)   # every arm tuned so far at the lr scale_lr.py chose (an arm at 1e-3 is primary/'s: not rerun)
+        points=$(python experiments/particle_attention/scale_lr.py --choice) || exit 2
+        if [ -z "$points" ]; then echo "lr-fair: every chosen lr is 1e-3 (primary/ holds those runs)"; exit 0; fi
+        sweep "$R/lr_fair" "$points" 0 7 "" ;;
+    issue47)
+        stage hot; stage p6; stage lr-tune mha8,p8 ;;
     table)   # a stage's whole table from the runs finished so far, running nothing (meanfield sweep --table-only)
         case "${2:-}" in
-            secondary) meanfield sweep "$CONFIG" --grid preset="$SECONDARY" --seeds 0,1,2 --table-only --quiet \
+            secondary) meanfield sweep "$CONFIG" --grid preset="$SECONDARY,p8-b3e-3" --seeds "$(seq_csv 0 7)" --table-only --quiet \
                            "${EXTRA[@]}" "${METRICS[@]}" --detect 0.01 --out "$R/secondary" ;;
             wikitext2) meanfield sweep "$CONFIG" --grid preset="$PRIMARY" --seeds 0,1,2 --table-only --quiet \
                            "${EXTRA[@]}" "${METRICS[@]}" --preset wikitext2 --baseline preset=p8 --detect 0.01 \
@@ -114,6 +142,10 @@ case "$STAGE" in
         OUT=${2:-runs/scale-smoke}
         sweep "$OUT/primary" "$PRIMARY" 0 1 preset=p8 --preset smoke ;;
     *)
-        echo "usage: $0 pilot | main N | secondary | wikitext2 | table secondary|wikitext2 | smoke [OUT]" >&2
+        echo "usage: $0 pilot | main N | secondary | wikitext2 | hot | p6 | lr-tune ARMS | lr-fair | issue47 |" \
+             "table secondary|wikitext2 | smoke [OUT]" >&2
         exit 2 ;;
 esac
+}
+
+stage "$@"

@@ -15,7 +15,7 @@ from meanfield.nn.transformer import TransformerLM, drop_particles
 from meanfield.seeds import derive_seed
 from meanfield.tasks import Experiment
 
-__all__ = ["LM", "LMData", "LMModel"]
+__all__ = ["LM", "LMData", "LMModel", "lm_splits"]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -31,6 +31,9 @@ class LMData:
     ``train_split`` / ``eval_split`` name the splits (WikiText-2's train split is not on every machine);
     ``eval_blocks`` caps the number of evaluation blocks of ``block_size`` tokens (0: the whole split).
     WikiText-2 here has only valid and test: train on ``valid``, evaluate on ``test`` (and say so).
+    ``holdout > 0`` cuts the last ``holdout`` tokens off the training split, so that training never sees
+    them, and ``eval_split = "holdout"`` evaluates on them: a validation split carved from the training
+    text, for choosing a hyperparameter without looking at the evaluation split (:func:`lm_splits`).
 
     Extra evaluation (``probe_blocks > 0``), on the first ``probe_blocks`` evaluation blocks: the loss after
     dropping half the particles of every layer (``drop_strategies``; a multi-head baseline is rewritten as
@@ -44,7 +47,8 @@ class LMData:
     root: str = ""
     block_size: int = 64
     train_split: Literal["train", "valid", "test"] = "train"
-    eval_split: Literal["train", "valid", "test"] = "valid"
+    eval_split: Literal["train", "valid", "test", "holdout"] = "valid"
+    holdout: int = 0
     eval_blocks: int = 0
     probe_blocks: int = 0
     corrupt_fraction: float = 0.1
@@ -72,7 +76,39 @@ def _corpus(data: LMData) -> _data.TokenCorpus:
     if data.dataset == "tiny_shakespeare":
         return _data.tiny_shakespeare(root)
     splits = tuple(dict.fromkeys((data.train_split, data.eval_split)))
-    return _data.wikitext2(root, splits=splits)
+    return _data.wikitext2(root, splits=tuple(s for s in splits if s != "holdout"))
+
+
+def lm_splits(corpus: _data.TokenCorpus, data: LMData) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training tokens and the held-out tokens of ``data``: the named splits of ``corpus``, except that
+    ``holdout = h > 0`` cuts the training split ``t`` (length ``n``) into ``t[: n − h]``, trained on, and
+    ``t[n − h :]``, which is the held-out split when ``eval_split = "holdout"``.
+
+    Raises:
+        ConfigError: a split that ``corpus`` does not hold; ``eval_split = "holdout"`` without ``holdout``;
+            a ``holdout`` that leaves less than one block of ``block_size + 1`` tokens on either side.
+    """
+    for split in (data.train_split, data.eval_split):
+        if split != "holdout" and getattr(corpus, split) is None:
+            raise ConfigError(f"data.{split!r} split: {data.dataset} has no {split} split here")
+    train = getattr(corpus, data.train_split)
+    if data.eval_split == "holdout" and data.holdout == 0:
+        raise ConfigError(
+            'data.eval_split = "holdout" evaluates on tokens held out of the training split: '
+            "set data.holdout to how many (the last ones of the split)"
+        )
+    if data.holdout:
+        least, most = data.block_size + 1, len(train) - data.block_size - 1
+        if not least <= data.holdout <= most:
+            raise ConfigError(
+                f"data.holdout must leave a block of block_size + 1 = {least} tokens on either side of the cut "
+                f"of the {len(train):,}-token {data.train_split} split: between {least} and {most}, "
+                f"got {data.holdout}"
+            )
+        train, holdout = train[: -data.holdout], train[-data.holdout :]
+        if data.eval_split == "holdout":
+            return train, holdout
+    return train, getattr(corpus, data.eval_split)
 
 
 class _LanguageModel:
@@ -90,10 +126,7 @@ class _LanguageModel:
         dtype: torch.dtype,
     ) -> Experiment:
         corpus = _corpus(data)
-        train, held_out = getattr(corpus, data.train_split), getattr(corpus, data.eval_split)
-        for split, tokens in ((data.train_split, train), (data.eval_split, held_out)):
-            if tokens is None:
-                raise ConfigError(f"data.{split!r} split: {data.dataset} has no {split} split here")
+        train, held_out = lm_splits(corpus, data)
         g = torch.Generator().manual_seed(derive_seed(seed, "init"))
         net = TransformerLM(
             corpus.vocab_size,
@@ -193,7 +226,9 @@ class _LanguageModel:
             on_backward=on_backward if data.grad_stats else None,
             window_metrics=window_metrics if data.grad_stats else None,
             description=(
-                f"{corpus.description}; TransformerLM({model.attention}, d={model.d_model}, "
+                f"{corpus.description}"
+                + (f"; the last {data.holdout:,} training tokens held out" if data.holdout else "")
+                + f"; TransformerLM({model.attention}, d={model.d_model}, "
                 f"L={model.n_layers}, heads/particles={model.n_heads}, block={data.block_size})"
             ),
         )

@@ -1,0 +1,184 @@
+"""Issue 47's learning-rate-fair architecture comparison at 6 × 256 (docs/experiments/particle_attention.md,
+"Issue 47: pre-registration"): the lr of each arm, chosen on a validation split carved from the training text,
+then P3–P5 again with each arm at its own lr.
+
+    python experiments/particle_attention/scale_lr.py              # → results/scale/lr_tests.md
+    python experiments/particle_attention/scale_lr.py --choice     # the lr-fair stage's points (run_scale.sh)
+
+**The choice** (``results/scale/lr_tune/``, the ``tune`` preset: trained on the train split minus its last
+111,540 characters, evaluated on those). For each arm (``mha8``, ``p8``, ``p16``, ``p32``) and lr ∈ ``LRS``,
+seeds 0–2; the arm's lr is the one with the lowest mean validation loss at the last step over the three seeds,
+once all of the arm's ``len(LRS) × 3`` runs have ended. An lr with a run that diverged or failed is not chosen.
+An arm whose runs have not all ended has no choice yet.
+
+**The comparison** (each arm at its lr on the usual split, seeds 0–7: ``results/scale/lr_fair/``, or
+``results/scale/primary/`` for an arm whose lr is the base 1e-3, the same configuration). For M = 8, 16, 32:
+``pM − mha8``, the final validation loss, paired by seed (the coupled initialisation and the batch order are
+the seed's, whatever the lr). Per row: the mean with its 95 % t interval, the two-sided paired t-test (the
+decision: Holm over the three rows, fixed; a row not testable counts as p = 1), δ80, Wilcoxon's signed-rank
+test (``scipy.stats.wilcoxon``, two-sided, exact at these n) and the mean without the pair of largest
+``|Δ|``: the last two say whether one seed carries the sign (the primary P3–P5 rested on one MHA-8 seed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from scipy import stats as _scipy
+
+from meanfield import config as _config
+from meanfield.stats import holm, paired_difference
+
+HERE = Path(__file__).resolve().parent
+SCALE = HERE / "results" / "scale"
+LRS = ("3e-4", "1e-3", "3e-3")
+BASE_LR = "1e-3"
+ARMS = ("mha8", "p8", "p16", "p32")
+PARTICLES = ("p8", "p16", "p32")
+SEEDS_TUNE = (0, 1, 2)
+SEEDS_FAIR = tuple(range(8))
+
+
+def runs(folder: Path) -> dict[tuple[str, ...], dict[int, dict]]:
+    """``{presets: {seed: summary}}`` of every run folder under ``folder`` that has a ``summary.json``
+    (finished or not): ``presets`` is the point's preset split at ``+`` (``("tune", "p8", "lr3e-3")``)."""
+    out: dict[tuple[str, ...], dict[int, dict]] = {}
+    for run in sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
+        if not ((run / "summary.json").is_file() and (run / "point.json").is_file()):
+            continue
+        point = json.loads((run / "point.json").read_text())
+        presets = tuple(str(point["point"].get("preset") or point.get("preset") or "").split("+"))
+        seed = int(_config.load_toml(run / "config.toml")["seed"])
+        out.setdefault(presets, {})[seed] = json.loads((run / "summary.json").read_text())
+    return out
+
+
+def tuning_table(tune: dict[tuple[str, ...], dict[int, dict]]) -> dict[str, dict[str, list[float]]]:
+    """``{arm: {lr: [final val_loss of each ended run]}}``; a run that ended without finishing is ``inf``."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for (_, arm, lr_preset), by_seed in ((k, v) for k, v in tune.items() if len(k) == 3 and k[0] == "tune"):
+        lr = lr_preset.removeprefix("lr")
+        for seed in SEEDS_TUNE:
+            s = by_seed.get(seed)
+            if s is None or s.get("status") in ("running", "interrupted"):
+                continue
+            value = s["final"].get("val_loss", math.inf) if s.get("status") == "finished" else math.inf
+            out.setdefault(arm, {}).setdefault(lr, []).append(float(value))
+    return out
+
+
+def choose(table: dict[str, dict[str, list[float]]]) -> dict[str, str]:
+    """The pre-registered choice: per arm whose ``len(LRS) × 3`` tuning runs have all ended, the lr of the
+    lowest mean final validation loss (an lr with a diverged or failed run is never chosen)."""
+    out = {}
+    for arm, by_lr in table.items():
+        if all(len(by_lr.get(lr, [])) == len(SEEDS_TUNE) for lr in LRS):
+            means = {lr: sum(by_lr[lr]) / len(by_lr[lr]) for lr in LRS}
+            finite = {lr: m for lr, m in means.items() if math.isfinite(m)}
+            if finite:
+                out[arm] = min(finite, key=finite.get)
+    return out
+
+
+def fair_points(chosen: dict[str, str]) -> list[str]:
+    """The lr-fair stage's grid points: each chosen arm at its lr, except at the base lr (primary/'s runs)."""
+    return [f"{arm}+lr{lr}" for arm, lr in chosen.items() if lr != BASE_LR]
+
+
+def final_losses(chosen: dict[str, str], fair: Path, primary: Path) -> dict[str, dict[int, float]]:
+    """``{arm: {seed: final val_loss}}`` of each chosen arm at its lr (finished runs of seeds 0–7)."""
+    out: dict[str, dict[int, float]] = {}
+    by_presets = {**{(k[-1],): v for k, v in runs(primary).items()}, **runs(fair)}
+    for arm, lr in chosen.items():
+        key = (arm,) if lr == BASE_LR else (arm, f"lr{lr}")
+        for seed, s in by_presets.get(key, {}).items():
+            if s.get("status") == "finished" and seed in SEEDS_FAIR:
+                out.setdefault(arm, {})[seed] = float(s["final"]["val_loss"])
+    return out
+
+
+def comparisons(losses: dict[str, dict[int, float]]) -> list[dict]:
+    """P3–P5 at the chosen lrs: ``pM − mha8`` per row (see the module's docstring); Holm over the three."""
+    rows = []
+    for arm in PARTICLES:
+        a, b = losses.get(arm, {}), losses.get("mha8", {})
+        seeds = sorted(set(a) & set(b))
+        row: dict = {"arm": arm, "seeds": seeds, "d": None, "p": 1.0}
+        if len(seeds) >= 2:
+            diffs = [a[s] - b[s] for s in seeds]
+            d = paired_difference([a[s] for s in seeds], [b[s] for s in seeds])
+            extreme = max(range(len(diffs)), key=lambda i: abs(diffs[i]))
+            rest = diffs[:extreme] + diffs[extreme + 1 :]
+            row.update(
+                d=d,
+                p=d.p_value if math.isfinite(d.p_value) else 1.0,
+                wilcoxon=float(_scipy.wilcoxon(diffs).pvalue),
+                without=(seeds[extreme], sum(rest) / len(rest)),
+            )
+        rows.append(row)
+    for row, adjusted in zip(rows, holm([r["p"] for r in rows]), strict=True):
+        row["holm"] = float(adjusted)
+    return rows
+
+
+def markdown(table: dict[str, dict[str, list[float]]], chosen: dict[str, str], rows: list[dict]) -> str:
+    lines = [
+        "**The lr choice** (validation loss at step 2000 on the last 111,540 training characters, seeds 0–2; "
+        "mean [min, max]; `inf`: diverged or failed)",
+        "",
+        "| arm | " + " | ".join(f"lr {lr}" for lr in LRS) + " | chosen |",
+        "|---|" + "---|" * (len(LRS) + 1),
+    ]
+    for arm in ARMS:
+        by_lr = table.get(arm, {})
+        cells = [
+            f"{sum(v) / len(v):.4f} [{min(v):.4f}, {max(v):.4f}] (n={len(v)})" if v else "—"
+            for v in (by_lr.get(lr, []) for lr in LRS)
+        ]
+        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {chosen.get(arm, 'not yet')} |")
+    lines += [
+        "",
+        "**P3–P5 at each arm's lr** (final validation loss, seeds 0–7, pM − mha8; Holm over the three rows)",
+        "",
+        "| row | lrs | n | Δ [95 % CI] | paired t p | Holm p | δ80 | Wilcoxon p | Δ without the most extreme pair |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for i, r in enumerate(rows):
+        lrs = f"{chosen.get(r['arm'], '?')} / {chosen.get('mha8', '?')}"
+        d = r["d"]
+        if d is None:
+            lines.append(f"| P{3 + i}′ {r['arm']} − mha8 | {lrs} | {len(r['seeds'])} | not testable | | | | | |")
+            continue
+        seed, rest = r["without"]
+        lines.append(
+            f"| P{3 + i}′ {r['arm']} − mha8 | {lrs} | {d.n} | {d.mean:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}] | "
+            f"{d.p_value:.3g} | {r['holm']:.3g} | {d.detectable():.3f} | {r['wilcoxon']:.3g} | "
+            f"{rest:+.4f} (seed {seed} left out) |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tune", type=Path, default=SCALE / "lr_tune")
+    parser.add_argument("--fair", type=Path, default=SCALE / "lr_fair")
+    parser.add_argument("--primary", type=Path, default=SCALE / "primary")
+    parser.add_argument("--choice", action="store_true", help="print the lr-fair stage's grid points and stop")
+    parser.add_argument("--out", type=Path, default=SCALE / "lr_tests.md")
+    args = parser.parse_args(argv)
+    table = tuning_table(runs(args.tune))
+    chosen = choose(table)
+    if args.choice:
+        print(",".join(fair_points(chosen)))
+        return
+    text = markdown(table, chosen, comparisons(final_losses(chosen, args.fair, args.primary)))
+    args.out.write_text(text)
+    sys.stdout.write(text)
+
+
+if __name__ == "__main__":
+    main()
