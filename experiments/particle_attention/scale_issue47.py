@@ -175,6 +175,7 @@ def markdown(scale: Path) -> str:
     lines.append(_lr.markdown(table, chosen, _lr.comparisons(_lr.final_losses(chosen, scale / "lr_fair",
                                                                                scale / "primary"))))  # fmt: skip
     lines += [
+        VERDICTS_START,  # a snippet section: the page opens with this table (docs/experiments/particle_attention.md)
         "**Verdicts, one row per seed claim** (6 × 256, tiny-shakespeare characters, final step; Δ first arm − "
         "second; nats unless said)",
         "",
@@ -206,7 +207,14 @@ def markdown(scale: Path) -> str:
         lines.append(_row([r["claim"] + " (exploratory)", f"`{r['metric']}`, β = 1e-3 − β = 0", str(d.n), _ci(d),
                            _d80(d), f"{r['holm']:.2g} (sweep table, per metric)",
                            "exploratory: " + verdict(d, r["holm"], d.n, unit=r["unit"])]))  # fmt: skip
+    lines.append(VERDICTS_END)
     return "\n".join(lines) + "\n\n" + cost_line(scale)
+
+
+VERDICTS_START = "<!-- --8<-- [start:verdicts] -->"
+VERDICTS_END = "<!-- --8<-- [end:verdicts] -->"
+"""The verdict table's snippet markers (pymdownx.snippets sections): the page includes
+``issue47_tests.md:verdicts`` at its top, the whole file in its results section."""
 
 
 def main(argv: list[str] | None = None) -> None:
