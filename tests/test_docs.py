@@ -27,6 +27,8 @@ READER_PAGES = [
     "theory/chain_bias",
     "theory/token_dynamics",
     "notebooks/simulate",
+    "experiments/particle_attention",
+    "experiments/feature_particles",
 ]
 # a code span that holds a formula: Greek letters, math operators, Unicode sub/superscripts, or a TeX group
 FORMULA_CODE = re.compile(r"[α-ωΓΔΘΛΞΠΣΦΨΩ−·≤≥∈∉∑∫∇∂√‖²³⁴⁻₀₁₂ᵢⱼₙ∝≈⟨⟩]|[_^]\{")
