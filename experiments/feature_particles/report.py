@@ -1034,21 +1034,24 @@ def figures(lam: dict, conv: dict) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from meanfield.plotting import figure, page_layout
+
     ASSETS.mkdir(parents=True, exist_ok=True)
     if lam.get("curves"):
-        fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+        with page_layout():  # two panels a row at the page's width, 11-pt text (docs: readable at ≥ 9 pt)
+            fig, axes = figure(ncols=3)
         for d, pts in sorted(lam["curves"].items()):
             b = np.array([p[0] for p in pts])
             axes[0].semilogx(b, [p[1] for p in pts], "o-", label=f"d = {d}")
             axes[1].semilogx(b * d / 4, [p[1] for p in pts], "o-", label=f"d = {d}")
             axes[2].semilogx(b * d / 4, [p[2] for p in pts], "o-", label=f"d = {d}")
-        axes[0].set_xlabel("β (mean-field temperature of L = ½ E(f − y)²)")
+        axes[0].set_xlabel("β (mean-field units of L = ½ E(f − y)²)")
         for ax in axes[1:]:
             ax.axvline(1.0, color="grey", ls=":", label="λ = βd/4 = 1")
-            ax.set_xlabel("λ = β·d/4 (the sphere check's normalisation)")
+            ax.set_xlabel("λ = β·d/4 (the sphere check's units)")
         for ax, what in zip(axes, ("teacher coverage", "teacher coverage", "mean best |cos| per teacher")):
             ax.set_ylabel(what)
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=9)
         fig.tight_layout()
         fig.savefig(ASSETS / "feature_particles_lambda.png", dpi=110)
         plt.close(fig)
