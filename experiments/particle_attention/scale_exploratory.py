@@ -328,7 +328,10 @@ def figure(runs: dict[str, dict[int, dict]], path: Path) -> bool:
 
     if sum(len(runs.get(arm, {})) >= 2 for arm, _ in CURVE) < MIN_FIGURE_ARMS:
         return False
-    fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
+    from meanfield.plotting import figure as panels_figure, page_layout
+
+    with page_layout():  # two panels a row at the page's width, 11-pt text (docs: readable at ≥ 9 pt)
+        fig, axes = panels_figure(ncols=4)
     panels = (("val_loss", "Δ val loss vs β = 0 (nats/char)", True), ("loss_roughness", "training-loss roughness", False),
               ("head_sim", "head similarity (mean |cos|)", False), ("drop_half_32", "drop-half gap, 32 draws (nats)", False))  # fmt: skip
     for ax, (metric, label, diff) in zip(axes, panels):
@@ -359,8 +362,8 @@ def figure(runs: dict[str, dict[int, dict]], path: Path) -> bool:
         ax.set_ylabel(label)
         if diff:
             ax.legend(fontsize=8, loc="upper left")
-    fig.suptitle("6 × 256, M = 8, 2000 steps: stability vs exploration in β (each arm over its own seeds; "
-                 "mean ± 95 % CI; exploratory)", fontsize=10)  # fmt: skip
+    fig.suptitle("6 × 256, M = 8, 2000 steps: stability vs exploration in β\n(each arm over its own seeds; "
+                 "mean ± 95 % CI; exploratory)", fontsize=11)  # fmt: skip
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
