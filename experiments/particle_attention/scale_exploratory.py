@@ -328,7 +328,8 @@ def figure(runs: dict[str, dict[int, dict]], path: Path) -> bool:
 
     if sum(len(runs.get(arm, {})) >= 2 for arm, _ in CURVE) < MIN_FIGURE_ARMS:
         return False
-    from meanfield.plotting import figure as panels_figure, page_layout
+    from meanfield.plotting import figure as panels_figure
+    from meanfield.plotting import page_layout
 
     with page_layout():  # two panels a row at the page's width, 11-pt text (docs: readable at ≥ 9 pt)
         fig, axes = panels_figure(ncols=4)
