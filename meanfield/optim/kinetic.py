@@ -39,10 +39,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
-from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
 
 from meanfield._checks import check_int, check_nonnegative, check_positive
 from meanfield.optim.conventions import TEMPERATURE_CONVENTIONS
+from meanfield.optim.direct import DirectStep
 from meanfield.optim.groups import beta_value, check_floating, normalise
 from meanfield.projections import Projection
 from meanfield.schedules import Schedule, as_schedule, schedule_to_data
@@ -82,7 +82,7 @@ def _beta_at(group: dict[str, Any], gi: int) -> float:
     return value
 
 
-class KineticLangevin(torch.optim.Optimizer):
+class KineticLangevin(DirectStep, torch.optim.Optimizer):
     r"""Kinetic (underdamped) mean-field Langevin dynamics as a ``torch.optim.Optimizer`` (BAOAB steps).
 
     One step per group (see the module docstring): $v \leftarrow v - h\cdot g$, $\theta \leftarrow \theta + (h/2)v$,
@@ -193,15 +193,7 @@ class KineticLangevin(torch.optim.Optimizer):
         torch.optim's step wrapper (a profiler range and the step hooks) runs only when it has something to
         do: a hook registered, or the profiler on.
         """
-        if (
-            self._optimizer_step_pre_hooks
-            or self._optimizer_step_post_hooks
-            or _global_optimizer_pre_hooks
-            or _global_optimizer_post_hooks
-            or torch._C._autograd._profiler_enabled()
-        ):
-            return self._hooked_step(closure)
-        return self._step(closure)
+        return super().step(closure)  # DirectStep: the hooked path only with a hook or the profiler
 
     step.hooked = True  # type: ignore[attr-defined]  # torch.optim: do not wrap it (it calls the wrapper itself)
 
@@ -215,16 +207,6 @@ class KineticLangevin(torch.optim.Optimizer):
         return loss
 
     _hooked_step = torch.optim.Optimizer.profile_hook_step(_step)
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """``torch.optim.Optimizer.zero_grad``; with ``set_to_none=True`` (its default) and the profiler off, a
-        plain loop setting every ``p.grad`` to ``None`` (no profiler range to open: the same effect)."""
-        if not set_to_none or torch._C._autograd._profiler_enabled():
-            return super().zero_grad(set_to_none)
-        for group in self.param_groups:
-            for p in group["params"]:
-                p.grad = None
-        return None
 
     def _update(self) -> None:
         plan = []

@@ -17,12 +17,12 @@ from typing import Any, NamedTuple
 
 import torch
 from torch import nn
-from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
 
 from meanfield import _background
 from meanfield._checks import check_int
 from meanfield.optim import layers
 from meanfield.optim.buckets import Bucket, build_buckets
+from meanfield.optim.direct import DirectStep
 from meanfield.optim.drift import apply_drift, precondition, sgd_drift_
 from meanfield.optim.gradients import gradient_norms
 from meanfield.optim.groups import (
@@ -65,7 +65,7 @@ def _cpu_numbers(jobs: list[tuple[torch.Tensor, torch.Generator]]) -> int:
     return sum(flat.numel() for flat, _ in jobs if flat.device.type == "cpu")
 
 
-class Langevin(torch.optim.Optimizer):
+class Langevin(DirectStep, torch.optim.Optimizer):
     r"""Mean-field Langevin dynamics as a ``torch.optim.Optimizer`` (SGD or Adam drift, noise, projection).
 
     One step on a param group with noise, temperature $\beta_t$ and ``M`` particles:
@@ -366,15 +366,7 @@ class Langevin(torch.optim.Optimizer):
         torch.optim's step wrapper (a profiler range and the step hooks) runs only when it has something to
         do: a hook registered, or the profiler on.
         """
-        if (
-            self._optimizer_step_pre_hooks
-            or self._optimizer_step_post_hooks
-            or _global_optimizer_pre_hooks
-            or _global_optimizer_post_hooks
-            or torch._C._autograd._profiler_enabled()
-        ):
-            return self._hooked_step(closure)
-        return self._step(closure)
+        return super().step(closure)  # DirectStep: the hooked path only with a hook or the profiler
 
     step.hooked = True  # type: ignore[attr-defined]  # torch.optim: do not wrap it (it calls the wrapper itself)
 
@@ -537,16 +529,6 @@ class Langevin(torch.optim.Optimizer):
             self._group_records[gi].append(record)
             if noise:
                 self._records.append(record)
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """``torch.optim.Optimizer.zero_grad``; with ``set_to_none=True`` (its default) and the profiler off, a
-        plain loop setting every ``p.grad`` to ``None`` (no profiler range to open: the same effect)."""
-        if not set_to_none or torch._C._autograd._profiler_enabled():
-            return super().zero_grad(set_to_none)
-        for group in self.param_groups:
-            for p in group["params"]:
-                p.grad = None
-        return None
 
     def _noise_plan(self, noisy: list[tuple[Bucket, list[int], int, int]]) -> _Plan:
         """The draws of these buckets ([`noise_plan`][meanfield.optim.noise.noise_plan]), kept while the layout and
