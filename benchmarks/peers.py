@@ -243,12 +243,9 @@ def _chain(step, get, steps):
     return chain_answer(np.stack(ws))
 
 
-def meanfield_langevin(case):
-    torch, X, y = _blr_torch()
-    from meanfield.optim import Langevin
-
-    w = torch.nn.Parameter(torch.zeros(DIM))
-    opt = Langevin([w], lr=LR, beta=1.0, weight_decay=1.0, seed=1, check_every=case.get("check_every", 1))
+def _optimizer_engine(torch, X, y, w, opt):
+    """``(run, chain)`` of a torch optimizer ``opt`` stepping ``w`` on the logistic-regression loss (one full batch a
+    step): the timed loop, and the chain of ``w`` for the agreement check."""
 
     def step():
         opt.zero_grad()
@@ -260,6 +257,15 @@ def meanfield_langevin(case):
             step()
 
     return run, lambda steps: _chain(step, lambda: w.detach().numpy().copy(), steps)
+
+
+def meanfield_langevin(case):
+    torch, X, y = _blr_torch()
+    from meanfield.optim import Langevin
+
+    w = torch.nn.Parameter(torch.zeros(DIM))
+    opt = Langevin([w], lr=LR, beta=1.0, weight_decay=1.0, seed=1, check_every=case.get("check_every", 1))
+    return _optimizer_engine(torch, X, y, w, opt)
 
 
 def meanfield_sgld_compiled(case):
@@ -314,17 +320,7 @@ def meanfield_kinetic(case):
 
     w = torch.nn.Parameter(torch.zeros(DIM))
     opt = KineticLangevin([w], lr=H_KIN, friction=GAMMA_KIN, beta=1.0, weight_decay=1.0, seed=1)
-
-    def step():
-        opt.zero_grad()
-        torch.nn.functional.binary_cross_entropy_with_logits(X @ w, y, reduction="sum").backward()
-        opt.step()
-
-    def run(steps):
-        for _ in range(steps):
-            step()
-
-    return run, lambda steps: _chain(step, lambda: w.detach().numpy().copy(), steps)
+    return _optimizer_engine(torch, X, y, w, opt)
 
 
 def hand_kinetic(case):
