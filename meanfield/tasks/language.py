@@ -33,7 +33,7 @@ class LMData:
     WikiText-2 here has only valid and test: train on ``valid``, evaluate on ``test`` (and say so).
     ``holdout > 0`` cuts the last ``holdout`` tokens off the training split, so that training never sees
     them, and ``eval_split = "holdout"`` evaluates on them: a validation split carved from the training
-    text, for choosing a hyperparameter without looking at the evaluation split (:func:`lm_splits`).
+    text, for choosing a hyperparameter without looking at the evaluation split ([`lm_splits`][meanfield.tasks.language.lm_splits]).
 
     Extra evaluation (``probe_blocks > 0``), on the first ``probe_blocks`` evaluation blocks: the loss after
     dropping half the particles of every layer (``drop_strategies``; a multi-head baseline is rewritten as
