@@ -38,8 +38,8 @@ import torch  # noqa: E402
 from _common import Provenance, result_path, write_result  # noqa: E402
 
 from meanfield import MeanFieldLangevin, simulate  # noqa: E402
-from meanfield.potentials import Alignment, GaussianInteraction, Quadratic  # noqa: E402
-from meanfield.projections import Sphere  # noqa: E402
+from meanfield.drift.potentials import Alignment, GaussianInteraction, Quadratic  # noqa: E402
+from meanfield.drift.projections import Sphere  # noqa: E402
 
 G, S = 16, 4  # grid values × seeds
 

@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from meanfield import MeanFieldLangevin, simulate  # noqa: E402
-from meanfield.distributed import BlockNoise, ShardedSystem, shard_range  # noqa: E402
-from meanfield.potentials import GaussianInteraction, Quadratic, QuadraticInteraction  # noqa: E402
+from meanfield.drift.potentials import GaussianInteraction, Quadratic, QuadraticInteraction  # noqa: E402
+from meanfield.stepping.sharded import BlockNoise, ShardedSystem, shard_range  # noqa: E402
 
 CASES = {  # name: (system, d, M for strong scaling, M per rank for weak scaling)
     "quadratic (all-reduce)": (lambda: MeanFieldLangevin(Quadratic(1.0), QuadraticInteraction(1.0)), 10, 1 << 18, 1 << 17),

@@ -37,8 +37,8 @@ from _common import Provenance, result_path, write_result  # noqa: E402
 from _isolated import measure, run_isolated  # noqa: E402
 
 import meanfield as mf  # noqa: E402
-from meanfield.pairwise import MAX_ELEMENTS, keops_available, softmin  # noqa: E402
-from meanfield.potentials import GaussianInteraction, Quadratic  # noqa: E402
+from meanfield.drift.pairwise import MAX_ELEMENTS, keops_available, softmin  # noqa: E402
+from meanfield.drift.potentials import GaussianInteraction, Quadratic  # noqa: E402
 
 
 def state(M: int, d: int) -> torch.Tensor:

@@ -37,8 +37,8 @@ from _common import Provenance, result_path, write_result  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from meanfield import MeanFieldLangevin, simulate  # noqa: E402
-from meanfield.kinetic import KineticMeanFieldLangevin, pair  # noqa: E402
-from meanfield.potentials import Quadratic, QuadraticInteraction  # noqa: E402
+from meanfield.drift.phase_space import KineticMeanFieldLangevin, pair  # noqa: E402
+from meanfield.drift.potentials import Quadratic, QuadraticInteraction  # noqa: E402
 
 
 def hand_baoab(x0: torch.Tensor, v0: torch.Tensor, steps: int, dt: float, g: torch.Generator) -> torch.Tensor:

@@ -7,7 +7,7 @@ Two problems, float32 on the CPU, one thread per engine:
   (1e4, 10). Engines: ``meanfield.simulate`` (native Euler), a hand-written torch loop, torchsde's ``sdeint``
   (Euler, its cheapest Brownian motion: one draw per step from a generator), diffrax ``Euler`` with an
   ``UnsafeBrownianPath`` and with a ``VirtualBrownianTree`` (jitted ``diffeqsolve``), and ``simulate`` on a
-  block of steps captured by ``torch.compile`` (:func:`meanfield.captured.euler_block`).
+  block of steps captured by ``torch.compile`` (:func:`meanfield.stepping.captured.euler_block`).
 - **sgld**: Bayesian logistic regression, d = 20, n = 1,000, full batch, one chain, prior N(0, I), SGLD
   ``w ← w + lr·∇log p(w | data) + sqrt(2·lr)·ξ`` with lr = 1e-3. Engines: :class:`meanfield.optim.Langevin`
   (SGD drift, ``weight_decay = 1`` as the prior, ``check_every = 1`` and ``0``), the hand-written torch loop
@@ -15,7 +15,7 @@ Two problems, float32 on the CPU, one thread per engine:
   same BAOAB written by hand (a different chain of the same posterior: its ratio is to its own hand-written
   loop), ``posteriors.sgmcmc.sgld`` (torch), BlackJAX ``sgld`` called step by step
   (each step jitted) and inside ``lax.scan`` (a block of steps, one call), and the captured
-  :func:`meanfield.captured.sgld_block` (``torch.compile`` of a block of steps).
+  :func:`meanfield.stepping.captured.sgld_block` (``torch.compile`` of a block of steps).
 
 Before a ratio is reported the engines' answers are compared with meanfield's within Monte Carlo error
 (z = 5): for **sde** the mean of ``x_T²`` over the particles (its SE from the particles' spread); for **sgld**
@@ -113,7 +113,7 @@ def _torch():
 def meanfield_euler(case):
     torch = _torch()
     import meanfield as mf
-    from meanfield.potentials import Quadratic, QuadraticInteraction
+    from meanfield.drift.potentials import Quadratic, QuadraticInteraction
 
     system = mf.MeanFieldLangevin(Quadratic(A), QuadraticInteraction(K), beta=BETA)
     x0 = torch.from_numpy(sde_x0(case["M"], case["d"]))
@@ -128,8 +128,8 @@ def meanfield_euler(case):
 def meanfield_euler_compiled(case):
     torch = _torch()
     import meanfield as mf
-    from meanfield.captured import euler_block
-    from meanfield.potentials import Quadratic, QuadraticInteraction
+    from meanfield.drift.potentials import Quadratic, QuadraticInteraction
+    from meanfield.stepping.captured import euler_block
 
     system = mf.MeanFieldLangevin(Quadratic(A), QuadraticInteraction(K), beta=BETA)
     x0 = torch.from_numpy(sde_x0(case["M"], case["d"]))
@@ -270,7 +270,7 @@ def meanfield_langevin(case):
 
 def meanfield_sgld_compiled(case):
     torch, X, y = _blr_torch()
-    from meanfield.captured import sgld_block
+    from meanfield.stepping.captured import sgld_block
 
     def loss(w):
         return torch.nn.functional.binary_cross_entropy_with_logits(X @ w, y, reduction="sum")

@@ -111,7 +111,7 @@ d = 2, 10 (wall and CPU). Read with [Entropy and KL](entropy.md#bias-against-m-a
         ("kernels",),
         """\
 The drift of a pairwise interaction per step against the dense M × M kernel; the two backends of the
-soft-minimum (the crossover behind `meanfield.pairwise.resolve_backend`); the Rademacher noise per
+soft-minimum (the crossover behind `meanfield.drift.pairwise.resolve_backend`); the Rademacher noise per
 Euler–Maruyama step (target: near the ~1 ms a bit-per-entry draw plus one pass over the state costs at
 M = 1e5, d = 10), whose floor is the draw alone. The KeOps rows need the optional `pykeops`
 (`pip install -e ".[keops]"`); without it they are skipped and the table says so.""",
@@ -139,7 +139,7 @@ Issue 51: the Euler–Maruyama step and the SGLD step against diffrax, torchsde,
 engine in its own environment and one thread, every answer checked against meanfield's within Monte Carlo
 error before its ratio is given (`benchmarks/peers.py`'s docstring has the problems, the engines and the
 method). Targets: `Langevin` ≤ 1.2× the hand-written SGLD loop at d = 20, one chain; the opt-in captured
-SGLD block (`meanfield.captured.sgld_block`, `torch.compile`) ≤ 3× BlackJAX's `lax.scan`; the
+SGLD block (`meanfield.stepping.captured.sgld_block`, `torch.compile`) ≤ 3× BlackJAX's `lax.scan`; the
 compile time is the setup column.""",
     ),
     Section(

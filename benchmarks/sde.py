@@ -52,7 +52,7 @@ from torchsde._brownian import BaseBrownian  # noqa: E402
 
 import meanfield as mf  # noqa: E402
 from meanfield import _background  # noqa: E402
-from meanfield.potentials import Quadratic, QuadraticInteraction  # noqa: E402
+from meanfield.drift.potentials import Quadratic, QuadraticInteraction  # noqa: E402
 
 A, K, BETA, DT = 1.0, 1.0, 0.5, 0.01
 SIGMA = math.sqrt(2 * BETA)

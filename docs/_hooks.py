@@ -13,7 +13,7 @@ from pathlib import Path
 
 
 def on_pre_build(config, **kwargs) -> None:
-    from meanfield.figures import generate
+    from meanfield.studies.figures import generate
 
     figures = Path(config["docs_dir"]) / "figures"
     generate(figures, preset="fast", keep_existing=True)

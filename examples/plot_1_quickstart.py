@@ -12,9 +12,9 @@ import numpy as np
 import torch
 
 import meanfield as mf
+from meanfield.drift.potentials import DoubleWell
 from meanfield.metrics import Law1d, wasserstein_to_law
-from meanfield.plotting import figure
-from meanfield.potentials import DoubleWell
+from meanfield.studies.plotting import figure
 
 beta = 0.25
 system = mf.MeanFieldLangevin(DoubleWell(), beta=beta)

@@ -11,9 +11,9 @@ slope.
 import torch
 
 import meanfield as mf
+from meanfield.drift.potentials import Quadratic, QuadraticInteraction
 from meanfield.metrics import Normal
-from meanfield.plotting import figure
-from meanfield.potentials import Quadratic, QuadraticInteraction
+from meanfield.studies.plotting import figure
 
 a, k, beta = 1.0, 2.0, 0.5
 system = mf.MeanFieldLangevin(Quadratic(a), QuadraticInteraction(k), beta=beta)

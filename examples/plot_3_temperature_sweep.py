@@ -10,9 +10,9 @@ variance is $\beta/a$, and the Euler–Maruyama chain's is $\beta / (a(1 - a\,dt
 import torch
 
 import meanfield as mf
-from meanfield.plotting import figure
-from meanfield.potentials import Quadratic
-from meanfield.studies import batch_seed
+from meanfield.drift.potentials import Quadratic
+from meanfield.studies.in_memory import batch_seed
+from meanfield.studies.plotting import figure
 
 a, dt = 1.0, 0.05
 

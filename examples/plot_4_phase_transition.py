@@ -12,8 +12,8 @@ self-consistency equation). Here every temperature is one replica of one batched
 import torch
 
 import meanfield as mf
-from meanfield.plotting import figure
-from meanfield.potentials import DoubleWell, QuadraticInteraction
+from meanfield.drift.potentials import DoubleWell, QuadraticInteraction
+from meanfield.studies.plotting import figure
 
 betas = torch.linspace(0.2, 0.7, 11, dtype=torch.float64)
 system = mf.MeanFieldLangevin(DoubleWell(), QuadraticInteraction(1.0), beta=betas)  # one β per replica

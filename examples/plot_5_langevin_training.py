@@ -13,7 +13,7 @@ import torch
 
 from meanfield.nn import FeatureParticles
 from meanfield.optim import Langevin
-from meanfield.plotting import figure
+from meanfield.studies.plotting import figure
 
 torch.manual_seed(0)
 d, n = 10, 512

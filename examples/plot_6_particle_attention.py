@@ -11,7 +11,7 @@ initialisation (independent heads of mean-zero output) the output's size falls l
 import torch
 
 from meanfield.nn import ParticleAttention
-from meanfield.plotting import figure
+from meanfield.studies.plotting import figure
 
 d, h, T = 32, 8, 12
 X = torch.randn(4, T, d, generator=torch.Generator().manual_seed(0))  # (B, T, d): 4 sequences of 12 tokens

@@ -5,15 +5,15 @@ A deep Transformer moves its tokens like interacting particles (Geshkovski, Letr
 with identity weights on the sphere, $\dot x_i = P_{x_i} \sum_j A_{ij} x_j$,
 $A_{ij} = e^{\beta\langle x_i, x_j\rangle} / \sum_k e^{\beta\langle x_i, x_k\rangle}$, where
 $P_x = I - x x^\top$ projects on the tangent space. Tokens from a generic start end in one cluster.
-`meanfield.tokens.SelfAttentionDynamics` is that particle system, so `meanfield.simulate` runs it; the mean
+`meanfield.nn.tokens.SelfAttentionDynamics` is that particle system, so `meanfield.simulate` runs it; the mean
 inner product $\frac{1}{n^2}\sum_{ij} \langle x_i, x_j\rangle$ goes to 1 as they cluster.
 """
 
 import torch
 
 import meanfield as mf
-from meanfield.plotting import figure
-from meanfield.tokens import SelfAttentionDynamics, count_clusters, mean_inner_product
+from meanfield.nn.tokens import SelfAttentionDynamics, count_clusters, mean_inner_product
+from meanfield.studies.plotting import figure
 
 system = SelfAttentionDynamics.identity(3, beta=1.0, sphere=True)
 g = torch.Generator().manual_seed(0)

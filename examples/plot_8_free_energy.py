@@ -18,8 +18,8 @@ import math
 import torch
 
 import meanfield as mf
-from meanfield.plotting import figure
-from meanfield.potentials import Quadratic, QuadraticInteraction
+from meanfield.drift.potentials import Quadratic, QuadraticInteraction
+from meanfield.studies.plotting import figure
 
 a, k, beta, d = 1.0, 2.0, 0.5, 2
 system = mf.MeanFieldLangevin(Quadratic(a), QuadraticInteraction(k), beta=beta)

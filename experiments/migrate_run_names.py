@@ -5,7 +5,7 @@
     python experiments/migrate_run_names.py runs/beta-sweep …  # or these folders (searched for sweep.json)
 
 Sweeps used to name a point's folder ``data.d=16,optim.beta=0.0001,seed=0`` (and a schedule table
-``optim.beta=_kind_=__cosine_,_start_=_0.001,_end_=_1e-06_,seed=3``); :func:`meanfield.sweeps.point_name`
+``optim.beta=_kind_=__cosine_,_start_=_0.001,_end_=_1e-06_,seed=3``); :func:`meanfield.runs.sweeps.point_name`
 now gives ``data.d=16_optim.beta=0.0001_seed=0`` (only ``[A-Za-z0-9._=-]``, at most 80 characters). For every
 sweep folder (one holding ``sweep.json``) the script expands the sweep's points from ``sweep.json`` exactly as
 ``meanfield sweep`` does and, for each point:
@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 
 from meanfield.config import load_toml
-from meanfield.sweeps import (
+from meanfield.runs.sweeps import (
     PRESET_AXIS,
     _legacy_point_name,
     _write_point,
@@ -80,7 +80,7 @@ def _mismatch(folder: Path, point: dict) -> str | None:
 
 def _csv_text(header: list[str], rows: list[list[str]]) -> str:
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")  # as meanfield.sweeps._csv writes it
+    writer = csv.writer(buffer, lineterminator="\n")  # as meanfield.runs.sweeps._csv writes it
     writer.writerow(header)
     writer.writerows(rows)
     return buffer.getvalue()

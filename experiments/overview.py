@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 import meanfield as mf
-from meanfield.plotting import figure, save
+from meanfield.studies.plotting import figure, save
 
 beta, M, t1, dt = 0.25, 2000, 10.0, 0.01
 system = mf.MeanFieldLangevin(mf.potentials.DoubleWell(), beta=beta)  # dx = −V'(x) dt + sqrt(2β) dW

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 import meanfield as mf
-from meanfield.plotting import figure, save
+from meanfield.studies.plotting import figure, save
 
 beta = 0.25
 system = mf.MeanFieldLangevin(mf.potentials.DoubleWell(), beta=beta)  # dx = −V'(x) dt + sqrt(2β) dW

@@ -4,16 +4,20 @@ Mean-field here means *particles*: M particles $\theta_i$ (points, attention hea
 law $\rho_M = 1/M \sum \delta_{\theta_i}$ and move by $d\theta = -\nabla(\delta L/\delta \rho) dt + \sqrt{2\beta} dW$.
 """
 
-from . import kinetic, metrics, nn, optim, potentials, projections, schedules, studies, tokens
-from .brownian import BrownianIncrements
-from .free_energy import FreeEnergy
-from .kinetic import KineticMeanFieldLangevin
+from . import metrics, nn, optim, studies
+from .drift import phase_space, potentials, projections, schedules
+from .drift.phase_space import KineticMeanFieldLangevin
+from .drift.systems import SDE, MeanFieldLangevin, ParticleSystem
+from .metrics.free_energy import FreeEnergy
+from .nn import tokens
 from .optim import KineticLangevin, Langevin
 from .progress import set_progress
-from .simulate import NonFiniteStateError, Trajectory, simulate
-from .solvers import SOLVERS, EulerMaruyama, Solver, TorchSDE, get_solver
+from .stepping.brownian import BrownianIncrements
+from .stepping.simulate import NonFiniteStateError, Trajectory, simulate
+from .stepping.solvers import SOLVERS, EulerMaruyama, Solver, TorchSDE, get_solver
 from .studies import StudyResult, SweepResult, convergence_in_m, sweep
-from .systems import SDE, MeanFieldLangevin, ParticleSystem
+
+kinetic = phase_space  # `mf.kinetic`: the kinetic (phase-space) system's module, meanfield.drift.phase_space
 
 __version__ = "0.1.0"
 

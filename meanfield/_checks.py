@@ -145,7 +145,7 @@ def asked_bytes(error: BaseException) -> int | None:
 
 
 def check_saved_states(n_steps: int, save_every: int, x0: torch.Tensor) -> None:
-    """Refuse (before allocating) a [`meanfield.simulate.simulate`][meanfield.simulate.simulate] whose saved states, the initial one and
+    """Refuse (before allocating) a [`meanfield.stepping.simulate.simulate`][meanfield.stepping.simulate.simulate] whose saved states, the initial one and
     one every ``save_every`` of ``n_steps`` steps and the last, each of ``x0``'s size, need more memory than its
     device has available."""
     n_saved = len(range(0, n_steps, save_every)) + 1

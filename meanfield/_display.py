@@ -1,6 +1,6 @@
 """What a result shows in a notebook: a short text (a few lines, never a tensor) and a small HTML table.
 
-The result classes ([`Trajectory`][meanfield.simulate.Trajectory], [`StudyResult`][meanfield.studies.StudyResult], …) build
+The result classes ([`Trajectory`][meanfield.stepping.simulate.Trajectory], [`StudyResult`][meanfield.studies.in_memory.StudyResult], …) build
 their ``__repr__`` and ``_repr_html_`` from these pieces, and their ``to_pandas`` from ``dataframe``.
 """
 

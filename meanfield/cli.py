@@ -10,7 +10,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch is imported:
 
 
 def _solvers(args: argparse.Namespace) -> int:
-    from .solvers import SOLVERS
+    from .stepping.solvers import SOLVERS
 
     print(f"{'solver':<16} {'additive':>16} {'diagonal':>16} {'general':>16}   (strong / weak order)")
     for name, make in SOLVERS.items():
@@ -25,7 +25,7 @@ def _solvers(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from .validation import validate
+    from .studies.validation import validate
 
     report = validate(
         args.checks or None, preset=args.preset, out=args.out, theory_dir=args.theory, resume=args.resume
@@ -34,7 +34,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _figures(args: argparse.Namespace) -> int:
-    from .figures import generate
+    from .studies.figures import generate
 
     paths = generate(args.out, preset=args.preset, keep_existing=not args.force)
     print(f"{len(paths)} figures in {args.out}")
@@ -45,7 +45,7 @@ def _config_arg(args: argparse.Namespace) -> tuple[str, str]:
     """The configuration file of ``args.config`` (a TOML file, or a shipped name) and the stem of the default
     output folder: the file's stem, or the name with ``/`` as ``-`` (``runs/particle_attention-toy-smoke``)."""
     from .shipped import find_config
-    from .validation import InputError
+    from .studies.validation import InputError
 
     if args.config is None:
         raise InputError("a configuration is needed: a shipped name (meanfield run --list) or a TOML file")
@@ -136,7 +136,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _seeds(text: str) -> list[int]:
     """``--seeds 0,1,2`` → ``[0, 1, 2]`` (empty items skipped; nothing at all is seed 0)."""
-    from .validation import InputError
+    from .studies.validation import InputError
 
     try:
         seeds = [int(s) for s in text.split(",") if s.strip()]
@@ -147,7 +147,7 @@ def _seeds(text: str) -> list[int]:
 
 def _sweep(args: argparse.Namespace) -> int:
     from .runs import RunInterrupted
-    from .sweeps import TableOptions, parse_grid, sweep_runs
+    from .runs.sweeps import TableOptions, parse_grid, sweep_runs
 
     seeds = _seeds(args.seeds)
     config, stem = _config_arg(args)
@@ -198,7 +198,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from .config import ConfigError
     from .data import CorruptDataError, DataNotFoundError
     from .runs import RunFolderError
-    from .validation import InputError
+    from .studies.validation import InputError
 
     return (InputError, ConfigError, DataNotFoundError, CorruptDataError, RunFolderError)
 

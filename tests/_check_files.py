@@ -1,4 +1,4 @@
-"""Files written on the fly for the tests of ``meanfield.validation`` and the CLI: check scripts and a
+"""Files written on the fly for the tests of ``meanfield.studies.validation`` and the CLI: check scripts and a
 small run configuration (``CONFIG_TEXT``).
 
 ``write_check(folder, name)`` writes ``folder/name.py``: a check whose ``run(preset)`` measures 1.0 against
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 CHECK = """
-from meanfield.validation import CheckResult
+from meanfield.studies.validation import CheckResult
 CLAIM = "{claim}"
 def run(preset="fast"):
     r = CheckResult("{name}", CLAIM, data={{"preset_seen": preset}})
@@ -24,7 +24,7 @@ def plot(result):
 """
 
 PLOT_OK = (
-    "from meanfield.plotting import figure\n    fig, ax = figure(width=1, height=1)\n    ax.plot([0, 1], [0, 1])"
+    "from meanfield.studies.plotting import figure\n    fig, ax = figure(width=1, height=1)\n    ax.plot([0, 1], [0, 1])"
     "\n    return fig"
 )
 

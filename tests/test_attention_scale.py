@@ -533,7 +533,7 @@ def test_a_usable_spread_is_relative_to_the_differences_not_absolute():
     """The gradient variance's paired differences (about −3.3e-8 with an sd of 4e-10, two seeds of β = 1e-2 in
     the secondary stage) have a usable sd; with an absolute floor of 1e-9 their row was blanked. Round-off
     (an sd of 1e-16 on a mean of 1) and no spread at all are still refused."""
-    from meanfield.stats import paired_difference
+    from meanfield.studies.stats import paired_difference
 
     report = _module("report_spread", HERE / "scale_report.py")
     small = paired_difference([2.2928e-8, 2.5586e-8], [5.6473e-8, 5.8604e-8])
@@ -859,7 +859,7 @@ def test_scale_issue47_verdict_words_follow_the_rows_numbers():
     """The verdict table's words: no verdict below the planned 8 pairs; "established" only at Holm < 0.05;
     "seen … not established" at raw p < 0.05 above it; otherwise the δ80 of the row (hand-made differences)."""
     v = _module("issue47", HERE / "scale_issue47.py").verdict
-    from meanfield.stats import paired_difference
+    from meanfield.studies.stats import paired_difference
 
     up = paired_difference([1.1, 1.2, 1.15, 1.12, 1.18, 1.11, 1.16, 1.14], [1.0] * 8)  # every pair +0.1 to +0.2
     flat = paired_difference([1.01, 0.99, 1.02, 0.98, 1.0, 1.01, 0.99, 1.0], [1.0] * 8)

@@ -28,6 +28,16 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from meanfield import SDE, BrownianIncrements, MeanFieldLangevin, simulate
+from meanfield.drift.potentials import (
+    Alignment,
+    DoubleWell,
+    GaussianInteraction,
+    Quadratic,
+    QuadraticInteraction,
+    RadialInteraction,
+)
+from meanfield.drift.projections import Sphere
+from meanfield.drift.schedules import Linear
 from meanfield.metrics import entropy, kl
 from meanfield.metrics.wasserstein import (
     METHODS,
@@ -37,17 +47,7 @@ from meanfield.metrics.wasserstein import (
     wasserstein,
     wasserstein_to_law,
 )
-from meanfield.potentials import (
-    Alignment,
-    DoubleWell,
-    GaussianInteraction,
-    Quadratic,
-    QuadraticInteraction,
-    RadialInteraction,
-)
-from meanfield.projections import Sphere
-from meanfield.schedules import Linear
-from meanfield.solvers import SOLVERS
+from meanfield.stepping.solvers import SOLVERS
 
 SETTINGS = settings(
     max_examples=50,
@@ -513,7 +513,7 @@ STUDY_POOLS = {
 @FEW
 @given(one_bad(STUDY_VALID, STUDY_POOLS))
 def test_convergence_in_m(case):
-    from meanfield.studies import convergence_in_m
+    from meanfield.studies.in_memory import convergence_in_m
 
     name, kw = case
     names = (name, "sample(M, reps)", "reference", "metric", "Ms")
@@ -536,7 +536,7 @@ def test_convergence_in_m(case):
     seeds=st.one_of(SIZES, st.lists(st.integers(-3, 3), max_size=3)),
 )
 def test_sweep(grid, seeds):
-    from meanfield.studies import sweep
+    from meanfield.studies.in_memory import sweep
 
     result = call(
         sweep, ("grid", "seeds"), lambda seed, **p: {"v": float(seed)}, grid, seeds=seeds, progress=False
@@ -546,7 +546,7 @@ def test_sweep(grid, seeds):
 
 
 def test_table_written_to_a_missing_folder_leaves_no_file(tmp_path):
-    from meanfield.studies import sweep
+    from meanfield.studies.in_memory import sweep
 
     table = sweep(lambda seed, a: a * seed, {"a": [1, 2]}, seeds=2, progress=False)
     target = tmp_path / "missing" / "t.csv"
@@ -769,7 +769,7 @@ def test_langevin(case):
 
 FAKE_CHECK = textwrap.dedent(
     """
-    from meanfield.validation import CheckResult
+    from meanfield.studies.validation import CheckResult
     CLAIM = "1 + 1 = 2"
 
     def run(preset):

@@ -1,4 +1,4 @@
-"""The compiled blocks of ``meanfield/captured.py``: the documented step, its law, and bad input.
+"""The compiled blocks of ``meanfield/stepping/captured.py``: the documented step, its law, and bad input.
 
 The compiled runs are slow to build (``torch.compile`` on the CPU: tens of seconds), so they are marked slow;
 the checks of the arguments compile nothing.
@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from meanfield import MeanFieldLangevin
-from meanfield.captured import euler_block, sgld_block
-from meanfield.potentials import Quadratic, QuadraticInteraction
-from meanfield.projections import Clip
-from meanfield.schedules import Cosine
+from meanfield.drift.potentials import Quadratic, QuadraticInteraction
+from meanfield.drift.projections import Clip
+from meanfield.drift.schedules import Cosine
+from meanfield.stepping.captured import euler_block, sgld_block
 
 F64 = torch.float64
 

@@ -16,8 +16,8 @@ import torch
 import meanfield as mf
 from meanfield._display import number
 from meanfield.metrics.wasserstein import Normal, wasserstein
-from meanfield.studies import Table
-from meanfield.sweeps import SweepTable, summarize
+from meanfield.runs.sweeps import SweepTable, summarize
+from meanfield.studies.in_memory import Table
 
 VOID = {"br", "hr", "img", "meta", "link", "input", "col", "wbr"}
 

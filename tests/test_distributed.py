@@ -1,4 +1,4 @@
-"""One particle system over two gloo processes on loopback (meanfield.distributed).
+"""One particle system over two gloo processes on loopback (meanfield.stepping.sharded).
 
 Oracles: the single-process run with the same per-block noise (the design promises equality up to the
 summation order of the collectives: round-off), an explicit sort-based sliced W2 along the same directions, and
@@ -17,7 +17,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from meanfield import MeanFieldLangevin, simulate
-from meanfield.distributed import (
+from meanfield.drift.potentials import GaussianInteraction, Quadratic, QuadraticInteraction
+from meanfield.stepping.sharded import (
     BlockNoise,
     ShardedSystem,
     gather_particles,
@@ -25,7 +26,6 @@ from meanfield.distributed import (
     simulate_sharded,
     sliced_w2_sharded,
 )
-from meanfield.potentials import GaussianInteraction, Quadratic, QuadraticInteraction
 
 B, M, D, BLOCK, SEED = 3, 64, 2, 16, 7
 SYSTEMS = {

@@ -1,4 +1,4 @@
-"""meanfield.distributed in the test process: values against independent answers, for one rank and for many.
+"""meanfield.stepping.sharded in the test process: values against independent answers, for one rank and for many.
 
 The spawned two-process tests (``tests/test_distributed.py``, ``slow``) check the real gloo transport; these
 check the logic, fast and where mutation testing sees it:
@@ -31,15 +31,7 @@ import torch.distributed as dist
 from _fake_dist import FakeWorld
 
 from meanfield import MeanFieldLangevin, simulate
-from meanfield.distributed import (
-    BlockNoise,
-    ShardedSystem,
-    gather_particles,
-    shard_range,
-    simulate_sharded,
-    sliced_w2_sharded,
-)
-from meanfield.potentials import (
+from meanfield.drift.potentials import (
     Alignment,
     GaussianInteraction,
     Interaction,
@@ -47,6 +39,14 @@ from meanfield.potentials import (
     Quadratic,
     QuadraticInteraction,
     RieszInteraction,
+)
+from meanfield.stepping.sharded import (
+    BlockNoise,
+    ShardedSystem,
+    gather_particles,
+    shard_range,
+    simulate_sharded,
+    sliced_w2_sharded,
 )
 
 DT = torch.float64
@@ -266,7 +266,7 @@ def test_a_gloo_group_of_one_is_the_single_process(gloo_one):
 def test_sharded_drift_is_the_drift_of_all_particles(monkeypatch, name, world):
     """Each rank's drift on its shard = rows [start, stop) of the one-process drift on all M particles
     (``MeanFieldLangevin.drift``, and the pair sums written out with NumPy)."""
-    import meanfield.distributed as distributed
+    import meanfield.stepping.sharded as distributed
 
     fake = FakeWorld(world).install(monkeypatch)
     monkeypatch.setattr(distributed, "time", Clock())
@@ -376,7 +376,7 @@ def test_simulate_sharded_hands_simulate_the_shard_and_its_block_noise(monkeypat
     particles, and the noise of blocks 2 and 3, made where x0 is (CPU, its dtype) even when the default
     device is another one, the other arguments as they were given, and no progress bar (rank 0 shows the one
     bar)."""
-    import meanfield.distributed as distributed
+    import meanfield.stepping.sharded as distributed
 
     fake = FakeWorld(2).install(monkeypatch)
     monkeypatch.setattr(distributed, "simulate", lambda system, x, **kw: (system, x, kw))
@@ -477,7 +477,7 @@ def test_the_ring_sums_on_the_torch_backend_whatever_auto_picks(monkeypatch):
     """Where ``"auto"`` would pick KeOps (a GPU with pykeops), the ring still sums with torch: the only backend
     that leaves out the pairs j = i of a singular kernel. Here ``"auto"`` is made to mean KeOps, which this
     machine does not have: a call that left the backend to ``"auto"`` fails."""
-    import meanfield.pairwise as pairwise
+    import meanfield.drift.pairwise as pairwise
 
     if pairwise.keops_available():
         pytest.skip("pykeops is installed: a KeOps call would not fail here")

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from meanfield import MeanFieldLangevin, simulate
-from meanfield.potentials import Quadratic
-from meanfield.schedules import Step
-from meanfield.stats import Z, chi2_variance_pvalue, mean_se
+from meanfield.drift.potentials import Quadratic
+from meanfield.drift.schedules import Step
+from meanfield.studies.stats import Z, chi2_variance_pvalue, mean_se
 
 P_MIN = 1e-6  # a chi-square p-value below this rejects (false failure 1e-6)
 

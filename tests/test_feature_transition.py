@@ -17,7 +17,7 @@ import pytest
 import torch
 from scipy import integrate
 
-from meanfield.validation import load_check
+from meanfield.studies.validation import load_check
 
 ft = load_check(Path(__file__).resolve().parents[1] / "theory" / "feature_transition.py")
 

@@ -12,7 +12,7 @@ import torch
 from scipy.special import digamma
 
 import meanfield as mf
-from meanfield.potentials import (
+from meanfield.drift.potentials import (
     Alignment,
     DoubleWell,
     GaussianInteraction,
@@ -21,9 +21,9 @@ from meanfield.potentials import (
     Quadratic,
     QuadraticInteraction,
 )
-from meanfield.projections import Sphere
-from meanfield.schedules import Linear
-from meanfield.stats import Z
+from meanfield.drift.projections import Sphere
+from meanfield.drift.schedules import Linear
+from meanfield.studies.stats import Z
 
 A, K, BETA = 1.5, 0.5, 0.4
 
@@ -167,7 +167,7 @@ def test_beta_per_replica_scheduled_and_along_a_trajectory():
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line(system, x, message):
-    free_energy = mf.free_energy.free_energy
+    free_energy = mf.metrics.free_energy.free_energy
     with pytest.raises((TypeError, ValueError)) as info:
         free_energy(system, x)
     assert message in str(info.value) and "\n" not in str(info.value)

@@ -1,9 +1,9 @@
 """Value tests for the dynamics foundations (issue 25, held-out mutants): per-replica parameters
 (``meanfield._replicas``), the potentials' kernels, construction and replica checks
-(``meanfield.potentials``), the annealing schedules (``meanfield.schedules``), the paired kinetic state
-(``meanfield.kinetic``), the Euler–Maruyama prefetch scale, the kinetic splittings' stepper, the torchsde
-adapter (``meanfield.solvers.*``), pre-drawn Brownian increments (``meanfield.brownian``) and the coupled
-step-size runs (``meanfield.richardson``).
+(``meanfield.drift.potentials``), the annealing schedules (``meanfield.drift.schedules``), the paired kinetic state
+(``meanfield.drift.phase_space``), the Euler–Maruyama prefetch scale, the kinetic splittings' stepper, the torchsde
+adapter (``meanfield.stepping.solvers.*``), pre-drawn Brownian increments (``meanfield.stepping.brownian``) and the coupled
+step-size runs (``meanfield.stepping.richardson``).
 
 Each test pins a whole function's observable behaviour against an independent answer: a closed form or a
 hand loop in numpy (float64), a reference draw from a generator seeded alike, an exact message (anchored
@@ -26,9 +26,8 @@ from torchsde._core import methods
 
 import meanfield._replicas as rep
 from meanfield import simulate
-from meanfield.brownian import BrownianIncrements, NoiseSource
-from meanfield.kinetic import KineticMeanFieldLangevin, pair, positions, velocities
-from meanfield.potentials import (
+from meanfield.drift.phase_space import KineticMeanFieldLangevin, pair, positions, velocities
+from meanfield.drift.potentials import (
     Alignment,
     DoubleWell,
     GaussianInteraction,
@@ -37,14 +36,15 @@ from meanfield.potentials import (
     QuadraticInteraction,
     RieszInteraction,
 )
-from meanfield.schedules import Constant, Cosine, Exponential, Linear, _level
-from meanfield.solvers import EulerMaruyama, TorchSDE
-from meanfield.solvers.euler import _EulerStepper
-from meanfield.solvers.kinetic import SPLITTINGS, Splitting
-from meanfield.solvers.torchsde import _SystemAsSDE
-from meanfield.systems import SDE, MeanFieldLangevin
+from meanfield.drift.schedules import Constant, Cosine, Exponential, Linear, _level
+from meanfield.drift.systems import SDE, MeanFieldLangevin
+from meanfield.stepping.brownian import BrownianIncrements, NoiseSource
+from meanfield.stepping.solvers import EulerMaruyama, TorchSDE
+from meanfield.stepping.solvers.euler import _EulerStepper
+from meanfield.stepping.solvers.splittings import SPLITTINGS, Splitting
+from meanfield.stepping.solvers.torchsde import _SystemAsSDE
 
-rich_mod = importlib.import_module("meanfield.richardson")
+rich_mod = importlib.import_module("meanfield.stepping.richardson")
 
 F64 = torch.float64
 ALLOWED = r"a number or one value per replica: a tensor of shape \(B,\) or \(B, 1, 1\)"
@@ -551,7 +551,7 @@ def test_check_paired_refusals_and_split(fn):
         with pytest.raises(
             ValueError,
             match=r"^a kinetic state has shape \(B, M, 2d\): positions then velocities on the last axis, got "
-            rf"shape {re_shape(shape)} \(make one with meanfield\.kinetic\.pair\(x, v\)\)$",
+            rf"shape {re_shape(shape)} \(make one with meanfield\.drift\.phase_space\.pair\(x, v\)\)$",
         ):
             fn(torch.zeros(shape))
     first = fn is positions
@@ -741,7 +741,7 @@ def test_splitting_names_plan_and_checks():
     with pytest.raises(
         ValueError,
         match=r"^solver 'obabo' is a splitting of kinetic Langevin dynamics: it needs a "
-        r"meanfield\.kinetic\.KineticMeanFieldLangevin system, got MeanFieldLangevin$",
+        r"meanfield\.drift\.phase_space\.KineticMeanFieldLangevin system, got MeanFieldLangevin$",
     ):
         Splitting("obabo").check(MeanFieldLangevin(Quadratic()), None)
 

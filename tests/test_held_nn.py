@@ -6,7 +6,7 @@ generator replayed by hand, or the documented recipe written out):
 - the ``mean_field`` task (:meth:`_MeanField.build`: the cloud, its device and dtype, the loss and its gradient,
   the evaluation, the exact variance and when it is reported, the experiment's fields) and
   :func:`stationary_variance` (the closed form and the stability bound ``0 < η(a + k) < 2``);
-- :func:`meanfield.optim.stats._sums` across ranks (a fake ``torch.distributed``: what is all-reduced, with which
+- :func:`meanfield.optim.step_stats._sums` across ranks (a fake ``torch.distributed``: what is all-reduced, with which
   op, on which device, and how the sums come back), and :func:`aggregate` on top of it;
 - :func:`meanfield.optim.noise.add_noise` (both amplitudes, all or some parameters, channels_last preconditioner
   views) and :func:`start_noise` (one draw per (device, dtype), views per bucket, buffers reused or grown);
@@ -40,18 +40,18 @@ from scipy import special
 from meanfield.data.batches import TokenBatches
 from meanfield.data.images import ImageDataset
 from meanfield.data.teacher import _directions
+from meanfield.drift.potentials import DoubleWell, Quadratic
 from meanfield.nn.attention import CausalParticleAttention, ParticleAttention
 from meanfield.nn.cloud import ParticleCloud
 from meanfield.nn.features import ACTIVATIONS, FeatureParticles
+from meanfield.nn.tokens import SelfAttentionDynamics
 from meanfield.optim.buckets import Bucket
 from meanfield.optim.drift import precondition
 from meanfield.optim.noise import add_noise, start_noise
-from meanfield.optim.stats import Record, _sums, aggregate
-from meanfield.potentials import DoubleWell, Quadratic
+from meanfield.optim.step_stats import Record, _sums, aggregate
 from meanfield.seeds import derive_seed
 from meanfield.tasks.language import LMData, _corpus
 from meanfield.tasks.mean_field import MEAN_FIELD, MeanFieldData, MeanFieldModel, stationary_variance
-from meanfield.tokens import SelfAttentionDynamics
 
 F64 = torch.float64
 
@@ -656,7 +656,7 @@ def test_particle_cloud_initial_particles_are_init_scale_times_standard_normals(
         (
             {"confinement": "quadratic"},
             TypeError,
-            "confinement must be a meanfield.potentials.Confinement, got 'quadratic'",
+            "confinement must be a meanfield.drift.potentials.Confinement, got 'quadratic'",
         ),
         ({"k": math.inf}, ValueError, "k must be finite, got inf"),
         ({"k": "1"}, TypeError, "k must be a real number, got str"),

@@ -6,7 +6,7 @@ batch split; the sharding refusal; a non-lead rank that writes nothing; the stal
 released on failure), ``_Run._restore`` (lead and non-lead ranks, with and without a checkpoint that
 verifies, CUDA generator and sharded loaders emulated; the torch seed recomputed with :mod:`hashlib`),
 ``_Run._write_summary`` (every field of ``summary.json`` worked out by hand), ``TrainConfig.__post_init__``,
-``_check_temperatures`` and ``_optimizer_options`` of :mod:`meanfield.runs.config`, ``Checkpoints.save``
+``_check_temperatures`` and ``_optimizer_options`` of :mod:`meanfield.runs.schema`, ``Checkpoints.save``
 (pruning, the record, a full disk), :mod:`meanfield._io`'s atomic writers (the temporary file's name, what a
 failed write leaves), ``sweeps.point_name`` and ``sweep_runs`` (its argument checks, and what it hands each
 point and tabulates, the runner emulated), ``studies._reference_values`` and ``convergence_in_m`` (every
@@ -38,15 +38,15 @@ import numpy as np
 import pytest
 import torch
 
-from meanfield import _io, shipped, studies, sweeps
+from meanfield import _io, shipped
 from meanfield import config as mconfig
 from meanfield.config import ConfigError
+from meanfield.drift.projections import Clip
+from meanfield.drift.schedules import Constant, Cosine, Linear, Step
 from meanfield.metrics.wasserstein import Uniform
-from meanfield.projections import Clip
-from meanfield.runs import config as rconfig
 from meanfield.runs import folder as folder_mod
-from meanfield.runs import loop
-from meanfield.runs.config import RunConfig, TrainConfig, build_optimizer, check_config, load_config
+from meanfield.runs import loop, sweeps
+from meanfield.runs import schema as rconfig
 from meanfield.runs.folder import (
     Checkpoints,
     DiskFullError,
@@ -55,8 +55,9 @@ from meanfield.runs.folder import (
     remove_temporaries,
 )
 from meanfield.runs.lock import FolderLock
-from meanfield.schedules import Constant, Cosine, Linear, Step
-from meanfield.sweeps import TableOptions
+from meanfield.runs.schema import RunConfig, TrainConfig, build_optimizer, check_config, load_config
+from meanfield.runs.sweeps import TableOptions
+from meanfield.studies import in_memory as studies
 
 try:
     import tomllib
@@ -524,7 +525,7 @@ def test_write_summary_writes_every_field_and_the_error_only_when_given(tmp_path
 
 
 # ======================================================================================================
-# meanfield.runs.config
+# meanfield.runs.schema
 # ======================================================================================================
 
 
@@ -805,7 +806,7 @@ def test_text_and_json_writers_write_utf8_and_strict_indented_json(tmp_path):
 
 
 # ======================================================================================================
-# meanfield.sweeps
+# meanfield.runs.sweeps
 # ======================================================================================================
 
 
@@ -929,7 +930,7 @@ def test_sweep_runs_hands_each_point_its_arguments_and_tabulates_their_summaries
 
 
 # ======================================================================================================
-# meanfield.studies
+# meanfield.studies.in_memory
 # ======================================================================================================
 
 EMPTY = torch.zeros(0, dtype=torch.float64)

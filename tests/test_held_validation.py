@@ -3,12 +3,12 @@ three diversity metrics.
 
 Each function is pinned by every branch and argument, against an answer worked out separately:
 
-- :mod:`meanfield.validation`: :func:`load_check` (the module name, the message for each missing attribute),
+- :mod:`meanfield.studies.validation`: :func:`load_check` (the module name, the message for each missing attribute),
   :func:`run_check` (seconds from a fake clock, the preset written onto the result, a wrong return type, a
   check that fails to load), :func:`validate` (the text of ``results.json`` after every check, the text of
   ``report.md`` written out by hand, which figures are drawn, the messages, ``echo`` and the progress bar) and
   :func:`run_as_script` (the defaults of ``--preset`` and ``--out``, a bad choice, what it prints).
-- :mod:`meanfield.plotting`: :func:`figure` (the style on every Axes, also on ticks made after the call; the
+- :mod:`meanfield.studies.plotting`: :func:`figure` (the style on every Axes, also on ticks made after the call; the
   global rcParams left alone) and :func:`save` (the tight layout, closing the figure it was given and no other
   one, also when the write fails).
 - :mod:`meanfield.metrics.wasserstein`: :func:`wasserstein_to_law` against integrals done by hand (zero
@@ -40,10 +40,10 @@ from _check_files import write_check  # tests/_check_files.py
 from scipy.special import logsumexp, ndtr
 
 import meanfield.metrics.wasserstein as W
-from meanfield import plotting, validation
 from meanfield.metrics.diversity import collapse_rate, distinct_modes, minibatch_gradients
 from meanfield.metrics.wasserstein import Discrete, Normal, Uniform, sinkhorn_divergence, wasserstein_to_law
-from meanfield.validation import (
+from meanfield.studies import plotting, validation
+from meanfield.studies.validation import (
     CheckResult,
     InputError,
     NoTheoryFolder,
@@ -64,7 +64,7 @@ def gen(seed: int) -> torch.Generator:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# meanfield.validation
+# meanfield.studies.validation
 # ----------------------------------------------------------------------------------------------------------
 
 _check = write_check  # tests/_check_files.py
@@ -387,7 +387,7 @@ def test_run_as_script_defaults_choices_and_output(tmp_path, monkeypatch, capsys
 
 
 # ----------------------------------------------------------------------------------------------------------
-# meanfield.plotting
+# meanfield.studies.plotting
 # ----------------------------------------------------------------------------------------------------------
 
 

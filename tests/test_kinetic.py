@@ -18,11 +18,11 @@ from _kinetic_steps import splitting_step  # tests/_kinetic_steps.py
 from scipy.linalg import solve_discrete_lyapunov
 
 from meanfield import BrownianIncrements, MeanFieldLangevin, simulate
-from meanfield.kinetic import KineticMeanFieldLangevin, pair, positions, velocities
-from meanfield.potentials import DoubleWell, GaussianInteraction, Quadratic, QuadraticInteraction
-from meanfield.solvers import get_solver
-from meanfield.solvers.kinetic import SPLITTINGS, Splitting
-from meanfield.validation import load_check
+from meanfield.drift.phase_space import KineticMeanFieldLangevin, pair, positions, velocities
+from meanfield.drift.potentials import DoubleWell, GaussianInteraction, Quadratic, QuadraticInteraction
+from meanfield.stepping.solvers import get_solver
+from meanfield.stepping.solvers.splittings import SPLITTINGS, Splitting
+from meanfield.studies.validation import load_check
 
 ROOT = Path(__file__).resolve().parents[1]
 F64 = torch.float64

@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch import nn
 
+from meanfield.drift.projections import Clip
+from meanfield.drift.schedules import Step
 from meanfield.optim import KineticLangevin
-from meanfield.projections import Clip
-from meanfield.schedules import Step
 
 F64 = torch.float64
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from meanfield import MeanFieldLangevin, simulate
-from meanfield.potentials import Quadratic, QuadraticInteraction
-from meanfield.stats import Estimate, mean_se
+from meanfield.drift.potentials import Quadratic, QuadraticInteraction
+from meanfield.studies.stats import Estimate, mean_se
 
 A, K, BETA = 1.0, 2.0, 0.5
 

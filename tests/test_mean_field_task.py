@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from meanfield.drift.potentials import Quadratic
 from meanfield.nn.cloud import ParticleCloud
 from meanfield.optim import Langevin
-from meanfield.potentials import Quadratic
 from meanfield.runs import RunResult, run
 from meanfield.tasks.mean_field import stationary_variance
 

@@ -1,5 +1,5 @@
 """experiments/migrate_run_names.py: a sweep folder written under the former point names (``key=value`` joined by
-``,``) is renamed to :func:`meanfield.sweeps.point_name`'s, given point.json and runs.csv's folder column, and
+``,``) is renamed to :func:`meanfield.runs.sweeps.point_name`'s, given point.json and runs.csv's folder column, and
 the files naming its old paths are rewritten; a dry run changes nothing, a second run finds nothing to do, a
 folder whose config.toml does not hold its point is left alone (the negative control)."""
 
@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from meanfield.sweeps import _legacy_point_name, expand, point_name
+from meanfield.runs.sweeps import _legacy_point_name, expand, point_name
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID, SEEDS = {"optim.lr": [0.02, 0.05]}, [0, 1]

@@ -22,11 +22,11 @@ import pytest
 from _check_files import CONFIG_TEXT, PLOT_OK, write_check  # tests/_check_files.py
 
 import meanfield.runs
-import meanfield.sweeps
+import meanfield.runs.sweeps
 from meanfield import cli, tasks
 from meanfield.config import ConfigError, from_dict, load_toml_text, resolve, set_key, to_toml
-from meanfield.sweeps import TableOptions
-from meanfield.validation import (
+from meanfield.runs.sweeps import TableOptions
+from meanfield.studies.validation import (
     CheckResult,
     Comparison,
     InputError,
@@ -292,7 +292,7 @@ def _record_sweep(monkeypatch):
         calls.append({"config": config, "grid": grid, "seeds": seeds, "out": out, **kwargs})
         return _Table()
 
-    monkeypatch.setattr(meanfield.sweeps, "sweep_runs", fake_sweep_runs)
+    monkeypatch.setattr(meanfield.runs.sweeps, "sweep_runs", fake_sweep_runs)
     return calls
 
 

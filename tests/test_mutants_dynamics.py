@@ -25,12 +25,11 @@ import pytest
 import torch
 from _pair_loops import loop_pairs as np_pairs  # tests/_pair_loops.py
 
-import meanfield.pairwise as pw
-import meanfield.potentials as pot
+import meanfield.drift.pairwise as pw
+import meanfield.drift.potentials as pot
 from meanfield import NonFiniteStateError, simulate
-from meanfield.brownian import BrownianIncrements, GaussianNoise, NoiseSource, RademacherNoise
-from meanfield.kinetic import KineticMeanFieldLangevin, pair, positions, velocities
-from meanfield.potentials import (
+from meanfield.drift.phase_space import KineticMeanFieldLangevin, pair, positions, velocities
+from meanfield.drift.potentials import (
     Alignment,
     DoubleWell,
     GaussianInteraction,
@@ -40,12 +39,13 @@ from meanfield.potentials import (
     RadialInteraction,
     RieszInteraction,
 )
-from meanfield.projections import Sphere
-from meanfield.schedules import Constant
-from meanfield.solvers import EulerMaruyama
-from meanfield.systems import SDE, MeanFieldLangevin
+from meanfield.drift.projections import Sphere
+from meanfield.drift.schedules import Constant
+from meanfield.drift.systems import SDE, MeanFieldLangevin
+from meanfield.stepping.brownian import BrownianIncrements, GaussianNoise, NoiseSource, RademacherNoise
+from meanfield.stepping.solvers import EulerMaruyama
 
-sim_mod = importlib.import_module("meanfield.simulate")  # the module (the package exports the function)
+sim_mod = importlib.import_module("meanfield.stepping.simulate")  # the module (the package exports the function)
 
 F64 = torch.float64
 
@@ -691,7 +691,7 @@ def test_simulate_refusals_name_the_argument():
     ):
         simulate(system, x0, t1=1.0, dt=1e-17)
     with pytest.raises(
-        TypeError, match=r"^brownian must be a meanfield\.brownian\.BrownianIncrements .*got str$"
+        TypeError, match=r"^brownian must be a meanfield\.stepping\.brownian\.BrownianIncrements .*got str$"
     ):
         simulate(system, x0, t1=1.0, dt=0.5, brownian="increments")
 
@@ -961,7 +961,7 @@ def test_pair_positions_velocities_and_their_messages():
     with pytest.raises(ValueError, match=r"shape \(2, 3, 2\), got list$"):
         pair(x, [1.0, 2.0])
     with pytest.raises(
-        ValueError, match=r"got shape \(2, 3, 3\) \(make one with meanfield\.kinetic\.pair\(x, v\)\)$"
+        ValueError, match=r"got shape \(2, 3, 3\) \(make one with meanfield\.drift\.phase_space\.pair\(x, v\)\)$"
     ):
         positions(torch.zeros(2, 3, 3))
 

@@ -22,10 +22,10 @@ import torch
 from torch import nn
 
 import meanfield.optim.langevin as langevin_module
+from meanfield.drift.schedules import Cosine, Step
 from meanfield.nn.sharded import ParticleShard
 from meanfield.optim import Clip, KineticLangevin, Langevin, LayerProjection, momentum_variance_factor
 from meanfield.optim.layers import param_groups_for
-from meanfield.schedules import Cosine, Step
 from meanfield.seeds import derive_seed
 
 F64 = torch.float64

@@ -39,7 +39,6 @@ from meanfield import tasks
 from meanfield.config import ConfigError
 from meanfield.optim import Langevin
 from meanfield.runs import loop, sinks
-from meanfield.runs.config import RunConfig, TrainConfig, build_optimizer, check_config, load_config
 from meanfield.runs.folder import (
     Checkpoints,
     CorruptCheckpointError,
@@ -50,6 +49,7 @@ from meanfield.runs.folder import (
     config_hash,
     write_marker,
 )
+from meanfield.runs.schema import RunConfig, TrainConfig, build_optimizer, check_config, load_config
 from meanfield.tasks.regression import FeatureModel, TeacherStudentData
 
 env_mod = importlib.import_module("meanfield.runs.environment")  # meanfield.runs.environment is the function
@@ -519,7 +519,7 @@ def test_training_figure_plots_exactly_the_logged_points(tmp_path, monkeypatch):
     have one, then each val_/test_ metric (not perplexities) as dots and lines at the steps where it is not
     None; the temperature panel β_t where given and the drift/noise ratio where finite and > 0 (the −1, ∞,
     NaN, 0 and None are left out); both panels log-scaled; written to figures/training.png (a PNG)."""
-    plotting = importlib.import_module("meanfield.plotting")
+    plotting = importlib.import_module("meanfield.studies.plotting")
     saved = []
     real = plotting.save
     monkeypatch.setattr(plotting, "save", lambda fig, path: (saved.append((fig, path)), real(fig, path))[1])

@@ -10,11 +10,11 @@ t-test, the bytes a fake script or a fake theory check wrote, the pixel size a P
 - ``meanfield.tasks.regression``: ``WideMLP`` parameters (exact draws from the generator, law within bounds),
   forward against numpy; ``particle_metrics``' ``q``/``q_abs_a`` against a numpy projector; the two tasks'
   builds: their data, initialisation, loss, evaluation, dtype, device and description;
-- ``meanfield.sweeps``: a stopped worker refuses a point; the worker's signal handlers; ``_run_local`` with a
+- ``meanfield.runs.sweeps``: a stopped worker refuses a point; the worker's signal handlers; ``_run_local`` with a
   pool of threads; ``sweep_runs`` with a fake point runner (metrics, ``sweep.json``, means and paired tests
   against scipy, the Ray branch); adoption of an old folder by its configuration; names, grid, log scale;
-- ``meanfield.figures.generate`` with fake theory checks and fake scripts;
-- ``meanfield.plotting``: sizes, dpi, grid, spines, axes layout, the saved file's format and pixel size.
+- ``meanfield.studies.figures.generate`` with fake theory checks and fake scripts;
+- ``meanfield.studies.plotting``: sizes, dpi, grid, spines, axes layout, the saved file's format and pixel size.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ from scipy import stats as st
 
 import meanfield.data as mdata
 from meanfield import config as mconfig
-from meanfield import figures, plotting, sweeps
 from meanfield.config import ConfigError
 from meanfield.data import ImageDataset, teacher_student
 from meanfield.nn import FeatureParticles
-from meanfield.runs import RunInterrupted
+from meanfield.runs import RunInterrupted, sweeps
+from meanfield.studies import figures, plotting
 from meanfield.tasks.regression import (
     IMAGE_CLASSIFICATION,
     TEACHER_STUDENT,
@@ -503,7 +503,7 @@ def test_image_and_teacher_builds_put_everything_on_the_device(monkeypatch, kind
 
 
 # ----------------------------------------------------------------------------------------------------------
-# meanfield.sweeps
+# meanfield.runs.sweeps
 # ----------------------------------------------------------------------------------------------------------
 
 
@@ -534,7 +534,7 @@ def test_worker_init_records_the_sweep_in_locks_and_signals_only_mark_the_worker
 
 
 class _ThreadPool:
-    """A stand-in for :class:`meanfield._workers.WorkerPool`: the calls run at once, here, recording the pool's
+    """A stand-in for :class:`meanfield.runs._workers.WorkerPool`: the calls run at once, here, recording the pool's
     arguments."""
 
     made: list = []
@@ -576,7 +576,7 @@ def test_run_local_returns_every_point_by_its_index(monkeypatch, jobs):
     """``_run_local`` runs every point of ``todo`` with its own arguments and files its summary under its
     index, here or (``jobs`` = 2) in a ``WorkerPool`` of ``_run_point`` with ``_worker_init``; the bar counts
     them."""
-    from meanfield import _workers
+    from meanfield.runs import _workers
 
     _ThreadPool.made = []
     monkeypatch.setattr(_workers, "WorkerPool", _ThreadPool)
@@ -729,7 +729,7 @@ def test_expand_names_and_log_scale_summary_against_hand_and_scipy():
 
 
 # ----------------------------------------------------------------------------------------------------------
-# meanfield.figures
+# meanfield.studies.figures
 # ----------------------------------------------------------------------------------------------------------
 
 SCRIPT = (
@@ -832,7 +832,7 @@ def test_generate_default_folder_and_a_missing_script(monkeypatch, tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# meanfield.plotting
+# meanfield.studies.plotting
 # ----------------------------------------------------------------------------------------------------------
 
 

@@ -77,7 +77,7 @@ def _names(module: str, fn: str, n: int) -> list[str]:
 
 
 def test_a_mutant_name_names_its_function():
-    assert mutation._function("meanfield.stats.x_holm__mutmut_3") == "x_holm"
+    assert mutation._function("meanfield.studies.stats.x_holm__mutmut_3") == "x_holm"
     assert (
         mutation._function("meanfield.runs.folder.xǁRunFolderǁtruncate__mutmut_12") == "xǁRunFolderǁtruncate"
     )

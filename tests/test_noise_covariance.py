@@ -1,6 +1,6 @@
 """The noise sources are white: mean 0, variance 1, uncorrelated across entries, particles, replicas and steps.
 
-Oracle: the covariance of ``ξ`` is ``I`` (``meanfield.stats.whiteness``: grand mean, mean of ``ξ²``, the variance
+Oracle: the covariance of ``ξ`` is ``I`` (``meanfield.studies.stats.whiteness``: grand mean, mean of ``ξ²``, the variance
 of the sum of all entries, and every pairwise correlation with a Bonferroni z). Each draw laid out for the
 check is two consecutive steps side by side (shape ``(2·B·M·d,)``), so correlations between steps count.
 
@@ -19,9 +19,9 @@ import pytest
 import torch
 
 from meanfield import SDE, MeanFieldLangevin, _background, simulate
-from meanfield.brownian import BrownianIncrements, GaussianNoise, RademacherNoise
-from meanfield.potentials import Quadratic
-from meanfield.stats import whiteness
+from meanfield.drift.potentials import Quadratic
+from meanfield.stepping.brownian import BrownianIncrements, GaussianNoise, RademacherNoise
+from meanfield.studies.stats import whiteness
 
 SHAPE = (2, 4, 3)  # (B, M, d)
 N_DRAWS = 3000

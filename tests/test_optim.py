@@ -16,9 +16,9 @@ import pytest
 import torch
 from torch import nn
 
+from meanfield.drift.schedules import Linear, Step
 from meanfield.optim import DRIFTS, Clip, Langevin, LangevinStats, LayerProjection, Sphere
-from meanfield.schedules import Linear, Step
-from meanfield.stats import Z, mean_se
+from meanfield.studies.stats import Z, mean_se
 
 F64 = torch.float64
 

@@ -24,6 +24,7 @@ import pytest
 import torch
 from torch import nn
 
+from meanfield.drift.schedules import Cosine, Step
 from meanfield.nn.transformer import TransformerLM
 from meanfield.optim import (
     DRIFTS,
@@ -34,8 +35,7 @@ from meanfield.optim import (
     Sphere,
     momentum_variance_factor,
 )
-from meanfield.schedules import Cosine, Step
-from meanfield.stats import Z, mean_se
+from meanfield.studies.stats import Z, mean_se
 
 F64 = torch.float64
 
@@ -148,7 +148,7 @@ def test_a_lambda_schedule_cannot_be_saved_and_says_why():
         [{"params": [p]}, {"params": [_param((2,))], "beta": lambda k: 0.1}], lr=0.1, beta=0.1, seed=0
     )
     with pytest.raises(
-        TypeError, match=r"param group 1.*cannot be saved.*meanfield\.schedules.*weights_only"
+        TypeError, match=r"param group 1.*cannot be saved.*meanfield\.drift\.schedules.*weights_only"
     ):
         opt.state_dict()
 

@@ -3,7 +3,7 @@ param groups and steps (issue 12). Public API only: ``Langevin(params, lr, beta,
 ``drift="sgd"``.
 
 Oracle: with a zero gradient an SGD-drift step is ``θ ← θ + sqrt(2·β_g·lr_g)·ξ``, so the increments divided
-by ``sqrt(2·β_g·lr_g)`` must be white (``meanfield.stats.whiteness``; z = 5). n = 2500 draws of the 27
+by ``sqrt(2·β_g·lr_g)`` must be white (``meanfield.studies.stats.whiteness``; z = 5). n = 2500 draws of the 27
 coordinates of two consecutive steps side by side (D = 54): the check detects a variance off by ≈ 3 %, a mean
 correlation between coordinates of ≈ 0.003 and any one pair correlated by ≈ 0.12 (asserted below). Negative
 controls: two groups given the same noise, a step repeated, and one group's ``β`` 5 % off must fail.
@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from meanfield import _background
+from meanfield.drift.schedules import Linear
 from meanfield.optim import Langevin
-from meanfield.schedules import Linear
-from meanfield.stats import whiteness
+from meanfield.studies.stats import whiteness
 
 N_DRAWS = 2500
 

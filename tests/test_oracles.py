@@ -25,13 +25,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import meanfield.brownian
+import meanfield.drift.potentials
 import meanfield.metrics
 import meanfield.nn
-import meanfield.potentials
-import meanfield.tokens
+import meanfield.nn.tokens
+import meanfield.stepping.brownian
 from meanfield import SDE, BrownianIncrements, MeanFieldLangevin, simulate
-from meanfield.potentials import (
+from meanfield.drift.potentials import (
     Alignment,
     DoubleWell,
     GaussianInteraction,
@@ -39,10 +39,10 @@ from meanfield.potentials import (
     QuadraticInteraction,
     RadialInteraction,
 )
-from meanfield.projections import Sphere
-from meanfield.schedules import Linear
-from meanfield.solvers import SOLVERS
-from meanfield.systems import ParticleSystem
+from meanfield.drift.projections import Sphere
+from meanfield.drift.schedules import Linear
+from meanfield.drift.systems import ParticleSystem
+from meanfield.stepping.solvers import SOLVERS
 
 TESTS = Path(__file__).parent
 
@@ -274,7 +274,7 @@ def test_convergence_in_m_on_midpoint_clouds_is_exact():
     """Oracle: the midpoints ``(i + ½)/M`` of M equal cells are at ``W2² = 1/(12 M²)`` and ``W1 = 1/(4M)``
     from ``U(0, 1)`` (each cell contributes ``∫|x_i − u|^p du``), so the slope is exactly −2 (−1 for W1)."""
     from meanfield.metrics import Uniform
-    from meanfield.studies import convergence_in_m
+    from meanfield.studies.in_memory import convergence_in_m
 
     def sample(M, reps):
         mid = (torch.arange(M, dtype=torch.float64) + 0.5) / M
@@ -579,9 +579,9 @@ ORACLES: dict[str, list[str]] = {
 
 
 def _public():
-    names = set(meanfield.potentials.__all__) | set(meanfield.brownian.__all__) | set(SOLVERS)
+    names = set(meanfield.drift.potentials.__all__) | set(meanfield.stepping.brownian.__all__) | set(SOLVERS)
     names |= set(meanfield.metrics.__all__) | set(meanfield.nn.__all__) | {"Langevin", "convergence_in_m"}
-    names |= set(meanfield.tokens.__all__)
+    names |= set(meanfield.nn.tokens.__all__)
     return names
 
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from meanfield import SDE, SOLVERS, BrownianIncrements, MeanFieldLangevin, get_solver, simulate
-from meanfield.potentials import Quadratic
-from meanfield.stats import loglog_slope, mean_se
+from meanfield.drift.potentials import Quadratic
+from meanfield.studies.stats import loglog_slope, mean_se
 
 MU, S, T, N_PATHS = 0.5, 0.8, 1.0, 4000
 LEVELS = [2**4, 2**5, 2**6, 2**7, 2**8]  # number of steps on each grid

@@ -17,7 +17,7 @@ import pytest
 from meanfield import shipped
 from meanfield.cli import main
 from meanfield.config import load_toml, load_toml_text, resolve
-from meanfield.validation import NoTheoryFolder, discover
+from meanfield.studies.validation import NoTheoryFolder, discover
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = {  # the documented names (docs/running.md) and the files they are
@@ -172,7 +172,7 @@ def test_a_built_package_finds_its_own_copies_outside_any_checkout(tmp_path):
     outside.mkdir()
     code = (
         "import meanfield, meanfield.shipped as s\n"
-        "from meanfield.validation import discover\n"
+        "from meanfield.studies.validation import discover\n"
         "print(s.source_root()); print(s.theory_dir()); print(sorted(discover())); print(list(s.configs()))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(lib), "OMP_WAIT_POLICY": "PASSIVE"}

@@ -1,4 +1,4 @@
-"""meanfield.pairwise (blocked torch and KeOps reductions) and the Sinkhorn divergence built on it.
+"""meanfield.drift.pairwise (blocked torch and KeOps reductions) and the Sinkhorn divergence built on it.
 
 Oracles: the dense formulas written with ``torch.cdist`` and an explicit ``logsumexp`` over the full matrix;
 KeOps against torch (skipped without ``pykeops``); GeomLoss's ``SamplesLoss("sinkhorn")`` (skipped without
@@ -13,10 +13,10 @@ import ot
 import pytest
 import torch
 
-import meanfield.pairwise as pairwise
+import meanfield.drift.pairwise as pairwise
+from meanfield.drift.pairwise import radial_sum, resolve_backend, softmin
+from meanfield.drift.potentials import GaussianInteraction, RadialInteraction
 from meanfield.metrics.wasserstein import sinkhorn_divergence
-from meanfield.pairwise import radial_sum, resolve_backend, softmin
-from meanfield.potentials import GaussianInteraction, RadialInteraction
 
 DT = torch.float64
 keops = pytest.mark.skipif(not pairwise.keops_available(), reason="pykeops is not installed")

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from meanfield import BrownianIncrements, MeanFieldLangevin, NonFiniteStateError, simulate
-from meanfield.potentials import (
+from meanfield.drift.potentials import (
     Alignment,
     DoubleWell,
     GaussianInteraction,
@@ -23,7 +23,7 @@ from meanfield.potentials import (
     RadialInteraction,
     RieszInteraction,
 )
-from meanfield.schedules import Constant, Cosine, Exponential, Linear, Step, schedule_from_dict
+from meanfield.drift.schedules import Constant, Cosine, Exponential, Linear, Step, schedule_from_dict
 from meanfield.seeds import resolve_generator
 
 F64 = torch.float64

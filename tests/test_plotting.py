@@ -1,4 +1,4 @@
-"""Importing meanfield leaves matplotlib's backend as the user chose it (``meanfield/plotting.py`` switched it to
+"""Importing meanfield leaves matplotlib's backend as the user chose it (``meanfield/studies/plotting.py`` switched it to
 Agg at import, after ``%matplotlib inline`` too); the command line, which only writes files, picks Agg;
 and the docs' figure geometry (``page_layout``): text readable at the page's width. A page shows a figure at
 most at the content width, about 690 CSS px; a PNG ``w`` inches wide at 130 dpi is shrunk to it, so text of
@@ -15,17 +15,17 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pytest
 
-from meanfield.plotting import STYLE, figure, page_layout
+from meanfield.studies.plotting import STYLE, figure, page_layout
 
 ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = """
 import matplotlib
 matplotlib.use("svg")  # the user's choice, made before meanfield is imported (as %matplotlib inline is)
-import meanfield, meanfield.plotting, meanfield.studies, meanfield.validation, meanfield.figures
-import meanfield.runs, meanfield.sweeps, meanfield.cli
+import meanfield, meanfield.studies.plotting, meanfield.studies.in_memory, meanfield.studies.validation, meanfield.studies.figures
+import meanfield.runs, meanfield.runs.sweeps, meanfield.cli
 print(matplotlib.get_backend())
-meanfield.plotting.save(meanfield.plotting.figure()[0], "probe.png")  # drawing a file needs no backend switch
+meanfield.studies.plotting.save(meanfield.studies.plotting.figure()[0], "probe.png")  # drawing a file needs no backend switch
 print(matplotlib.get_backend())
 meanfield.cli.main(["solvers"])
 print(matplotlib.get_backend())

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from meanfield.potentials import (
+from meanfield.drift.potentials import (
     Alignment,
     DoubleWell,
     GaussianInteraction,

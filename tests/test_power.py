@@ -1,4 +1,4 @@
-"""Power, sample sizes, Holm's correction and log-scale intervals (``meanfield.stats``) against independent
+"""Power, sample sizes, Holm's correction and log-scale intervals (``meanfield.studies.stats``) against independent
 answers: a Monte-Carlo simulation of the paired t-test itself, published sample sizes, the closed-testing
 definition of Holm's procedure, hand computations and scipy's t quantiles. Each test carries a negative
 control (the normal approximation at 3 pairs, Bonferroni, a step-down without its running maximum, the
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from meanfield.stats import (
+from meanfield.studies.stats import (
     HolmFamily,
     Z,
     detectable_difference,

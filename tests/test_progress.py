@@ -14,7 +14,7 @@ import torch
 
 import meanfield as mf
 from meanfield import progress
-from meanfield.potentials import Quadratic
+from meanfield.drift.potentials import Quadratic
 
 
 @pytest.fixture(autouse=True)

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from meanfield import MeanFieldLangevin, simulate
-from meanfield.potentials import Confinement, Quadratic
-from meanfield.projections import Clip, Sphere
-from meanfield.stats import mean_se
+from meanfield.drift.potentials import Confinement, Quadratic
+from meanfield.drift.projections import Clip, Sphere
+from meanfield.studies.stats import mean_se
 
 
 class Tilt(Confinement):
@@ -71,7 +71,7 @@ def test_bad_projection():
 
 
 def test_projections_round_trip_through_their_dicts():
-    from meanfield.projections import PROJECTIONS, projection_from_dict
+    from meanfield.drift.projections import PROJECTIONS, projection_from_dict
 
     assert Clip(2.5).to_dict() == {"kind": "clip", "A": 2.5}
     assert Sphere(2.0, dim=(1, 2)).to_dict() == {"kind": "sphere", "radius": 2.0, "dim": [1, 2]}
@@ -95,7 +95,7 @@ def test_projections_round_trip_through_their_dicts():
     ],
 )
 def test_bad_projection_data_is_named(data, match):
-    from meanfield.projections import projection_from_dict
+    from meanfield.drift.projections import projection_from_dict
 
     with pytest.raises(ValueError, match=match):
         projection_from_dict(data)

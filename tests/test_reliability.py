@@ -525,7 +525,7 @@ SWEEP_SET = ["train.steps=12", "train.checkpoint_every=5", "train.log_every=3"]
 
 
 def test_a_second_sweep_on_one_folder_is_refused_before_it_runs_anything(tmp_path):
-    from meanfield.sweeps import sweep_runs
+    from meanfield.runs.sweeps import sweep_runs
 
     out = tmp_path / "sweep"
     with FolderLock(out, "sweep"):
@@ -537,7 +537,7 @@ def test_a_second_sweep_on_one_folder_is_refused_before_it_runs_anything(tmp_pat
 
 
 def test_a_damaged_point_does_not_stop_the_sweep(tmp_path):
-    from meanfield.sweeps import sweep_runs
+    from meanfield.runs.sweeps import sweep_runs
 
     out = tmp_path / "sweep"
     first = sweep_runs(TEACHER, GRID, [0, 1], out, preset="smoke", overrides=SWEEP_SET, quiet=True)
@@ -557,7 +557,7 @@ def test_a_damaged_point_does_not_stop_the_sweep(tmp_path):
 
 
 def test_the_up_front_check_builds_every_points_model(tmp_path):
-    from meanfield.sweeps import sweep_runs
+    from meanfield.runs.sweeps import sweep_runs
 
     with pytest.raises(
         ConfigError, match=r"sweep point model\.n_particles=-1_seed=0: .*n_particles must be ≥ 1"
@@ -567,7 +567,7 @@ def test_the_up_front_check_builds_every_points_model(tmp_path):
 
 
 def test_a_signal_during_a_one_process_sweep_stops_it_after_the_running_point(tmp_path, monkeypatch):
-    from meanfield import sweeps
+    from meanfield.runs import sweeps
 
     real, started = sweeps._run_point, []
 
@@ -714,7 +714,7 @@ def test_a_sweep_stops_the_orphan_of_a_dead_sweep_but_not_a_live_sweeps_worker_o
     """An older sweep's worker whose sweep is gone and which keeps training (no parent-death signal) holds a
     point: the new sweep waits ORPHAN_GRACE_S, sends it SIGTERM and gets the point. Controls: a holder whose
     recorded sweep is its live parent, and a run started by hand, are left alone."""
-    from meanfield import sweeps
+    from meanfield.runs import sweeps
 
     monkeypatch.setattr(sweeps, "ORPHAN_GRACE_S", 0.2)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -1044,9 +1044,9 @@ def test_simulate_refuses_saved_states_beyond_the_memory_before_allocating():
     """``simulate`` asked to save 2,000,001 states of 100,000 floats (800 GB): refused before the tensor (and the
     list of save steps) is made, naming the size and the memory. Control: saving only the two ends passes."""
     from meanfield import _checks
-    from meanfield.potentials import Quadratic
-    from meanfield.simulate import simulate
-    from meanfield.systems import MeanFieldLangevin
+    from meanfield.drift.potentials import Quadratic
+    from meanfield.drift.systems import MeanFieldLangevin
+    from meanfield.stepping.simulate import simulate
 
     x0 = torch.zeros(1, 1000, 100)
     with pytest.raises(ValueError, match=r"2000001 saved states .* need 745 GiB, and cpu has .* available"):

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from meanfield import MeanFieldLangevin
-from meanfield.potentials import Quadratic
-from meanfield.richardson import coupled_step_sizes, richardson
-from meanfield.stats import jackknife
+from meanfield.drift.potentials import Quadratic
+from meanfield.stepping.richardson import coupled_step_sizes, richardson
+from meanfield.studies.stats import jackknife
 
 
 def test_jackknife_of_a_mean_is_the_usual_standard_error():

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from meanfield.schedules import (
+from meanfield.drift.schedules import (
     SCHEDULES,
     Constant,
     Cosine,
@@ -102,7 +102,7 @@ def test_bad_schedule_data_is_named(data, match):
 
 def test_a_callable_has_no_data_form():
     with pytest.raises(
-        TypeError, match=r"param group 0: beta .*cannot be saved: only numbers and meanfield\.schedules"
+        TypeError, match=r"param group 0: beta .*cannot be saved: only numbers and meanfield\.drift\.schedules"
     ):
         schedule_to_data(lambda s: 0.1, "param group 0: beta")
     with pytest.raises(TypeError, match="must be a dict"):

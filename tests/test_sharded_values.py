@@ -19,6 +19,7 @@ import torch
 from _fake_dist import FakeWorld
 from torch import nn
 
+from meanfield.drift.potentials import Quadratic
 from meanfield.nn import FeatureParticles, ParticleAttention
 from meanfield.nn.cloud import ParticleCloud
 from meanfield.nn.particles import ParticleLayer
@@ -33,7 +34,6 @@ from meanfield.nn.sharded import (
     sharded_layers,
 )
 from meanfield.optim import Langevin
-from meanfield.potentials import Quadratic
 
 DT = torch.float64
 WORLD = 2

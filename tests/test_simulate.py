@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from meanfield import SDE, BrownianIncrements, MeanFieldLangevin, NonFiniteStateError, TorchSDE, simulate
-from meanfield.potentials import DoubleWell, GaussianInteraction, Quadratic, QuadraticInteraction
-from meanfield.resolution import CollapseError, CollapseWarning, UnstableStepWarning
-from meanfield.schedules import Linear
+from meanfield.drift.potentials import DoubleWell, GaussianInteraction, Quadratic, QuadraticInteraction
+from meanfield.drift.resolution import CollapseError, CollapseWarning, UnstableStepWarning
+from meanfield.drift.schedules import Linear
 
 SYSTEM = MeanFieldLangevin(DoubleWell(), QuadraticInteraction(0.5), beta=0.3)
 
@@ -180,7 +180,7 @@ def test_bad_systems_and_methods():
 def test_a_diverging_run_stops_with_the_step_and_time(device, eager, monkeypatch):
     """Where the flags are read together (the default off the CPU: no synchronisation at every saved state),
     the error names the same step, time and last finite step, and keeps the same trajectory."""
-    simulate_module = sys.modules["meanfield.simulate"]  # (meanfield.simulate is also the function's name)
+    simulate_module = sys.modules["meanfield.stepping.simulate"]  # (meanfield.simulate is also the function's name)
     monkeypatch.setattr(simulate_module, "_EAGER_CHECKS", frozenset({device.type} if eager else ()))
     explosive = SDE(lambda t, x: x.square() * 50, lambda t, x: 0 * x + 0.1)
     x = torch.ones(2, 3, 1, dtype=torch.float64, device=device)
@@ -201,7 +201,7 @@ def test_a_diverging_run_stops_with_the_step_and_time(device, eager, monkeypatch
 
 
 def test_the_finiteness_check_sees_every_kind_of_non_finite_entry():
-    from meanfield.simulate import _all_finite
+    from meanfield.stepping.simulate import _all_finite
 
     for n in (10, 100_000):  # the small path (isfinite().all()) and the large one (aminmax)
         for dtype in (torch.float32, torch.float64):
@@ -295,7 +295,7 @@ def test_prefetch_rules(monkeypatch):
     generator alone; a scale-1 prefetch read at another scale is exactly the direct draw; the Lévy area of
     a step cannot be drawn once the next step is being drawn."""
     from meanfield import _background
-    from meanfield.brownian import GaussianNoise
+    from meanfield.stepping.brownian import GaussianNoise
 
     monkeypatch.setattr(_background, "OVERLAP_MIN", 0)
     shape = (40, 3)  # ≥ 16 numbers: normal_'s vectorised path
@@ -409,7 +409,7 @@ def test_a_non_finite_error_names_the_first_non_finite_step_and_a_blow_up(eager,
     x' = x + b(x)·dt + σ·sqrt(dt)·ξ by hand with the same draws; the checks come only every 64 steps and the
     state is not saved in between, so the step is found by replaying from the last check. The cause here is
     a blow-up (|x| grew without bound), so the advice is about dt and the drift's sign."""
-    simulate_module = sys.modules["meanfield.simulate"]
+    simulate_module = sys.modules["meanfield.stepping.simulate"]
     monkeypatch.setattr(simulate_module, "_EAGER_CHECKS", frozenset({"cpu"} if eager else ()))
     dt, sigma = 0.01, 0.1
     explosive = SDE(lambda t, x: x.square() * 5, lambda t, x: sigma, noise="additive")
@@ -441,7 +441,7 @@ def test_a_non_finite_error_names_the_first_non_finite_step_and_a_blow_up(eager,
 def test_a_source_that_cannot_be_replayed_names_the_checks_that_bracket_the_step():
     """Negative control of the replay: noise drawn by a source other than meanfield's own (here one that
     draws as it goes, like BlockNoise) is not replayed; the error gives the stops around the failure."""
-    from meanfield.brownian import NoiseSource
+    from meanfield.stepping.brownian import NoiseSource
 
     class Drawn(NoiseSource):
         def __init__(self):
@@ -470,7 +470,7 @@ def test_a_source_that_cannot_be_replayed_names_the_checks_that_bracket_the_step
 
 def _keller_segel(chi, B, seed, dt=4e-3, t1=1.6, **kwargs):
     """2-D Keller–Segel: ``LogInteraction(−χ)``, no confinement, β = 1, M = 100, x0 ~ N(0, I₂) (E m2(0) = 2)."""
-    from meanfield.potentials import LogInteraction
+    from meanfield.drift.potentials import LogInteraction
 
     system = MeanFieldLangevin(Quadratic(0.0), LogInteraction(-chi), beta=1.0)
     x = torch.randn(B, 100, 2, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
@@ -504,7 +504,7 @@ def test_supercritical_keller_segel_says_once_that_it_collapsed_and_when():
 def test_a_collapse_read_lazily_is_said_at_the_same_step(monkeypatch):
     # on an accelerator the censuses are queued and read every check_every steps: the same look says it
     _, eager = _keller_segel(6.0, B=2, seed=1)
-    monkeypatch.setattr(sys.modules["meanfield.simulate"], "_EAGER_CHECKS", frozenset())
+    monkeypatch.setattr(sys.modules["meanfield.stepping.simulate"], "_EAGER_CHECKS", frozenset())
     _, lazy = _keller_segel(6.0, B=2, seed=1)
     assert len(lazy) == 1 and (lazy[0].step, lazy[0].replicas) == (eager[0].step, eager[0].replicas)
 
@@ -518,7 +518,7 @@ def test_subcritical_or_repulsive_keller_segel_says_nothing(chi):
 
 
 def test_close_pairs_counts_the_pairs_of_a_brute_force_distance_matrix():
-    from meanfield.resolution import close_pairs
+    from meanfield.drift.resolution import close_pairs
 
     x = torch.randn(3, 37, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     x[1, 5] = x[1, 9] + 1e-6  # a near-collision
@@ -532,8 +532,8 @@ def test_close_pairs_counts_the_pairs_of_a_brute_force_distance_matrix():
 
 
 def test_resolution_radius_is_where_one_step_moves_a_pair_by_its_distance():
-    from meanfield.potentials import GaussianInteraction, LogInteraction, RieszInteraction
-    from meanfield.resolution import resolution_radius
+    from meanfield.drift.potentials import GaussianInteraction, LogInteraction, RieszInteraction
+    from meanfield.drift.resolution import resolution_radius
 
     def system(W):
         return MeanFieldLangevin(Quadratic(1.0), W, beta=1.0)
@@ -558,7 +558,7 @@ def _unstable(system, dt, x=None, solver="euler"):
 
 
 def test_unstable_step_is_said_before_the_run():
-    from meanfield.potentials import Alignment
+    from meanfield.drift.potentials import Alignment
 
     # the issue's case: Quadratic(1) at dt = 3 overflows only after ~1000 steps; the warning comes with one step
     said = _unstable(MeanFieldLangevin(Quadratic(1.0)), 3.0)

@@ -13,11 +13,11 @@ import math
 import pytest
 import torch
 
-from meanfield.brownian import BrownianIncrements, GaussianNoise, RademacherNoise
+from meanfield.drift.potentials import DoubleWell, Quadratic
+from meanfield.drift.projections import Projection, Sphere, projection_from_dict
 from meanfield.nn.cloud import ParticleCloud
-from meanfield.potentials import DoubleWell, Quadratic
-from meanfield.projections import Projection, Sphere, projection_from_dict
 from meanfield.seeds import derive_seed
+from meanfield.stepping.brownian import BrownianIncrements, GaussianNoise, RademacherNoise
 from meanfield.tasks.mean_field import MEAN_FIELD, MeanFieldData, MeanFieldModel, stationary_variance
 
 # -- the mean_field task ------------------------------------------------------------------------------------

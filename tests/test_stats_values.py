@@ -1,6 +1,6 @@
-"""``meanfield.stats`` against independent answers: hand computations, closed forms, scipy and numpy.
+"""``meanfield.studies.stats`` against independent answers: hand computations, closed forms, scipy and numpy.
 
-Written from the mutants that survived the default suite (``python tools/mutation.py meanfield.stats``,
+Written from the mutants that survived the default suite (``python tools/mutation.py meanfield.studies.stats``,
 docs/testing.md): each test pins a value, a boundary (n = 2 is the smallest sample with a standard error) or a
 message that a planted bug changes, and each carries a negative control, an input or a reference computed the
 wrong way that must be told apart.
@@ -15,7 +15,7 @@ import pytest
 import torch
 from scipy import stats as st
 
-from meanfield.stats import (
+from meanfield.studies.stats import (
     Estimate,
     Z,
     chi2_variance_pvalue,

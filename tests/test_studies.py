@@ -1,4 +1,4 @@
-"""Tests of meanfield.studies: convergence in M (known rates, the linear McKean–Vlasov excess) and sweeps.
+"""Tests of meanfield.studies.in_memory: convergence in M (known rates, the linear McKean–Vlasov excess) and sweeps.
 
 Statistical checks use tolerance ``Z·SE`` (``Z = 5``) or a stated theory band, fixed seeds, state the
 smallest error they detect, and come with a negative control that must fail the same check.
@@ -16,10 +16,10 @@ import scipy.stats
 import torch
 
 from meanfield import MeanFieldLangevin, simulate
+from meanfield.drift.potentials import Quadratic, QuadraticInteraction
 from meanfield.metrics.wasserstein import SINKHORN_MAX_POINTS, Normal, Uniform, w2_squared, wasserstein_to_law
-from meanfield.potentials import Quadratic, QuadraticInteraction
-from meanfield.stats import Estimate, Z, mean_se
-from meanfield.studies import StudyResult, SweepResult, batch_seed, convergence_in_m, sweep
+from meanfield.studies.in_memory import StudyResult, SweepResult, batch_seed, convergence_in_m, sweep
+from meanfield.studies.stats import Estimate, Z, mean_se
 
 DT = torch.float64
 

@@ -17,8 +17,8 @@ import pytest
 import scipy.optimize
 import torch
 
-from meanfield.stats import Z
-from meanfield.studies import ESTIMATORS, convergence_in_m
+from meanfield.studies.in_memory import ESTIMATORS, convergence_in_m
+from meanfield.studies.stats import Z
 
 DT = torch.float64
 MS = [16, 32, 64, 128, 256]

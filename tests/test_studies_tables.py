@@ -15,11 +15,11 @@ import scipy.stats
 import torch
 
 import meanfield as mf
+from meanfield.drift.potentials import Quadratic, QuadraticInteraction
 from meanfield.metrics.wasserstein import Uniform
-from meanfield.plotting import figure
-from meanfield.potentials import Quadratic, QuadraticInteraction
-from meanfield.stats import Z
-from meanfield.studies import SweepResult, Table, batch_seed, convergence_in_m, sweep
+from meanfield.studies.in_memory import SweepResult, Table, batch_seed, convergence_in_m, sweep
+from meanfield.studies.plotting import figure
+from meanfield.studies.stats import Z
 
 DT = torch.float64
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,8 +16,7 @@ from meanfield import cli
 from meanfield.config import ConfigError, load_toml_text
 from meanfield.runs import RunResult
 from meanfield.runs.lock import FolderLock, FolderLocked
-from meanfield.stats import detectable_difference, holm, paired_difference, pairs_needed, t_interval
-from meanfield.sweeps import (
+from meanfield.runs.sweeps import (
     TableOptions,
     _csv,
     _legacy_point_name,
@@ -28,6 +27,7 @@ from meanfield.sweeps import (
     summarize,
     sweep_runs,
 )
+from meanfield.studies.stats import detectable_difference, holm, paired_difference, pairs_needed, t_interval
 
 ROOT = Path(__file__).resolve().parents[1]
 TEACHER = ROOT / "experiments" / "teacher_student" / "config.toml"
@@ -315,7 +315,7 @@ def test_sweep_writes_one_folder_per_point_and_the_tables(small_sweep):
 
 def _rerun(out: Path, monkeypatch) -> tuple[list[str], object]:
     """The small sweep run again into ``out``: the folder names of the points that ran, and the table."""
-    import meanfield.sweeps as sweeps
+    import meanfield.runs.sweeps as sweeps
 
     ran, real = [], sweeps._run_point
     monkeypatch.setattr(sweeps, "_run_point", lambda *a: ran.append(Path(a[1]).name) or real(*a))
@@ -334,7 +334,7 @@ def _rerun(out: Path, monkeypatch) -> tuple[list[str], object]:
 def test_a_finished_sweep_rerun_with_table_options_rewrites_its_tables_only(
     small_sweep, monkeypatch, tmp_path
 ):
-    import meanfield.sweeps as sweeps
+    import meanfield.runs.sweeps as sweeps
 
     out = tmp_path / "again"
     shutil.copytree(small_sweep[0], out)
@@ -375,7 +375,7 @@ def test_a_rerun_with_other_overrides_refuses_the_finished_points(small_sweep, m
     points hold runs of another configuration, so the sweep stops before running anything or rewriting
     sweep.json, naming the point and the key; without the check it skipped them and mixed their results
     with the new configuration's. Negative control: the same overrides rerun nothing and pass."""
-    import meanfield.sweeps as sweeps
+    import meanfield.runs.sweeps as sweeps
 
     out = tmp_path / "mixed"
     shutil.copytree(small_sweep[0], out)
@@ -412,7 +412,7 @@ SMALL_SET = ["train.steps=10", "train.figures=false"]  # the small sweep's overr
 
 
 def _no_runs(monkeypatch) -> None:
-    import meanfield.sweeps as sweeps
+    import meanfield.runs.sweeps as sweeps
 
     def refuse(*args):
         raise AssertionError(f"a --table-only sweep ran a point: {args[1]}")
@@ -425,7 +425,7 @@ def test_table_only_summarises_the_finished_points_and_runs_nothing(small_sweep,
     0-2, lr 0.05 at 0-1 once one summary is gone), every other point is a 'not run' row saying why, no point
     runs, no folder or point.json is created, sweep.json is left as it was; a diverged run counts as failed,
     as in a sweep that ran it. Negative control: the same command with run=True runs exactly the missing ones."""
-    import meanfield.sweeps as sweeps
+    import meanfield.runs.sweeps as sweeps
 
     out = tmp_path / "lr"
     shutil.copytree(small_sweep[0], out)
@@ -525,7 +525,7 @@ def test_sweep_json_keeps_every_command_in_order(tmp_path, monkeypatch):
     """Two commands with other grids and seeds into one folder: ``commands`` lists both in order, each with its
     grid, seeds and start time; the top level is the latest. A sweep.json from before ``commands`` becomes the
     first entry (``started: null``); a --table-only command adds nothing."""
-    import meanfield.sweeps as sweeps
+    import meanfield.runs.sweeps as sweeps
 
     monkeypatch.setattr(sweeps, "_run_point", lambda *a: {"status": "finished", "final": {"test_mse": 1.0}})
     out = tmp_path / "s"
@@ -579,7 +579,7 @@ def test_table_only_says_where_a_running_or_interrupted_point_stands(small_sweep
 def test_an_unreadable_sweep_json_is_replaced_and_said_once(tmp_path, monkeypatch, capsys):
     """A damaged sweep.json (a disk filled mid-write by another tool): the next sweep says once that the record
     of earlier commands is lost and writes a readable one holding its own command only."""
-    import meanfield.sweeps as sweeps
+    import meanfield.runs.sweeps as sweeps
 
     monkeypatch.setattr(sweeps, "_run_point", lambda *a: {"status": "finished", "final": {"test_mse": 1.0}})
     out = tmp_path / "s"
@@ -717,7 +717,7 @@ def test_order_seed_starts_every_grid_point_of_a_seed_before_the_next_and_change
     order given), and runs.csv/summary.md are those of the default order (the order is only which run starts
     first; sweep.json records it). Control: the default order runs each grid point's seeds in turn. An unknown
     order is refused, naming the allowed ones."""
-    import meanfield.sweeps as sweeps
+    import meanfield.runs.sweeps as sweeps
 
     def sweep(out: Path, *order: str) -> list[str]:
         ran: list[str] = []

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from meanfield.runs import RunResult
-from meanfield.sweeps import sweep_runs
+from meanfield.runs.sweeps import sweep_runs
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow  # a Ray cluster starts in about 10 s here

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from meanfield.validation import discover, load_check
+from meanfield.studies.validation import discover, load_check
 
 CHECKS = discover()
 

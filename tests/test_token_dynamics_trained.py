@@ -50,7 +50,7 @@ def test_sphere_system_is_the_flow_at_fixed_radius(trained_lm):
     """For tokens of norm r, the sphere system's drift at u = x/r is ``P_u V(x)/r`` (β' = β r²): the rescaling is
     right (a wrong power of r changes the attention pattern and fails)."""
     from meanfield.nn import CausalParticleAttention
-    from meanfield.tokens import attention_system
+    from meanfield.nn.tokens import attention_system
 
     g = torch.Generator().manual_seed(1)
     layer = CausalParticleAttention(6, 3, 4, generator=g, dtype=torch.float64)

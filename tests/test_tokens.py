@@ -1,4 +1,4 @@
-"""Tokens as particles (meanfield.tokens): the velocity against an explicit pair sum, the Fourier path against the
+"""Tokens as particles (meanfield.nn.tokens): the velocity against an explicit pair sum, the Fourier path against the
 pairwise one, the bridge to ParticleAttention both ways, depth = Euler, every solver, the linearised rates."""
 
 from __future__ import annotations
@@ -10,11 +10,10 @@ import pytest
 import torch
 from scipy import integrate, special
 
-import meanfield.tokens as tokens
+import meanfield.nn.tokens as tokens
 from meanfield import simulate
 from meanfield.nn import CausalParticleAttention, ParticleAttention
-from meanfield.solvers import SOLVERS
-from meanfield.tokens import (
+from meanfield.nn.tokens import (
     SelfAttentionDynamics,
     attention_layer,
     attention_system,
@@ -25,6 +24,7 @@ from meanfield.tokens import (
     growth_rate,
     mean_inner_product,
 )
+from meanfield.stepping.solvers import SOLVERS
 
 
 def unit(x):

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from meanfield.cli import main
-from meanfield.validation import CheckResult, Comparison, discover, validate
+from meanfield.studies.validation import CheckResult, Comparison, discover, validate
 
 
 def test_comparison_verdicts():
@@ -20,8 +20,8 @@ def test_comparison_verdicts():
 
 def _write_checks(folder):
     good = """
-from meanfield.validation import CheckResult
-from meanfield.plotting import figure
+from meanfield.studies.validation import CheckResult
+from meanfield.studies.plotting import figure
 CLAIM = "one equals one"
 def run(preset="fast"):
     r = CheckResult("good", CLAIM)

@@ -23,6 +23,7 @@ from scipy import special
 
 from meanfield.config import ConfigError
 from meanfield.data import Batches, TokenBatches
+from meanfield.drift.systems import SDE
 from meanfield.metrics.lm import (
     StreamingGradientVariance,
     as_particle_model,
@@ -32,15 +33,14 @@ from meanfield.metrics.lm import (
     token_mean_loss,
 )
 from meanfield.nn.attention import CausalParticleAttention, ParticleAttention
+from meanfield.nn.tokens import SelfAttentionDynamics, growth_rate
 from meanfield.nn.transformer import CausalSelfAttention, TransformerLM, drop_particles
-from meanfield.richardson import coupled_step_sizes, richardson
-from meanfield.systems import SDE
+from meanfield.stepping.richardson import coupled_step_sizes, richardson
 from meanfield.tasks.language import LM, LMData, LMModel, _corpus, lm_splits
 from meanfield.tasks.sequence import SEQ_CLASSIFY, ParticleClassifier, SeqData, SeqModel, make_sequences
-from meanfield.tokens import SelfAttentionDynamics, growth_rate
 
 # ------------------------------------------------------------------------------------------------------------
-# meanfield.richardson
+# meanfield.stepping.richardson
 # ------------------------------------------------------------------------------------------------------------
 
 SIGMA = 0.7
@@ -469,7 +469,7 @@ def test_particle_lm_initialisation_comes_from_its_generator_only(init):
 
 
 # ------------------------------------------------------------------------------------------------------------
-# meanfield.tokens
+# meanfield.nn.tokens
 # ------------------------------------------------------------------------------------------------------------
 
 

@@ -34,7 +34,7 @@ from meanfield.metrics.wasserstein import (
     wasserstein,
     wasserstein_to_law,
 )
-from meanfield.stats import Z, mean_se
+from meanfield.studies.stats import Z, mean_se
 
 DT = torch.float64
 CLOUD_METHODS = ["exact", "sliced", "sinkhorn"]

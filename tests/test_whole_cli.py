@@ -42,17 +42,17 @@ from _check_files import CONFIG_TEXT  # tests/_check_files.py
 import meanfield
 import meanfield.data
 import meanfield.runs
+import meanfield.runs.sweeps
 import meanfield.shipped
-import meanfield.solvers
-import meanfield.sweeps
-import meanfield.validation
+import meanfield.stepping.solvers
+import meanfield.studies.validation
 from meanfield import cli
 from meanfield.config import ConfigError
 from meanfield.data import CorruptDataError, DataNotFoundError
 from meanfield.runs import DiskFullError, NonFiniteLossError, RunFolderError, RunInterrupted
-from meanfield.runs.config import RunConfig
-from meanfield.sweeps import TableOptions
-from meanfield.validation import InputError, NoTheoryFolder
+from meanfield.runs.schema import RunConfig
+from meanfield.runs.sweeps import TableOptions
+from meanfield.studies.validation import InputError, NoTheoryFolder
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -595,7 +595,7 @@ def test_solvers_table_is_rendered_from_each_solvers_orders(monkeypatch, capsys)
         return lambda: made.append(name) or solver
 
     monkeypatch.setattr(
-        meanfield.solvers, "SOLVERS", {"one": factory(one, "one"), "two_x": factory(two, "two")}
+        meanfield.stepping.solvers, "SOLVERS", {"one": factory(one, "one"), "two_x": factory(two, "two")}
     )
     assert cli.main(["solvers"]) == 0
     out = capsys.readouterr()
@@ -622,7 +622,7 @@ def _record_validate(monkeypatch, passed):
         calls.append((checks, kwargs))
         return types.SimpleNamespace(passed=passed)
 
-    monkeypatch.setattr(meanfield.validation, "validate", fake_validate)
+    monkeypatch.setattr(meanfield.studies.validation, "validate", fake_validate)
     return calls
 
 
@@ -649,13 +649,13 @@ def test_validate_input_error_is_one_line_with_status_2(monkeypatch, capsys):
     def fake_validate(checks, **kwargs):
         raise NoTheoryFolder("no theory/ folder at T")
 
-    monkeypatch.setattr(meanfield.validation, "validate", fake_validate)
+    monkeypatch.setattr(meanfield.studies.validation, "validate", fake_validate)
     assert cli.main(["validate", "--theory", "T"]) == 2
     assert capsys.readouterr() == ("", "meanfield validate: error: no theory/ folder at T\n")
 
 
 def test_figures_passes_folder_preset_and_keep_existing_and_counts_what_it_wrote(monkeypatch, capsys):
-    """``meanfield figures`` with :func:`meanfield.figures.generate` replaced by a fake module: the defaults
+    """``meanfield figures`` with :func:`meanfield.studies.figures.generate` replaced by a fake module: the defaults
     ``docs/figures``, ``fast`` and ``keep_existing=True``; ``--force`` → ``keep_existing=False``; the line
     ``<n> figures in <out>`` with the number of paths returned. Negative control: without ``--force`` existing
     figures are kept."""
@@ -665,7 +665,7 @@ def test_figures_passes_folder_preset_and_keep_existing_and_counts_what_it_wrote
         calls.append((out, preset, keep_existing))
         return ["a.png", "b.png", "c.png"][: len(calls)]
 
-    monkeypatch.setitem(sys.modules, "meanfield.figures", types.SimpleNamespace(generate=generate))
+    monkeypatch.setitem(sys.modules, "meanfield.studies.figures", types.SimpleNamespace(generate=generate))
     assert cli.main(["figures"]) == 0
     assert cli.main(["figures", "--out", "F", "--preset", "full", "--force"]) == 0
     assert calls == [("docs/figures", "fast", True), ("F", "full", False)]
@@ -1018,7 +1018,7 @@ def _record_sweep(monkeypatch, failed=(), raises=None):
             raise raises
         return types.SimpleNamespace(failed=list(failed))
 
-    monkeypatch.setattr(meanfield.sweeps, "sweep_runs", fake_sweep_runs)
+    monkeypatch.setattr(meanfield.runs.sweeps, "sweep_runs", fake_sweep_runs)
     return calls
 
 

@@ -1,4 +1,4 @@
-"""Whole-behaviour tests of the convergence-in-M part of ``meanfield.studies``.
+"""Whole-behaviour tests of the convergence-in-M part of ``meanfield.studies.in_memory``.
 
 Covered: ``_as_tensor``, ``_collect``, ``RateEstimate``, ``_fit_loglog``, ``_profile``, ``_fit_power``,
 ``_student_t``, ``_quantiles``, ``_t_interval``, ``_edge_notes``, ``_estimate``, ``StudyResult`` (every
@@ -27,10 +27,10 @@ import pytest
 import scipy.stats
 import torch
 
-from meanfield import studies
 from meanfield.metrics.wasserstein import Uniform
-from meanfield.simulate import Trajectory
-from meanfield.studies import ESTIMATORS, RateEstimate, StudyResult, convergence_in_m
+from meanfield.stepping.simulate import Trajectory
+from meanfield.studies import in_memory as studies
+from meanfield.studies.in_memory import ESTIMATORS, RateEstimate, StudyResult, convergence_in_m
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

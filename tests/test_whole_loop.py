@@ -1,4 +1,4 @@
-"""Whole-function value tests of :mod:`meanfield.runs.loop` and :mod:`meanfield.runs.config` (issue 25).
+"""Whole-function value tests of :mod:`meanfield.runs.loop` and :mod:`meanfield.runs.schema` (issue 25).
 
 Every public function and method of the two modules, and the private helpers they call, is pinned against an
 answer worked out independently of the code under test:
@@ -39,10 +39,12 @@ import torch
 from meanfield import tasks
 from meanfield.config import ConfigError
 from meanfield.data import CorruptDataError
+from meanfield.drift.schedules import Cosine, Linear
 from meanfield.optim import Langevin
-from meanfield.runs import config as rconfig
 from meanfield.runs import loop
-from meanfield.runs.config import (
+from meanfield.runs import schema as rconfig
+from meanfield.runs.folder import Checkpoints, DiskFullError, MetricsLog, RunResult
+from meanfield.runs.schema import (
     OPTIM_OPTIONS,
     RunConfig,
     TrainConfig,
@@ -50,9 +52,7 @@ from meanfield.runs.config import (
     check_config,
     load_config,
 )
-from meanfield.runs.folder import Checkpoints, DiskFullError, MetricsLog, RunResult
 from meanfield.runs.sinks import summary_table
-from meanfield.schedules import Cosine, Linear
 from meanfield.seeds import derive_seed
 from meanfield.tasks.regression import FeatureModel, TeacherStudentData
 
@@ -75,7 +75,7 @@ SORTED_OPTIONS = (
 )
 CALLABLE_TAIL = (
     ": a run's state is saved as data, and a Python callable cannot be (use the schedules of "
-    "meanfield.schedules and projections of meanfield.projections)"
+    "meanfield.drift.schedules and projections of meanfield.drift.projections)"
 )
 
 
@@ -172,7 +172,7 @@ def _equal_states(a: dict, b: dict) -> bool:
 
 
 # ======================================================================================================
-# meanfield.runs.config: schemas
+# meanfield.runs.schema: schemas
 # ======================================================================================================
 
 
@@ -766,7 +766,7 @@ def test_finite_parameters_looks_at_every_parameter():
 def test_stats_record_of_an_optimizer_with_and_without_statistics():
     """``_stats_record``: nothing without statistics (no ``last_group_stats`` attribute, or an empty list);
     ``optim`` is the dataclass as a dict, ``groups`` one dict (or None) per group, written out here."""
-    from meanfield.optim.stats import LangevinStats
+    from meanfield.optim.step_stats import LangevinStats
 
     stats = LangevinStats(
         step=3,
@@ -1891,7 +1891,7 @@ def test_optimizer_options_convert_any_mapping_table():
     added to the β table's copy, the mapping itself unchanged)."""
     from types import MappingProxyType
 
-    from meanfield.projections import Clip
+    from meanfield.drift.projections import Clip
 
     beta = MappingProxyType({"kind": "cosine", "start": 1.0, "end": 0.5})
     out = rconfig._optimizer_options(
@@ -1923,7 +1923,7 @@ def test_checkpoint_state_holds_the_values_it_is_given_and_a_copy_of_the_window(
 def test_horizonless_schedule_tables_get_no_t():
     """A ``step`` or ``constant`` β table has no horizon: it reaches the optimizer as that schedule, no ``T``
     added (a ``T`` would be refused as an unknown field); a ``linear`` one gets ``T = train.steps``."""
-    from meanfield.schedules import Constant, Step
+    from meanfield.drift.schedules import Constant, Step
 
     for table, expected in (
         ({"kind": "step", "values": [1.0, 0.5], "boundaries": [2.0]}, Step([1.0, 0.5], [2.0])),

@@ -1,4 +1,4 @@
-"""Whole-behaviour tests of the noise modules: ``meanfield.brownian``, ``meanfield.optim.noise``,
+"""Whole-behaviour tests of the noise modules: ``meanfield.stepping.brownian``, ``meanfield.optim.noise``,
 ``meanfield.nn.cloud`` and ``meanfield._io``.
 
 Every public function and method (and the private helpers they call) is pinned against an independent answer:
@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from meanfield import _background, _io
-from meanfield.brownian import BrownianIncrements, GaussianNoise, NoiseSource, RademacherNoise
+from meanfield.drift.potentials import DoubleWell, Quadratic
 from meanfield.nn.cloud import ParticleCloud
 from meanfield.optim.buckets import Bucket
 from meanfield.optim.noise import (
@@ -36,8 +36,8 @@ from meanfield.optim.noise import (
     local_noise,
     start_noise,
 )
-from meanfield.optim.stats import Record
-from meanfield.potentials import DoubleWell, Quadratic
+from meanfield.optim.step_stats import Record
+from meanfield.stepping.brownian import BrownianIncrements, GaussianNoise, NoiseSource, RademacherNoise
 
 F64, F32 = torch.float64, torch.float32
 Z = 4.5  # z of the statistical checks: a false failure has probability ≈ 7e-6 per statistic
@@ -65,7 +65,7 @@ def _prefetching(monkeypatch) -> None:
 
 
 # ================================================================================================================
-# meanfield.brownian: NoiseSource (the base class)
+# meanfield.stepping.brownian: NoiseSource (the base class)
 # ================================================================================================================
 
 
@@ -114,7 +114,7 @@ def test_noise_source_without_areas_names_its_class_in_the_refusal():
 
 
 # ================================================================================================================
-# meanfield.brownian: GaussianNoise (and _SequentialNoise)
+# meanfield.stepping.brownian: GaussianNoise (and _SequentialNoise)
 # ================================================================================================================
 
 
@@ -362,7 +362,7 @@ def test_an_area_cannot_follow_a_prefetch_of_the_next_step_but_a_prefetched_step
 
 
 # ================================================================================================================
-# meanfield.brownian: RademacherNoise
+# meanfield.stepping.brownian: RademacherNoise
 # ================================================================================================================
 
 
@@ -424,7 +424,7 @@ def test_rademacher_prefetched_steps_are_the_serial_ones(monkeypatch):
 
 
 # ================================================================================================================
-# meanfield.brownian: BrownianIncrements
+# meanfield.stepping.brownian: BrownianIncrements
 # ================================================================================================================
 
 
@@ -1011,7 +1011,7 @@ def test_cloud_refuses_a_non_float_dtype_word_for_word():
     with pytest.raises(TypeError, match=r"^init_scale must be a real number, got NoneType$"):
         ParticleCloud(3, 2, Quadratic(1.0), init_scale=None)
     with pytest.raises(
-        TypeError, match=r"^confinement must be a meanfield\.potentials\.Confinement, got None$"
+        TypeError, match=r"^confinement must be a meanfield\.drift\.potentials\.Confinement, got None$"
     ):
         ParticleCloud(3, 2, None)
 

@@ -21,6 +21,7 @@ import pytest
 import torch
 from torch import nn
 
+from meanfield.drift.schedules import Linear
 from meanfield.nn.particles import (
     SUBSAMPLE_STRATEGIES,
     FarthestPoint,
@@ -38,7 +39,6 @@ from meanfield.nn.particles import (
 from meanfield.optim import Clip, Langevin
 from meanfield.optim import groups as G
 from meanfield.optim.conventions import NOISY_BETAS, NOISY_EPS, PLAIN_BETAS, PLAIN_EPS
-from meanfield.schedules import Linear
 
 # mutmut's trampolines add frames: a warning's stack level moves under it
 UNDER_MUTMUT = "MUTANT_UNDER_TEST" in os.environ

@@ -1,11 +1,11 @@
-"""Whole-module value tests of ``meanfield.potentials`` and ``meanfield.pairwise`` (issue 25, mutation testing).
+"""Whole-module value tests of ``meanfield.drift.potentials`` and ``meanfield.drift.pairwise`` (issue 25, mutation testing).
 
 Every public class and function of the two modules, and the private helpers they call, is pinned against an
 independent answer: closed forms written out by hand, ``torch.autograd`` of a hand-written energy, an
 explicit ``O(M²)`` double loop in numpy (float64), ``scipy.spatial.distance.cdist``, and exact messages for
 every refusal. KeOps paths run on a dense stand-in for ``pykeops.torch.LazyTensor`` (ordinary tensors with
 its broadcasting and reduction rules), so that the code that builds the formulas, and the fallbacks of
-:class:`~meanfield.potentials.RadialInteraction`, are checked on a CPU without KeOps. Everything is
+:class:`~meanfield.drift.potentials.RadialInteraction`, are checked on a CPU without KeOps. Everything is
 deterministic (fixed seeds), so the tolerances are round-off only.
 """
 
@@ -21,9 +21,9 @@ import torch
 from _pair_loops import loop_pairs  # tests/_pair_loops.py
 from scipy.spatial.distance import cdist
 
-import meanfield.pairwise as pw
-import meanfield.potentials as pot
-from meanfield.potentials import (
+import meanfield.drift.pairwise as pw
+import meanfield.drift.potentials as pot
+from meanfield.drift.potentials import (
     Alignment,
     Confinement,
     DoubleWell,
@@ -1216,7 +1216,7 @@ def test_radial_sum_refuses_fewer_scales_and_a_smaller_second_cloud():
 
 def test_the_interaction_hands_its_settings_to_radial_sum(monkeypatch):
     """``RadialInteraction`` passes its block size, the self-pair rule (``exclude_self = not self_pair``), the
-    torch backend on a CPU and its kernel's scale to :func:`meanfield.pairwise.radial_sum` (recorded by a
+    torch backend on a CPU and its kernel's scale to :func:`meanfield.drift.pairwise.radial_sum` (recorded by a
     wrapper around the real function, whose numbers stay the double loop's)."""
     calls = []
     real = pw.radial_sum

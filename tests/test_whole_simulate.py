@@ -1,5 +1,5 @@
-"""Whole-function value tests for :mod:`meanfield.simulate`, :mod:`meanfield.plotting`,
-:mod:`meanfield.solvers.kinetic` and :mod:`meanfield.solvers.torchsde` (issue 25).
+"""Whole-function value tests for :mod:`meanfield.stepping.simulate`, :mod:`meanfield.studies.plotting`,
+:mod:`meanfield.stepping.solvers.splittings` and :mod:`meanfield.stepping.solvers.torchsde` (issue 25).
 
 Each test pins the observable behaviour of one function against an independent answer: hand Euler–Maruyama
 loops in numpy on the same increments (drawn again from a generator seeded alike), the numpy oracle of the
@@ -24,16 +24,16 @@ import torchsde
 from _kinetic_steps import splitting_step  # tests/_kinetic_steps.py
 
 from meanfield import simulate
-from meanfield.brownian import BrownianIncrements, GaussianNoise
-from meanfield.kinetic import KineticMeanFieldLangevin, pair
-from meanfield.potentials import DoubleWell, Quadratic
-from meanfield.solvers import get_solver
-from meanfield.solvers.kinetic import ABOBA, BAOAB, OBABO, SPLITTINGS, Splitting
-from meanfield.solvers.torchsde import TORCHSDE_METHODS, TorchSDE, _GridBrownian, _SystemAsSDE
-from meanfield.systems import SDE, MeanFieldLangevin
+from meanfield.drift.phase_space import KineticMeanFieldLangevin, pair
+from meanfield.drift.potentials import DoubleWell, Quadratic
+from meanfield.drift.systems import SDE, MeanFieldLangevin
+from meanfield.stepping.brownian import BrownianIncrements, GaussianNoise
+from meanfield.stepping.solvers import get_solver
+from meanfield.stepping.solvers.splittings import ABOBA, BAOAB, OBABO, SPLITTINGS, Splitting
+from meanfield.stepping.solvers.torchsde import TORCHSDE_METHODS, TorchSDE, _GridBrownian, _SystemAsSDE
 
-sim_mod = importlib.import_module("meanfield.simulate")
-plotting = importlib.import_module("meanfield.plotting")
+sim_mod = importlib.import_module("meanfield.stepping.simulate")
+plotting = importlib.import_module("meanfield.studies.plotting")
 
 F64 = torch.float64
 
@@ -920,7 +920,7 @@ def test_every_method_equals_torchsde_sdeint_on_the_same_brownian_path(method, n
 def test_the_projection_is_applied_after_every_torchsde_step():
     """A system with a projection onto the unit sphere: every saved ``torchsde_euler`` state is the hand
     Euler step from the previous one, normalised (numpy)."""
-    from meanfield.projections import Sphere
+    from meanfield.drift.projections import Sphere
 
     system = SDE(lambda t, x: -x, lambda t, x: 0.3, noise="additive", projection=Sphere())
     x0 = cloud(1, 3, 2, seed=20)

@@ -1,4 +1,4 @@
-"""Every public function of ``meanfield.stats`` and ``meanfield.runs.sinks`` pinned whole (issue 25).
+"""Every public function of ``meanfield.studies.stats`` and ``meanfield.runs.sinks`` pinned whole (issue 25).
 
 Each test checks one function's observable behaviour against an independent answer: a hand computation,
 a closed form (the χ² law of 4 degrees of freedom, the weighted least-squares normal equations), a
@@ -24,9 +24,9 @@ import torch
 from scipy import integrate
 from scipy import stats as st
 
-from meanfield import stats
 from meanfield.runs import sinks
-from meanfield.stats import (
+from meanfield.studies import stats
+from meanfield.studies.stats import (
     Estimate,
     HolmFamily,
     Interval,
@@ -963,8 +963,8 @@ def test_summary_table_by_hand():
 
 
 def _capture(monkeypatch):
-    """Record each ``(fig, path)`` that ``meanfield.plotting.save`` is given (and still save it)."""
-    plotting = importlib.import_module("meanfield.plotting")
+    """Record each ``(fig, path)`` that ``meanfield.studies.plotting.save`` is given (and still save it)."""
+    plotting = importlib.import_module("meanfield.studies.plotting")
     saved = []
     real = plotting.save
     monkeypatch.setattr(plotting, "save", lambda fig, path: (saved.append((fig, path)), real(fig, path))[1])
@@ -1039,7 +1039,7 @@ def test_log_interval_of_logs_spread_beyond_float64_gives_inf_not_an_error():
     bound stay exact (scipy's t quantile by hand)."""
     from scipy import stats as st
 
-    from meanfield.stats import log_interval
+    from meanfield.studies.stats import log_interval
 
     r = log_interval([1e-300, 1.0])
     logs = np.log([1e-300, 1.0])

@@ -1,4 +1,4 @@
-"""Whole-behaviour tests of ``meanfield.sweeps`` and the table helpers of ``meanfield.studies``.
+"""Whole-behaviour tests of ``meanfield.runs.sweeps`` and the table helpers of ``meanfield.studies.in_memory``.
 
 Every public function and the private helpers they call are pinned against independent answers: grid
 parsing and point expansion against hand-written lists, folder names against hand-built strings and
@@ -23,11 +23,12 @@ from _tiny_run import TEACHER, TINY  # tests/_tiny_run.py
 from scipy import stats as st
 
 from meanfield import config as _config
-from meanfield import studies, sweeps
 from meanfield.config import ConfigError
+from meanfield.runs import sweeps
+from meanfield.runs.sweeps import TableOptions
 from meanfield.seeds import derive_seed
-from meanfield.stats import paired_difference
-from meanfield.sweeps import TableOptions
+from meanfield.studies import in_memory as studies
+from meanfield.studies.stats import paired_difference
 
 
 def _h(text: str) -> str:
@@ -827,7 +828,7 @@ def test_sweep_runs_repeated_value(tmp_path):
 
 
 # ========================================================================================================
-# meanfield.studies: tidy tables
+# meanfield.studies.in_memory: tidy tables
 
 
 def test_cell_clean_is_number():

@@ -1,6 +1,6 @@
-"""Whole-behaviour tests of ``meanfield.tokens`` (and the gaps left in ``meanfield.metrics.diversity``).
+"""Whole-behaviour tests of ``meanfield.nn.tokens`` (and the gaps left in ``meanfield.metrics.diversity``).
 
-Every public function and method of :mod:`meanfield.tokens` (and the private helpers they call) is checked
+Every public function and method of :mod:`meanfield.nn.tokens` (and the private helpers they call) is checked
 branch by branch against an independent answer: numpy re-implementations of the attention velocity (with a
 numerically stable softmax from scipy), the tangent projection written out, closed forms of the residual
 stack for a linear layer, brute-force arg-maxima over Bessel functions, a hand-written union-find for the
@@ -21,11 +21,11 @@ import pytest
 import torch
 from scipy import special
 
-import meanfield.tokens as tk
+import meanfield.nn.tokens as tk
+from meanfield.drift.projections import Sphere
 from meanfield.metrics import diversity as dv
 from meanfield.nn import CausalParticleAttention, ParticleAttention
-from meanfield.projections import Sphere
-from meanfield.tokens import SelfAttentionDynamics
+from meanfield.nn.tokens import SelfAttentionDynamics
 
 F64 = torch.float64
 

@@ -1,4 +1,4 @@
-"""``meanfield._workers``: a pool whose dead worker costs one call, not the pool (issue 50)."""
+"""``meanfield.runs._workers``: a pool whose dead worker costs one call, not the pool (issue 50)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from meanfield._workers import WorkerDied, WorkerPool, death_cause
+from meanfield.runs._workers import WorkerDied, WorkerPool, death_cause
 
 
 def test_death_cause_names_the_signal_or_the_status():

@@ -37,10 +37,10 @@ import torch
 from tqdm.auto import tqdm
 
 from meanfield import MeanFieldLangevin, simulate
-from meanfield.plotting import figure
-from meanfield.potentials import Quadratic
-from meanfield.stats import Z
-from meanfield.validation import CheckResult
+from meanfield.drift.potentials import Quadratic
+from meanfield.studies.plotting import figure
+from meanfield.studies.stats import Z
+from meanfield.studies.validation import CheckResult
 
 CLAIM = "EM on a/2|x|²: GD contracts by (1−ηa)^T exactly; the chain's stationary variance is β/(a(1−ηa/2)), not β/a"
 BROKEN = dict(perturb_beta=1.03)  # the simulated temperature 3 % too high
@@ -196,6 +196,6 @@ def plot(result: CheckResult):
 
 
 if __name__ == "__main__":
-    from meanfield.validation import run_as_script
+    from meanfield.studies.validation import run_as_script
 
     run_as_script(__file__)

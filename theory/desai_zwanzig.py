@@ -42,11 +42,11 @@ import torch
 from scipy import optimize
 
 from meanfield import MeanFieldLangevin
-from meanfield.plotting import figure
-from meanfield.potentials import DoubleWell, QuadraticInteraction
-from meanfield.richardson import coupled_step_sizes, richardson
-from meanfield.stats import Z, jackknife
-from meanfield.validation import CheckResult
+from meanfield.drift.potentials import DoubleWell, QuadraticInteraction
+from meanfield.stepping.richardson import coupled_step_sizes, richardson
+from meanfield.studies.plotting import figure
+from meanfield.studies.stats import Z, jackknife
+from meanfield.studies.validation import CheckResult
 
 CLAIM = "Desai–Zwanzig: θ·Var_ρ0(x) = β_c, magnetisation m*(β) below β_c, m = 0 and susceptibility χ above"
 BROKEN = dict(theta_sim=0.0)  # the simulated particles do not interact: no ordered phase
@@ -357,6 +357,6 @@ def plot(result: CheckResult):
 
 
 if __name__ == "__main__":
-    from meanfield.validation import run_as_script
+    from meanfield.studies.validation import run_as_script
 
     run_as_script(__file__)

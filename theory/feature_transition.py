@@ -46,9 +46,9 @@ import numpy as np
 import torch
 from scipy import special
 
-from meanfield.plotting import figure
-from meanfield.stats import Z, jackknife
-from meanfield.validation import CheckResult
+from meanfield.studies.plotting import figure
+from meanfield.studies.stats import Z, jackknife
+from meanfield.studies.validation import CheckResult
 
 CLAIM = (
     "ReLU teacher–student on the sphere: the finite-M particle law matches the self-consistent Gibbs law "
@@ -614,6 +614,6 @@ def plot(result: CheckResult):
 
 
 if __name__ == "__main__":
-    from meanfield.validation import run_as_script
+    from meanfield.studies.validation import run_as_script
 
     run_as_script(__file__)

@@ -36,11 +36,11 @@ import numpy as np
 import torch
 
 from meanfield import MeanFieldLangevin, simulate
+from meanfield.drift.potentials import Quadratic, QuadraticInteraction
 from meanfield.metrics import entropy
-from meanfield.plotting import figure
-from meanfield.potentials import Quadratic, QuadraticInteraction
-from meanfield.stats import Z, jackknife, mean_se
-from meanfield.validation import CheckResult
+from meanfield.studies.plotting import figure
+from meanfield.studies.stats import Z, jackknife, mean_se
+from meanfield.studies.validation import CheckResult
 
 CLAIM = "Free energy from particles on the linear McKean–Vlasov flow: closed form F(m, s), non-increasing, rate 2a"
 BROKEN = dict(beta_sim=1.2 * 0.5)  # the simulation runs 20 % hotter; the references keep β
@@ -175,6 +175,6 @@ def plot(result: CheckResult):
 
 
 if __name__ == "__main__":
-    from meanfield.validation import run_as_script
+    from meanfield.studies.validation import run_as_script
 
     run_as_script(__file__)

@@ -30,11 +30,11 @@ import torch
 from scipy import integrate
 
 from meanfield import MeanFieldLangevin, simulate
+from meanfield.drift.potentials import DoubleWell
 from meanfield.metrics import entropy
-from meanfield.plotting import figure
-from meanfield.potentials import DoubleWell
-from meanfield.stats import Z, mean_se
-from meanfield.validation import CheckResult, load_check
+from meanfield.studies.plotting import figure
+from meanfield.studies.stats import Z, mean_se
+from meanfield.studies.validation import CheckResult, load_check
 
 CLAIM = "Free energy of the double-well Gibbs law from particles (k-NN entropy, bias measured) = −β log Z by quadrature"
 BROKEN = dict(beta_sim=0.6)  # the simulation runs 20 % hotter; the references keep β
@@ -137,6 +137,6 @@ def plot(result: CheckResult):
 
 
 if __name__ == "__main__":
-    from meanfield.validation import run_as_script
+    from meanfield.studies.validation import run_as_script
 
     run_as_script(__file__)

@@ -44,10 +44,10 @@ import torch
 from scipy import integrate, linalg
 
 from meanfield import MeanFieldLangevin, simulate
-from meanfield.plotting import figure
-from meanfield.potentials import DoubleWell
-from meanfield.stats import Z, mean_se
-from meanfield.validation import CheckResult
+from meanfield.drift.potentials import DoubleWell
+from meanfield.studies.plotting import figure
+from meanfield.studies.stats import Z, mean_se
+from meanfield.studies.validation import CheckResult
 
 CLAIM = "Double well at temperature β: EM moments → Gibbs exp(−V/β) quadrature linearly in η; E[xV'] = β"
 BROKEN = dict(perturb=1.05)  # the simulated temperature 5 % too high
@@ -258,6 +258,6 @@ def plot(result: CheckResult):
 
 
 if __name__ == "__main__":
-    from meanfield.validation import run_as_script
+    from meanfield.studies.validation import run_as_script
 
     run_as_script(__file__)

@@ -41,12 +41,12 @@ import numpy as np
 import torch
 
 from meanfield import MeanFieldLangevin, simulate
-from meanfield.plotting import figure
-from meanfield.potentials import LogInteraction, Quadratic
-from meanfield.resolution import CollapseWarning
+from meanfield.drift.potentials import LogInteraction, Quadratic
+from meanfield.drift.resolution import CollapseWarning
 from meanfield.seeds import derive_seed
-from meanfield.stats import Z
-from meanfield.validation import CheckResult
+from meanfield.studies.plotting import figure
+from meanfield.studies.stats import Z
+from meanfield.studies.validation import CheckResult
 
 CLAIM = "2-D Keller–Segel: d/dt E m2 = 4β − χ(N−1)/N below and above χ_c = 4βN/(N−1); a supercritical run says it collapsed, a subcritical one says nothing"
 BROKEN = dict(sign=1.0)  # the simulated kernel repels: LogInteraction(+χ); the references are unchanged
@@ -181,6 +181,6 @@ def plot(result: CheckResult):
 
 
 if __name__ == "__main__":
-    from meanfield.validation import run_as_script
+    from meanfield.studies.validation import run_as_script
 
     run_as_script(__file__)

@@ -34,12 +34,12 @@ import numpy as np
 import torch
 
 from meanfield import simulate
-from meanfield.kinetic import KineticMeanFieldLangevin, pair, positions
-from meanfield.plotting import figure
-from meanfield.potentials import DoubleWell
-from meanfield.solvers.kinetic import SPLITTINGS
-from meanfield.stats import Z, mean_se
-from meanfield.validation import CheckResult, load_check
+from meanfield.drift.phase_space import KineticMeanFieldLangevin, pair, positions
+from meanfield.drift.potentials import DoubleWell
+from meanfield.stepping.solvers.splittings import SPLITTINGS
+from meanfield.studies.plotting import figure
+from meanfield.studies.stats import Z, mean_se
+from meanfield.studies.validation import CheckResult, load_check
 
 CLAIM = "Double well, kinetic: BAOAB/OBABO/ABOBA position moments → Gibbs exp(−V/β) quadrature as c₀ + c₂h² + c₄h⁴"
 BROKEN = dict(perturb_beta=1.05)  # the simulated temperature 5 % too high
@@ -129,6 +129,6 @@ def plot(result: CheckResult):
 
 
 if __name__ == "__main__":
-    from meanfield.validation import run_as_script
+    from meanfield.studies.validation import run_as_script
 
     run_as_script(__file__)

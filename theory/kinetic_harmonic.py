@@ -37,12 +37,12 @@ import numpy as np
 import torch
 
 from meanfield import simulate
-from meanfield.kinetic import KineticMeanFieldLangevin, pair, positions, velocities
-from meanfield.plotting import figure
-from meanfield.potentials import Quadratic
-from meanfield.solvers.kinetic import SPLITTINGS
-from meanfield.stats import Z
-from meanfield.validation import CheckResult
+from meanfield.drift.phase_space import KineticMeanFieldLangevin, pair, positions, velocities
+from meanfield.drift.potentials import Quadratic
+from meanfield.stepping.solvers.splittings import SPLITTINGS
+from meanfield.studies.plotting import figure
+from meanfield.studies.stats import Z
+from meanfield.studies.validation import CheckResult
 
 CLAIM = "BAOAB/ABOBA: Var x = β/a exactly, Var v = β(1∓h²a/4)^±1; OBABO: Var v = β, Var x = β/(a(1−h²a/4))"
 BROKEN = dict(perturb_beta=1.05)  # the simulated temperature 5 % too high
@@ -172,6 +172,6 @@ def plot(result: CheckResult):
 
 
 if __name__ == "__main__":
-    from meanfield.validation import run_as_script
+    from meanfield.studies.validation import run_as_script
 
     run_as_script(__file__)

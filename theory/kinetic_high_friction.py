@@ -29,11 +29,11 @@ import torch
 from scipy.linalg import expm
 
 from meanfield import simulate
-from meanfield.kinetic import KineticMeanFieldLangevin, pair, positions
-from meanfield.plotting import figure
-from meanfield.potentials import Quadratic
-from meanfield.stats import Z
-from meanfield.validation import CheckResult, load_check
+from meanfield.drift.phase_space import KineticMeanFieldLangevin, pair, positions
+from meanfield.drift.potentials import Quadratic
+from meanfield.studies.plotting import figure
+from meanfield.studies.stats import Z
+from meanfield.studies.validation import CheckResult, load_check
 
 CLAIM = "High friction: X_{γs} of kinetic Langevin → overdamped law N(x0e^{−as}, β/a(1−e^{−2as})) as γ → ∞"
 BROKEN = dict(perturb_beta=1.1)
@@ -130,6 +130,6 @@ def plot(result: CheckResult):
 
 
 if __name__ == "__main__":
-    from meanfield.validation import run_as_script
+    from meanfield.studies.validation import run_as_script
 
     run_as_script(__file__)

@@ -13,7 +13,7 @@ overdamped system (the position marginal of the Gibbs law is the same). The BAOA
 exact law follows from Σ ← LΣLᵀ + Q per mode (``kinetic_harmonic.step_matrices``), and since BAOAB's
 position law is exact for quadratic potentials, its stationary Var x_i is exactly the continuous one.
 
-Convergence in M (``meanfield.studies.convergence_in_m``, exact 1-D W2² to N(0, s∞)): at stationarity
+Convergence in M (``meanfield.studies.in_memory.convergence_in_m``, exact 1-D W2² to N(0, s∞)): at stationarity
 x_i = x̄ + sqrt(s∞)(ξ_i − ξ̄) with x̄ ~ N(0, β/(aM)) independent, so (``propagation_of_chaos``)
 E W2²(μ_M, N(0, s∞)) = β/(aM) + s∞(M−1)/M + s∞ − 2 s∞ G(M), with G(M) the order-statistic gain; ≍ log log M/M.
 
@@ -39,13 +39,13 @@ import torch
 from scipy.linalg import expm
 
 from meanfield import simulate
-from meanfield.kinetic import KineticMeanFieldLangevin, pair, positions, velocities
+from meanfield.drift.phase_space import KineticMeanFieldLangevin, pair, positions, velocities
+from meanfield.drift.potentials import Quadratic, QuadraticInteraction
 from meanfield.metrics.wasserstein import Normal
-from meanfield.plotting import figure
-from meanfield.potentials import Quadratic, QuadraticInteraction
-from meanfield.stats import Z, mean_se
-from meanfield.studies import convergence_in_m
-from meanfield.validation import CheckResult, load_check
+from meanfield.studies.in_memory import convergence_in_m
+from meanfield.studies.plotting import figure
+from meanfield.studies.stats import Z, mean_se
+from meanfield.studies.validation import CheckResult, load_check
 
 CLAIM = "Linear kinetic McKean–Vlasov: damped-oscillator mean, Σ(t) → diag(β/(a+k), β), E W2²(μ_M, ρ) ≍ log log M/M"
 BROKEN = dict(simulated_k=0.0)  # the simulation drops the interaction; the references keep k
@@ -214,6 +214,6 @@ def plot(result: CheckResult):
 
 
 if __name__ == "__main__":
-    from meanfield.validation import run_as_script
+    from meanfield.studies.validation import run_as_script
 
     run_as_script(__file__)

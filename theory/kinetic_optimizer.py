@@ -34,12 +34,12 @@ import torch
 from torch import nn
 
 from meanfield import simulate
-from meanfield.kinetic import KineticMeanFieldLangevin, pair, positions
+from meanfield.drift.phase_space import KineticMeanFieldLangevin, pair, positions
+from meanfield.drift.potentials import Quadratic, QuadraticInteraction
 from meanfield.optim import KineticLangevin, momentum_variance_factor
-from meanfield.plotting import figure
-from meanfield.potentials import Quadratic, QuadraticInteraction
-from meanfield.stats import Z, mean_se
-from meanfield.validation import CheckResult, load_check
+from meanfield.studies.plotting import figure
+from meanfield.studies.stats import Z, mean_se
+from meanfield.studies.validation import CheckResult, load_check
 
 CLAIM = "KineticLangevin optimizer: Var θ = β/a and Var v = β exactly on a/2θ²; ×M = kinetic McKean–Vlasov; momentum SGD + noise is biased"
 BROKEN = dict(mean_field_scaling=False)  # the optimizer drops the ×M scaling; the references keep it
@@ -205,6 +205,6 @@ def plot(result: CheckResult):
 
 
 if __name__ == "__main__":
-    from meanfield.validation import run_as_script
+    from meanfield.studies.validation import run_as_script
 
     run_as_script(__file__)

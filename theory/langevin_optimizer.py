@@ -45,11 +45,11 @@ import torch
 from torch import nn
 
 from meanfield import MeanFieldLangevin, simulate
+from meanfield.drift.potentials import Quadratic, QuadraticInteraction
 from meanfield.optim import Langevin, momentum_variance_factor
-from meanfield.plotting import figure
-from meanfield.potentials import Quadratic, QuadraticInteraction
-from meanfield.stats import Z, mean_se
-from meanfield.validation import CheckResult, load_check
+from meanfield.studies.plotting import figure
+from meanfield.studies.stats import Z, mean_se
+from meanfield.studies.validation import CheckResult, load_check
 
 CLAIM = "Langevin optimizer: SGD chain variance β/(a(1−ηa/2)), double-well Gibbs, ×M = McKean–Vlasov, Adam/momentum law"
 BROKEN = dict(mean_field_scaling=False)  # the optimizer drops the ×M scaling; the references keep it
@@ -323,6 +323,6 @@ def plot(result: CheckResult):
 
 
 if __name__ == "__main__":
-    from meanfield.validation import run_as_script
+    from meanfield.studies.validation import run_as_script
 
     run_as_script(__file__)

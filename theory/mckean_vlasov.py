@@ -38,10 +38,10 @@ import numpy as np
 import torch
 
 from meanfield import MeanFieldLangevin, simulate
-from meanfield.plotting import figure
-from meanfield.potentials import Quadratic, QuadraticInteraction
-from meanfield.stats import Z, mean_se
-from meanfield.validation import CheckResult
+from meanfield.drift.potentials import Quadratic, QuadraticInteraction
+from meanfield.studies.plotting import figure
+from meanfield.studies.stats import Z, mean_se
+from meanfield.studies.validation import CheckResult
 
 CLAIM = (
     "Linear McKean–Vlasov: m0·e^{−at}, s(t) → β/(a+k), free energy decreasing, finite-M excess βk/(a(a+k)M)"
@@ -227,6 +227,6 @@ def plot(result: CheckResult):
 
 
 if __name__ == "__main__":
-    from meanfield.validation import run_as_script
+    from meanfield.studies.validation import run_as_script
 
     run_as_script(__file__)

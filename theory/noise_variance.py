@@ -17,10 +17,10 @@ import numpy as np
 import torch
 
 from meanfield import MeanFieldLangevin, simulate
-from meanfield.plotting import figure
-from meanfield.potentials import Quadratic
-from meanfield.stats import Z
-from meanfield.validation import CheckResult
+from meanfield.drift.potentials import Quadratic
+from meanfield.studies.plotting import figure
+from meanfield.studies.stats import Z
+from meanfield.studies.validation import CheckResult
 
 CLAIM = "Euler–Maruyama noise: Var(Σ sqrt(2βη)ξ) = 2βηT over T steps, lag-1 increments uncorrelated"
 BROKEN = dict(perturb=1.05)  # the simulated temperature 5 % too high
@@ -84,6 +84,6 @@ def plot(result: CheckResult):
 
 
 if __name__ == "__main__":
-    from meanfield.validation import run_as_script
+    from meanfield.studies.validation import run_as_script
 
     run_as_script(__file__)

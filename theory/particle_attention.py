@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from meanfield.nn import CausalParticleAttention, ParticleAttention
-from meanfield.plotting import figure
-from meanfield.validation import CheckResult
+from meanfield.studies.plotting import figure
+from meanfield.studies.validation import CheckResult
 
 CLAIM = "M particle heads of width d/M averaged = nn.MultiheadAttention with W_O/M (float64, 1e-12)"
 BROKEN = dict(scale_output=1.0)  # an output projection not divided by M
@@ -94,6 +94,6 @@ def plot(result: CheckResult):
 
 
 if __name__ == "__main__":
-    from meanfield.validation import run_as_script
+    from meanfield.studies.validation import run_as_script
 
     run_as_script(__file__)

@@ -3,7 +3,7 @@ plus an O(1/M) interaction excess βk/(a(a+k)M).
 
 System: the linear McKean–Vlasov model dx_i = −a x_i dt − k(x_i − x̄) dt + sqrt(2β) dW_i, d = 1, whose
 mean-field limit has the stationary law ρ = N(0, s∞), s∞ = β/(a+k) (closed form; see check 4). Particles start
-i.i.d. from ρ and run for a time T by Euler–Maruyama; ``meanfield.studies.convergence_in_m`` measures
+i.i.d. from ρ and run for a time T by Euler–Maruyama; ``meanfield.studies.in_memory.convergence_in_m`` measures
 E W2²(μ_M, ρ) over M (exact 1-D W2² to a Gaussian, ``wasserstein_to_law``), and again for M i.i.d. samples
 of ρ (the baseline a system without interaction would reach).
 
@@ -44,12 +44,12 @@ import torch
 from scipy import special
 
 from meanfield import MeanFieldLangevin, simulate
+from meanfield.drift.potentials import Quadratic, QuadraticInteraction
 from meanfield.metrics.wasserstein import Normal
-from meanfield.plotting import figure
-from meanfield.potentials import Quadratic, QuadraticInteraction
-from meanfield.stats import Z
-from meanfield.studies import convergence_in_m
-from meanfield.validation import CheckResult
+from meanfield.studies.in_memory import convergence_in_m
+from meanfield.studies.plotting import figure
+from meanfield.studies.stats import Z
+from meanfield.studies.validation import CheckResult
 
 CLAIM = (
     "Propagation of chaos: E W2²(μ_M, ρ) ≍ log log M/M as for i.i.d. samples, plus the excess βk/(a(a+k)M)"
@@ -218,6 +218,6 @@ def plot(result: CheckResult):
 
 
 if __name__ == "__main__":
-    from meanfield.validation import run_as_script
+    from meanfield.studies.validation import run_as_script
 
     run_as_script(__file__)

@@ -37,11 +37,11 @@ import numpy as np
 import torch
 
 from meanfield import MeanFieldLangevin, simulate
+from meanfield.drift.potentials import GaussianInteraction, Quadratic
 from meanfield.metrics import entropy
-from meanfield.plotting import figure
-from meanfield.potentials import GaussianInteraction, Quadratic
-from meanfield.stats import Z, mean_se
-from meanfield.validation import CheckResult
+from meanfield.studies.plotting import figure
+from meanfield.studies.stats import Z, mean_se
+from meanfield.studies.validation import CheckResult
 
 CLAIM = (
     "Proximal-Gibbs certificate from particles: F(ρ_t) − F* ≤ β·KL(ρ_t ‖ Γ(ρ_t)), both → 0 (convex L, d = 1)"
@@ -179,6 +179,6 @@ def plot(result: CheckResult):
 
 
 if __name__ == "__main__":
-    from meanfield.validation import run_as_script
+    from meanfield.studies.validation import run_as_script
 
     run_as_script(__file__)

@@ -33,10 +33,10 @@ import warnings
 import numpy as np
 import torch
 
-from meanfield.plotting import figure
-from meanfield.stats import Z
-from meanfield.studies import convergence_in_m
-from meanfield.validation import CheckResult
+from meanfield.studies.in_memory import convergence_in_m
+from meanfield.studies.plotting import figure
+from meanfield.studies.stats import Z
+from meanfield.studies.validation import CheckResult
 
 CLAIM = (
     "convergence_in_m's 95 % rate intervals cover a known exponent in 95 % of studies (reference propagated or "
@@ -166,6 +166,6 @@ def plot(result: CheckResult):
 
 
 if __name__ == "__main__":
-    from meanfield.validation import run_as_script
+    from meanfield.studies.validation import run_as_script
 
     run_as_script(__file__)

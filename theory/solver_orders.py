@@ -55,10 +55,10 @@ import torch
 from tqdm.auto import tqdm
 
 from meanfield import SDE, SOLVERS, BrownianIncrements, MeanFieldLangevin, get_solver, simulate
-from meanfield.plotting import figure
-from meanfield.potentials import DoubleWell, Quadratic
-from meanfield.stats import Z, loglog_slope
-from meanfield.validation import CheckResult
+from meanfield.drift.potentials import DoubleWell, Quadratic
+from meanfield.studies.plotting import figure
+from meanfield.studies.stats import Z, loglog_slope
+from meanfield.studies.validation import CheckResult
 
 CLAIM = (
     "every solver's strong/weak order on GBM and OU matches its declared order, and its limit is the Itô law"
@@ -457,6 +457,6 @@ def plot(result: CheckResult):
 
 
 if __name__ == "__main__":
-    from meanfield.validation import run_as_script
+    from meanfield.studies.validation import run_as_script
 
     run_as_script(__file__)

@@ -63,12 +63,12 @@ import torch
 from scipy import integrate, optimize, special
 
 from meanfield import MeanFieldLangevin
-from meanfield.plotting import figure
-from meanfield.potentials import Alignment, Confinement, Interaction, Quadratic
-from meanfield.projections import Sphere
-from meanfield.richardson import coupled_step_sizes, richardson
-from meanfield.stats import Z, jackknife
-from meanfield.validation import CheckResult
+from meanfield.drift.potentials import Alignment, Confinement, Interaction, Quadratic
+from meanfield.drift.projections import Sphere
+from meanfield.stepping.richardson import coupled_step_sizes, richardson
+from meanfield.studies.plotting import figure
+from meanfield.studies.stats import Z, jackknife
+from meanfield.studies.validation import CheckResult
 
 CLAIM = "Sphere: Kuramoto transition at λ = βd/κ = 1 (exact finite M); He₂ teacher–student crossover at λ = βd/4 ≈ 1"
 BROKEN = dict(interaction=False)  # the simulated particles do not interact
@@ -586,6 +586,6 @@ def plot(result: CheckResult):
 
 
 if __name__ == "__main__":
-    from meanfield.validation import run_as_script
+    from meanfield.studies.validation import run_as_script
 
     run_as_script(__file__)

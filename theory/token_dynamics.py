@@ -21,7 +21,7 @@ the metastable plateau (t = 10/λ_{k*}) against the fastest-growing mode k* = ar
 proven: the neighbours k* ± 1 grow almost as fast, so the tolerance is ±1 cluster on the mean over replicas).
 
 C — depth as time: L residual copies of one frozen ParticleAttention layer, x ← x + (T/L)·layer(x) (the network
-code path, ``meanfield.tokens.depth_flow``), against the ODE solved by scipy's DOP853 at rtol 1e-13 from the
+code path, ``meanfield.nn.tokens.depth_flow``), against the ODE solved by scipy's DOP853 at rtol 1e-13 from the
 layer's system (``attention_system``): the error at T falls as L^{−1} (Euler, order 1). Measured: the slope over
 the two finest depths; tolerance twice the change of the slope between the last two pairs of depths (the O(1/L)
 correction of the slope) + 0.02.
@@ -41,9 +41,7 @@ from scipy import integrate
 
 from meanfield import simulate
 from meanfield.nn import ParticleAttention
-from meanfield.plotting import figure
-from meanfield.stats import Z, loglog_slope
-from meanfield.tokens import (
+from meanfield.nn.tokens import (
     SelfAttentionDynamics,
     attention_system,
     count_clusters,
@@ -53,7 +51,9 @@ from meanfield.tokens import (
     growth_rate,
     mean_inner_product,
 )
-from meanfield.validation import CheckResult
+from meanfield.studies.plotting import figure
+from meanfield.studies.stats import Z, loglog_slope
+from meanfield.studies.validation import CheckResult
 
 CLAIM = "Tokens: one cluster at rate 2 (SA) / 2e^β (USA); circle modes grow at k²I_k(β)/β; depth L → ODE at order 1"
 BROKEN = dict(beta_scale=1.25)  # the simulated attention's β is 1.25× the references'
@@ -366,6 +366,6 @@ def plot(result: CheckResult):
 
 
 if __name__ == "__main__":
-    from meanfield.validation import run_as_script
+    from meanfield.studies.validation import run_as_script
 
     run_as_script(__file__)

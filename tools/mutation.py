@@ -7,9 +7,9 @@ oracle. This script runs it per module with a wall-clock budget (mutmut keeps it
 later call continues where the budget stopped it), then counts the results and rewrites the table between the
 ``mutation`` markers of ``docs/testing.md``::
 
-    python tools/mutation.py meanfield.stats meanfield.runs.folder --minutes 20   # run, then the table
+    python tools/mutation.py meanfield.studies.stats meanfield.runs.folder --minutes 20   # run, then the table
     python tools/mutation.py --table                                              # the table from mutants/
-    python tools/mutation.py --survivors meanfield.stats                          # what survived, to read
+    python tools/mutation.py --survivors meanfield.studies.stats                          # what survived, to read
     python tools/mutation.py --sample 30 --minutes 60                              # every module, sampled
     python tools/mutation.py --holdout 10 --after 40 --minutes 45                  # a fresh held-out sample
 
@@ -106,7 +106,7 @@ def _cuda_available() -> bool:
 
 
 def _function(name: str) -> str:
-    """The mutated function of a mutant name: ``meanfield.stats.x_holm__mutmut_3`` → ``x_holm``."""
+    """The mutated function of a mutant name: ``meanfield.studies.stats.x_holm__mutmut_3`` → ``x_holm``."""
     return name.rsplit(".", 1)[1].rsplit("__mutmut_", 1)[0]
 
 
@@ -253,10 +253,53 @@ def _commit() -> str:
     return head + ("+dirty" if dirty else "")
 
 
+# modules moved since their mutants were first ranked (issue 49's layout): a mutant is ranked by the digest of its
+# name under the module's first name, so that a move keeps every module's sample and held-out sample the same mutants
+FIRST_NAMES = {
+    "meanfield.drift.pairwise": "meanfield.pairwise",
+    "meanfield.drift.phase_space": "meanfield.kinetic",
+    "meanfield.drift.potentials": "meanfield.potentials",
+    "meanfield.drift.projections": "meanfield.projections",
+    "meanfield.drift.resolution": "meanfield.resolution",
+    "meanfield.drift.schedules": "meanfield.schedules",
+    "meanfield.drift.systems": "meanfield.systems",
+    "meanfield.metrics.free_energy": "meanfield.free_energy",
+    "meanfield.nn.tokens": "meanfield.tokens",
+    "meanfield.optim.step_stats": "meanfield.optim.stats",
+    "meanfield.runs._workers": "meanfield._workers",
+    "meanfield.runs.schema": "meanfield.runs.config",
+    "meanfield.runs.sweeps": "meanfield.sweeps",
+    "meanfield.stepping._background": "meanfield._background",
+    "meanfield.stepping.brownian": "meanfield.brownian",
+    "meanfield.stepping.captured": "meanfield.captured",
+    "meanfield.stepping.richardson": "meanfield.richardson",
+    "meanfield.stepping.sharded": "meanfield.distributed",
+    "meanfield.stepping.simulate": "meanfield.simulate",
+    "meanfield.stepping.solvers.base": "meanfield.solvers.base",
+    "meanfield.stepping.solvers.euler": "meanfield.solvers.euler",
+    "meanfield.stepping.solvers.splittings": "meanfield.solvers.kinetic",
+    "meanfield.stepping.solvers.torchsde": "meanfield.solvers.torchsde",
+    "meanfield.studies.figures": "meanfield.figures",
+    "meanfield.studies.in_memory": "meanfield.studies",
+    "meanfield.studies.plotting": "meanfield.plotting",
+    "meanfield.studies.stats": "meanfield.stats",
+    "meanfield.studies.validation": "meanfield.validation",
+}
+
+
+def first_name(name: str) -> str:
+    """A mutant's name with its module's first name (``meanfield.drift.systems.x`` → ``meanfield.systems.x``)."""
+    for new in sorted(FIRST_NAMES, key=len, reverse=True):
+        if name.startswith(new + "."):
+            return FIRST_NAMES[new] + name[len(new) :]
+    return name
+
+
 def sample(names: list[str] | dict[str, str], k: int, offset: int = 0) -> list[str]:
-    """The names ranked ``offset + 1 … offset + k`` by SHA-256 digest (fewer where there are fewer): a fixed random
-    sample; ``offset = 0`` the ``k`` smallest digests, ``offset = K`` the held-out sample beyond the ``K``-sample."""
-    ranked = sorted(names, key=lambda name: hashlib.sha256(name.encode()).hexdigest())
+    """The names ranked ``offset + 1 … offset + k`` by SHA-256 digest of their ``first_name`` (fewer where there
+    are fewer): a fixed random sample; ``offset = 0`` the ``k`` smallest digests, ``offset = K`` the held-out sample
+    beyond the ``K``-sample."""
+    ranked = sorted(names, key=lambda name: hashlib.sha256(first_name(name).encode()).hexdigest())
     return ranked[offset : offset + k]
 
 
@@ -286,7 +329,7 @@ def wilson(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float,
 
 
 def run_mutmut(names: list[str], minutes: float, children: int) -> float:
-    """``mutmut run NAME…`` (mutant names or patterns such as ``meanfield.stats.*``) for at most ``minutes`` of
+    """``mutmut run NAME…`` (mutant names or patterns such as ``meanfield.studies.stats.*``) for at most ``minutes`` of
     wall clock; returns the seconds it ran."""
     # one thread per test process: mutmut forks its workers from a process that has run torch, and a fork of a
     # live OpenMP pool hangs in the child (every such mutant would time out); --children gives the parallelism
@@ -452,7 +495,7 @@ def documented() -> str | None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "modules", nargs="*", help="dotted module names (meanfield.stats, meanfield.runs.folder)"
+        "modules", nargs="*", help="dotted module names (meanfield.studies.stats, meanfield.runs.folder)"
     )
     parser.add_argument(
         "--minutes",

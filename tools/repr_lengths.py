@@ -13,7 +13,7 @@ import torch
 
 import meanfield as mf
 from meanfield.metrics.wasserstein import Normal, wasserstein
-from meanfield.sweeps import SweepTable, summarize
+from meanfield.runs.sweeps import SweepTable, summarize
 
 
 def objects() -> dict[str, object]:

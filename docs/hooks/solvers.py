@@ -1,6 +1,6 @@
 """mkdocs hook: the solver table of ``docs/solvers.md``, read from the solvers themselves.
 
-The line ``<!-- solver-table -->`` on a page becomes a table of every solver ``meanfield.solvers.get_solver``
+The line ``<!-- solver-table -->`` on a page becomes a table of every solver ``meanfield.stepping.solvers.get_solver``
 knows (``SOLVERS`` and the kinetic ``SPLITTINGS``): its calculus, its strong and weak order per noise type
 (the ``strong_orders`` / ``weak_orders`` each solver declares, which ``Solver.strong_order(noise)`` returns
 and ``tests/test_orders.py`` measures), the Lévy area it needs and whether it accepts Rademacher noise. The
@@ -20,8 +20,8 @@ def _order(value) -> str:
 
 
 def solver_table() -> str:
-    from meanfield.solvers import SOLVERS, SPLITTINGS, get_solver
-    from meanfield.solvers.torchsde import TORCHSDE_METHODS
+    from meanfield.stepping.solvers import SOLVERS, SPLITTINGS, get_solver
+    from meanfield.stepping.solvers.torchsde import TORCHSDE_METHODS
 
     rows = [
         "| name | class | calculus | strong order (additive / diagonal / general) "

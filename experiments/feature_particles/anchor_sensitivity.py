@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import report as _report  # noqa: E402  (the page's report: cells, crossing, the bootstrap, the uniform level)
 
-from meanfield.stats import paired_difference  # noqa: E402
+from meanfield.studies.stats import paired_difference  # noqa: E402
 
 RESULTS = _report.RESULTS
 ANCHORS = (1e-5, 3e-5, 1e-4, 3e-4)

@@ -11,7 +11,7 @@ every M. *Coupled initialisations*: replicate r draws one i.i.d. sequence of M_m
 M-particle network starts from its first M (so every smaller network's particles are a subset of the larger
 one's). The reference is one network of M_ref = 16·M_max particles from an independent draw.
 
-Measured through :func:`meanfield.studies.convergence_in_m` (least-squares slope of log mean on log M,
+Measured through :func:`meanfield.studies.in_memory.convergence_in_m` (least-squares slope of log mean on log M,
 bootstrap percentile CI over the replicates):
 
 - the **loss excess** ``E L_M(T) − L_ref(T)`` (a custom metric of the trained cloud);
@@ -66,7 +66,7 @@ from meanfield._io import json_clean, write_atomic, write_json_atomic
 from meanfield.metrics.wasserstein import w2_squared
 from meanfield.nn import FeatureParticles
 from meanfield.optim import Langevin
-from meanfield.studies import convergence_in_m
+from meanfield.studies.in_memory import convergence_in_m
 
 D, K, N_TRAIN, N_TEST, BATCH, LR, A = 16, 2, 4096, 2048, 256, 0.5, 4.0
 PRESETS = {
@@ -239,7 +239,7 @@ def offset_law_fit(
     Weighted least squares of the means per M (weights 1/SE², SE of the replicates); with ``references``
     (``R ≥ 2`` independent reference values) their mean is one more point (weight 1/SE_ref²), at ``M_ref``:
     the law is explicit, so a reference of finite size is placed where it is (``M_ref = ∞``: on the limit, as
-    the ``"reference"`` estimator of :func:`meanfield.studies.convergence_in_m` does). For a given M0 the
+    the ``"reference"`` estimator of :func:`meanfield.studies.in_memory.convergence_in_m` does). For a given M0 the
     fit is linear in ``(L_∞, c)``; M0 is profiled on a grid of ``u = log((M_min + M0)/M_min)`` (uniform, from
     ``M0 = −0.999 M_min`` to ``100 M_max``), then refined by bounded Brent (the point estimate) or by the
     parabola through the three grid points around the minimum (the bootstrap draws).
@@ -362,7 +362,7 @@ def analyse(
 ) -> dict:
     """Every rate estimate of one (d, β) of the scan from the replicate losses ``values (K, reps)`` and the
     ``R`` reference losses ``references (R,)``: the exponent by each of :data:`SCAN_ESTIMATORS`
-    (:func:`meanfield.studies.convergence_in_m` on the test MSE as ``quantity``), and the laws
+    (:func:`meanfield.studies.in_memory.convergence_in_m` on the test MSE as ``quantity``), and the laws
     ``c/(M + M0)`` against ``c/M`` without and with the references at ``M_ref`` (:func:`offset_law_fit`)."""
     Ms = [int(M) for M in Ms]
     v = torch.as_tensor(np.asarray(values, dtype=float))  # (K, reps)

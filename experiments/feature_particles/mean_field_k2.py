@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from meanfield.validation import load_check
+from meanfield.studies.validation import load_check
 
 ft = load_check(Path(__file__).resolve().parents[2] / "theory" / "feature_transition.py")
 GRID = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1)

@@ -10,13 +10,13 @@ its resolved ``config.toml``, never from its folder name; the wall clock of a ta
 start (``environment.json`` ``started``) and duration (``summary.json`` ``wall_clock_s``, or ``wall_time_s``
 where a run did not record it), see :func:`wall_clock`. Means carry Student-t 95 % intervals over
 the seeds; paired comparisons use the same seeds (same data, initialisation and batch order) and the paired
-t-test (:func:`meanfield.stats.paired_difference`). Test MSEs span orders of magnitude, so arms are compared
+t-test (:func:`meanfield.studies.stats.paired_difference`). Test MSEs span orders of magnitude, so arms are compared
 on ``log10`` test MSE (a difference of −1 is a 10× smaller error), and each MSE column has, beside the
 arithmetic mean, the geometric mean with the t interval of ``ln MSE`` mapped back
-(:func:`meanfield.stats.log_interval`). Every paired cell also carries its p-value adjusted by Holm's
-step-down procedure over the paired cells of the same table (:func:`meanfield.stats.holm`) and ``δ80``, the
+(:func:`meanfield.studies.stats.log_interval`). Every paired cell also carries its p-value adjusted by Holm's
+step-down procedure over the paired cells of the same table (:func:`meanfield.studies.stats.holm`) and ``δ80``, the
 smallest difference the same test with the same pairs detects with 80 % power at α = 0.05 at the observed
-paired sd (:func:`meanfield.stats.detectable_difference`, noncentral t).
+paired sd (:func:`meanfield.studies.stats.detectable_difference`, noncentral t).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from meanfield.config import load_toml
-from meanfield.stats import HolmFamily, PairedDifference, log_interval, paired_difference, t_interval
+from meanfield.studies.stats import HolmFamily, PairedDifference, log_interval, paired_difference, t_interval
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -365,7 +365,7 @@ N_BOOT = 2000
 
 def theory_module():
     """``theory/feature_transition.py`` (the mean-field law of the single-index teacher), imported by path."""
-    from meanfield.validation import load_check
+    from meanfield.studies.validation import load_check
 
     return load_check(HERE.parents[1] / "theory" / "feature_transition.py")
 
@@ -1010,7 +1010,7 @@ def convergence_table(name: str = "convergence") -> tuple[str, dict]:
 
 def bootstrap_slope(Ms, values, n_boot: int = 2000, seed: int = 0) -> tuple[float, float, float]:
     """Least-squares slope of log mean on log M and its 95 % bootstrap percentile interval (replicates
-    resampled within each M) as in :func:`meanfield.studies.convergence_in_m`, except that resamples with a
+    resampled within each M) as in :func:`meanfield.studies.in_memory.convergence_in_m`, except that resamples with a
     mean ≤ 0 are dropped instead of clamped."""
     x = np.log(np.asarray(Ms, dtype=float))
     v = np.asarray(values, dtype=float)  # (K, reps)
@@ -1034,7 +1034,7 @@ def figures(lam: dict, conv: dict) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from meanfield.plotting import figure, page_layout
+    from meanfield.studies.plotting import figure, page_layout
 
     ASSETS.mkdir(parents=True, exist_ok=True)
     if lam.get("curves"):
@@ -1231,7 +1231,7 @@ def _slope_cell(slope: float | None, ci: list | None) -> str:
 def convergence_scan_tables() -> str:
     """The scan in d (``convergence.py --preset scan``, ``run_all.sh convergence_scan``): per d and β the loss
     excess at each M against the R references, the exponent by every estimator of
-    :func:`meanfield.studies.convergence_in_m`, the nested laws ``L_∞ + c/(M + M0)`` vs ``L_∞ + c/M``
+    :func:`meanfield.studies.in_memory.convergence_in_m`, the nested laws ``L_∞ + c/(M + M0)`` vs ``L_∞ + c/M``
     (reference-free, and with the references as a point at M_ref), and the 1/M constant against what i.i.d.
     sampling of the references' laws gives and against the networks' spread."""
     import convergence  # experiments/feature_particles/convergence.py (HERE is on sys.path when run as a script)

@@ -34,8 +34,8 @@ from scipy.optimize import brentq
 import meanfield as mf
 from meanfield.nn import FeatureParticles
 from meanfield.optim.layers import param_groups_for
-from meanfield.plotting import figure, save
 from meanfield.seeds import derive_seed
+from meanfield.studies.plotting import figure, save
 
 C, LAM, BETA = 2.0, 1.0, 0.1
 M, SEEDS, ETA, T = 2000, 8, 0.01, 6.0

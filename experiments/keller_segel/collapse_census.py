@@ -3,9 +3,9 @@
 2-D Keller–Segel (``MeanFieldLangevin(Quadratic(0), LogInteraction(−χ), beta=1)``, x_i ~ N(0, I₂)), B = 8
 replicas, dt = 1e-3, t ≤ 2, the state looked at every 16 steps (simulate's ``collapse_every``). Per χ and M:
 when the closest pair first fell below r⋆ = sqrt(2χ·dt/M) (the distance below which one step moves a pair by
-more than its separation, :mod:`meanfield.resolution`), the most pairs below r⋆ at one look, and when that
+more than its separation, :mod:`meanfield.drift.resolution`), the most pairs below r⋆ at one look, and when that
 count first reached M/4 (the rule ``simulate`` uses), each as the range over the replicas. Then the cost of one
-look (:func:`meanfield.resolution.close_pairs`) against one evaluation of the interaction's drift
+look (:func:`meanfield.drift.resolution.close_pairs`) against one evaluation of the interaction's drift
 (``LogInteraction.mean_field_grad``), float64, d = 2, one thread, the median of 21 calls each.
 
     python experiments/keller_segel/collapse_census.py   # writes results/census.md (a few CPU-minutes)
@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 
 import meanfield as mf
-from meanfield.potentials import LogInteraction, Quadratic
-from meanfield.resolution import close_pairs
+from meanfield.drift.potentials import LogInteraction, Quadratic
+from meanfield.drift.resolution import close_pairs
 
 CASES = ((2.0, 100), (3.5, 100), (6.0, 100), (3.5, 400), (6.0, 400))  # χ_c = 4β·M/(M − 1) ≈ 4.04, 4.01
 B, DT, T1, EVERY = 8, 1e-3, 2.0, 16

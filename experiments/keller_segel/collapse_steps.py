@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 
 import meanfield as mf
-from meanfield.potentials import LogInteraction, Quadratic
-from meanfield.resolution import CollapseWarning
+from meanfield.drift.potentials import LogInteraction, Quadratic
+from meanfield.drift.resolution import CollapseWarning
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from meanfield._io import write_text_atomic
 from meanfield.config import load_toml
-from meanfield.stats import t_interval
+from meanfield.studies.stats import t_interval
 from meanfield.tasks.mean_field import stationary_variance
 
 HERE = Path(__file__).resolve().parent

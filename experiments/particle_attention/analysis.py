@@ -27,7 +27,7 @@ import torch
 from meanfield import data as _data
 from meanfield.metrics import lm as _lm
 from meanfield.runs import find_runs, load_model
-from meanfield.stats import interval_text
+from meanfield.studies.stats import interval_text
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

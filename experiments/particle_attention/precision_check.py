@@ -5,7 +5,7 @@ uses it; otherwise keep fp32").
 For each seed, one arm of ``scale.toml`` is trained twice, identically but for the alternative (same
 initialisation, batch order and noise streams: the seed fixes them all): once with the built-in ``lm`` task in
 float32, once through ``fast_lm.py`` (``model.autocast = "bf16"`` or ``model.compile = true``). Compared, paired
-by seed (``meanfield.stats.paired_difference``):
+by seed (``meanfield.studies.stats.paired_difference``):
 
 - the final validation loss (the study's primary metric; evaluated in float32 in both runs);
 - the training loss averaged over the last third of the logged curve;
@@ -48,7 +48,7 @@ sys.path.insert(0, str(HERE))  # fast_lm
 import fast_lm  # noqa: E402
 
 from meanfield.runs import run  # noqa: E402
-from meanfield.stats import paired_difference  # noqa: E402
+from meanfield.studies.stats import paired_difference  # noqa: E402
 
 CONFIG = HERE / "scale.toml"
 RESULTS = HERE / "results" / "scale"

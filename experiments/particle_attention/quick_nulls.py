@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from meanfield.config import load_toml
-from meanfield.stats import paired_difference
+from meanfield.studies.stats import paired_difference
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

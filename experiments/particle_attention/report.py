@@ -8,13 +8,13 @@ Every number comes from ``results/<sweep>/<point>/summary.json`` (final metrics)
 first third of training). A run's values (β, heads, seed) come from its resolved ``config.toml``, never from
 its folder name. Paired comparisons pair runs by seed (same data, initialisation and batch order).
 
-Statistics (``meanfield.stats``): ``a ± h`` is a mean over seeds with ``h`` the half-width of its 95 %
+Statistics (``meanfield.studies.stats``): ``a ± h`` is a mean over seeds with ``h`` the half-width of its 95 %
 Student-t interval (df = n − 1). A paired cell is the mean paired difference, its 95 % t interval
 (df = pairs − 1), the two-sided paired t-test's p, that p adjusted by Holm's step-down procedure over the
-paired comparisons of the same table (:func:`meanfield.stats.holm`), and ``δ80``, the smallest difference
+paired comparisons of the same table (:func:`meanfield.studies.stats.holm`), and ``δ80``, the smallest difference
 the same test with the same pairs detects with 80 % power at α = 0.05 if the paired sd is the observed one
-(:func:`meanfield.stats.detectable_difference`, noncentral t). The power table adds the seeds a difference of
-0.01 nats needs (:func:`meanfield.stats.pairs_needed`).
+(:func:`meanfield.studies.stats.detectable_difference`, noncentral t). The power table adds the seeds a difference of
+0.01 nats needs (:func:`meanfield.studies.stats.pairs_needed`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,14 @@ import numpy as np
 
 from meanfield import config as _config
 from meanfield.runs import find_runs
-from meanfield.stats import HolmFamily, PairedDifference, holm, paired_difference, pairs_needed, t_interval
+from meanfield.studies.stats import (
+    HolmFamily,
+    PairedDifference,
+    holm,
+    paired_difference,
+    pairs_needed,
+    t_interval,
+)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -598,7 +605,7 @@ def main() -> None:
         "seeds both arms ran, its 95 % t interval (df = pairs − 1), the two-sided paired t-test's p, that p "
         "adjusted by Holm's step-down procedure over the paired cells of the same table, and the smallest "
         "difference the same test with the same pairs detects with 80 % power at α = 0.05 if the paired sd is "
-        "the observed one (noncentral t; `meanfield.stats`).",
+        "the observed one (noncentral t; `meanfield.studies.stats`).",
         "### Validation loss (quick sweep: tiny-shakespeare characters, 2 × 64, ctx 64, batch 12, 1500 steps)",
         main_table(arms),
         "### Half the particles dropped and 10 % of the input corrupted (Δ = loss − undamaged loss, nats)",

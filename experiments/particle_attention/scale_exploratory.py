@@ -53,7 +53,7 @@ from scipy import stats as _scipy
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale_report as _primary  # noqa: E402  (the sibling script: load, paired, _spread, cost, load_draws)
 
-from meanfield.stats import holm, interval_text, t_interval  # noqa: E402
+from meanfield.studies.stats import holm, interval_text, t_interval  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SCALE = HERE / "results" / "scale"
@@ -328,8 +328,8 @@ def figure(runs: dict[str, dict[int, dict]], path: Path) -> bool:
 
     if sum(len(runs.get(arm, {})) >= 2 for arm, _ in CURVE) < MIN_FIGURE_ARMS:
         return False
-    from meanfield.plotting import figure as panels_figure
-    from meanfield.plotting import page_layout
+    from meanfield.studies.plotting import figure as panels_figure
+    from meanfield.studies.plotting import page_layout
 
     with page_layout():  # two panels a row at the page's width, 11-pt text (docs: readable at ≥ 9 pt)
         fig, axes = panels_figure(ncols=4)

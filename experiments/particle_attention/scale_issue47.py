@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale_lr as _lr  # noqa: E402
 import scale_report as _primary  # noqa: E402  (load, paired, tests, load_draws)
 
-from meanfield.stats import holm  # noqa: E402
+from meanfield.studies.stats import holm  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SCALE = HERE / "results" / "scale"

@@ -31,7 +31,7 @@ from pathlib import Path
 from scipy import stats as _scipy
 
 from meanfield import config as _config
-from meanfield.stats import holm, paired_difference
+from meanfield.studies.stats import holm, paired_difference
 
 HERE = Path(__file__).resolve().parent
 SCALE = HERE / "results" / "scale"

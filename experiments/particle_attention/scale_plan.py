@@ -26,7 +26,7 @@ sys.path.insert(0, str(HERE))
 
 import report  # noqa: E402  (the page's loader: runs by seed, values from config.toml)
 
-from meanfield.stats import paired_difference, pairs_needed  # noqa: E402
+from meanfield.studies.stats import paired_difference, pairs_needed  # noqa: E402
 
 OUT = HERE / "results" / "scale" / "plan.md"
 BENCH = HERE.parents[1] / "benchmarks" / "results"
@@ -147,7 +147,7 @@ def main() -> None:
         "",
         "*paired sd: the sd of the per-seed differences (ddof = 1) of the validation loss at the last step "
         "(P6: of the drop-half gap, which is not used to size the study). Seeds: "
-        "`meanfield.stats.pairs_needed(0.01, sd)`, noncentral t, two-sided α = 0.05, 80 % power.*",
+        "`meanfield.studies.stats.pairs_needed(0.01, sd)`, noncentral t, two-sided α = 0.05, 80 % power.*",
         "",
         "By the rule (the largest over the validation-loss primaries, at least 8):",
         "",

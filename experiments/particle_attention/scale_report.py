@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from meanfield import config as _config
-from meanfield.stats import (
+from meanfield.studies.stats import (
     PairedDifference,
     detectable_difference,
     holm,

@@ -27,9 +27,9 @@ import torch
 from meanfield._io import write_json_atomic, write_text_atomic
 from meanfield.metrics.wasserstein import w2
 from meanfield.nn import ParticleAttention
-from meanfield.plotting import figure, save
-from meanfield.stats import loglog_slope, t_interval
-from meanfield.tokens import depth_flow
+from meanfield.nn.tokens import depth_flow
+from meanfield.studies.plotting import figure, save
+from meanfield.studies.stats import loglog_slope, t_interval
 
 HERE = Path(__file__).resolve().parent
 PRESETS = {

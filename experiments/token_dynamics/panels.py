@@ -21,14 +21,14 @@ import torch
 
 from meanfield import simulate
 from meanfield._io import write_json_atomic
-from meanfield.plotting import figure, save
-from meanfield.tokens import (
+from meanfield.nn.tokens import (
     SelfAttentionDynamics,
     count_clusters,
     fastest_mode,
     growth_rate,
     mean_inner_product,
 )
+from meanfield.studies.plotting import figure, save
 
 HERE = Path(__file__).resolve().parent
 PRESETS = {

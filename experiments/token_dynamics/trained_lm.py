@@ -12,9 +12,9 @@ blocks of tiny-shakespeare (the first ``blocks`` blocks of ``block`` characters 
 The clustering of a cloud is measured on its *unit* tokens ``u_i = LN₀(x_i)/√d`` (layer norm without its gain:
 centred over the features, unit length; what the next block's LN sees, before its gain):
 
-- ``‖ū‖² = 1/n² Σ_ij ⟨u_i, u_j⟩`` (:func:`meanfield.tokens.mean_inner_product`; 1 at a single cluster,
+- ``‖ū‖² = 1/n² Σ_ij ⟨u_i, u_j⟩`` (:func:`meanfield.nn.tokens.mean_inner_product`; 1 at a single cluster,
   ≈ 1/n for n independent uniform directions) and the mean pairwise cosine ``(n‖ū‖² − 1)/(n − 1)``;
-- the number of clusters: connected components of ``|u_i − u_j| < r`` (:func:`meanfield.tokens.count_clusters`,
+- the number of clusters: connected components of ``|u_i − u_j| < r`` (:func:`meanfield.nn.tokens.count_clusters`,
   ``r = 0.5``, i.e. cosine > 0.875; at the embedding, pairs of *different* characters lie at distance ≳ 1 and
   repeats of one character mostly below 0.5: the distance quantiles are recorded, and the number of distinct
   characters per block is the reference count);
@@ -24,15 +24,15 @@ Measured:
 
 1. the residual stream: after the embedding and after every block (depth profile);
 2. the attention-only flow of every trained layer: the token ODE ``ẋ = V_θ(x)`` of the frozen layer
-   (:func:`meanfield.tokens.attention_system`; the MHA baseline through its equal particle model,
+   (:func:`meanfield.nn.tokens.attention_system`; the MHA baseline through its equal particle model,
    :func:`meanfield.metrics.lm.as_particle_model`: ``W_O^j = H·W_outᵀ[j]``), started from that layer's real inputs
    ``LN₁(x^ℓ)`` (:func:`meanfield.nn.transformer.attention_inputs`) and integrated by Euler with ``Δt = 1/16``
    (the network ``depth_flow`` with ``L = 16·T``) to T = 16. Two versions: in R^d (the ODE as it is; the token
    norms grow, recorded as ``norm_ratio``) and on the sphere (the LN idealisation: tokens held at the radius
    ``r`` of their inputs, i.e. unit tokens with ``β' = β·r²``, ``r² = `` the mean ``|LN₁(x)|²``). The trained
    network's own attention step is ``T = 1`` with one Euler step (``net_step``).
-3. M: mean ± 95 % t-interval over the seeds (:func:`meanfield.stats.t_interval`) and paired differences
-   against M = 8 (:func:`meanfield.stats.paired_difference`, paired by seed: same data, initialisation stream
+3. M: mean ± 95 % t-interval over the seeds (:func:`meanfield.studies.stats.t_interval`) and paired differences
+   against M = 8 (:func:`meanfield.studies.stats.paired_difference`, paired by seed: same data, initialisation stream
    and batch order).
 """
 
@@ -51,12 +51,12 @@ from meanfield import data as _data
 from meanfield._io import json_clean, write_json_atomic, write_text_atomic
 from meanfield.metrics.diversity import effective_rank
 from meanfield.metrics.lm import as_particle_model
+from meanfield.nn.tokens import SelfAttentionDynamics, attention_system, count_clusters, mean_inner_product
 from meanfield.nn.transformer import attention_inputs
-from meanfield.plotting import figure, save
 from meanfield.runs import find_runs, load_model
-from meanfield.simulate import simulate
-from meanfield.stats import paired_difference, t_interval
-from meanfield.tokens import SelfAttentionDynamics, attention_system, count_clusters, mean_inner_product
+from meanfield.stepping.simulate import simulate
+from meanfield.studies.plotting import figure, save
+from meanfield.studies.stats import paired_difference, t_interval
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

@@ -52,7 +52,7 @@ from scipy.spatial.distance import cdist
 
 from .._checks import check_finite, check_finite_tensor, check_int, check_positive
 from .._display import fields_html, html_block, number, shortlist
-from ..pairwise import DENSE_MAX_ELEMENTS, cost_matrix, resolve_backend, softmin, softmin_from_cost
+from ..drift.pairwise import DENSE_MAX_ELEMENTS, cost_matrix, resolve_backend, softmin, softmin_from_cost
 from ..seeds import resolve_generator
 
 __all__ = [
@@ -339,7 +339,7 @@ class SinkhornResult:
         iterations: Sinkhorn updates made (four soft-minima each while annealing, six at the target ε).
         converged: whether the marginals met ``tol`` (L1) at the target ε; ``None`` with ``tol=None`` (the
             ε-scaling schedule only, as GeomLoss).
-        backend: ``"torch"`` or ``"keops"`` ([`meanfield.pairwise`][meanfield.pairwise]).
+        backend: ``"torch"`` or ``"keops"`` ([`meanfield.drift.pairwise`][meanfield.drift.pairwise]).
     """
 
     divergence: torch.Tensor
@@ -544,7 +544,7 @@ def sinkhorn_divergence(
     (unbalanced OT): each update is damped by $1/(1 + \varepsilon/\rho)$ and
     $S = \langle a, (\rho + \varepsilon/2)(e^{-f_{aa}/\rho} - e^{-f_{ba}/\rho})\rangle + \langle b, (\rho + \varepsilon/2)(e^{-g_{bb}/\rho} - e^{-g_{ab}/\rho})\rangle$.
 
-    The pairwise reductions ([`meanfield.pairwise.softmin`][meanfield.pairwise.softmin]) run blocked in torch or in KeOps, memory
+    The pairwise reductions ([`meanfield.drift.pairwise.softmin`][meanfield.drift.pairwise.softmin]) run blocked in torch or in KeOps, memory
     ``O(n)``; the computation is in the inputs' dtype (float32 is about twice as fast as float64 and agrees
     with it to ~1e-5 relative).
 
@@ -561,7 +561,7 @@ def sinkhorn_divergence(
         tol: the stopping tolerance at the target ε: the largest L1 error of the three plans' marginals
             ([`SINKHORN_TOL`][meanfield.metrics.wasserstein.SINKHORN_TOL]); ``None``: the annealing schedule only, as GeomLoss.
         max_iter: the most updates in all (``converged`` is ``False`` if reached).
-        backend: ``"auto"``, ``"torch"`` or ``"keops"`` ([`meanfield.pairwise.resolve_backend`][meanfield.pairwise.resolve_backend]).
+        backend: ``"auto"``, ``"torch"`` or ``"keops"`` ([`meanfield.drift.pairwise.resolve_backend`][meanfield.drift.pairwise.resolve_backend]).
 
     Returns:
         [`SinkhornResult`][meanfield.metrics.wasserstein.SinkhornResult].

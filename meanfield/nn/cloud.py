@@ -12,7 +12,7 @@ $$
 Its gradient is $\partial E/\partial x_i = (1/M)(\nabla V(x_i) + k(x_i - \bar{x}))$, so [`Langevin`][meanfield.optim.langevin.Langevin] with an SGD
 drift, ``n_particles = M`` (the ×M scaling) and time step $\operatorname{lr} = \eta$ makes the Euler–Maruyama step of the
 McKean–Vlasov particle system ``MeanFieldLangevin(V, QuadraticInteraction(k), β)``:
-$x_i \leftarrow x_i - \eta(\nabla V(x_i) + k(x_i - \bar{x})) + \sqrt{2\beta \eta} \xi_i$ — the same chain as [`meanfield.simulate`][meanfield.simulate], now a
+$x_i \leftarrow x_i - \eta(\nabla V(x_i) + k(x_i - \bar{x})) + \sqrt{2\beta \eta} \xi_i$ — the same chain as [`meanfield.simulate`][meanfield.stepping.simulate.simulate], now a
 ``meanfield run`` with a run folder, checkpoints, sweeps, and particles sharded over ranks (the energy needs only
 averages, which [`meanfield.nn.sharded`][meanfield.nn.sharded] all-reduces).
 """
@@ -23,8 +23,8 @@ import torch
 from torch import nn
 
 from meanfield._checks import check_finite, check_int
+from meanfield.drift.potentials import Confinement
 from meanfield.nn.particles import ParticleLayer, check_float_dtype
-from meanfield.potentials import Confinement
 
 __all__ = ["ParticleCloud"]
 
@@ -35,7 +35,7 @@ class ParticleCloud(ParticleLayer):
     Args:
         n_particles: ``M``.
         d: the dimension.
-        confinement: ``V`` (a [`Confinement`][meanfield.potentials.Confinement]).
+        confinement: ``V`` (a [`Confinement`][meanfield.drift.potentials.Confinement]).
         k: interaction strength (``k > 0`` attracts to the centre of mass).
         init_scale: the initial particles are ``N(0, init_scale² I)``.
         generator: random generator of the initial particles (``None``: torch's global one).
@@ -65,7 +65,7 @@ class ParticleCloud(ParticleLayer):
         check_float_dtype(dtype)
         M, d = check_int("n_particles", n_particles), check_int("d", d)
         if not isinstance(confinement, Confinement):
-            raise TypeError(f"confinement must be a meanfield.potentials.Confinement, got {confinement!r}")
+            raise TypeError(f"confinement must be a meanfield.drift.potentials.Confinement, got {confinement!r}")
         self.confinement, self.k, self.d = confinement, check_finite("k", k), d
         scale = check_finite("init_scale", init_scale)
         self.x = nn.Parameter(

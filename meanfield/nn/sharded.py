@@ -116,7 +116,7 @@ def shard_particles(model: nn.Module) -> nn.Module:
     """Split every particle layer of ``model`` over the ranks of the default process group, in place.
 
     Each [`ParticleLayer`][meanfield.nn.particles.ParticleLayer] keeps the rows ``[start, stop)`` of its stacked parameters
-    (`meanfield.distributed.shard_range`: ``M`` must be a multiple of the number of ranks), gets a
+    (`meanfield.stepping.sharded.shard_range`: ``M`` must be a multiple of the number of ranks), gets a
     ``particle_shard`` attribute ([`ParticleShard`][meanfield.nn.sharded.ParticleShard]) and hooks that make its output the average over all
     ``M`` particles (module docstring). Build the model identically on every rank first (same seed), and the
     optimizer after this call ([`meanfield.optim.Langevin.param_groups_for`][meanfield.optim.langevin.Langevin.param_groups_for] reads the shards). Without a
@@ -128,7 +128,7 @@ def shard_particles(model: nn.Module) -> nn.Module:
     Raises:
         ValueError: a layer's ``M`` is not a multiple of the number of ranks, or the model is already sharded.
     """
-    from meanfield.distributed import shard_range
+    from meanfield.stepping.sharded import shard_range
 
     world, rank = _world()
     if world == 1:

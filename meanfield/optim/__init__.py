@@ -11,8 +11,8 @@ $$
   coordinate: preconditioned Langevin; for a group with noise the defaults are $\beta_1 = 0$, so $\hat{m} = g$,
   the RMSprop-preconditioned drift of pSGLD, and $\varepsilon = 1$, so $\eta_{\mathrm{eff}} \le \operatorname{lr}$),
 - ``M`` is the number of particles of the group (the mean-field scaling, below),
-- $\beta_t$ is the temperature at step ``t`` (a number or a schedule from [`meanfield.schedules`][meanfield.schedules]),
-- $\Pi$ is an optional projection ([`Clip`][meanfield.projections.Clip], [`Sphere`][meanfield.projections.Sphere], or a particle layer's own ``project_``).
+- $\beta_t$ is the temperature at step ``t`` (a number or a schedule from [`meanfield.drift.schedules`][meanfield.drift.schedules]),
+- $\Pi$ is an optional projection ([`Clip`][meanfield.drift.projections.Clip], [`Sphere`][meanfield.drift.projections.Sphere], or a particle layer's own ``project_``).
 
 Groups without noise (embeddings, norms) take the plain SGD/Adam step $\theta \leftarrow \theta - \eta_{\mathrm{eff}} \odot g$.
 
@@ -79,13 +79,14 @@ background thread while the caller's thread applies the drift (the numbers drawn
 **Layout.** One module per job: `langevin` (the optimizer: param groups, the order of
 a step, checkpoints), `drift` (SGD; Adam and its preconditioner),
 `noise` (the draw, counter-based blocks, the background draw), `stats`
-([`LangevinStats`][meanfield.optim.stats.LangevinStats]), `conventions` (drift rules, temperature conventions, defaults,
+([`LangevinStats`][meanfield.optim.step_stats.LangevinStats]), `conventions` (drift rules, temperature conventions, defaults,
 [`momentum_variance_factor`][meanfield.optim.conventions.momentum_variance_factor]), `groups` (a group's options),
 `buckets` (the flat layout), `layers` (the groups of a model with
 particle layers); `kinetic` ([`KineticLangevin`][meanfield.optim.kinetic.KineticLangevin]: kinetic Langevin, BAOAB steps with
 a velocity per parameter; heavy-ball momentum SGD at β = 0).
 """
 
+from meanfield.drift.projections import Clip, Projection, Sphere
 from meanfield.optim.conventions import (
     DRIFTS,
     NOISY_BETAS,
@@ -98,8 +99,7 @@ from meanfield.optim.conventions import (
 from meanfield.optim.kinetic import KineticLangevin
 from meanfield.optim.langevin import Langevin
 from meanfield.optim.layers import LayerProjection
-from meanfield.optim.stats import LangevinStats
-from meanfield.projections import Clip, Projection, Sphere
+from meanfield.optim.step_stats import LangevinStats
 
 __all__ = [
     "Langevin",

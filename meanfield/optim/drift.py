@@ -19,7 +19,7 @@ import torch
 
 from meanfield.optim.buckets import Bucket
 from meanfield.optim.groups import scale as group_scale
-from meanfield.optim.stats import Record
+from meanfield.optim.step_stats import Record
 
 __all__ = ["apply_drift", "sgd_drift_", "precondition"]
 

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 
 from meanfield._checks import check_int, check_nonnegative, check_positive
+from meanfield.drift.projections import Projection, projection_from_dict
+from meanfield.drift.schedules import as_schedule, schedule_from_dict
 from meanfield.optim.conventions import (
     DRIFTS,
     NOISY_BETAS,
@@ -24,8 +26,6 @@ from meanfield.optim.conventions import (
     PLAIN_EPS,
     TEMPERATURE_CONVENTIONS,
 )
-from meanfield.projections import Projection, projection_from_dict
-from meanfield.schedules import as_schedule, schedule_from_dict
 
 __all__ = [
     "CONFIG_KEYS",

@@ -9,7 +9,7 @@ after the gradient $g = M\cdot\partial L/\partial \theta + \lambda \theta$ was c
     v ← c·v + sqrt(β_t·(1 − c²))·ξ,   c = e^{−γh}   (O(h), exact: the noise the friction requires)
     θ ← Π(θ + (h/2)·v)                              (A(h/2), then the projection)
 
-so the parameters follow the positions of the BAOAB chain ([`meanfield.solvers.kinetic`][meanfield.solvers.kinetic]) for
+so the parameters follow the positions of the BAOAB chain ([`meanfield.stepping.solvers.splittings`][meanfield.stepping.solvers.splittings]) for
 $d\theta = v dt, dv = -\nabla F(\theta) dt - \gamma v dt + \sqrt{2\gamma \beta} dW$ (unit mass, $F = M\cdot L + \lambda/2\|\theta\|^2$), started at
 $(\theta_0, v_0 = -(h/2)\nabla F(\theta_0))$; the stored ``v`` is BAOAB's velocity before its last half kick. The target law
 is $\propto \exp(-(F(\theta) + \|v\|^2/2)/\beta)$, the θ-marginal the same Gibbs law $\propto \exp(-F/\beta)$ as
@@ -41,11 +41,11 @@ from typing import Any
 import torch
 
 from meanfield._checks import check_int, check_nonnegative, check_positive
+from meanfield.drift.projections import Projection
+from meanfield.drift.schedules import Schedule, as_schedule, schedule_to_data
 from meanfield.optim.conventions import TEMPERATURE_CONVENTIONS
 from meanfield.optim.direct import DirectStep
 from meanfield.optim.groups import beta_value, check_floating, normalise
-from meanfield.projections import Projection
-from meanfield.schedules import Schedule, as_schedule, schedule_to_data
 
 __all__ = ["KineticLangevin"]
 
@@ -98,7 +98,7 @@ class KineticLangevin(DirectStep, torch.optim.Optimizer):
         mean_field_scaling: whether to apply the factor M.
         temperature_convention: ``"mean_field"`` (β of $\exp(-M\cdot L/\beta)$) or ``"loss"`` ($\beta_s$ of
             $\exp(-L/\beta_s)$: the noise uses $M\cdot \beta_s$).
-        projection: ``None`` or a [`Projection`][meanfield.projections.Projection] applied to θ after every step.
+        projection: ``None`` or a [`Projection`][meanfield.drift.projections.Projection] applied to θ after every step.
         generator: the ``torch.Generator`` of the noise (on the parameters' device).
         seed: seed of the optimizer's own generator when ``generator`` is not given.
         check_every: check the gradients for NaN/Inf entries (one reduction and one synchronisation per group)

@@ -20,6 +20,8 @@ from torch import nn
 
 from meanfield import _background
 from meanfield._checks import check_int
+from meanfield.drift.projections import Projection
+from meanfield.drift.schedules import Schedule, schedule_to_data
 from meanfield.optim import layers
 from meanfield.optim.buckets import Bucket, build_buckets
 from meanfield.optim.direct import DirectStep
@@ -37,9 +39,7 @@ from meanfield.optim.groups import (
 )
 from meanfield.optim.groups import scale as group_scale
 from meanfield.optim.noise import NoiseDraw, add_noise, block_noise, fill_normal, local_noise, noise_plan
-from meanfield.optim.stats import LangevinStats, Record, aggregate
-from meanfield.projections import Projection
-from meanfield.schedules import Schedule, schedule_to_data
+from meanfield.optim.step_stats import LangevinStats, Record, aggregate
 
 __all__ = ["Langevin"]
 
@@ -102,7 +102,7 @@ class Langevin(DirectStep, torch.optim.Optimizer):
     Args:
         params: parameters or param-group dicts.
         lr: learning rate ``lr > 0`` (the time step of the SDE for an SGD drift).
-        beta: temperature $\beta \ge 0$, a number or a schedule $\text{ step } -> \beta$ ([`meanfield.schedules`][meanfield.schedules]),
+        beta: temperature $\beta \ge 0$, a number or a schedule $\text{ step } -> \beta$ ([`meanfield.drift.schedules`][meanfield.drift.schedules]),
             evaluated at the number of steps taken so far ($\beta(0)$ for the first step).
         drift: ``"sgd"`` or ``"adam"`` (`DRIFTS`).
         betas: Adam's $(\beta_1, \beta_2)$, each in ``[0, 1)``; ``None`` (default): ``(0, 0.999)`` for a group with
@@ -116,7 +116,7 @@ class Langevin(DirectStep, torch.optim.Optimizer):
         n_particles: the number of particles $M \ge 1$ of the group (its gradients are multiplied by M).
         mean_field_scaling: whether to apply the factor ``M``.
         noise_preconditioned: with an Adam drift, scale the noise with $\eta_{\mathrm{eff}}$ (``True``) or ``lr``.
-        projection: ``None`` or a [`Projection`][meanfield.projections.Projection] ([`Clip`][meanfield.projections.Clip], [`Sphere`][meanfield.projections.Sphere],
+        projection: ``None`` or a [`Projection`][meanfield.drift.projections.Projection] ([`Clip`][meanfield.drift.projections.Clip], [`Sphere`][meanfield.drift.projections.Sphere],
             [`LayerProjection`][meanfield.optim.layers.LayerProjection]), applied to the group's parameters after every step.
         generator: the ``torch.Generator`` of the noise (on the parameters' device).
         seed: seed of the optimizer's own generator (one per device) when ``generator`` is not given; with
@@ -143,8 +143,8 @@ class Langevin(DirectStep, torch.optim.Optimizer):
     A β schedule or a projection may also be given as data (its ``to_dict()``, e.g. from a TOML config).
 
     Attributes:
-        last_stats: [`LangevinStats`][meanfield.optim.stats.LangevinStats] of the last step over the groups with noise (computed when read).
-        last_group_stats: one [`LangevinStats`][meanfield.optim.stats.LangevinStats] (or ``None``) per param group.
+        last_stats: [`LangevinStats`][meanfield.optim.step_stats.LangevinStats] of the last step over the groups with noise (computed when read).
+        last_group_stats: one [`LangevinStats`][meanfield.optim.step_stats.LangevinStats] (or ``None``) per param group.
 
     Raises:
         ValueError / TypeError: on an invalid argument (naming it, what it got and what is allowed), on a
@@ -153,7 +153,7 @@ class Langevin(DirectStep, torch.optim.Optimizer):
 
     Example:
         >>> import torch
-        >>> from meanfield.schedules import Cosine
+        >>> from meanfield.drift.schedules import Cosine
         >>> theta = torch.nn.Parameter(torch.zeros(1000, 3, dtype=torch.float64))  # (M, d) particles
         >>> opt = Langevin([theta], lr=0.1, beta=Cosine(1.0, 0.01, T=100), n_particles=1000, seed=0)
         >>> for _ in range(100):
@@ -546,7 +546,7 @@ class Langevin(DirectStep, torch.optim.Optimizer):
 
     @property
     def last_stats(self) -> LangevinStats | None:
-        """[`LangevinStats`][meanfield.optim.stats.LangevinStats] of the last step over the noisy groups (``None`` before the first step, and
+        """[`LangevinStats`][meanfield.optim.step_stats.LangevinStats] of the last step over the noisy groups (``None`` before the first step, and
         after a step that raised while it was updating the parameters).
 
         Computed when first read after a step (a few passes over the noisy parameters), then cached.
@@ -560,7 +560,7 @@ class Langevin(DirectStep, torch.optim.Optimizer):
 
     @property
     def last_group_stats(self) -> list[LangevinStats | None]:
-        """One [`LangevinStats`][meanfield.optim.stats.LangevinStats] per param group for the last step, in the order of ``param_groups``:
+        """One [`LangevinStats`][meanfield.optim.step_stats.LangevinStats] per param group for the last step, in the order of ``param_groups``:
         ``None`` for a group none of whose parameters had a gradient (and for every group before the first
         step, or after a step that raised while it was updating the parameters). A group without noise is
         described too (its drift; ``beta = 0``, ``noise_rms = 0``). Computed when first read, then cached.
@@ -589,7 +589,7 @@ class Langevin(DirectStep, torch.optim.Optimizer):
         ``state`` and ``param_groups``: ``generators`` (``{device: ByteTensor}``), ``seed``, ``n_steps``.
 
         Raises:
-            TypeError: a group's β is a callable that is not a [`meanfield.schedules`][meanfield.schedules] object (a lambda):
+            TypeError: a group's β is a callable that is not a [`meanfield.drift.schedules`][meanfield.drift.schedules] object (a lambda):
                 it has no data form (use ``Cosine``, ``Linear``, ``Exponential``, ``Step`` or ``Constant``).
         """
         state = super().state_dict()

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from meanfield._checks import check_int
-from meanfield.projections import Projection
+from meanfield.drift.projections import Projection
 
 __all__ = ["LayerProjection", "param_groups_for"]
 

@@ -20,7 +20,7 @@ import torch
 
 from meanfield import _background
 from meanfield.optim.buckets import Bucket
-from meanfield.optim.stats import Record
+from meanfield.optim.step_stats import Record
 from meanfield.seeds import derive_seed
 
 __all__ = ["NoiseDraw", "noise_plan", "start_noise", "draw_size", "block_noise", "local_noise", "add_noise"]

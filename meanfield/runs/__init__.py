@@ -30,7 +30,7 @@ Interruptions: Ctrl-C (SIGINT) finishes the current step, writes a checkpoint an
 [`RunInterrupted`][meanfield.runs.loop.RunInterrupted] (a second Ctrl-C stops at once); a non-finite loss or gradient raises
 [`NonFiniteLossError`][meanfield.runs.loop.NonFiniteLossError] naming the step, keeping the last checkpoint, whose parameters are finite.
 
-**Layout.** `config` (the schemas, [`load_config`][meanfield.runs.config.load_config], [`check_config`][meanfield.runs.config.check_config], the
+**Layout.** `config` (the schemas, [`load_config`][meanfield.runs.schema.load_config], [`check_config`][meanfield.runs.schema.check_config], the
 optimizer of ``[optim]``), `folder` (checkpoints, the metrics log, [`RunResult`][meanfield.runs.folder.RunResult]),
 `environment` (``environment.json``), `loop` ([`run`][meanfield.runs.loop.run] and the
 training loop), `parallel` (process groups, all-reduces), `sinks`
@@ -39,14 +39,6 @@ training loop), `parallel` (process groups, all-reduces), `sinks`
 [`find_runs`][meanfield.runs.trained.find_runs]).
 """
 
-from meanfield.runs.config import (
-    OPTIM_OPTIONS,
-    RunConfig,
-    TrainConfig,
-    build_optimizer,
-    check_config,
-    load_config,
-)
 from meanfield.runs.environment import environment
 from meanfield.runs.folder import (
     STATUSES,
@@ -61,6 +53,14 @@ from meanfield.runs.folder import (
 )
 from meanfield.runs.lock import FolderLock, FolderLocked
 from meanfield.runs.loop import STOP_SIGNALS, NonFiniteLossError, RunInterrupted, preflight, run
+from meanfield.runs.schema import (
+    OPTIM_OPTIONS,
+    RunConfig,
+    TrainConfig,
+    build_optimizer,
+    check_config,
+    load_config,
+)
 from meanfield.runs.trained import TrainedModel, find_runs, load_model
 from meanfield.seeds import derive_seed
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from meanfield._io import write_json_atomic
-from meanfield.runs.config import RunConfig
+from meanfield.runs.schema import RunConfig
 
 __all__ = [
     "environment",

@@ -38,7 +38,6 @@ from meanfield.nn.sharded import (
 from meanfield.optim import Langevin
 from meanfield.progress import progress_default
 from meanfield.runs import parallel
-from meanfield.runs.config import RunConfig, build_optimizer, check_config
 from meanfield.runs.environment import environment, provenance, read_environment, record_environment
 from meanfield.runs.folder import (
     TIMING_KEYS,
@@ -55,6 +54,7 @@ from meanfield.runs.folder import (
     write_marker,
 )
 from meanfield.runs.lock import FolderLock
+from meanfield.runs.schema import RunConfig, build_optimizer, check_config
 from meanfield.runs.sinks import TensorBoard, draw_figures, summary_table
 from meanfield.seeds import derive_seed
 from meanfield.tasks import Experiment, get_task, task_source
@@ -281,7 +281,7 @@ def build_experiment(cfg: RunConfig, device: torch.device) -> Experiment:
 
 def preflight(resolved: Mapping[str, Any]) -> None:
     """Check that a resolved configuration can start a run, writing nothing: the schemas, the task's model and
-    data built, the optimizer built (what [`meanfield.sweeps.sweep_runs`][meanfield.sweeps.sweep_runs] does for every point up front).
+    data built, the optimizer built (what [`meanfield.runs.sweeps.sweep_runs`][meanfield.runs.sweeps.sweep_runs] does for every point up front).
 
     Raises:
         ConfigError: naming what is wrong.

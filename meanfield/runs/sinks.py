@@ -55,7 +55,7 @@ def summary_table(final: Mapping[str, Any]) -> str:
 
 
 def draw_figures(folder: Path, records: list[dict[str, Any]], unit: str) -> None:
-    from meanfield.plotting import figure, save
+    from meanfield.studies.plotting import figure, save
 
     if not records:
         return

@@ -20,9 +20,9 @@ import torch
 from torch import nn
 
 from meanfield import config as _config
-from meanfield.runs.config import RunConfig, check_config
 from meanfield.runs.folder import Checkpoints
 from meanfield.runs.loop import build_experiment
+from meanfield.runs.schema import RunConfig, check_config
 from meanfield.tasks import Experiment, get_task
 
 __all__ = ["TrainedModel", "load_model", "find_runs"]

@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 import torch
 
+from meanfield.drift.potentials import DoubleWell, Quadratic
 from meanfield.nn.cloud import ParticleCloud
-from meanfield.potentials import DoubleWell, Quadratic
 from meanfield.seeds import derive_seed
 from meanfield.tasks import Experiment
 

@@ -11,7 +11,7 @@ from torch import nn
 import meanfield as mf
 from meanfield.nn import FeatureParticles, free_energy
 from meanfield.optim.layers import param_groups_for
-from meanfield.stats import Z
+from meanfield.studies.stats import Z
 
 
 def _layer(M: int = 400, seed: int = 0, **kw) -> FeatureParticles:

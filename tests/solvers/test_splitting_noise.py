@@ -1,4 +1,4 @@
-"""The two noise paths of the kinetic splittings (``meanfield/solvers/kinetic.py``).
+"""The two noise paths of the kinetic splittings (``meanfield/stepping/solvers/splittings.py``).
 
 - A path to couple to (``brownian=``: pre-drawn increments of shape ``(B, M, 2d)``): the step of before issue
   51, replayed here op for op (force ``system.force`` on the position view, the O over a whole step as the
@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from meanfield import BrownianIncrements, simulate
-from meanfield.kinetic import KineticMeanFieldLangevin, pair, positions, velocities
-from meanfield.potentials import DoubleWell, Quadratic, QuadraticInteraction
-from meanfield.solvers.kinetic import SPLITTINGS
+from meanfield.drift.phase_space import KineticMeanFieldLangevin, pair, positions, velocities
+from meanfield.drift.potentials import DoubleWell, Quadratic, QuadraticInteraction
+from meanfield.stepping.solvers.splittings import SPLITTINGS
 
 F64 = torch.float64
 SCHEMES = sorted(SPLITTINGS)

@@ -1,23 +1,23 @@
 """Schedules for the temperature β_t and the step size η_t.
 
 A schedule is a plain callable of one number, the *clock* ``s``: the step count in
-[`meanfield.optim.Langevin`][meanfield.optim.langevin.Langevin], the time ``t`` of a particle system in [`meanfield.simulate`][meanfield.simulate].
+[`meanfield.optim.Langevin`][meanfield.optim.langevin.Langevin], the time ``t`` of a particle system in [`meanfield.simulate`][meanfield.stepping.simulate.simulate].
 Every schedule runs from ``start`` at ``s = 0`` to ``end`` at ``s = T`` and stays at ``end`` afterwards
 (``s`` is clamped to ``[0, T]``). Any callable ``s -> float`` can be used where a schedule is asked for.
 
 **Schedules are data.** Every schedule class here has ``to_dict()`` (plain numbers, lists and a ``"kind"``
-naming it in [`SCHEDULES`][meanfield.schedules.SCHEDULES]) and [`schedule_from_dict`][meanfield.schedules.schedule_from_dict] rebuilds it, so a β schedule can live in a
-TOML config and in a checkpoint read by ``torch.load(weights_only=True)``. [`schedule_to_data`][meanfield.schedules.schedule_to_data] turns
+naming it in [`SCHEDULES`][meanfield.drift.schedules.SCHEDULES]) and [`schedule_from_dict`][meanfield.drift.schedules.schedule_from_dict] rebuilds it, so a β schedule can live in a
+TOML config and in a checkpoint read by ``torch.load(weights_only=True)``. [`schedule_to_data`][meanfield.drift.schedules.schedule_to_data] turns
 a number or a schedule into such data and refuses an arbitrary callable (a lambda has no data form).
 
 **Per-replica levels.** Every level (``value``, ``start``, ``end``, each of ``values``) is a number or one
 value per replica, a tensor of shape ``(B,)``; a schedule with per-replica levels returns a float64 ``(B,)``
 tensor (replica ``b`` follows the schedule of its own levels, on the shared clock), which
-[`meanfield.MeanFieldLangevin`][meanfield.systems.MeanFieldLangevin] takes as a per-replica temperature. Its ``to_dict()`` writes such a
-level as a list, which [`schedule_from_dict`][meanfield.schedules.schedule_from_dict] reads back.
+[`meanfield.MeanFieldLangevin`][meanfield.drift.systems.MeanFieldLangevin] takes as a per-replica temperature. Its ``to_dict()`` writes such a
+level as a list, which [`schedule_from_dict`][meanfield.drift.schedules.schedule_from_dict] reads back.
 
 Example:
-    >>> from meanfield.schedules import Cosine
+    >>> from meanfield.drift.schedules import Cosine
     >>> beta = Cosine(start=1.0, end=0.01, T=1000)
     >>> beta(0), round(beta(500), 3), beta(1000)
     (1.0, 0.505, 0.01)
@@ -34,8 +34,8 @@ from typing import Any
 
 import torch
 
-from ._checks import check_finite, check_positive
-from ._replicas import Param, per_replica
+from .._checks import check_finite, check_positive
+from .._replicas import Param, per_replica
 
 __all__ = [
     "Schedule",
@@ -85,7 +85,7 @@ class Constant:
         return self.value
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "constant", "value": value}`` (see [`schedule_from_dict`][meanfield.schedules.schedule_from_dict])."""
+        """``{"kind": "constant", "value": value}`` (see [`schedule_from_dict`][meanfield.drift.schedules.schedule_from_dict])."""
         return {"kind": "constant", "value": _data(self.value)}
 
     def __eq__(self, other: object) -> bool:
@@ -122,7 +122,7 @@ class _Anneal:
         return min(max(float(s), 0.0), self.T) / self.T
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": <name>, "start": …, "end": …, "T": …}`` (see [`schedule_from_dict`][meanfield.schedules.schedule_from_dict])."""
+        """``{"kind": <name>, "start": …, "end": …, "T": …}`` (see [`schedule_from_dict`][meanfield.drift.schedules.schedule_from_dict])."""
         return {"kind": _kind_of(type(self)), "start": _data(self.start), "end": _data(self.end), "T": self.T}
 
 
@@ -197,7 +197,7 @@ class Step:
         return self.values[bisect.bisect_right(self.boundaries, float(s))]
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "step", "values": [...], "boundaries": [...]}`` (see [`schedule_from_dict`][meanfield.schedules.schedule_from_dict])."""
+        """``{"kind": "step", "values": [...], "boundaries": [...]}`` (see [`schedule_from_dict`][meanfield.drift.schedules.schedule_from_dict])."""
         return {
             "kind": "step",
             "values": [_data(v) for v in self.values],
@@ -237,7 +237,7 @@ def schedule_from_dict(data: Mapping[str, Any]) -> Schedule:
 
     Raises:
         TypeError: ``data`` is not a mapping.
-        ValueError: no ``"kind"``, an unknown kind (the message lists [`SCHEDULES`][meanfield.schedules.SCHEDULES]), a missing or
+        ValueError: no ``"kind"``, an unknown kind (the message lists [`SCHEDULES`][meanfield.drift.schedules.SCHEDULES]), a missing or
             extra field (the message lists the kind's fields), or a field value the schedule refuses.
     """
     if not isinstance(data, Mapping):
@@ -281,7 +281,7 @@ def schedule_to_data(value: float | Schedule, name: str = "schedule") -> float |
     if callable(to_dict):
         return to_dict()
     raise TypeError(
-        f"{name} is {value!r}, which cannot be saved: only numbers and meanfield.schedules objects "
+        f"{name} is {value!r}, which cannot be saved: only numbers and meanfield.drift.schedules objects "
         f"({', '.join(c.__name__ for c in SCHEDULES.values())}) can be saved as data, because a checkpoint "
         "is read back with torch.load(weights_only=True) and a config is TOML, neither of which can hold "
         "code. Use one of those schedules (or a Step schedule tabulating your function)."
@@ -289,12 +289,12 @@ def schedule_to_data(value: float | Schedule, name: str = "schedule") -> float |
 
 
 def as_schedule(value: float | Schedule | Mapping[str, Any], name: str) -> Schedule:
-    """Return ``value`` as a schedule: a number becomes [`Constant`][meanfield.schedules.Constant], a callable is kept, a dict (a
-    schedule's ``to_dict()``) is rebuilt by [`schedule_from_dict`][meanfield.schedules.schedule_from_dict].
+    """Return ``value`` as a schedule: a number becomes [`Constant`][meanfield.drift.schedules.Constant], a callable is kept, a dict (a
+    schedule's ``to_dict()``) is rebuilt by [`schedule_from_dict`][meanfield.drift.schedules.schedule_from_dict].
 
     Raises:
         TypeError: if ``value`` is neither a real number, a callable nor a dict.
-        ValueError: a dict that [`schedule_from_dict`][meanfield.schedules.schedule_from_dict] refuses.
+        ValueError: a dict that [`schedule_from_dict`][meanfield.drift.schedules.schedule_from_dict] refuses.
     """
     if callable(value):
         return value

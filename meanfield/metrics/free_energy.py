@@ -1,6 +1,6 @@
 r"""The free energy of a particle law, estimated from its particles, with each part and its standard error.
 
-For a [`MeanFieldLangevin`][meanfield.systems.MeanFieldLangevin] system ``dx_i = −∇V(x_i) dt − 1/M Σ_j ∇W(x_i − x_j) dt +
+For a [`MeanFieldLangevin`][meanfield.drift.systems.MeanFieldLangevin] system ``dx_i = −∇V(x_i) dt − 1/M Σ_j ∇W(x_i − x_j) dt +
 sqrt(2β) dW_i``, the free energy of the one-particle law ``ρ`` is
 
 $$F(\rho) = \mathbb{E}_\rho V + \tfrac12\,\mathbb{E}_{\rho\otimes\rho} W + \beta \int \rho\log\rho
@@ -17,7 +17,7 @@ from them:
   for ``½ E_{ρ⊗ρ} W`` when the particles are independent draws of ``ρ``; the drift's ``1/M`` sum with the
   diagonal ``j = i`` (kept for a smooth kernel) would add ``(W(0) − E_{ρ⊗ρ} W)/(2M)`` — for
   ``QuadraticInteraction(k)`` its mean is ``k/2·(M − 1)/M`` times the variance instead of ``k/2`` times it. The
-  diagonal term is taken out exactly as the interaction includes it ([`self_pair_energy`][meanfield.free_energy.self_pair_energy]);
+  diagonal term is taken out exactly as the interaction includes it ([`self_pair_energy`][meanfield.metrics.free_energy.self_pair_energy]);
 * entropy: ``meanfield.metrics.entropy`` (k-nearest-neighbour, weighted, or the Gaussian moment
   estimate), with its own standard error and its finite-M bias (see its docs).
 
@@ -36,17 +36,17 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ._checks import check_finite_tensor
-from ._display import fields_html, html_block, shortlist
-from ._replicas import at, check_replicas
-from .metrics.information import entropy as estimate_entropy
-from .potentials import Alignment, Interaction, QuadraticInteraction, RadialInteraction
-from .projections import Sphere
-from .schedules import Constant
+from .._checks import check_finite_tensor
+from .._display import fields_html, html_block, shortlist
+from .._replicas import at, check_replicas
+from ..drift.potentials import Alignment, Interaction, QuadraticInteraction, RadialInteraction
+from ..drift.projections import Sphere
+from ..drift.schedules import Constant
+from .information import entropy as estimate_entropy
 
 if TYPE_CHECKING:
-    from .simulate import Trajectory
-    from .systems import MeanFieldLangevin
+    from ..drift.systems import MeanFieldLangevin
+    from ..stepping.simulate import Trajectory
 
 __all__ = ["FreeEnergy", "free_energy", "energy_parts", "self_pair_energy"]
 
@@ -119,7 +119,7 @@ def self_pair_energy(interaction: Interaction, x: torch.Tensor) -> torch.Tensor:
     """The ``j = i`` term ``W(x_i, x_i)`` that ``interaction.energy(x)`` includes in its ``1/M Σ_j``, per
     particle: ``(B, M, d) -> (B, M)`` (0 where the sum leaves the self-pair out, as a singular kernel's does).
 
-    Exact for the package's interactions; for any other [`Interaction`][meanfield.potentials.Interaction] it is
+    Exact for the package's interactions; for any other [`Interaction`][meanfield.drift.potentials.Interaction] it is
     ``interaction.energy`` of each particle alone (a one-particle cloud's ``1/1 Σ_j`` is its self-pair),
     one call per particle.
     """
@@ -200,8 +200,8 @@ def free_energy(
     r"""``F(ρ) = E_ρ V + ½ E_{ρ⊗ρ} W − β H(ρ)`` of each replica of ``x``, from its particles (module docstring).
 
     Args:
-        system: a [`MeanFieldLangevin`][meanfield.systems.MeanFieldLangevin].
-        x: a state ``(B, M, d)`` (``M ≥ 2``, finite), or a [`Trajectory`][meanfield.simulate.Trajectory] (``F`` at
+        system: a [`MeanFieldLangevin`][meanfield.drift.systems.MeanFieldLangevin].
+        x: a state ``(B, M, d)`` (``M ≥ 2``, finite), or a [`Trajectory`][meanfield.stepping.simulate.Trajectory] (``F`` at
             every saved state, with ``β_t`` at its time).
         t: the time at which to take ``β_t`` for a scheduled temperature (required then, for a state); a
             constant ``β`` (a number or one per replica) needs none.
@@ -210,15 +210,15 @@ def free_energy(
         k: the neighbour order of the k-NN estimators (``None``: the estimator's default).
 
     Returns:
-        [`FreeEnergy`][meanfield.free_energy.FreeEnergy], tensors ``(B,)`` (``(B, S)`` along a trajectory), float64 on the CPU.
+        [`FreeEnergy`][meanfield.metrics.free_energy.FreeEnergy], tensors ``(B,)`` (``(B, S)`` along a trajectory), float64 on the CPU.
 
     Raises:
         TypeError, ValueError: a system other than ``MeanFieldLangevin``, a state that is not ``(B, M, d)``
             with ``M ≥ 2`` and finite, particles on a sphere (their entropy against Lebesgue measure is −∞),
             a scheduled β without ``t``, per-replica values for another ``B``.
     """
-    from .simulate import Trajectory
-    from .systems import MeanFieldLangevin
+    from ..drift.systems import MeanFieldLangevin
+    from ..stepping.simulate import Trajectory
 
     if not isinstance(system, MeanFieldLangevin):
         raise TypeError(

@@ -1,12 +1,12 @@
 r"""Projections $\Pi$ applied after every step: $\theta_i \leftarrow \Pi(\theta_i - \eta\cdot\nabla_i + \sqrt{2\beta_t \eta}\cdot \xi_i)$.
 
-One projection serves both steppers: [`meanfield.simulate`][meanfield.simulate] applies it to the state ``(B, M, d)``
+One projection serves both steppers: [`meanfield.simulate`][meanfield.stepping.simulate.simulate] applies it to the state ``(B, M, d)``
 after every step, [`meanfield.optim.Langevin`][meanfield.optim.langevin.Langevin] to every parameter of a group after every step.
 ``project_(x)`` projects one tensor in place and returns it; ``project_all_(tensors)`` does a list.
 
 **Projections are data.** ``to_dict()`` gives plain data with a ``"kind"`` (``{"kind": "clip", "A": 2.0}``,
-``{"kind": "sphere", "radius": 1.0, "dim": [-1]}``) and [`projection_from_dict`][meanfield.projections.projection_from_dict] rebuilds the
-projection ([`PROJECTIONS`][meanfield.projections.PROJECTIONS]: the kinds it knows), for TOML configs and ``weights_only`` checkpoints.
+``{"kind": "sphere", "radius": 1.0, "dim": [-1]}``) and [`projection_from_dict`][meanfield.drift.projections.projection_from_dict] rebuilds the
+projection ([`PROJECTIONS`][meanfield.drift.projections.PROJECTIONS]: the kinds it knows), for TOML configs and ``weights_only`` checkpoints.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ._checks import check_positive
+from .._checks import check_positive
 
 __all__ = ["Projection", "Clip", "Sphere", "PROJECTIONS", "projection_from_dict"]
 
@@ -63,7 +63,7 @@ class Clip(Projection):
         return f"Clip(A={self.A})"
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "clip", "A": A}`` (see [`projection_from_dict`][meanfield.projections.projection_from_dict])."""
+        """``{"kind": "clip", "A": A}`` (see [`projection_from_dict`][meanfield.drift.projections.projection_from_dict])."""
         return {"kind": "clip", "A": self.A}
 
 
@@ -111,12 +111,12 @@ class Sphere(Projection):
         return f"Sphere(radius={self.radius}, dim={self.dim if len(self.dim) > 1 else self.dim[0]})"
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "sphere", "radius": r, "dim": [axes]}`` (see [`projection_from_dict`][meanfield.projections.projection_from_dict])."""
+        """``{"kind": "sphere", "radius": r, "dim": [axes]}`` (see [`projection_from_dict`][meanfield.drift.projections.projection_from_dict])."""
         return {"kind": "sphere", "radius": self.radius, "dim": list(self.dim)}
 
 
 PROJECTIONS: dict[str, type] = {"clip": Clip, "sphere": Sphere}
-"""The projection classes that [`projection_from_dict`][meanfield.projections.projection_from_dict] rebuilds, by the ``"kind"`` of their ``to_dict()``.
+"""The projection classes that [`projection_from_dict`][meanfield.drift.projections.projection_from_dict] rebuilds, by the ``"kind"`` of their ``to_dict()``.
 
 Two other kinds exist only as descriptions: ``"layer"`` ([`meanfield.optim.LayerProjection`][meanfield.optim.layers.LayerProjection], which holds
 a module: its owner rebuilds it, e.g. [`meanfield.optim.Langevin.param_groups_for`][meanfield.optim.langevin.Langevin.param_groups_for]) and ``"custom"``.
@@ -131,7 +131,7 @@ def projection_from_dict(data: Mapping[str, Any]) -> Projection:
 
     Raises:
         TypeError: ``data`` is not a mapping.
-        ValueError: an unknown kind (the message lists [`PROJECTIONS`][meanfield.projections.PROJECTIONS]; ``"layer"`` and ``"custom"``
+        ValueError: an unknown kind (the message lists [`PROJECTIONS`][meanfield.drift.projections.PROJECTIONS]; ``"layer"`` and ``"custom"``
             say who rebuilds them), a missing or extra field, or a field value the projection refuses.
     """
     if not isinstance(data, Mapping):

@@ -1,6 +1,6 @@
 """``meanfield figures``: regenerate every documentation figure by the code users run.
 
-Each theory check's ``plot()`` (through [`meanfield.validation.validate`][meanfield.validation.validate]) gives ``<check>.png``; the
+Each theory check's ``plot()`` (through [`meanfield.studies.validation.validate`][meanfield.studies.validation.validate]) gives ``<check>.png``; the
 scripts ``experiments/overview.py`` and ``experiments/quickstart.py`` give ``overview.png`` (the landing page's
 picture) and ``quickstart.png``. Nothing here draws a figure of its own.
 """
@@ -13,8 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..shipped import source_root
 from .plotting import page_layout
-from .shipped import source_root
 from .validation import default_theory_dir, discover, validate
 
 __all__ = ["SCRIPTS", "generate"]

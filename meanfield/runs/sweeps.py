@@ -2,7 +2,7 @@
 
 ``meanfield sweep CONFIG.toml --grid key=v1,v2 … --seeds 0,1,2 [--preset NAME] [--jobs N] [--baseline key=v]``
 expands the grid's Cartesian product times the seeds into points. Each point is a set of overrides, and its
-folder is a pure function of the point ([`point_name`][meanfield.sweeps.point_name]), so that any engine can run the points and a
+folder is a pure function of the point ([`point_name`][meanfield.runs.sweeps.point_name]), so that any engine can run the points and a
 sweep that was interrupted skips the finished ones and resumes the others from their checkpoints::
 
     SWEEP/sweep.json                    the latest command's specification (config, preset, overrides, grid,
@@ -77,8 +77,8 @@ from meanfield.progress import progress_default
 from meanfield.runs.folder import config_differences
 from meanfield.runs.lock import FolderLock
 from meanfield.runs.loop import StopFlag
-from meanfield.stats import PairedDifference, log_interval, paired_difference, t_interval
-from meanfield.stats import holm as _holm
+from meanfield.studies.stats import PairedDifference, log_interval, paired_difference, t_interval
+from meanfield.studies.stats import holm as _holm
 
 __all__ = [
     "PRESET_AXIS",
@@ -204,7 +204,7 @@ def point_name(point: Mapping[str, Any]) -> str:
     overrides (``key=<TOML value>`` lines, the seed and ``preset`` included). A name without the hash reads
     back unambiguously (a key runs to the first ``=``, its value to the next ``_``) and ends in ``key=value``,
     which a hashed one does not, so two points share a name only by a collision of the hash, which
-    [`sweep_runs`][meanfield.sweeps.sweep_runs] refuses. Do not parse names: the values are in the folder's ``config.toml`` and
+    [`sweep_runs`][meanfield.runs.sweeps.sweep_runs] refuses. Do not parse names: the values are in the folder's ``config.toml`` and
     ``point.json``.
     """
     parts, exact = [], True
@@ -226,7 +226,7 @@ def point_name(point: Mapping[str, Any]) -> str:
 
 
 def _legacy_point_name(point: Mapping[str, Any]) -> str:
-    r"""The folder name sweeps gave a point before [`point_name`][meanfield.sweeps.point_name] (``key=value`` joined by ``,``; up to 120
+    r"""The folder name sweeps gave a point before [`point_name`][meanfield.runs.sweeps.point_name] (``key=value`` joined by ``,``; up to 120
     characters of ``[A-Za-z0-9._=,+-]`` and $\sim$): for finding and migrating old sweep folders only."""
     name = ",".join(f"{k}={_value_text(v)}" for k, v in point.items())
     name = re.sub(r"[^A-Za-z0-9._=,+-]", "_", name)
@@ -375,8 +375,8 @@ def _run_local(todo: Sequence[int], args, jobs: int, bar, stop: _Stop) -> dict[i
     import signal
     import sys
 
-    from meanfield._workers import NotStarted, WorkerDied, WorkerPool
     from meanfield.runs import RunInterrupted
+    from meanfield.runs._workers import NotStarted, WorkerDied, WorkerPool
 
     summaries: dict[int, dict[str, Any]] = {}
     interrupted: BaseException | None = None
@@ -492,10 +492,10 @@ def _stored_config(folder: Path) -> dict[str, Any] | None:
 def _adopt_old_folders(
     out: Path, points: Sequence[Mapping[str, Any]], names: Sequence[str], configs: Sequence[dict]
 ) -> None:
-    """Give the folder of a point written under an older name its [`point_name`][meanfield.sweeps.point_name].
+    """Give the folder of a point written under an older name its [`point_name`][meanfield.runs.sweeps.point_name].
 
     For each point whose folder ``out/<name>`` is missing: a subfolder of ``out`` (not another point's) named
-    [`_legacy_point_name`][meanfield.sweeps._legacy_point_name] of the point, else one whose ``config.toml`` equals the point's resolved
+    [`_legacy_point_name`][meanfield.runs.sweeps._legacy_point_name] of the point, else one whose ``config.toml`` equals the point's resolved
     configuration, is renamed to ``<name>`` (one line printed).
     """
     missing = [i for i, name in enumerate(names) if not (out / name).exists()]
@@ -527,7 +527,7 @@ def _adopt_old_folders(
 
 ORPHAN_GRACE_S = 60.0
 """How long a sweep waits for a point's orphan (a worker of a dead sweep, stopping by itself) before it sends
-SIGTERM; after SIGTERM it waits [`ORPHAN_STOP_S`][meanfield.sweeps.ORPHAN_STOP_S] more for the checkpoint."""
+SIGTERM; after SIGTERM it waits [`ORPHAN_STOP_S`][meanfield.runs.sweeps.ORPHAN_STOP_S] more for the checkpoint."""
 ORPHAN_STOP_S = 300.0
 """How long a sweep waits, after SIGTERM, for an orphan to write its checkpoint and let its point go."""
 
@@ -536,9 +536,9 @@ def _take_over_orphans(out: Path, names: Sequence[str], quiet: bool) -> None:
     """Free the points of ``out`` still held by the workers of a sweep that is gone (their parent died: SIGKILL,
     a lost node), so that this sweep resumes them instead of failing them with ``FolderLocked``.
 
-    An orphan gets [`ORPHAN_GRACE_S`][meanfield.sweeps.ORPHAN_GRACE_S] seconds to end by itself (a worker dies with its sweep: it finishes its
+    An orphan gets [`ORPHAN_GRACE_S`][meanfield.runs.sweeps.ORPHAN_GRACE_S] seconds to end by itself (a worker dies with its sweep: it finishes its
     step and checkpoints), then SIGTERM (an orphan of an older version keeps training), and
-    [`ORPHAN_STOP_S`][meanfield.sweeps.ORPHAN_STOP_S] more. A point held by a live sweep's worker, or by a ``meanfield run`` started by hand,
+    [`ORPHAN_STOP_S`][meanfield.runs.sweeps.ORPHAN_STOP_S] more. A point held by a live sweep's worker, or by a ``meanfield run`` started by hand,
     is left alone (it fails with ``FolderLocked`` naming its holder)."""
     import signal
     import sys
@@ -576,7 +576,7 @@ def _check_finished(
         out: the sweep folder.
         names: the points' folder names.
         configs: the points' resolved configurations, in the order of ``names``.
-        resumes: as in [`_finished`][meanfield.sweeps._finished] (``False`` in a ``--table-only`` command).
+        resumes: as in [`_finished`][meanfield.runs.sweeps._finished] (``False`` in a ``--table-only`` command).
 
     Returns:
         The summaries of the finished points by index (each ``summary.json`` read once).
@@ -659,7 +659,7 @@ HOLM_FAMILIES = ("table", "metric")
 
 @dataclass(frozen=True)
 class TableOptions:
-    r"""How [`summarize`][meanfield.sweeps.summarize] computes the table (``meanfield sweep`` flags in brackets).
+    r"""How [`summarize`][meanfield.runs.sweeps.summarize] computes the table (``meanfield sweep`` flags in brackets).
 
     Attributes:
         level: the confidence level of every interval; the tests' α is $1 - \text{ level }$ (0.95, α = 0.05).
@@ -715,9 +715,9 @@ class SweepTable:
         grid: the grid (key → values).
         rows: one dict per point: the grid values, ``seed``, ``folder`` (the run folder's name in ``path``),
             ``status``, the final metrics, ``error``.
-        summary: one dict per grid point (see [`summarize`][meanfield.sweeps.summarize]).
+        summary: one dict per grid point (see [`summarize`][meanfield.runs.sweeps.summarize]).
         metrics: the metrics summarised.
-        options: how the table was computed ([`TableOptions`][meanfield.sweeps.TableOptions]).
+        options: how the table was computed ([`TableOptions`][meanfield.runs.sweeps.TableOptions]).
     """
 
     path: Path
@@ -786,7 +786,7 @@ def summarize(
 
     Per metric ``m`` the entry has ``m``, ``m:lo``, ``m:hi``: the mean and its Student-t interval (df = n − 1);
     for a log-scale metric (``options.log_metrics``, every value > 0) the geometric mean and the t interval of
-    the logs mapped back ([`log_interval`][meanfield.stats.log_interval]), with ``m:scale = "log"``.
+    the logs mapped back ([`log_interval`][meanfield.studies.stats.log_interval]), with ``m:scale = "log"``.
 
     With a ``baseline`` (values of some grid keys; the other keys are matched point by point) each point also
     gets ``is_baseline`` (whether it is a baseline point) and, per metric, the paired difference
@@ -798,10 +798,10 @@ def summarize(
     - ``m:p``: the two-sided paired t-test's p-value; ``m:p_holm``: Holm's adjustment of it over the family
       ``options.holm`` (every test of the table, or of the metric), NaN p-values left out of the family;
     - ``m:detectable``: the smallest $|\Delta|$ the same test detects with power ``options.power`` at α =
-      $1 - \text{ level }$ if the paired sd is ``m:sd`` ([`detectable_difference`][meanfield.stats.detectable_difference], noncentral
+      $1 - \text{ level }$ if the paired sd is ``m:sd`` ([`detectable_difference`][meanfield.studies.stats.detectable_difference], noncentral
       t);
     - ``m:pairs_for_D`` for each ``D`` of ``options.detect``: the pairs that give that power for $|\Delta| = D$
-      at ``m:sd`` ([`pairs_needed`][meanfield.stats.pairs_needed]).
+      at ``m:sd`` ([`pairs_needed`][meanfield.studies.stats.pairs_needed]).
 
     ``options.level`` is used when ``options`` is given (``level`` otherwise).
     """
@@ -897,7 +897,7 @@ def _markdown(
     metrics: Sequence[str],
     options: TableOptions | None = None,
 ) -> str:
-    r"""The table of [`summarize`][meanfield.sweeps.summarize] with a legend that says what every interval, $\pm$ and p is."""
+    r"""The table of [`summarize`][meanfield.runs.sweeps.summarize] with a legend that says what every interval, $\pm$ and p is."""
     options = options if options is not None else TableOptions()
     level, power = _pct(options.level), _pct(options.power)
     paired = any(f"{m}:diff" in e for e in summary for m in metrics)
@@ -1018,7 +1018,7 @@ def sweep_runs(
 
     Args:
         config: the TOML configuration file.
-        grid: key → values ([`parse_grid`][meanfield.sweeps.parse_grid]).
+        grid: key → values ([`parse_grid`][meanfield.runs.sweeps.parse_grid]).
         seeds: the seeds (each point runs once per seed).
         out: the sweep folder.
         preset: the preset applied to every point.
@@ -1031,7 +1031,7 @@ def sweep_runs(
         address: the Ray cluster's address (``None``: a cluster already initialised in this process, else a
             local one started for the sweep, or ``RAY_ADDRESS``).
         table: how the table is computed: power, named differences, log-scale metrics, Holm's family
-            ([`TableOptions`][meanfield.sweeps.TableOptions]; default: its defaults). Rerunning a finished sweep with other options
+            ([`TableOptions`][meanfield.runs.sweeps.TableOptions]; default: its defaults). Rerunning a finished sweep with other options
             rewrites the tables without running anything.
         run: ``False``: write the tables from the points already finished and run nothing (``--table-only``):
             no folder is created, adopted or written but the tables, ``sweep.json`` is left as it is, and a
@@ -1042,7 +1042,7 @@ def sweep_runs(
             order of the runs: the folders and tables do not depend on it.
 
     Returns:
-        [`SweepTable`][meanfield.sweeps.SweepTable].
+        [`SweepTable`][meanfield.runs.sweeps.SweepTable].
     """
     from meanfield.runs import load_config
 

@@ -6,7 +6,7 @@ A *check* is a script ``theory/<name>.py`` (installed with the package: [`meanfi
 - ``run(preset: str = "fast") -> CheckResult``: numbers compared with analytic references;
 - ``plot(result: CheckResult) -> matplotlib.figure.Figure``.
 
-A [`CheckResult`][meanfield.validation.CheckResult] is a list of [`Comparison`][meanfield.validation.Comparison] rows: a measured value, the analytic reference,
+A [`CheckResult`][meanfield.studies.validation.CheckResult] is a list of [`Comparison`][meanfield.studies.validation.Comparison] rows: a measured value, the analytic reference,
 the tolerance ($z\cdot\operatorname{SE}$ plus any known deterministic bias), the smallest error the comparison can detect,
 and whether the two must agree (``expect="agree"``) or must be told apart (``expect="differ"``: a negative
 control, or a bias the check is meant to show). The check passes when every row does.
@@ -44,7 +44,7 @@ PRESETS = ("fast", "full")
 
 
 class InputError(ValueError):
-    """A bad argument to [`validate`][meanfield.validation.validate] (a check name, a preset): the command line reports it in one line."""
+    """A bad argument to [`validate`][meanfield.studies.validation.validate] (a check name, a preset): the command line reports it in one line."""
 
 
 class NoTheoryFolder(InputError, FileNotFoundError):
@@ -118,7 +118,7 @@ class CheckResult:
     def add(
         self, quantity: str, value: float, reference: float, tolerance: float, **kwargs: Any
     ) -> Comparison:
-        """Append a [`Comparison`][meanfield.validation.Comparison] and return it."""
+        """Append a [`Comparison`][meanfield.studies.validation.Comparison] and return it."""
         row = Comparison(quantity, float(value), float(reference), float(tolerance), **kwargs)
         self.comparisons.append(row)
         return row
@@ -272,14 +272,14 @@ def validate(
         names: the checks to run (file stems in ``theory/``); all when ``None``.
         preset: ``"fast"`` (the whole suite in minutes, what CI runs) or ``"full"`` (paper-quality figures).
         out: the output folder (created).
-        theory_dir: where the checks are (default: see [`default_theory_dir`][meanfield.validation.default_theory_dir]).
+        theory_dir: where the checks are (default: see [`default_theory_dir`][meanfield.studies.validation.default_theory_dir]).
         progress: show a progress bar over the checks (``None``: when it lasts over a second in a terminal
             or a notebook, [`progress`][meanfield.progress]).
         echo: where to print the summary table (``None``: nowhere).
         resume: reuse the finished results of an earlier run into the same ``out`` (see above).
     """
+    from ..progress import progress_bar
     from .plotting import save
-    from .progress import progress_bar
 
     if preset not in PRESETS:
         raise InputError(f"preset must be one of {PRESETS}, got {preset!r}")

@@ -5,7 +5,7 @@ Holm's correction for a family of tests.
 The project's rule for a statistical check: tolerance = $z\cdot\operatorname{SE}$ with ``z = 5`` (two-sided false-failure
 rate ≈ 5.7e-7), and the smallest error it can detect stated next to it. The rule for a table of comparisons
 (``meanfield sweep``, the experiment pages): each paired difference with its t interval, its raw and
-Holm-adjusted p-value, and the smallest difference its seeds could have detected ([`detectable_difference`][meanfield.stats.detectable_difference]).
+Holm-adjusted p-value, and the smallest difference its seeds could have detected ([`detectable_difference`][meanfield.studies.stats.detectable_difference]).
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def jackknife(stat, samples) -> Estimate:
 
 @dataclass(frozen=True)
 class WhitenessCheck:
-    r"""The outcome of [`whiteness`][meanfield.stats.whiteness]: the failed statistics (empty when the sample passes) and the
+    r"""The outcome of [`whiteness`][meanfield.studies.stats.whiteness]: the failed statistics (empty when the sample passes) and the
     smallest departures from white noise that the check detects at its ``z``.
 
     Attributes:
@@ -294,13 +294,13 @@ class PairedDifference:
         return (self.hi - self.lo) / 2
 
     def detectable(self, power: float = 0.8, alpha: float = 0.05, method: str = "t") -> float:
-        """[`detectable_difference`][meanfield.stats.detectable_difference] at this comparison's ``sd`` and ``n`` (NaN for ``n < 2``)."""
+        """[`detectable_difference`][meanfield.studies.stats.detectable_difference] at this comparison's ``sd`` and ``n`` (NaN for ``n < 2``)."""
         if self.n < 2 or not math.isfinite(self.sd):
             return math.nan
         return detectable_difference(self.sd, self.n, power, alpha, method)
 
     def pairs_needed(self, delta: float, power: float = 0.8, alpha: float = 0.05, method: str = "t") -> float:
-        """[`pairs_needed`][meanfield.stats.pairs_needed] for ``delta`` at this comparison's ``sd`` (NaN for ``n < 2``)."""
+        """[`pairs_needed`][meanfield.studies.stats.pairs_needed] for ``delta`` at this comparison's ``sd`` (NaN for ``n < 2``)."""
         if self.n < 2 or not math.isfinite(self.sd):
             return math.nan
         return pairs_needed(delta, self.sd, power, alpha, method)
@@ -311,7 +311,7 @@ def paired_difference(a, b, level: float = 0.95) -> PairedDifference:
 
     The p-value is that of $H_0: \mathbb{E}[a - b] = 0$ (``scipy.stats.ttest_rel``); NaN for ``n < 2`` or when
     every difference is equal (no spread to test against). ``sd`` is the differences' sample standard
-    deviation, the input of [`PairedDifference.detectable`][meanfield.stats.PairedDifference.detectable] and [`PairedDifference.pairs_needed`][meanfield.stats.PairedDifference.pairs_needed].
+    deviation, the input of [`PairedDifference.detectable`][meanfield.studies.stats.PairedDifference.detectable] and [`PairedDifference.pairs_needed`][meanfield.studies.stats.PairedDifference.pairs_needed].
     """
     a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
     if a.shape != b.shape:
@@ -428,7 +428,7 @@ def detectable_difference(
     probability ``power``, when the paired differences have standard deviation ``sd``.
 
     $\delta = \lambda*\cdot sd/\sqrt n$ with $\lambda*$ the root of ``paired_t_power(λ) = power`` in the noncentrality
-    ([`paired_t_power`][meanfield.stats.paired_t_power], noncentral t with $n - 1$ degrees of freedom; ``scipy.optimize.brentq``).
+    ([`paired_t_power`][meanfield.studies.stats.paired_t_power], noncentral t with $n - 1$ degrees of freedom; ``scipy.optimize.brentq``).
     ``method="normal"`` gives the textbook $(z_{1-\alpha/2} + z_{\mathrm{power}})\cdot sd/\sqrt n$, which at 3 pairs is
     2.0× too small (80 % power, α = 0.05: λ* = 5.65 for the t-test against 2.80). With the observed ``sd``
     of a few seeds this is a planning number: ``sd`` itself is uncertain (from 3 seeds the 95 % interval of
@@ -528,10 +528,10 @@ def holm(p_values) -> np.ndarray:
 
 
 class HolmFamily:
-    r"""The paired comparisons of one table, adjusted together by Holm's method ([`holm`][meanfield.stats.holm]).
+    r"""The paired comparisons of one table, adjusted together by Holm's method ([`holm`][meanfield.studies.stats.holm]).
 
     A table is written cell by cell before its family is complete, so each paired cell is first a
-    placeholder; [`fill`][meanfield.stats.HolmFamily.fill] replaces every placeholder once all ``m`` p-values are known, with the
+    placeholder; [`fill`][meanfield.studies.stats.HolmFamily.fill] replaces every placeholder once all ``m`` p-values are known, with the
     adjusted ``p̃`` of that comparison among the ``m``::
 
         family = HolmFamily()
@@ -544,7 +544,7 @@ class HolmFamily:
 
     @staticmethod
     def active() -> HolmFamily | None:
-        """The family of the [`table`][meanfield.stats.HolmFamily.table] being built (the innermost one), or ``None`` outside any."""
+        """The family of the [`table`][meanfield.studies.stats.HolmFamily.table] being built (the innermost one), or ``None`` outside any."""
         return _ACTIVE_FAMILY.get()
 
     @classmethod
@@ -555,11 +555,11 @@ class HolmFamily:
     ) -> Callable[[Callable[..., object]], Callable[..., object]]:
         """Decorator: a function that builds one table gets Holm's adjustment over all its paired cells.
 
-        While the decorated function runs, [`active`][meanfield.stats.HolmFamily.active] is a fresh family, so a cell helper can write
+        While the decorated function runs, [`active`][meanfield.studies.stats.HolmFamily.active] is a fresh family, so a cell helper can write
         ``family.cell(d, digits)`` when ``HolmFamily.active()`` is not ``None`` (and a plain cell otherwise).
         The function returns the table's text, or a tuple whose first item is the text; that text comes back
         as ``finish(fill(text, render), m)`` with ``m`` the family's size (``finish`` adds a legend, say).
-        Tables built inside the function (nested [`table`][meanfield.stats.HolmFamily.table] calls) have families of their own.
+        Tables built inside the function (nested [`table`][meanfield.studies.stats.HolmFamily.table] calls) have families of their own.
         """
 
         def decorate(build: Callable[..., object]) -> Callable[..., object]:
@@ -583,7 +583,7 @@ class HolmFamily:
         return len(self._members)
 
     def cell(self, d: PairedDifference, digits: int) -> str:
-        """A placeholder for ``d``'s cell (printed with ``digits`` decimals) until [`fill`][meanfield.stats.HolmFamily.fill]."""
+        """A placeholder for ``d``'s cell (printed with ``digits`` decimals) until [`fill`][meanfield.studies.stats.HolmFamily.fill]."""
         self._members.append((d, digits))
         return f"\x00{len(self._members) - 1}\x00"
 

@@ -11,16 +11,16 @@ dv_i = -\nabla(\delta F/\delta \rho)(x_i) dt - \gamma v_i dt + \sqrt{2\gamma \be
 $$
 
 with friction $\gamma \ge 0$ and temperature $\beta \ge 0$. For constant β the M-particle system has the stationary law
-$\propto \exp(-(M\cdot F(\rho_M) + \sum_i |v_i|^2/2)/\beta)$: positions as in the overdamped [`MeanFieldLangevin`][meanfield.systems.MeanFieldLangevin],
+$\propto \exp(-(M\cdot F(\rho_M) + \sum_i |v_i|^2/2)/\beta)$: positions as in the overdamped [`MeanFieldLangevin`][meanfield.drift.systems.MeanFieldLangevin],
 velocities Maxwellian $N(0, \beta I)$.
 
 **The state is one tensor** ``z`` of shape ``(B, M, 2d)``: ``z[..., :d]`` the positions, ``z[..., d:]`` the
-velocities ([`pair`][meanfield.kinetic.pair], [`positions`][meanfield.kinetic.positions], [`velocities`][meanfield.kinetic.velocities]). So [`meanfield.simulate`][meanfield.simulate], its
-[`Trajectory`][meanfield.simulate.Trajectory] ``(S, B, M, 2d)``, its seeds, checkpoints and NaN checks work unchanged, and the
+velocities ([`pair`][meanfield.drift.phase_space.pair], [`positions`][meanfield.drift.phase_space.positions], [`velocities`][meanfield.drift.phase_space.velocities]). So [`meanfield.simulate`][meanfield.stepping.simulate.simulate], its
+[`Trajectory`][meanfield.stepping.simulate.Trajectory] ``(S, B, M, 2d)``, its seeds, checkpoints and NaN checks work unchanged, and the
 system *is* the first-order SDE $dz = b(z) dt + \Sigma dW$ with $b = (v, -\nabla \delta F/\delta \rho - \gamma v)$ and the additive
-$\Sigma = \operatorname{diag}(0, \sqrt{2\gamma \beta})$ on $W = (W_x, W_v) \in \mathbb{R}^{2d}$: every solver of [`meanfield.solvers.SOLVERS`][meanfield.solvers.SOLVERS]
+$\Sigma = \operatorname{diag}(0, \sqrt{2\gamma \beta})$ on $W = (W_x, W_v) \in \mathbb{R}^{2d}$: every solver of [`meanfield.stepping.solvers.SOLVERS`][meanfield.stepping.solvers.SOLVERS]
 (native Euler–Maruyama, torchsde's ``srk``, ``heun``, …) integrates it, and the splitting schemes of
-[`meanfield.solvers.kinetic`][meanfield.solvers.kinetic] (BAOAB, OBABO, ABOBA) read the same noise: the $W_v$ slot is the
+[`meanfield.stepping.solvers.splittings`][meanfield.stepping.solvers.splittings] (BAOAB, OBABO, ABOBA) read the same noise: the $W_v$ slot is the
 increment of the Brownian motion that drives the velocities, the $W_x$ slot (which $\Sigma$ ignores) gives
 the splitting schemes the Brownian-bridge midpoint of $W_v$ over the step (see that module).
 """
@@ -31,7 +31,7 @@ import math
 
 import torch
 
-from ._checks import check_nonnegative
+from .._checks import check_nonnegative
 from .potentials import Confinement, Interaction
 from .schedules import Constant, Schedule, as_schedule
 from .systems import MeanFieldLangevin, ParticleSystem
@@ -46,7 +46,7 @@ def _check_paired(z: torch.Tensor) -> int:
     if z.dim() < 1 or z.shape[-1] == 0 or z.shape[-1] % 2:
         raise ValueError(
             f"a kinetic state has shape (B, M, 2d): positions then velocities on the last axis, "
-            f"got shape {tuple(z.shape)} (make one with meanfield.kinetic.pair(x, v))"
+            f"got shape {tuple(z.shape)} (make one with meanfield.drift.phase_space.pair(x, v))"
         )
     return z.shape[-1] // 2
 
@@ -82,12 +82,12 @@ class KineticMeanFieldLangevin(ParticleSystem):
 
     Stationary law (constant β): $\propto \exp(-(\sum_i V(x_i) + 1/(2M) \sum_{ij} W(x_i - x_j) + \sum_i |v_i|^2/2)/\beta)$. As an
     SDE on ``z`` it has additive noise $\Sigma = \operatorname{diag}(0, \sqrt{2\gamma \beta_t})$ on a Brownian motion of dimension 2d (the
-    first d components unused by $\Sigma$), so every solver of [`meanfield.solvers.SOLVERS`][meanfield.solvers.SOLVERS] integrates it;
-    the splitting schemes ``"baoab"``, ``"obabo"``, ``"aboba"`` ([`meanfield.solvers.kinetic`][meanfield.solvers.kinetic]) are the
+    first d components unused by $\Sigma$), so every solver of [`meanfield.stepping.solvers.SOLVERS`][meanfield.stepping.solvers.SOLVERS] integrates it;
+    the splitting schemes ``"baoab"``, ``"obabo"``, ``"aboba"`` ([`meanfield.stepping.solvers.splittings`][meanfield.stepping.solvers.splittings]) are the
     ones made for it.
 
     Args:
-        confinement: ``V`` (see [`meanfield.potentials`][meanfield.potentials]).
+        confinement: ``V`` (see [`meanfield.drift.potentials`][meanfield.drift.potentials]).
         interaction: ``W``, or ``None`` for independent particles.
         friction: $\gamma \ge 0$ ($\gamma = 0$: Hamiltonian dynamics, no noise).
         beta: the temperature $\beta \ge 0$, a number or a schedule $t -> \beta_t$.

@@ -1,6 +1,6 @@
-"""The configuration of a run: the schemas ([`RunConfig`][meanfield.runs.config.RunConfig], [`TrainConfig`][meanfield.runs.config.TrainConfig]), reading a TOML file
-with a preset and overrides ([`load_config`][meanfield.runs.config.load_config]), checking it ([`check_config`][meanfield.runs.config.check_config]) and the optimizer it
-describes ([`build_optimizer`][meanfield.runs.config.build_optimizer]).
+"""The configuration of a run: the schemas ([`RunConfig`][meanfield.runs.schema.RunConfig], [`TrainConfig`][meanfield.runs.schema.TrainConfig]), reading a TOML file
+with a preset and overrides ([`load_config`][meanfield.runs.schema.load_config]), checking it ([`check_config`][meanfield.runs.schema.check_config]) and the optimizer it
+describes ([`build_optimizer`][meanfield.runs.schema.build_optimizer]).
 """
 
 from __future__ import annotations
@@ -89,10 +89,10 @@ class RunConfig:
         data: the task's ``[data]`` table.
         model: the task's ``[model]`` table.
         optim: the [`Langevin`][meanfield.optim.langevin.Langevin] options of the particle groups (``lr``, ``beta``, ``drift``,
-            …, [`OPTIM_OPTIONS`][meanfield.runs.config.OPTIM_OPTIONS]); ``beta`` is a number or a schedule table such as
+            …, [`OPTIM_OPTIONS`][meanfield.runs.schema.OPTIM_OPTIONS]); ``beta`` is a number or a schedule table such as
             ``{kind = "cosine", start = 1.0, end = 1e-3}`` (``T`` defaults to ``train.steps``);
             ``[optim.others]`` holds the options of the group of all other parameters (no noise).
-        train: [`TrainConfig`][meanfield.runs.config.TrainConfig].
+        train: [`TrainConfig`][meanfield.runs.schema.TrainConfig].
     """
 
     task: str
@@ -119,7 +119,7 @@ OPTIM_OPTIONS: tuple[str, ...] = _langevin_options()
 
 
 def load_config(path: str | os.PathLike, preset: str | None = None, overrides: Sequence[str] = ()) -> dict:
-    """Read ``path``, apply ``preset`` and ``overrides``, and check the result ([`check_config`][meanfield.runs.config.check_config]).
+    """Read ``path``, apply ``preset`` and ``overrides``, and check the result ([`check_config`][meanfield.runs.schema.check_config]).
 
     Returns:
         The resolved configuration as a plain dict (what ``config.toml`` of the run holds).
@@ -159,7 +159,7 @@ def check_config(config: Mapping[str, Any]) -> RunConfig:
                 raise ConfigError(
                     f'{where}.{key} must be a number or a table such as {{kind = "cosine", start = 1.0, '
                     f"end = 0.001}}, got {value!r}: a run's state is saved as data, and a Python callable "
-                    "cannot be (use the schedules of meanfield.schedules and projections of meanfield.projections)"
+                    "cannot be (use the schedules of meanfield.drift.schedules and projections of meanfield.drift.projections)"
                 )
     _check_temperatures(cfg)
     return cfg
@@ -167,8 +167,8 @@ def check_config(config: Mapping[str, Any]) -> RunConfig:
 
 def _optimizer_options(options: Mapping[str, Any], steps: int) -> dict[str, Any]:
     """``[optim]`` values as ``Langevin`` arguments: schedule and projection tables become objects."""
-    from meanfield.projections import projection_from_dict
-    from meanfield.schedules import schedule_from_dict
+    from meanfield.drift.projections import projection_from_dict
+    from meanfield.drift.schedules import schedule_from_dict
 
     out = {}
     for key, value in options.items():

@@ -1,6 +1,6 @@
-"""What a Langevin step did: [`LangevinStats`][meanfield.optim.stats.LangevinStats], computed lazily from the step's records.
+"""What a Langevin step did: [`LangevinStats`][meanfield.optim.step_stats.LangevinStats], computed lazily from the step's records.
 
-A step leaves one [`Record`][meanfield.optim.stats.Record] per bucket (and Adam step count); reading
+A step leaves one [`Record`][meanfield.optim.step_stats.Record] per bucket (and Adam step count); reading
 [`last_stats`][meanfield.optim.langevin.Langevin.last_stats] reduces them, in chunks, to
 
     η_eff (mean, min, max),   noise RMS = sqrt(Σ (sqrt(2β_t η_eff) ξ)² / n),   drift RMS = sqrt(Σ (η_eff g)² / n),
@@ -140,7 +140,7 @@ class Record:
 
 
 def _sums(records: Sequence[Record]) -> list[tuple[int, float, float, float, float, float]]:
-    """Each record's [`Record.sums`][meanfield.optim.stats.Record.sums]; those of sharded buckets summed over the ranks (a collective: with
+    """Each record's [`Record.sums`][meanfield.optim.step_stats.Record.sums]; those of sharded buckets summed over the ranks (a collective: with
     sharded particle layers every rank reads the stats, as ``meanfield run`` does)."""
     sums = [record.sums() for record in records]
     sharded = [i for i, record in enumerate(records) if record.bucket.rows is not None]
@@ -159,7 +159,7 @@ def _sums(records: Sequence[Record]) -> list[tuple[int, float, float, float, flo
 
 
 def aggregate(records: Sequence[Record], step: int) -> LangevinStats:
-    """The [`LangevinStats`][meanfield.optim.stats.LangevinStats] of ``records`` (the coordinates of all of them together)."""
+    """The [`LangevinStats`][meanfield.optim.step_stats.LangevinStats] of ``records`` (the coordinates of all of them together)."""
     n, eta_sum, eta_min, eta_max, noise_sq, drift_sq = 0, 0.0, math.inf, -math.inf, 0.0, 0.0
     for r in _sums(records):
         n += r[0]

@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 import torch
 
-from ._checks import check_int, check_nonnegative
-from ._replicas import Param, at, check_replicas, per_replica
+from .._checks import check_int, check_nonnegative
+from .._replicas import Param, at, check_replicas, per_replica
 from .potentials import Confinement, Interaction, Quadratic, QuadraticInteraction
 from .projections import Projection
 from .schedules import Constant, Schedule, as_schedule
@@ -34,7 +34,7 @@ Diffusion = float | torch.Tensor
 def _check_projection(projection: Projection | None) -> Projection | None:
     if projection is not None and not isinstance(projection, Projection):
         raise TypeError(
-            f"projection must be a meanfield.projections.Projection (Clip(A), Sphere()) or None, "
+            f"projection must be a meanfield.drift.projections.Projection (Clip(A), Sphere()) or None, "
             f"got {type(projection).__name__}"
         )
     return projection
@@ -46,7 +46,7 @@ class ParticleSystem(ABC):
     Attributes:
         noise: ``"additive"``, ``"diagonal"`` or ``"general"`` (see the module docstring).
         brownian_dim: for ``"general"`` noise, the number ``m`` of Brownian motions per particle.
-        projection: $\Pi$ applied after every step (e.g. [`Sphere`][meanfield.projections.Sphere]), or ``None``.
+        projection: $\Pi$ applied after every step (e.g. [`Sphere`][meanfield.drift.projections.Sphere]), or ``None``.
     """
 
     noise: str = "additive"
@@ -78,7 +78,7 @@ class ParticleSystem(ABC):
 
     def check_state(self, x: torch.Tensor) -> None:
         """Raise ``ValueError`` if this system cannot move the state ``x`` (``(B, M, d)``), e.g. per-replica
-        parameters for another number of replicas. [`meanfield.simulate`][meanfield.simulate] calls it before the first step."""
+        parameters for another number of replicas. [`meanfield.simulate`][meanfield.stepping.simulate.simulate] calls it before the first step."""
         return None
 
     def noise_shape(self, shape: torch.Size) -> tuple[int, ...]:
@@ -95,7 +95,7 @@ def _is_values(value: object) -> bool:
 
 def _temperature(beta: object) -> Schedule:
     """``beta`` as a schedule: a number or per-replica values checked to be ≥ 0 now (as numbers always were);
-    a schedule's values are checked at each step ([`MeanFieldLangevin.temperature`][meanfield.systems.MeanFieldLangevin.temperature]), so one that goes
+    a schedule's values are checked at each step ([`MeanFieldLangevin.temperature`][meanfield.drift.systems.MeanFieldLangevin.temperature]), so one that goes
     negative mid-run stops there, naming the time and the replica."""
     if _is_values(beta) and not callable(beta):
         return Constant(per_replica("beta", beta, minimum=0.0))
@@ -116,12 +116,12 @@ class MeanFieldLangevin(ParticleSystem):
 
     **Per replica.** β, and every parameter of ``V`` and ``W``, is a number or one value per replica (a
     tensor of shape ``(B,)``): replica ``b`` then runs with $\beta[b]$ (and ``a[b]``, $\kappa[b]$, …), so a grid
-    of parameter values × seeds is one state ``(B, M, d)`` and one [`simulate`][meanfield.simulate] call. A
+    of parameter values × seeds is one state ``(B, M, d)`` and one [`simulate`][meanfield.stepping.simulate.simulate] call. A
     scheduled per-replica temperature is a schedule whose levels are ``(B,)`` tensors (``Cosine(start=…,
     end=…, T)``) or any callable returning a ``(B,)`` tensor.
 
     Args:
-        confinement: ``V`` (see [`meanfield.potentials`][meanfield.potentials]).
+        confinement: ``V`` (see [`meanfield.drift.potentials`][meanfield.drift.potentials]).
         interaction: ``W``, or ``None`` for independent particles.
         beta: the temperature β ≥ 0: a number, one per replica (shape ``(B,)``), or a schedule $t -> \beta_t$
             returning a number or a ``(B,)`` tensor (checked at every step: a value < 0 or NaN stops the run
@@ -140,12 +140,12 @@ class MeanFieldLangevin(ParticleSystem):
     ) -> None:
         if not isinstance(confinement, Confinement):
             raise TypeError(
-                f"confinement must be a meanfield.potentials.Confinement (e.g. Quadratic(a)), "
+                f"confinement must be a meanfield.drift.potentials.Confinement (e.g. Quadratic(a)), "
                 f"got {type(confinement).__name__}"
             )
         if interaction is not None and not isinstance(interaction, Interaction):
             raise TypeError(
-                f"interaction must be a meanfield.potentials.Interaction or None, got {type(interaction).__name__}"
+                f"interaction must be a meanfield.drift.potentials.Interaction or None, got {type(interaction).__name__}"
             )
         self.confinement, self.interaction = confinement, interaction
         self.beta = _temperature(beta)
@@ -232,10 +232,10 @@ class MeanFieldLangevin(ParticleSystem):
 
     def free_energy(self, x, *, t: float | None = None, entropy: str = "auto", k: int | None = None):
         r"""``F(ρ) = E_ρ V + ½ E_{ρ⊗ρ} W + β∫ρ log ρ`` per replica, from the particles of a state ``(B, M, d)``
-        or of every saved state of a [`Trajectory`][meanfield.simulate.Trajectory]: a
-        [`FreeEnergy`][meanfield.free_energy.FreeEnergy] with its parts and SE (see [`meanfield.free_energy.free_energy`][meanfield.free_energy.free_energy]:
+        or of every saved state of a [`Trajectory`][meanfield.stepping.simulate.Trajectory]: a
+        [`FreeEnergy`][meanfield.metrics.free_energy.FreeEnergy] with its parts and SE (see [`meanfield.metrics.free_energy.free_energy`][meanfield.metrics.free_energy.free_energy]:
         the pair sum is the U-statistic over ``j ≠ i``; ``t`` picks ``β_t`` of a schedule)."""
-        from .free_energy import free_energy
+        from ..metrics.free_energy import free_energy
 
         return free_energy(self, x, t=t, entropy=entropy, k=k)
 

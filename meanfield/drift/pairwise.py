@@ -2,9 +2,9 @@ r"""Pairwise reductions without an $M \times N$ matrix in memory: one backend fo
 
 Two reductions over the pairs of two clouds ``x (B, M, d)`` and ``y (B, N, d)`` (replicas never mix):
 
-* [`radial_sum`][meanfield.pairwise.radial_sum]: $\mathrm{out}_i = \sum_j \varphi(|x_i - y_j|^2) v_j$ for a function $\varphi$ of the squared distance and
+* [`radial_sum`][meanfield.drift.pairwise.radial_sum]: $\mathrm{out}_i = \sum_j \varphi(|x_i - y_j|^2) v_j$ for a function $\varphi$ of the squared distance and
   values $v_j$ (``(B, N, k)``): the drift and energy of a radial interaction ($v_j = (1, y_j)$);
-* [`softmin`][meanfield.pairwise.softmin]: $f_i = -\varepsilon \log \sum_j \exp(h_j - |x_i - y_j|^p / \varepsilon)$: the ``c``-transform of Sinkhorn's
+* [`softmin`][meanfield.drift.pairwise.softmin]: $f_i = -\varepsilon \log \sum_j \exp(h_j - |x_i - y_j|^p / \varepsilon)$: the ``c``-transform of Sinkhorn's
   log-domain iterations.
 
 Each has two implementations, which give the same numbers to round-off:
@@ -18,7 +18,7 @@ Each has two implementations, which give the same numbers to round-off:
   ``O(B(M + N)d)``. Present when ``pykeops`` is installed (``pip install 'meanfield-sde[keops]'``); the
   first call of each formula compiles it (seconds, then cached on disk).
 
-``backend="auto"`` ([`resolve_backend`][meanfield.pairwise.resolve_backend]) takes KeOps for tensors on a GPU (when KeOps was built with
+``backend="auto"`` ([`resolve_backend`][meanfield.drift.pairwise.resolve_backend]) takes KeOps for tensors on a GPU (when KeOps was built with
 CUDA) and the blocked torch path on the CPU (``benchmarks/kernels.py``, 2-core CPU, float32: the torch
 soft-minimum was 2–4× faster than KeOps at d ≤ 10 and 20× at d = 100; the Gaussian drift 1.6–3.9× faster at
 M = 1e3…1e5; and each new KeOps formula compiles for seconds).
@@ -46,14 +46,14 @@ __all__ = [
 ]
 
 BACKENDS = ("torch", "keops")
-"""The implementations of the reductions; ``"auto"`` picks one of them ([`resolve_backend`][meanfield.pairwise.resolve_backend])."""
+"""The implementations of the reductions; ``"auto"`` picks one of them ([`resolve_backend`][meanfield.drift.pairwise.resolve_backend])."""
 
 MAX_ELEMENTS = 1 << 20
 r"""Default block of the torch path: $B \times \text{ rows } \times N$ numbers (4 MiB in float32; cache-sized passes)."""
 
 DENSE_MAX_ELEMENTS = 3 << 22
-"""Sinkhorn on the torch backend computes its three cost matrices once ([`cost_matrix`][meanfield.pairwise.cost_matrix],
-[`softmin_from_cost`][meanfield.pairwise.softmin_from_cost]) when they hold at most this many numbers in all, $B(MN + M^2 + N^2)$ (two clouds of
+"""Sinkhorn on the torch backend computes its three cost matrices once ([`cost_matrix`][meanfield.drift.pairwise.cost_matrix],
+[`softmin_from_cost`][meanfield.drift.pairwise.softmin_from_cost]) when they hold at most this many numbers in all, $B(MN + M^2 + N^2)$ (two clouds of
 2048 points: 48 MiB in float32), instead of recomputing the distances in every soft-minimum. Measured per
 soft-minimum here (float32, n = 1000 and 2000): 1.1–1.4× faster at d ≤ 32, 2.3–2.8× at d = 100."""
 
@@ -290,10 +290,10 @@ def cost_matrix(x: torch.Tensor, y: torch.Tensor, p: int = 2) -> torch.Tensor:
 def softmin_from_cost(
     cost: torch.Tensor, h: torch.Tensor, epsilon: float | torch.Tensor, work: torch.Tensor | None = None
 ) -> torch.Tensor:
-    r"""[`softmin`][meanfield.pairwise.softmin] from a cost matrix computed once: $f_i = -\varepsilon \log \sum_j \exp(h_j - C_{ij}/\varepsilon)$.
+    r"""[`softmin`][meanfield.drift.pairwise.softmin] from a cost matrix computed once: $f_i = -\varepsilon \log \sum_j \exp(h_j - C_{ij}/\varepsilon)$.
 
     Args:
-        cost: ``C`` of shape ``(B, M, N)`` ([`cost_matrix`][meanfield.pairwise.cost_matrix]; a transposed view is fine).
+        cost: ``C`` of shape ``(B, M, N)`` ([`cost_matrix`][meanfield.drift.pairwise.cost_matrix]; a transposed view is fine).
         h: ``(B, N)``.
         epsilon: $\varepsilon > 0$, a number or one per replica ``(B,)``.
         work: a contiguous ``(B, M, N)`` buffer to compute in (reused across calls; a fresh one if ``None``).

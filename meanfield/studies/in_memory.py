@@ -1,16 +1,16 @@
 r"""Studies over many runs: convergence in the number of particles M, and sweeps over a parameter grid.
 
-* [`convergence_in_m`][meanfield.studies.convergence_in_m] measures how a quantity of the M-particle system approaches its limit,
+* [`convergence_in_m`][meanfield.studies.in_memory.convergence_in_m] measures how a quantity of the M-particle system approaches its limit,
   $\mathbb{E} Y_M \approx Y_\infty + c\cdot M^{\mathrm{slope}}$: a distance $Y_M = D(\mu_M, \mu)$ to a reference law ($Y_\infty = 0$), or a named
   observable (a loss, a moment) with a limit $Y_\infty$ that is known, estimated by replicated reference runs, or
   fitted. Replicas run on the batch axis; the slope comes with a bootstrap interval from a named
-  *estimator* ([`ESTIMATORS`][meanfield.studies.ESTIMATORS]), which says whether a finite reference was treated as exact
+  *estimator* ([`ESTIMATORS`][meanfield.studies.in_memory.ESTIMATORS]), which says whether a finite reference was treated as exact
   (``"exact"``), resampled with the replicates (``"reference"``), or not used at all (``"fit"``,
   ``"differences"``).
-* [`sweep`][meanfield.studies.sweep] runs a function over a parameter grid × seeds — one call per point, or batched over the
+* [`sweep`][meanfield.studies.in_memory.sweep] runs a function over a parameter grid × seeds — one call per point, or batched over the
   replica axis with per-replica parameters — and collects named observables, scalars or series at saved times.
 
-Both return tidy tables ([`Table`][meanfield.studies.Table]: one row per point × seed [× time]) with CSV/JSON export and plots of
+Both return tidy tables ([`Table`][meanfield.studies.in_memory.Table]: one row per point × seed [× time]) with CSV/JSON export and plots of
 mean curves with labelled confidence bands (Student-t over seeds or replicates).
 
 **One seeding convention.** A study hands the user's function the seeds it must draw from, as the keyword
@@ -19,10 +19,10 @@ mean curves with labelled confidence bands (Student-t over seeds or replicates).
 ``sample(M, reps, seed=[s_1, …, s_reps])`` when ``sample`` takes a ``seed`` (replicate ``r`` of every M has
 seed ``seeds[r]``, as a sweep's seed ``s`` is the same at every grid point). In every case: draw what belongs
 to one replica (its initial state) from ``torch.Generator().manual_seed(s)`` of its own seed, and the noise
-of a call over several replicas from [`batch_seed`][meanfield.studies.batch_seed] of the list (``simulate(..., generator=
+of a call over several replicas from [`batch_seed`][meanfield.studies.in_memory.batch_seed] of the list (``simulate(..., generator=
 batch_seed(seed))``). So a function called with equal seeds draws equal numbers in both studies.
 
-**A time window.** A series (an observable on a [`Trajectory`][meanfield.simulate.Trajectory]'s saved states, or a
+**A time window.** A series (an observable on a [`Trajectory`][meanfield.stepping.simulate.Trajectory]'s saved states, or a
 returned ``(B, T)``/1-D series) also gives one scalar per replica: its value at the last saved time, or,
 with ``window=(t_a, t_b)``, its mean over the saved times ``t_a ≤ t ≤ t_b`` (a time average after a burn-in).
 """
@@ -47,13 +47,13 @@ import numpy as np
 import torch
 from scipy import stats as _st
 
-from ._checks import check_finite, check_finite_tensor, check_int
-from ._display import dataframe, html_block, number, paragraph, rows_html, rows_text, shortlist
-from .metrics.wasserstein import Law1d, resolve_method, wasserstein, wasserstein_to_law
+from .._checks import check_finite, check_finite_tensor, check_int
+from .._display import dataframe, html_block, number, paragraph, rows_html, rows_text, shortlist
+from ..metrics.wasserstein import Law1d, resolve_method, wasserstein, wasserstein_to_law
+from ..progress import progress_bar
+from ..seeds import derive_seed, resolve_generator
+from ..stepping.simulate import Trajectory
 from .plotting import figure, save
-from .progress import progress_bar
-from .seeds import derive_seed, resolve_generator
-from .simulate import Trajectory
 from .stats import t_interval
 
 __all__ = [
@@ -76,7 +76,7 @@ METRICS: dict[str, tuple[int, Callable[[torch.Tensor], torch.Tensor]]] = {
 """Metric name → (order p, map from the cost $W_p^p$ to the reported distance)."""
 
 ESTIMATORS = ("exact", "reference", "fit", "differences")
-r"""How [`convergence_in_m`][meanfield.studies.convergence_in_m] estimates the rate of $\mathbb{E} Y_M \to Y_\infty$ (see [`RateEstimate`][meanfield.studies.RateEstimate])."""
+r"""How [`convergence_in_m`][meanfield.studies.in_memory.convergence_in_m] estimates the rate of $\mathbb{E} Y_M \to Y_\infty$ (see [`RateEstimate`][meanfield.studies.in_memory.RateEstimate])."""
 
 Sampler = Callable[[int, int], object]
 Metric = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -260,7 +260,7 @@ class Table:
 
     @classmethod
     def from_json(cls, source: str | os.PathLike) -> Table:
-        """Read a table written by [`to_json`][meanfield.studies.Table.to_json] (a path or the JSON text)."""
+        """Read a table written by [`to_json`][meanfield.studies.in_memory.Table.to_json] (a path or the JSON text)."""
         text = str(source)
         if not text.lstrip().startswith("{"):
             text = Path(source).read_text()
@@ -363,7 +363,7 @@ def _collect(
 ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor | None]:
     """Split a sampler's or batched run's output into (final states, scalars, series, times).
 
-    ``out`` is a state tensor ``(B, M, d)``, a [`Trajectory`][meanfield.simulate.Trajectory] (states ``(S, B, M, d)``
+    ``out`` is a state tensor ``(B, M, d)``, a [`Trajectory`][meanfield.stepping.simulate.Trajectory] (states ``(S, B, M, d)``
     at ``times (S,)``) or a mapping: ``"final"`` → states ``(B, M, d)`` (optional), ``"t"`` → times ``(T,)``
     (optional), any other name → a tensor ``(B,)`` (a scalar per replica) or ``(B, T)`` (a series at the
     times). Each ``observables[name](x (B, M, d)) -> (B,)`` is applied to the final state (a scalar) or,
@@ -466,7 +466,7 @@ class RateEstimate:
     percentile interval of the same draws (``theory/rate_coverage.py``).
 
     Attributes:
-        estimator: one of [`ESTIMATORS`][meanfield.studies.ESTIMATORS].
+        estimator: one of [`ESTIMATORS`][meanfield.studies.in_memory.ESTIMATORS].
         slope: $-\alpha$.
         slope_ci: its ``level`` bootstrap percentile interval (NaN when a resample has no logarithm).
         limit: $Y_\infty$ used or estimated.
@@ -546,7 +546,7 @@ def _fit_power(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     r"""Weighted least squares $\text{ means } (..., K) \approx L + c\cdot M^{-\alpha}$ (``L = 0`` unless ``free_limit``).
 
-    α is scanned on [`_ALPHA_GRID`][meanfield.studies._ALPHA_GRID] (the best (L, c) of each α in closed form, [`_profile`][meanfield.studies._profile]; with
+    α is scanned on [`_ALPHA_GRID`][meanfield.studies.in_memory._ALPHA_GRID] (the best (L, c) of each α in closed form, [`_profile`][meanfield.studies.in_memory._profile]; with
     ``L = 0``: $c = \sum w x m/\sum w x^2$, $\text{ RSS } = \sum w m^2 - (\sum w x m)^2/\sum w x^2$) and refined by the parabola through
     the three grid points around the minimum.
 
@@ -604,7 +604,7 @@ def _t_interval(estimate: float, boot: torch.Tensor, level: float, df: int) -> t
 
 
 def _edge_notes(edge: bool, boot_edge: float, level: float) -> list[str]:
-    """Warnings for a power-law fit whose α sits at an end of [`_ALPHA_GRID`][meanfield.studies._ALPHA_GRID]."""
+    """Warnings for a power-law fit whose α sits at an end of [`_ALPHA_GRID`][meanfield.studies.in_memory._ALPHA_GRID]."""
     span = f"[{float(_ALPHA_GRID[0]):g}, {float(_ALPHA_GRID[-1]):g}]"
     notes = []
     if edge:
@@ -726,10 +726,10 @@ class StudyResult:
             ``"observable"``), the same for every M.
         slope: the slope $-\alpha$ of $|\mathbb{E} Y_M - Y_\infty| \approx |c| M^{\mathrm{slope}}$ from `estimator`.
         intercept: ``log|c|``: the excess ``≈ exp(intercept) · M^slope``.
-        slope_ci: the bootstrap interval of the slope from `estimator` ([`RateEstimate`][meanfield.studies.RateEstimate] says how).
+        slope_ci: the bootstrap interval of the slope from `estimator` ([`RateEstimate`][meanfield.studies.in_memory.RateEstimate] says how).
         level: the confidence level of ``slope_ci``.
-        estimator: which estimator gave ``slope`` and ``slope_ci`` ([`ESTIMATORS`][meanfield.studies.ESTIMATORS]).
-        estimates: every estimator that was asked for, by name ([`RateEstimate`][meanfield.studies.RateEstimate]).
+        estimator: which estimator gave ``slope`` and ``slope_ci`` ([`ESTIMATORS`][meanfield.studies.in_memory.ESTIMATORS]).
+        estimates: every estimator that was asked for, by name ([`RateEstimate`][meanfield.studies.in_memory.RateEstimate]).
         limit: $Y_\infty$ used or estimated by `estimator` (0 for a distance with ``"exact"``; with
             ``"fit"``, a finite reference's floor).
         reference_values: the reference's values of the observable, shape ``(R,)`` (empty for a distance,
@@ -763,7 +763,7 @@ class StudyResult:
 
     @property
     def se(self) -> torch.Tensor:
-        r"""Standard error of [`mean`][meanfield.studies.StudyResult.mean], $\mathrm{std} / \sqrt{\mathrm{reps}}$, shape ``(len(Ms),)``."""
+        r"""Standard error of [`mean`][meanfield.studies.in_memory.StudyResult.mean], $\mathrm{std} / \sqrt{\mathrm{reps}}$, shape ``(len(Ms),)``."""
         return self.values.std(1) / math.sqrt(self.values.shape[1])
 
     @property
@@ -812,7 +812,7 @@ class StudyResult:
         )
 
     def to_pandas(self, *, curves: bool = False):
-        """``table`` (or ``curves``) as a ``pandas.DataFrame`` ([`to_pandas`][meanfield.studies.Table.to_pandas])."""
+        """``table`` (or ``curves``) as a ``pandas.DataFrame`` ([`to_pandas`][meanfield.studies.in_memory.Table.to_pandas])."""
         return (self.curves if curves else self.table).to_pandas()
 
     def fit(self, M: float | torch.Tensor) -> torch.Tensor:
@@ -820,7 +820,7 @@ class StudyResult:
         return math.exp(self.intercept) * torch.as_tensor(M, dtype=self.values.dtype) ** self.slope
 
     def rows(self) -> list[dict]:
-        """One dict per M: ``M``, ``mean``, ``se``, ``floor`` (a table for [`SweepResult`][meanfield.studies.SweepResult]-style export)."""
+        """One dict per M: ``M``, ``mean``, ``se``, ``floor`` (a table for [`SweepResult`][meanfield.studies.in_memory.SweepResult]-style export)."""
         return [
             {"M": M, "mean": float(m), "se": float(s), "floor": float(f)}
             for M, m, s, f in zip(self.Ms, self.mean, self.se, self.floor_mean, strict=True)
@@ -854,7 +854,7 @@ class StudyResult:
         return Table(rows, ("M", "replicate", "t"), names, replicate="replicate")
 
     def to_csv(self, path: str | os.PathLike | None = None, *, curves: bool = False) -> str:
-        """[`table`][meanfield.studies.StudyResult.table] (or [`curves`][meanfield.studies.StudyResult.curves]) as CSV; written to ``path`` when given. Returns the text."""
+        """[`table`][meanfield.studies.in_memory.StudyResult.table] (or [`curves`][meanfield.studies.in_memory.StudyResult.curves]) as CSV; written to ``path`` when given. Returns the text."""
         return (self.curves if curves else self.table).to_csv(path)
 
     def plot(
@@ -1018,10 +1018,10 @@ def convergence_in_m(
     r"""How fast a quantity of M particles approaches its limit: $|\mathbb{E} Y_M - Y_\infty| \approx |c| M^{\mathrm{slope}}$.
 
     For each M, ``sample(M, reps)`` gives ``reps`` independent replicates: states ``(reps, M, d)``, a
-    [`Trajectory`][meanfield.simulate.Trajectory], or a mapping of observables (``{"final": states, "t": times,
+    [`Trajectory`][meanfield.stepping.simulate.Trajectory], or a mapping of observables (``{"final": states, "t": times,
     "loss": (reps,) or (reps, T), ...}``). ``observables`` (``name → f(x (reps, M, d)) -> (reps,)``) are
     evaluated on the final states, or on every saved state of a trajectory (a series); every scalar and
-    series is kept per replicate ([`StudyResult.table`][meanfield.studies.StudyResult.table], [`StudyResult.curves`][meanfield.studies.StudyResult.curves]).
+    series is kept per replicate ([`StudyResult.table`][meanfield.studies.in_memory.StudyResult.table], [`StudyResult.curves`][meanfield.studies.in_memory.StudyResult.curves]).
 
     **What is studied.** Without ``quantity``, $Y_M = D(\mu_M, \mu)$ ($Y_\infty = 0$), the distance of the final
     states to ``reference``:
@@ -1042,7 +1042,7 @@ def convergence_in_m(
     one long or large run cut into R independent blocks, each block's value one entry. They should also be
     unbiased for $Y_\infty$ to within the interval (a reference at $M_{\mathrm{ref}}$ carries $c\cdot M_{\mathrm{ref}}^{-\alpha}$).
 
-    **Estimators** ([`RateEstimate`][meanfield.studies.RateEstimate]; ``estimator`` names one, or several — the first gives ``slope`` and
+    **Estimators** ([`RateEstimate`][meanfield.studies.in_memory.RateEstimate]; ``estimator`` names one, or several — the first gives ``slope`` and
     ``slope_ci``, all are in ``estimates``): ``"exact"`` (the reference as exact: right for an exact law or
     limit; for a finite reference the naive interval), ``"reference"`` (the reference values' uncertainty
     propagated: their mean, redrawn from its t law in every bootstrap draw, is the point $M = \infty$ of a
@@ -1057,7 +1057,7 @@ def convergence_in_m(
 
     **Seeds.** ``sample(M, reps, seed)`` (a ``seed`` parameter) is called with ``seed`` the list of the
     ``reps`` replicates' seeds, the same at every M: ``seeds`` (a number ``n`` means ``0, …, n − 1``; default
-    ``reps``). It is the convention of a batched [`sweep`][meanfield.studies.sweep] (module docstring): replicate ``r``'s initial
+    ``reps``). It is the convention of a batched [`sweep`][meanfield.studies.in_memory.sweep] (module docstring): replicate ``r``'s initial
     state from ``torch.Generator().manual_seed(seed[r])``, the call's noise from ``batch_seed(seed)``; then
     the same function gives the same draws in a sweep and here. A ``sample(M, reps)`` without ``seed`` draws
     from generators of its own.
@@ -1082,18 +1082,18 @@ def convergence_in_m(
             notebook, [`meanfield.progress`][meanfield.progress]).
         observables: named functions of the states ``(reps, M, d) -> (reps,)`` to collect per replicate.
         quantity: the observable whose approach to its limit is studied (instead of a distance).
-        estimator: ``"auto"``, one of [`ESTIMATORS`][meanfield.studies.ESTIMATORS], or a sequence of them.
+        estimator: ``"auto"``, one of [`ESTIMATORS`][meanfield.studies.in_memory.ESTIMATORS], or a sequence of them.
         seeds: the replicates' seeds for a ``sample`` that takes ``seed`` (above): ``reps`` ints, or a number
             ``reps`` (``0, …, reps − 1``, the default).
         window: ``(t_a, t_b)``: each series' scalar (and a ``quantity`` that is a series) is its mean over the
             saved times in ``[t_a, t_b]`` per replicate, not its last value.
 
     Returns:
-        [`StudyResult`][meanfield.studies.StudyResult] (``estimator`` says where the interval comes from).
+        [`StudyResult`][meanfield.studies.in_memory.StudyResult] (``estimator`` says where the interval comes from).
     """
     if not callable(sample):
         raise TypeError(f"sample must be a callable (M, reps) -> (reps, M, d), got {type(sample).__name__}")
-    if isinstance(Ms, (str, bytes)) or not isinstance(Ms, Iterable):
+    if isinstance(Ms, (str, bytes)) or not isinstance(Ms, Iterable) or getattr(Ms, "ndim", 1) == 0:
         raise TypeError(f"Ms must be a sequence of numbers of particles, got {type(Ms).__name__}")
     Ms = [check_int("Ms[i]", int(M) if isinstance(M, (np.integer, torch.Tensor)) else M) for M in Ms]
     if len(set(Ms)) < 2 or Ms != sorted(Ms) or len(set(Ms)) != len(Ms):
@@ -1384,14 +1384,14 @@ def _series(name: str, value: object) -> list[float] | None:
 @dataclass(frozen=True)
 class SweepResult:
     """A table of runs: one dict row per (grid point, seed), with the point, ``seed``, the scalar outputs and
-    ``error``; series outputs in [`curves`][meanfield.studies.SweepResult.curves] (one row per point × seed × saved time).
+    ``error``; series outputs in [`curves`][meanfield.studies.in_memory.SweepResult.curves] (one row per point × seed × saved time).
 
     Attributes:
         rows: the table; ``error`` is ``None`` or ``"ExceptionType: message"`` (then the outputs are absent).
         params: the grid's parameter names.
         outputs: the scalar output names, in order of first appearance.
         series: the series output names.
-        curve_rows: the rows of [`curves`][meanfield.studies.SweepResult.curves].
+        curve_rows: the rows of [`curves`][meanfield.studies.in_memory.SweepResult.curves].
         batched: the parameters that ran on the replica axis (empty for one call per point and seed).
     """
 
@@ -1409,12 +1409,12 @@ class SweepResult:
 
     @property
     def table(self) -> Table:
-        """[`rows`][meanfield.studies.StudyResult.rows] as a [`Table`][meanfield.studies.Table] (failed rows included, with their ``error``)."""
+        """[`rows`][meanfield.studies.in_memory.StudyResult.rows] as a [`Table`][meanfield.studies.in_memory.Table] (failed rows included, with their ``error``)."""
         return Table(self.rows, (*self.params, "seed"), (*self.outputs, "error"), replicate="seed")
 
     @property
     def curves(self) -> Table:
-        """The series: a tidy [`Table`][meanfield.studies.Table] with one row per point × seed × saved time ``t``."""
+        """The series: a tidy [`Table`][meanfield.studies.in_memory.Table] with one row per point × seed × saved time ``t``."""
         return Table(self.curve_rows, (*self.params, "seed", "t"), self.series, replicate="seed")
 
     @property
@@ -1441,7 +1441,7 @@ class SweepResult:
         return html_block(self._title(), rows_html(self.rows, self._shown()))
 
     def to_pandas(self, *, curves: bool = False):
-        """``table`` (or ``curves``) as a ``pandas.DataFrame`` ([`to_pandas`][meanfield.studies.Table.to_pandas])."""
+        """``table`` (or ``curves``) as a ``pandas.DataFrame`` ([`to_pandas`][meanfield.studies.in_memory.Table.to_pandas])."""
         return (self.curves if curves else self.table).to_pandas()
 
     def column(self, name: str) -> list:
@@ -1475,7 +1475,7 @@ class SweepResult:
 
     @classmethod
     def from_json(cls, source: str | os.PathLike) -> SweepResult:
-        """Read a table written by [`to_json`][meanfield.studies.SweepResult.to_json] (a path or the JSON text)."""
+        """Read a table written by [`to_json`][meanfield.studies.in_memory.SweepResult.to_json] (a path or the JSON text)."""
         text = str(source)
         if not text.lstrip().startswith("{"):
             text = Path(source).read_text()
@@ -1524,7 +1524,7 @@ class SweepResult:
         path: str | os.PathLike | None = None,
     ):
         """Mean of ``y`` against ``x`` over seeds, one line per ``hue``, with a labelled ``level`` band; a
-        series ``y`` is drawn against ``x = "t"`` from [`curves`][meanfield.studies.SweepResult.curves].
+        series ``y`` is drawn against ``x = "t"`` from [`curves`][meanfield.studies.in_memory.SweepResult.curves].
 
         Returns the figure; with ``path`` it is also written there (and closed).
         """
@@ -1649,7 +1649,7 @@ def sweep(
     batched parameter as a float64 tensor of shape ``(B,)`` (replica ``b`` runs at ``values[b]``), the
     others as plain values, and ``seed`` as a list of ``B`` ints (replica ``b``'s seed); it returns a
     mapping name → ``(B,)`` (a scalar per replica) or ``(B, T)`` (a series at times ``"t"``, ``(T,)``), a
-    state tensor ``(B, M, d)`` or a [`Trajectory`][meanfield.simulate.Trajectory], on which ``observables``
+    state tensor ``(B, M, d)`` or a [`Trajectory`][meanfield.stepping.simulate.Trajectory], on which ``observables``
     ($\text{ name } \to f(x (B, M, d)) -> (B,)$) are evaluated (at every saved time for a trajectory). ``batch=True``
     batches every parameter whose grid values are all numbers (leave a size such as M out by naming the
     others). A call holds at most ``max_batch`` replicas, or ``memory_budget // replica_bytes`` (bytes;
@@ -1674,7 +1674,7 @@ def sweep(
     Seeds follow the convention of the module docstring (the seed is handed over, never drawn here).
 
     Returns:
-        [`SweepResult`][meanfield.studies.SweepResult]: ``rows`` in grid × seed order, series in ``curves``. A run that raises (or
+        [`SweepResult`][meanfield.studies.in_memory.SweepResult]: ``rows`` in grid × seed order, series in ``curves``. A run that raises (or
         returns a non-scalar, non-series) is recorded with ``error = "Type: message"`` and the sweep goes on —
         batched, every replica of the failed call; a warning counts the failures, and if every run fails a
         ``RuntimeError`` names the first error and is raised from it (``__cause__``: its traceback reaches

@@ -2,13 +2,13 @@ r"""Brownian increments on a fixed grid $t_n = t_0 + n\cdot dt$: drawn from a ge
 
 Every solver reads its noise through one of these sources, step by step:
 
-- [`GaussianNoise`][meanfield.brownian.GaussianNoise] draws $\xi_n \sim N(0, I)$ from the caller's ``torch.Generator`` (into one reused
+- [`GaussianNoise`][meanfield.stepping.brownian.GaussianNoise] draws $\xi_n \sim N(0, I)$ from the caller's ``torch.Generator`` (into one reused
   buffer, already scaled), so $dW_n = \sqrt{dt}\cdot \xi_n$. Same seed, same path, whichever solver consumes it.
-- [`RademacherNoise`][meanfield.brownian.RademacherNoise] draws $\xi_n \in \{-1, +1\}$ with probability ½ each: the same mean and covariance as
+- [`RademacherNoise`][meanfield.stepping.brownian.RademacherNoise] draws $\xi_n \in \{-1, +1\}$ with probability ½ each: the same mean and covariance as
   a Gaussian, so Euler–Maruyama keeps **weak order 1**, but its paths are not Brownian (no strong order,
   no exact one-step laws). It is for expectations only.
-- [`BrownianIncrements`][meanfield.brownian.BrownianIncrements] holds pre-drawn increments ``dW`` of shape ``(N, *noise_shape)`` (and
-  optionally the space-time Lévy areas ``H``); [`BrownianIncrements.coarsen`][meanfield.brownian.BrownianIncrements.coarsen] sums them onto a grid
+- [`BrownianIncrements`][meanfield.stepping.brownian.BrownianIncrements] holds pre-drawn increments ``dW`` of shape ``(N, *noise_shape)`` (and
+  optionally the space-time Lévy areas ``H``); [`BrownianIncrements.coarsen`][meanfield.stepping.brownian.BrownianIncrements.coarsen] sums them onto a grid
   ``k`` times coarser, which is how strong-order tests share one Brownian path over nested step sizes.
 """
 
@@ -19,9 +19,9 @@ from abc import ABC, abstractmethod
 
 import torch
 
-from . import _background
-from ._checks import check_int, check_positive
-from .seeds import resolve_generator
+from .. import _background
+from .._checks import check_int, check_positive
+from ..seeds import resolve_generator
 
 __all__ = ["NoiseSource", "GaussianNoise", "RademacherNoise", "BrownianIncrements"]
 
@@ -50,11 +50,11 @@ class NoiseSource(ABC):
 
     @property
     def prefetches(self) -> bool:
-        """Whether [`prefetch`][meanfield.brownian.NoiseSource.prefetch] can do anything in this run (so a stepper can skip preparing hints)."""
+        """Whether [`prefetch`][meanfield.stepping.brownian.NoiseSource.prefetch] can do anything in this run (so a stepper can skip preparing hints)."""
         return False
 
     def will_prefetch(self, n: int) -> bool:
-        """Whether [`prefetch`][meanfield.brownian.NoiseSource.prefetch] ``(n)`` would start a draw now."""
+        """Whether [`prefetch`][meanfield.stepping.brownian.NoiseSource.prefetch] ``(n)`` would start a draw now."""
         return False
 
     def prefetch(self, n: int, scale: float = 1.0) -> None:
@@ -65,7 +65,7 @@ class NoiseSource(ABC):
         return None
 
     def settle(self) -> None:
-        """Finish any draw started by [`prefetch`][meanfield.brownian.NoiseSource.prefetch] (after which nothing runs in the background)."""
+        """Finish any draw started by [`prefetch`][meanfield.stepping.brownian.NoiseSource.prefetch] (after which nothing runs in the background)."""
         return None
 
     def space_time_area(self, n: int) -> torch.Tensor:
@@ -79,7 +79,7 @@ class _SequentialNoise(NoiseSource):
     """Draws step ``n`` when first asked, in order ``n = 0, 1, 2, …``, already scaled (one pass over the
     buffer); asking again for step ``n`` returns the same increment.
 
-    [`prefetch`][meanfield.brownian._SequentialNoise.prefetch] (``n`` the step after the current one) draws step ``n`` into a second buffer in the
+    [`prefetch`][meanfield.stepping.brownian._SequentialNoise.prefetch] (``n`` the step after the current one) draws step ``n`` into a second buffer in the
     background thread of [`meanfield._background`][meanfield._background] when the buffer is on the CPU and holds at least
     ``OVERLAP_MIN`` numbers (and torch may use two threads or more), so that the caller's update of step
     $n - 1$ runs while step ``n`` is drawn. The generator is read in the same order, so the increments
@@ -235,7 +235,7 @@ class BrownianIncrements(NoiseSource):
     Args:
         dW: ``(N, *noise_shape)``, the increments $W(t_{n+1}) - W(t_n)$.
         dt: the grid step.
-        H: optional ``(N, *noise_shape)``, the space-time Lévy areas (see [`NoiseSource`][meanfield.brownian.NoiseSource]).
+        H: optional ``(N, *noise_shape)``, the space-time Lévy areas (see [`NoiseSource`][meanfield.stepping.brownian.NoiseSource]).
     """
 
     def __init__(self, dW: torch.Tensor, dt: float, H: torch.Tensor | None = None) -> None:

@@ -1,6 +1,6 @@
 r"""Splitting schemes for kinetic Langevin dynamics: BAOAB, OBABO, ABOBA, with the exact Ornstein–Uhlenbeck O.
 
-The generator of [`KineticMeanFieldLangevin`][meanfield.kinetic.KineticMeanFieldLangevin] splits into three exactly solvable pieces, each
+The generator of [`KineticMeanFieldLangevin`][meanfield.drift.phase_space.KineticMeanFieldLangevin] splits into three exactly solvable pieces, each
 a map on the paired state ``z = (x, v)`` over a time $\tau$:
 
     A(τ):  x ← x + τ·v                                     (free flight)
@@ -31,7 +31,7 @@ draws what it needs and no more: ``B·M·d`` numbers ``s·ξ ~ N(0, s²)``, ``s 
 are drawn, and ``v ← c·v + s·ξ`` is one pass (the exact OU step); the positions and velocities are kept in
 one contiguous ``(2, B, M, d)`` buffer during a segment of steps (copied from and back to the paired state
 once a segment), and for ``V = a/2·|x|²``, ``W = k/2·|z|²`` the force is one pass after the mean
-([`force_into`][meanfield.kinetic.KineticMeanFieldLangevin.force_into]).
+([`force_into`][meanfield.drift.phase_space.KineticMeanFieldLangevin.force_into]).
 
 **Coupled noise.** With a noise source (``brownian=``, e.g. pre-drawn increments shared with another solver or
 step size) a step reads one normalised increment ``ξ = (ξ_x, ξ_v)`` of shape ``(B, M, 2d)`` from the noise
@@ -53,9 +53,9 @@ from collections import Counter
 
 import torch
 
+from ...drift.phase_space import KineticMeanFieldLangevin
+from ...drift.systems import ParticleSystem
 from ..brownian import GaussianNoise, NoiseSource
-from ..kinetic import KineticMeanFieldLangevin
-from ..systems import ParticleSystem
 from .base import Solver, Stepper
 
 __all__ = ["Splitting", "SPLITTINGS", "BAOAB", "OBABO", "ABOBA"]
@@ -68,11 +68,11 @@ class Splitting(Solver):
     """A symmetric A/B/O splitting of kinetic Langevin dynamics (see the module docstring).
 
     Args:
-        name: ``"baoab"``, ``"obabo"`` or ``"aboba"`` (a key of [`SPLITTINGS`][meanfield.solvers.kinetic.SPLITTINGS]).
+        name: ``"baoab"``, ``"obabo"`` or ``"aboba"`` (a key of [`SPLITTINGS`][meanfield.stepping.solvers.splittings.SPLITTINGS]).
 
     Raises:
         ValueError: an unknown scheme; at simulation time, a system that is not a
-            [`KineticMeanFieldLangevin`][meanfield.kinetic.KineticMeanFieldLangevin], or non-Gaussian noise.
+            [`KineticMeanFieldLangevin`][meanfield.drift.phase_space.KineticMeanFieldLangevin], or non-Gaussian noise.
     """
 
     strong_orders = {"additive": 1.0, "diagonal": None, "general": None}
@@ -91,7 +91,7 @@ class Splitting(Solver):
         if not isinstance(system, KineticMeanFieldLangevin):
             raise ValueError(
                 f"solver {self.name!r} is a splitting of kinetic Langevin dynamics: it needs a "
-                f"meanfield.kinetic.KineticMeanFieldLangevin system, got {type(system).__name__}"
+                f"meanfield.drift.phase_space.KineticMeanFieldLangevin system, got {type(system).__name__}"
             )
         super().check(system, source)
 

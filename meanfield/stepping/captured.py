@@ -1,15 +1,15 @@
 r"""Captured paths, opt-in: a block of steps compiled by ``torch.compile`` into one call.
 
-An eager step of [`meanfield.simulate`][meanfield.simulate] or [`meanfield.optim.Langevin`][meanfield.optim.Langevin] pays Python and one dispatch
+An eager step of [`meanfield.simulate`][meanfield.stepping.simulate.simulate] or [`meanfield.optim.Langevin`][meanfield.optim.Langevin] pays Python and one dispatch
 per tensor operation; on a small system (a thousand particles, a twenty-dimensional posterior) that fixed cost
 *is* the step. Here a block of ``k`` steps is traced once and compiled (TorchInductor: C++ on the CPU, with the
 system's compiler; Triton on a GPU), so that a call runs ``k`` steps with no Python in between, as JAX's
 ``lax.scan`` does.
 
-- [`sgld_block`][meanfield.captured.sgld_block]: ``k`` SGLD steps ``θ ← θ − lr·(∇L(θ) + λθ) + sqrt(2β·lr)·ξ`` of a loss ``L`` written as
+- [`sgld_block`][meanfield.stepping.captured.sgld_block]: ``k`` SGLD steps ``θ ← θ − lr·(∇L(θ) + λθ) + sqrt(2β·lr)·ξ`` of a loss ``L`` written as
   a function of one tensor (its data closed over; the gradient by ``torch.func.grad``), the step of
   ``Langevin(drift="sgd", weight_decay=λ)`` with one group and ``M = 1``.
-- [`euler_block`][meanfield.captured.euler_block]: ``k`` Euler–Maruyama steps ``x ← x + dt·b(x) + σ·sqrt(dt)·ξ`` of a
+- [`euler_block`][meanfield.stepping.captured.euler_block]: ``k`` Euler–Maruyama steps ``x ← x + dt·b(x) + σ·sqrt(dt)·ξ`` of a
   ``MeanFieldLangevin`` with a constant temperature (``σ = sqrt(2β)``), the step of
   ``simulate(system, x0, solver="euler")``.
 
@@ -30,9 +30,9 @@ from collections.abc import Callable
 
 import torch
 
-from ._checks import check_int, check_nonnegative, check_positive
-from .schedules import Constant
-from .systems import MeanFieldLangevin
+from .._checks import check_int, check_nonnegative, check_positive
+from ..drift.schedules import Constant
+from ..drift.systems import MeanFieldLangevin
 
 __all__ = ["sgld_block", "euler_block"]
 

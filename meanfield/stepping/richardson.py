@@ -1,7 +1,7 @@
 r"""Step-size studies on one Brownian path: the same system at steps $k\cdot \eta$ (k = 1, 2, 4, …), coupled.
 
 Runs at $\eta$ and $2\eta$ driven by the same Brownian path (the coarse increments are sums of the fine ones,
-[`coarsen`][meanfield.brownian.BrownianIncrements.coarsen]) have strongly correlated errors, so the Richardson
+[`coarsen`][meanfield.stepping.brownian.BrownianIncrements.coarsen]) have strongly correlated errors, so the Richardson
 extrapolation $2\cdot v(\eta) - v(2\eta)$ removes the O(η) bias of a weak-order-1 scheme at a small cost in variance,
 and $v(2\eta) - v(\eta)$ measures that bias directly.
 """
@@ -13,10 +13,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from ._checks import check_int, check_positive
+from .._checks import check_int, check_positive
+from ..drift.systems import ParticleSystem
 from .brownian import BrownianIncrements
 from .simulate import simulate
-from .systems import ParticleSystem
 
 __all__ = ["coupled_step_sizes", "richardson"]
 

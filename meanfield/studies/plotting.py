@@ -1,7 +1,7 @@
 """One look for every figure: a style, a figure factory and an atomic PNG writer.
 
 Every figure of the package (theory checks, studies, experiments, benchmarks) is made with
-[`figure`][meanfield.plotting.figure] and written with [`save`][meanfield.plotting.save], so that the docs look like one piece.
+[`figure`][meanfield.studies.plotting.figure] and written with [`save`][meanfield.studies.plotting.save], so that the docs look like one piece.
 
 Importing it leaves matplotlib's backend as it is (``%matplotlib inline`` in a notebook stays inline); the
 command line, which only writes files, asks for the non-interactive ``Agg`` (``meanfield.cli.main``).
@@ -44,7 +44,7 @@ def page_layout(columns: int = 2, width: float = 8.4, font_size: float = 11.0) -
     A docs page shows a figure at most at the content width, about 690 CSS px (Material's layout at a
     1280-px window); a PNG ``w`` inches wide at ``STYLE["savefig.dpi"]`` (130) is shrunk to 690 px, so text of
     ``s`` pt shows at about $s \cdot 690 / (96 w)$ pt. Three panels in a row (12.6 in) showed 10-pt text at
-    5.5 pt. Inside the block [`figure`][meanfield.plotting.figure] puts at most ``columns`` panels in a row
+    5.5 pt. Inside the block [`figure`][meanfield.studies.plotting.figure] puts at most ``columns`` panels in a row
     (a lone last panel centred), makes the figure at most ``width`` inches wide (the panels scaled
     together) and writes text at ``font_size`` pt: $11 \cdot 690 / (96 \cdot 8.4) = 9.4$ pt as shown.
     ``meanfield figures`` (the docs build) draws every figure inside it; outside it nothing changes.

@@ -1,4 +1,4 @@
-"""``simulate``: integrate a particle system on a fixed grid and keep a [`Trajectory`][meanfield.simulate.Trajectory]."""
+"""``simulate``: integrate a particle system on a fixed grid and keep a [`Trajectory`][meanfield.stepping.simulate.Trajectory]."""
 
 from __future__ import annotations
 
@@ -12,15 +12,21 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _checks
-from ._checks import check_finite, check_finite_tensor, check_int, check_positive, check_rank
-from ._display import fields_html, html_block, shortlist
+from .. import _checks
+from .._checks import check_finite, check_finite_tensor, check_int, check_positive, check_rank
+from .._display import fields_html, html_block, shortlist
+from ..drift.resolution import (
+    CollapseError,
+    CollapseWarning,
+    CollapseWatch,
+    UnstableStepWarning,
+    unstable_step,
+)
+from ..drift.systems import ParticleSystem
+from ..progress import progress_bar
+from ..seeds import resolve_generator
 from .brownian import BrownianIncrements, GaussianNoise, NoiseSource, RademacherNoise
-from .progress import progress_bar
-from .resolution import CollapseError, CollapseWarning, CollapseWatch, UnstableStepWarning, unstable_step
-from .seeds import resolve_generator
 from .solvers import Solver, get_solver
-from .systems import ParticleSystem
 
 __all__ = [
     "simulate",
@@ -123,7 +129,7 @@ def _noise_source(
             raise ValueError("give either brownian (pre-drawn increments) or generator, not both")
         if not isinstance(brownian, NoiseSource):
             raise TypeError(
-                "brownian must be a meanfield.brownian.BrownianIncrements (or another NoiseSource), "
+                "brownian must be a meanfield.stepping.brownian.BrownianIncrements (or another NoiseSource), "
                 f"got {type(brownian).__name__}"
             )
         if brownian.shape != shape:
@@ -338,7 +344,7 @@ def simulate(
         t1: the final time (``> t0``; $t_1 - t_0$ must be a whole number of steps).
         dt: the step size ``> 0``.
         t0: the initial time.
-        solver: a name from [`meanfield.solvers.SOLVERS`][meanfield.solvers.SOLVERS] or a solver object; ``"euler"`` is the native
+        solver: a name from [`meanfield.stepping.solvers.SOLVERS`][meanfield.stepping.solvers.SOLVERS] or a solver object; ``"euler"`` is the native
             Euler–Maruyama.
         save_every: keep the state every this many steps (the initial and final states are always kept,
             the initial one only without ``save_from``).
@@ -350,28 +356,28 @@ def simulate(
             [`meanfield.seeds.resolve_generator`][meanfield.seeds.resolve_generator], as in every entry point.
         noise: ``"gaussian"`` or ``"rademacher"`` (±1 increments: weak order 1, Euler–Maruyama only).
         brownian: pre-drawn increments instead of a generator (e.g. a coarsened path for order tests), or
-            another [`NoiseSource`][meanfield.brownian.NoiseSource] of the system's noise shape (e.g.
+            another [`NoiseSource`][meanfield.stepping.brownian.NoiseSource] of the system's noise shape (e.g.
             `BlockNoise`, one generator per block of particles).
         check_every: check the state for NaN/Inf at least this often (and at every saved state).
         progress: show a progress bar over the steps (``None``: when the run lasts over a second in a terminal
             or a notebook, [`meanfield.progress`][meanfield.progress]).
-        collapse: ``"warn"`` (a [`CollapseWarning`][meanfield.resolution.CollapseWarning], once per run), ``"raise"``
-            (a [`CollapseError`][meanfield.resolution.CollapseError] carrying the states saved so far) or ``"ignore"``,
+        collapse: ``"warn"`` (a [`CollapseWarning`][meanfield.drift.resolution.CollapseWarning], once per run), ``"raise"``
+            (a [`CollapseError`][meanfield.drift.resolution.CollapseError] carrying the states saved so far) or ``"ignore"``,
             when the particles of an attractive singular interaction (``LogInteraction(c)`` or
             ``RieszInteraction(s, c)`` with ``c < 0``) collapse: at least a quarter as many pairs as
             particles are closer than ``r⋆ = (2|c|·dt/M)^{1/(s+2)}``, the distance below which one step moves a
-            pair by more than its separation ([`meanfield.resolution`][meanfield.resolution] derives it). The warning names the
+            pair by more than its separation ([`meanfield.drift.resolution`][meanfield.drift.resolution] derives it). The warning names the
             time, the replica and the closest pair's distance.
         collapse_every: look for a collapse every this many steps: one pass over the pairs, as costly as one
             evaluation of the interaction's drift, so about ``1/collapse_every`` of the run's time (and only
             for such interactions).
 
-    Before the first step, an [`UnstableStepWarning`][meanfield.resolution.UnstableStepWarning] says when a known linear part
+    Before the first step, an [`UnstableStepWarning`][meanfield.drift.resolution.UnstableStepWarning] says when a known linear part
     of the drift makes the explicit step unstable (``a·dt ≥ 2`` for ``Quadratic(a)``; see
-    [`meanfield.resolution.unstable_step`][meanfield.resolution.unstable_step]), instead of an overflow many steps later.
+    [`meanfield.drift.resolution.unstable_step`][meanfield.drift.resolution.unstable_step]), instead of an overflow many steps later.
 
     Returns:
-        The [`Trajectory`][meanfield.simulate.Trajectory]. The run is not recorded by autograd.
+        The [`Trajectory`][meanfield.stepping.simulate.Trajectory]. The run is not recorded by autograd.
 
     Raises:
         ValueError, TypeError: for bad arguments (the message says which and what is allowed).

@@ -10,7 +10,7 @@ $$
 with $Z^m_i = \sum_j \exp(\beta\langle Q_m x_i, K_m x_j\rangle)$ (normalised self-attention, "SA": the softmax) or $Z^m_i = n$
 (unnormalised, "USA"), the sum over $j \le i$ under a causal mask, and $P_x = I - x x^\top$ on the sphere
 ($P_x = I$ in R^d). A residual stack $x^{\ell+1} = x^\ell + \Delta t \cdot 1/H \sum_m v_{\theta_m}(x^\ell)$ with shared weights is the
-Euler scheme of this ODE with step $\Delta t$ ([`attention_system`][meanfield.tokens.attention_system] and [`attention_layer`][meanfield.tokens.attention_layer] convert between
+Euler scheme of this ODE with step $\Delta t$ ([`attention_system`][meanfield.nn.tokens.attention_system] and [`attention_layer`][meanfield.nn.tokens.attention_layer] convert between
 a [`ParticleAttention`][meanfield.nn.attention.ParticleAttention] and the system). An optional noise $\sqrt{2\tau} dW$ makes it an SDE.
 
 The state is ``(B, n, d)``: B independent replicas of n tokens (the particle axis holds the tokens).
@@ -24,8 +24,8 @@ $$
 $$
 
 ($I_k$ the modified Bessel function), and the fastest-growing mode $k^* = \operatorname{argmax}_k k^2 I_k(\beta)$ (≈ sqrt(2β) for
-large β) is the number of metastable clusters that appears from a near-uniform cloud ([`growth_rate`][meanfield.tokens.growth_rate],
-[`fastest_mode`][meanfield.tokens.fastest_mode]).
+large β) is the number of metastable clusters that appears from a near-uniform cloud ([`growth_rate`][meanfield.nn.tokens.growth_rate],
+[`fastest_mode`][meanfield.nn.tokens.fastest_mode]).
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ import torch
 from scipy import special
 from scipy.sparse.csgraph import connected_components
 
-from ._checks import check_finite, check_int, check_nonnegative
-from .projections import Sphere
-from .systems import ParticleSystem
+from .._checks import check_finite, check_int, check_nonnegative
+from ..drift.projections import Sphere
+from ..drift.systems import ParticleSystem
 
 __all__ = [
     "SelfAttentionDynamics",
@@ -79,7 +79,7 @@ class SelfAttentionDynamics(ParticleSystem):
 
     $V(x)_i = 1/H \sum_m O_m \sum_j A^m_{ij} V_m x_j$, $A^m_{ij} = \exp(\beta\langle Q_m x_i, K_m x_j\rangle)/Z^m_i$. The pairwise sum runs
     in chunks of query rows ($B\cdot H\cdot c\cdot n$ logits at a time, never an $n \times n \times d$ tensor). On the circle with
-    identity weights ([`identity`][meanfield.tokens.SelfAttentionDynamics.identity] with ``d = 2``, ``sphere=True``) the kernel has the Fourier series
+    identity weights ([`identity`][meanfield.nn.tokens.SelfAttentionDynamics.identity] with ``d = 2``, ``sphere=True``) the kernel has the Fourier series
     $\exp(\beta \cos \varphi) = I_0(\beta) + 2 \sum_k I_k(\beta) \cos k\varphi$, and ``method="fourier"`` evaluates the velocity in
     $O(n\cdot K)$ with ``K`` modes, truncated where $K\cdot I_K(\beta)/I_0(\beta) < 1e-15$ (exact to float64 rounding).
 
@@ -92,7 +92,7 @@ class SelfAttentionDynamics(ParticleSystem):
         normalized: ``True`` for SA (softmax), ``False`` for USA (``Z = n``).
         causal: token i attends to tokens $j \le i$ only.
         sphere: tokens on $S^{d-1}$: the velocity is projected on the tangent space and every step ends
-            with [`Sphere`][meanfield.projections.Sphere] (the initial tokens must be unit vectors).
+            with [`Sphere`][meanfield.drift.projections.Sphere] (the initial tokens must be unit vectors).
         temperature: τ ≥ 0 of the noise $\sqrt{2\tau} dW$ (0: the deterministic flow of a network).
         method: ``"pairwise"`` (any weights), ``"fourier"`` (circle with identity weights) or ``"auto"``
             (Fourier where it applies and $n \ge 256$).
@@ -163,7 +163,7 @@ class SelfAttentionDynamics(ParticleSystem):
             d: the token dimension.
             beta: the attention's inverse temperature.
             dtype: of the weights.
-            **kwargs: the other options of [`SelfAttentionDynamics`][meanfield.tokens.SelfAttentionDynamics] (``sphere``, ``normalized``, …).
+            **kwargs: the other options of [`SelfAttentionDynamics`][meanfield.nn.tokens.SelfAttentionDynamics] (``sphere``, ``normalized``, …).
         """
         eye = torch.eye(check_int("d", d), dtype=dtype)  # (d, d)
         system = cls(eye, eye, eye, beta=beta, **kwargs)
@@ -324,10 +324,10 @@ def attention_system(layer: torch.nn.Module, **kwargs: Any) -> SelfAttentionDyna
 
     Args:
         layer: a ``ParticleAttention`` (or ``CausalParticleAttention``).
-        **kwargs: passed to [`SelfAttentionDynamics`][meanfield.tokens.SelfAttentionDynamics] (e.g. ``temperature``, ``sphere``); ``beta`` and
+        **kwargs: passed to [`SelfAttentionDynamics`][meanfield.nn.tokens.SelfAttentionDynamics] (e.g. ``temperature``, ``sphere``); ``beta`` and
             ``causal`` override the layer's (e.g. $\text{ beta } = r^2/\sqrt{h}$ for tokens held at radius r on the sphere).
     """
-    from .nn.attention import ParticleAttention
+    from .attention import ParticleAttention
 
     if not isinstance(layer, ParticleAttention):
         raise TypeError(f"layer must be a meanfield.nn.ParticleAttention, got {type(layer).__name__}")
@@ -339,13 +339,13 @@ def attention_system(layer: torch.nn.Module, **kwargs: Any) -> SelfAttentionDyna
 
 def attention_layer(system: SelfAttentionDynamics) -> torch.nn.Module:
     r"""The frozen [`ParticleAttention`][meanfield.nn.attention.ParticleAttention] whose output is ``system``'s velocity (the inverse of
-    [`attention_system`][meanfield.tokens.attention_system]): ``layer(x) == system.velocity(x)`` for tokens in R^d.
+    [`attention_system`][meanfield.nn.tokens.attention_system]): ``layer(x) == system.velocity(x)`` for tokens in R^d.
 
     β is folded into the queries ($W_Q = \beta\cdot\sqrt{h}\cdot Q$); query/key and value widths are padded with zero rows to one
     head width $h = \max(h_{qk}, h_v)$ (zero rows change no dot product and no output). USA and sphere systems
     have no layer: a layer is softmax attention in R^d.
     """
-    from .nn.attention import CausalParticleAttention, ParticleAttention
+    from .attention import CausalParticleAttention, ParticleAttention
 
     if not isinstance(system, SelfAttentionDynamics):
         raise TypeError(f"system must be a SelfAttentionDynamics, got {type(system).__name__}")

@@ -32,12 +32,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ._checks import check_int
+from .._checks import check_int
+from ..drift.potentials import Alignment, QuadraticInteraction, RadialInteraction
+from ..drift.systems import MeanFieldLangevin, ParticleSystem
+from ..seeds import derive_seed
 from .brownian import NoiseSource
-from .potentials import Alignment, QuadraticInteraction, RadialInteraction
-from .seeds import derive_seed
 from .simulate import Trajectory, simulate
-from .systems import MeanFieldLangevin, ParticleSystem
 
 __all__ = [
     "BlockNoise",
@@ -84,7 +84,8 @@ class BlockNoise(NoiseSource):
         seed: the run's seed.
         start: the global index of the first local particle (a multiple of ``block``).
         block: particles per block.
-        dtype, device: of the increments.
+        dtype: of the increments.
+        device: of the increments.
     """
 
     def __init__(
@@ -131,7 +132,7 @@ class BlockNoise(NoiseSource):
 
 
 class ShardedSystem(ParticleSystem):
-    """A [`MeanFieldLangevin`][meanfield.systems.MeanFieldLangevin] whose M particles are sharded over the ranks of ``group``.
+    """A [`MeanFieldLangevin`][meanfield.drift.systems.MeanFieldLangevin] whose M particles are sharded over the ranks of ``group``.
 
     ``drift(t, x)`` takes this rank's shard ``(B, m, d)`` and returns its drift ``−∇V(x_i) − 1/M Σ_j ∇W(x_i −
     x_j)`` with the sum over all M particles, by collectives (module docstring). Every rank must call it at
@@ -173,8 +174,8 @@ class ShardedSystem(ParticleSystem):
 
     def _ring_pair_sums(self, x: torch.Tensor) -> torch.Tensor:
         r"""$\sum_j g_{ij} (1, x_j)$ over all M particles, $g_{ij} = 2\psi'(|x_i - x_j|^2)$: ``(B, m, 1 + d)``."""
-        from ._replicas import at
-        from .pairwise import radial_sum
+        from .._replicas import at
+        from ..drift.pairwise import radial_sum
 
         interaction: RadialInteraction = self.system.interaction
         # 2ψ'(r²) = c·φ(s·r²), as RadialInteraction.mean_field_grad reads it (Log and Riesz keep c outside ψ')
@@ -237,13 +238,14 @@ def simulate_sharded(
     M: int | None = None,
     **kwargs: Any,
 ) -> Trajectory:
-    """[`simulate`][meanfield.simulate] of ``system`` with its M particles sharded over ``group``.
+    """[`simulate`][meanfield.stepping.simulate.simulate] of ``system`` with its M particles sharded over ``group``.
 
     Args:
         system: the global system.
         x0: the **global** initial state ``(B, M, d)`` (each rank keeps its shard; equal on every rank), or this
             rank's shard ``(B, M/world, d)`` with ``M`` given.
-        t1, dt: as in ``simulate``.
+        t1: as in ``simulate``.
+        dt: as in ``simulate``.
         seed: the run's seed (the noise of block j comes from ``derive_seed(seed, "noise/block/<j>")``).
         block: particles per noise block; ``M`` must be a multiple of ``world·block``.
         group: the process group (``None``: the default one; a single process when none is initialised).
@@ -307,7 +309,8 @@ def sliced_w2_sharded(
     order statistics and the result is the exact sliced W2 of the two clouds along those directions.
 
     Args:
-        x, y: this rank's shards $(B, m_x, d)$, $(B, m_y, d)$.
+        x: this rank's shard $(B, m_x, d)$ of the first law.
+        y: this rank's shard $(B, m_y, d)$ of the second.
 
     Returns:
         ``SW2`` per replica, ``(B,)``, equal on every rank.

@@ -6,8 +6,8 @@ from abc import ABC, abstractmethod
 
 import torch
 
+from ...drift.systems import ParticleSystem
 from ..brownian import NoiseSource
-from ..systems import ParticleSystem
 
 __all__ = ["Solver", "Stepper"]
 

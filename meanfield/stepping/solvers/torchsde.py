@@ -19,8 +19,8 @@ import torch
 from torchsde._brownian import BaseBrownian
 from torchsde._core import base_sde, methods
 
+from ...drift.systems import ParticleSystem
 from ..brownian import NoiseSource
-from ..systems import ParticleSystem
 from .base import Solver, Stepper
 
 __all__ = ["TorchSDE", "TORCHSDE_METHODS"]
@@ -137,7 +137,7 @@ class _SystemAsSDE:
 
 
 class _GridBrownian(BaseBrownian):
-    """torchsde's Brownian-motion interface over a [`NoiseSource`][meanfield.brownian.NoiseSource], for steps on the grid only."""
+    """torchsde's Brownian-motion interface over a [`NoiseSource`][meanfield.stepping.brownian.NoiseSource], for steps on the grid only."""
 
     def __init__(
         self,

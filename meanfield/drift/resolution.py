@@ -1,12 +1,12 @@
 r"""What an explicit step can resolve: the linear stability bound, and the collapse of attractive singular kernels.
 
-Two things [`meanfield.simulate`][meanfield.simulate] says about a run that its NaN/Inf check would only see late or never:
+Two things [`meanfield.simulate`][meanfield.stepping.simulate.simulate] says about a run that its NaN/Inf check would only see late or never:
 
 * **An unstable step, before the run.** A drift with a known linear part ``b(x) = −λx + …`` is integrated by
   Euler–Maruyama as ``x ← (1 − λ·dt)x + …``: the factor ``|1 − λ·dt|`` exceeds 1 once ``λ·dt > 2`` and the
   state grows geometrically (``Quadratic(1)`` at ``dt = 3`` doubles every step and overflowed float64 after
   about 1,000 steps). The two-stage Runge–Kutta drifts (torchsde's ``heun``, ``midpoint``) have the factor
-  ``1 − λdt + (λdt)²/2``, which leaves ``[−1, 1]`` at the same ``λ·dt = 2``. [`unstable_step`][meanfield.resolution.unstable_step] reads
+  ``1 − λdt + (λdt)²/2``, which leaves ``[−1, 1]`` at the same ``λ·dt = 2``. [`unstable_step`][meanfield.drift.resolution.unstable_step] reads
   ``λ`` off the potentials whose drift is linear (``Quadratic(a)``, ``QuadraticInteraction(k)``,
   ``Alignment(κ)``) or whose growth on the initial state is (``DoubleWell``) and returns the warning.
 * **A collapse, while it runs.** An attractive singular pair potential (``LogInteraction(c)`` or
@@ -23,7 +23,7 @@ Two things [`meanfield.simulate`][meanfield.simulate] says about a run that its 
   replica (χ = 2, 3.5; M = 100 and 400) by t = 0.58, and the expected number of such chance pairs grows like
   ``M·|c|·dt·∫ρ²``, so the closest pair alone would cry wolf; the number of pairs below ``r⋆`` never exceeded 3
   there, while in every *supercritical* replica (χ = 6) it climbed to 0.6–0.75·M as the cluster formed. A
-  collapse is therefore declared when at least [`COLLAPSE_PAIRS`][meanfield.resolution.COLLAPSE_PAIRS] ``· M`` pairs are closer than ``r⋆`` — a
+  collapse is therefore declared when at least [`COLLAPSE_PAIRS`][meanfield.drift.resolution.COLLAPSE_PAIRS] ``· M`` pairs are closer than ``r⋆`` — a
   finite fraction of the particles sits in a cluster the step cannot
   resolve — and it is reported with the closest pair's distance.
 """
@@ -34,7 +34,7 @@ import math
 
 import torch
 
-from ._replicas import Param
+from .._replicas import Param
 from .pairwise import _rows, _squared_distances
 from .potentials import (
     Alignment,
@@ -93,7 +93,7 @@ class CollapseWarning(RuntimeWarning):
 
 
 class CollapseError(FloatingPointError):
-    """``simulate(..., collapse="raise")``: as [`CollapseWarning`][meanfield.resolution.CollapseWarning], raised, with ``trajectory`` the
+    """``simulate(..., collapse="raise")``: as [`CollapseWarning`][meanfield.drift.resolution.CollapseWarning], raised, with ``trajectory`` the
     states saved before the collapse was seen."""
 
     def __init__(self, warning: CollapseWarning, trajectory) -> None:
@@ -120,8 +120,8 @@ def _values(value: Param) -> torch.Tensor:
 def unstable_step(system: ParticleSystem, x0: torch.Tensor, dt: float, solver: str) -> str | None:
     """The warning for a step ``dt`` that a known linear part of the drift makes unstable, or ``None``.
 
-    For [`MeanFieldLangevin`][meanfield.systems.MeanFieldLangevin] without a projection, integrated by a solver of
-    [`STABILITY_LIMITS`][meanfield.resolution.STABILITY_LIMITS]. The drift's rates: ``a`` (``Quadratic(a)``) on the mean, ``a + k`` with
+    For [`MeanFieldLangevin`][meanfield.drift.systems.MeanFieldLangevin] without a projection, integrated by a solver of
+    [`STABILITY_LIMITS`][meanfield.drift.resolution.STABILITY_LIMITS]. The drift's rates: ``a`` (``Quadratic(a)``) on the mean, ``a + k`` with
     ``QuadraticInteraction(k)`` on the modes about the mean, ``a − κ`` with ``Alignment(κ)`` on the mean; for
     ``DoubleWell`` alone the growth rate ``c₄x² − c₂`` of the per-coordinate map ``x ← x − dt·(c₄x² − c₂)x``
     at the initial state's largest ``|x|`` (beyond ``λ·dt = 2`` the first steps move ``|x|`` outwards, where

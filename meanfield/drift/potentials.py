@@ -11,8 +11,8 @@ Confinements implement ``energy(x) -> (B, M)`` and ``grad(x) -> (B, M, d)``; int
 ``energy(x) -> (B, M)`` (the per-particle interaction $1/M \sum_j W(x_i - x_j)$) and
 ``mean_field_grad(x) -> (B, M, d)`` ($1/M \sum_j \nabla W(x_i - x_j)$). The energy of the empirical law is
 $\sum_i [V(x_i) + \tfrac12 \cdot 1/M \sum_j W(x_i - x_j)] / M$
-([`MeanFieldLangevin.energy`][meanfield.systems.MeanFieldLangevin.energy]); the free energy of the particles' law
-([`meanfield.free_energy`][meanfield.free_energy]) estimates $\tfrac12 \mathbb{E}_{\rho\otimes\rho} W$ by the sum over
+([`MeanFieldLangevin.energy`][meanfield.drift.systems.MeanFieldLangevin.energy]); the free energy of the particles' law
+([`meanfield.metrics.free_energy`][meanfield.metrics.free_energy]) estimates $\tfrac12 \mathbb{E}_{\rho\otimes\rho} W$ by the sum over
 $j \ne i$ with $1/(M - 1)$ instead, and adds $-\beta H$.
 
 **Per-replica parameters.** Every numeric parameter (``Quadratic(a)``, ``DoubleWell``'s coefficients,
@@ -31,8 +31,8 @@ from collections.abc import Callable
 
 import torch
 
-from ._checks import check_int
-from ._replicas import Param, at, per_replica
+from .._checks import check_int
+from .._replicas import Param, at, per_replica
 from .pairwise import radial_sum, resolve_backend
 
 __all__ = [
@@ -67,7 +67,7 @@ class Confinement(ABC):
 
 class Interaction(ABC):
     """A symmetric pair potential, averaged over the particles of a replica: usually $W(x_i - x_j)$ with
-    $W(z) = W(-z)$, but any $W(x_i, x_j) = W(x_j, x_i)$ works (e.g. [`Alignment`][meanfield.potentials.Alignment]), since the
+    $W(z) = W(-z)$, but any $W(x_i, x_j) = W(x_j, x_i)$ works (e.g. [`Alignment`][meanfield.drift.potentials.Alignment]), since the
     drift only uses ``mean_field_grad``."""
 
     def parameters(self) -> dict[str, Param]:
@@ -202,10 +202,10 @@ class RadialInteraction(Interaction):
     r"""A radial pair potential $W(z) = \psi(|z|^2)$, so $\nabla W(z) = 2\psi'(|z|^2)\cdot z$.
 
     $1/M \sum_j 2\psi'(r^2_{ij})(x_i - x_j) = 1/M [x_i \sum_j g_{ij} - \sum_j g_{ij} x_j]$ with $g_{ij} = 2\psi'(r^2_{ij})$: one
-    pairwise reduction $\sum_j g_{ij} (1, x_j)$ ([`meanfield.pairwise.radial_sum`][meanfield.pairwise.radial_sum]), never an
+    pairwise reduction $\sum_j g_{ij} (1, x_j)$ ([`meanfield.drift.pairwise.radial_sum`][meanfield.drift.pairwise.radial_sum]), never an
     $M \times M \times d$ tensor. The ``"torch"`` backend works in blocks of ``B × rows × M ≤ max_elements``
     numbers, one matrix product each; ``"keops"`` (when ``pykeops`` is installed) keeps memory ``O(BMd)``
-    and is what ``"auto"`` picks on a GPU and in low dimension ([`meanfield.pairwise.resolve_backend`][meanfield.pairwise.resolve_backend]).
+    and is what ``"auto"`` picks on a GPU and in low dimension ([`meanfield.drift.pairwise.resolve_backend`][meanfield.drift.pairwise.resolve_backend]).
     KeOps needs $\psi$ and $\psi'$ written with operators and tensor methods (``(-r2).exp()``, ``1 / (1 + r2)``),
     which apply to its symbolic tensors too; where they do not (``torch.exp(r2)``) the torch backend is used.
     `backend_used` says which backend the last call used. Writing $\psi$ in $|z|^2$ keeps the gradient
@@ -391,7 +391,7 @@ class LogInteraction(RadialInteraction):
     $-1/M \sum_{j\ne i} \nabla W(x_i - x_j) = c/M \sum_{j\ne i} (x_i - x_j)/|x_i - x_j|^2$. In d = 1 this is the interaction
     of Dyson Brownian motion: with $V = a x^2/2$ the mean-field law at low temperature is the semicircle
     of radius $R = \sqrt{2c/a}$ (variance $R^2/4 = c/(2a)$); in d = 2 it is the Coulomb (log-gas)
-    interaction. The self-pair ``j = i`` is always left out (see [`RadialInteraction`][meanfield.potentials.RadialInteraction]).
+    interaction. The self-pair ``j = i`` is always left out (see [`RadialInteraction`][meanfield.drift.potentials.RadialInteraction]).
 
     **The sign: c > 0 repels, c < 0 attracts.** ``LogInteraction(−χ)`` in d = 2 is the Keller–Segel
     (chemotaxis) particle system ``dX_i = −χ/M Σ_{j≠i}(X_i − X_j)/|X_i − X_j|² dt + sqrt(2β) dW_i``. Its virial
@@ -402,7 +402,7 @@ class LogInteraction(RadialInteraction):
     so the **critical value** is ``χ_c = 4β·M/(M − 1)`` (``4β`` as M → ∞; the critical mass ``8π`` of the
     classical normalisation ``∂ρ = Δρ − ∇·(ρ∇c)``, ``−Δc = ρ``, whose mass ``m`` is ``χ = βm/(2π)`` here).
     Above it ``E m2`` reaches 0 at ``t* = E m2(0)/(χ(M−1)/M − 4β)``: the particles collapse, and
-    [`meanfield.simulate`][meanfield.simulate] says so ([`meanfield.resolution`][meanfield.resolution]); the check ``theory/keller_segel.py``
+    [`meanfield.simulate`][meanfield.stepping.simulate.simulate] says so ([`meanfield.drift.resolution`][meanfield.drift.resolution]); the check ``theory/keller_segel.py``
     measures the slope on both sides.
 
     Args:
@@ -435,11 +435,11 @@ class LogInteraction(RadialInteraction):
 
 class RieszInteraction(RadialInteraction):
     r"""$W(z) = c\cdot|z|^{-s}/s$ for ``s > 0``: Riesz repulsion (``c > 0``) or attraction (``c < 0``, watched
-    for a collapse by [`simulate`][meanfield.simulate]), singular at ``z = 0``; $s = d - 2$ is Coulomb's in
-    $d \ge 3$ ($s \to 0$ gives [`LogInteraction`][meanfield.potentials.LogInteraction]).
+    for a collapse by [`simulate`][meanfield.stepping.simulate.simulate]), singular at ``z = 0``; $s = d - 2$ is Coulomb's in
+    $d \ge 3$ ($s \to 0$ gives [`LogInteraction`][meanfield.drift.potentials.LogInteraction]).
 
     $\psi(r^2) = c/s\cdot(r^2)^{-s/2}$ and $2\psi'(r^2) = -c\cdot(r^2)^{-s/2-1}$, so $\nabla W(z) = -c\cdot z/|z|^{s+2}$. The
-    self-pair ``j = i`` is always left out (see [`RadialInteraction`][meanfield.potentials.RadialInteraction]).
+    self-pair ``j = i`` is always left out (see [`RadialInteraction`][meanfield.drift.potentials.RadialInteraction]).
 
     Args:
         s: the exponent ``s > 0`` (a number: it sets the kernel's formula).
@@ -484,10 +484,10 @@ class RieszInteraction(RadialInteraction):
 
 
 def _log_kernel(r2):
-    r"""$-\tfrac12 \log r^2$ ($\psi$ of [`LogInteraction`][meanfield.potentials.LogInteraction] with ``c = 1``)."""
+    r"""$-\tfrac12 \log r^2$ ($\psi$ of [`LogInteraction`][meanfield.drift.potentials.LogInteraction] with ``c = 1``)."""
     return -0.5 * r2.log()
 
 
 def _inverse_kernel(r2):
-    r"""$1/r^2$ ($2\psi'$ of [`LogInteraction`][meanfield.potentials.LogInteraction] is $-c/r^2$)."""
+    r"""$1/r^2$ ($2\psi'$ of [`LogInteraction`][meanfield.drift.potentials.LogInteraction] is $-c/r^2$)."""
     return 1.0 / r2

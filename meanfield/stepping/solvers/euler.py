@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from ...drift.systems import ParticleSystem
 from ..brownian import NoiseSource
-from ..systems import ParticleSystem
 from .base import Solver, Stepper
 
 __all__ = ["EulerMaruyama"]
@@ -16,8 +16,8 @@ class EulerMaruyama(Solver):
 
     Strong order 1 under additive noise (the Milstein correction vanishes), ½ otherwise; weak order 1.
     One step costs one drift evaluation, one noise draw (scaled as it is drawn, into a reused buffer) and
-    two passes over the state, or one for the affine drifts of [`MeanFieldLangevin`][meanfield.systems.MeanFieldLangevin] (see
-    [`euler_update_`][meanfield.systems.ParticleSystem.euler_update_]). With ``noise="rademacher"`` it keeps weak order 1.
+    two passes over the state, or one for the affine drifts of [`MeanFieldLangevin`][meanfield.drift.systems.MeanFieldLangevin] (see
+    [`euler_update_`][meanfield.drift.systems.ParticleSystem.euler_update_]). With ``noise="rademacher"`` it keeps weak order 1.
     """
 
     name = "euler"
