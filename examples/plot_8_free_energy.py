@@ -8,7 +8,7 @@ Gaussian, $N(m_t, \sigma_t^2 I)$ with $\dot m = -a m$ and $\dot{\sigma^2} = -2(a
 
 $$F(\rho_t) = \tfrac a2 |m_t|^2 + d\Big[\tfrac{a + k}{2}\sigma_t^2 - \tfrac\beta2 \log(2\pi e\,\sigma_t^2)\Big],$$
 
-minimised at $m = 0$, $\sigma^2 = \beta/(a + k)$. `system.free_energy(traj)` estimates $F$ of every replica at
+minimised at $m = 0$, $\sigma^2 = \beta/(a + k)$. `mf.free_energy(system, traj)` estimates $F$ of every replica at
 every saved state from its particles alone: the energy as particle averages, the entropy $H$ by the
 Kozachenko–Leonenko $k$-nearest-neighbour estimator (`meanfield.metrics.entropy`), each with a standard error.
 """
@@ -26,7 +26,7 @@ system = mf.MeanFieldLangevin(Quadratic(a), QuadraticInteraction(k), beta=beta)
 g = torch.Generator().manual_seed(1)  # the initial law's own stream, apart from the noise's (generator=0)
 x0 = 1.0 + 2.0 * torch.randn(4, 2000, d, generator=g, dtype=torch.float64)  # (B, M, d): N(1, 4 I)
 traj = mf.simulate(system, x0, t1=4.0, dt=0.01, save_every=20, generator=0)
-F = system.free_energy(traj)  # FreeEnergy: every field (B, S), F.times (S,)
+F = mf.free_energy(system, traj)  # FreeEnergy: every field (B, S), F.times (S,)
 print(F)
 
 # %%
@@ -49,7 +49,7 @@ print(f"F at t = 4: {F.value[:, -1].mean():.4f} ± {F.se[:, -1].mean():.4f} (par
 # known to be Gaussian, the moment estimate `entropy="gaussian"` has a far smaller error and follows the gap
 # to the chain's own $O(dt)$ offset.
 
-G = system.free_energy(traj, entropy="gaussian")
+G = mf.free_energy(system, traj, entropy="gaussian")
 
 fig, (left, right) = figure(ncols=2, width=3.75, height=3.0)
 for b in range(F.value.shape[0]):

@@ -8,7 +8,7 @@ from . import metrics, nn, optim, studies
 from .drift import phase_space, potentials, projections, schedules
 from .drift.phase_space import KineticMeanFieldLangevin
 from .drift.systems import SDE, MeanFieldLangevin, ParticleSystem
-from .metrics.free_energy import FreeEnergy
+from .metrics.free_energy import FreeEnergy, free_energy
 from .nn import tokens
 from .optim import KineticLangevin, Langevin
 from .progress import set_progress
@@ -39,6 +39,7 @@ __all__ = [
     "TorchSDE",
     "Trajectory",
     "convergence_in_m",
+    "free_energy",
     "get_solver",
     "kinetic",
     "metrics",

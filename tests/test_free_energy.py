@@ -63,7 +63,7 @@ def test_a_gaussian_cloud_has_the_closed_form_free_energy():
     B, M = 64, 400
     x = _gaussian_cloud(B, M, mean, cov, seed=1)
     system = mf.MeanFieldLangevin(Quadratic(A), QuadraticInteraction(K), beta=BETA)
-    F = system.free_energy(x, entropy="gaussian")
+    F = mf.free_energy(system, x, entropy="gaussian")
     assert F.value.shape == (B,) and F.method == "gaussian" and (F.M, F.d) == (M, 2)
     estimate, se = float(F.value.mean()), float(F.value.std() / math.sqrt(B))
     tolerance = Z * se + BETA * _moment_bias_bound(M, 2)
@@ -83,13 +83,17 @@ def test_a_gaussian_cloud_has_the_closed_form_free_energy():
 
 def test_the_parts_add_up_and_the_repr_is_short():
     x = _gaussian_cloud(3, 50, torch.zeros(1, dtype=torch.float64), torch.eye(1, dtype=torch.float64), seed=2)
-    F = mf.MeanFieldLangevin(DoubleWell(), GaussianInteraction(0.5, 1.0), beta=0.3).free_energy(x)
+    F = mf.free_energy(mf.MeanFieldLangevin(DoubleWell(), GaussianInteraction(0.5, 1.0), beta=0.3), x)
     assert torch.equal(F.value, F.confinement + F.interaction - F.beta * F.entropy)
     assert torch.equal(F.energy, F.confinement + F.interaction)
     assert torch.allclose(F.se, (F.energy_se.square() + (F.beta * F.entropy_se).square()).sqrt())
-    assert "\n" not in repr(F) and repr(F).startswith("FreeEnergy (3 replicas): F = ") and "<table>" in F._repr_html_()
+    assert (
+        "\n" not in repr(F)
+        and repr(F).startswith("FreeEnergy (3 replicas): F = ")
+        and "<table>" in F._repr_html_()
+    )
     # no interaction: the interaction part is exactly 0
-    G = mf.MeanFieldLangevin(DoubleWell(), None, beta=0.3).free_energy(x)
+    G = mf.free_energy(mf.MeanFieldLangevin(DoubleWell(), None, beta=0.3), x)
     assert torch.equal(G.interaction, torch.zeros(3, dtype=torch.float64))
     assert torch.equal(G.confinement, F.confinement) and torch.equal(G.entropy, F.entropy)
 
@@ -127,7 +131,7 @@ def _u_statistic(W, x: torch.Tensor) -> torch.Tensor:
 def test_the_interaction_part_is_the_u_statistic_over_distinct_pairs(interaction, W):
     x = _gaussian_cloud(2, 7, torch.zeros(2, dtype=torch.float64), torch.eye(2, dtype=torch.float64), seed=3)
     system = mf.MeanFieldLangevin(Quadratic(1.0), interaction, beta=0.0)
-    F = system.free_energy(x, entropy="gaussian")
+    F = mf.free_energy(system, x, entropy="gaussian")
     assert torch.allclose(F.interaction, _u_statistic(W, x), rtol=1e-12, atol=1e-12)
     # negative control: the drift's 1/M² sum with its diagonal (MeanFieldLangevin.energy) is another number
     v_statistic = system.energy(x) - system.confinement.energy(x).mean(1)  # (B,)
@@ -137,20 +141,22 @@ def test_the_interaction_part_is_the_u_statistic_over_distinct_pairs(interaction
 def test_beta_per_replica_scheduled_and_along_a_trajectory():
     x = _gaussian_cloud(3, 80, torch.zeros(1, dtype=torch.float64), torch.eye(1, dtype=torch.float64), seed=4)
     betas = torch.tensor([0.1, 0.5, 2.0], dtype=torch.float64)
-    F = mf.MeanFieldLangevin(Quadratic(1.0), None, beta=betas).free_energy(x)
+    F = mf.free_energy(mf.MeanFieldLangevin(Quadratic(1.0), None, beta=betas), x)
     assert torch.equal(F.beta, betas)
     for b in range(3):  # each replica as if alone, with its own β
-        alone = mf.MeanFieldLangevin(Quadratic(1.0), None, beta=float(betas[b])).free_energy(x[b : b + 1])
+        alone = mf.free_energy(mf.MeanFieldLangevin(Quadratic(1.0), None, beta=float(betas[b])), x[b : b + 1])
         assert torch.allclose(alone.value, F.value[b : b + 1], rtol=0, atol=1e-12)
     scheduled = mf.MeanFieldLangevin(Quadratic(1.0), None, beta=Linear(1.0, 0.2, T=1.0))
     with pytest.raises(ValueError, match="give the time t"):
-        scheduled.free_energy(x)
-    assert torch.allclose(scheduled.free_energy(x, t=0.5).beta, torch.full((3,), 0.6, dtype=torch.float64))
+        mf.free_energy(scheduled, x)
+    assert torch.allclose(
+        mf.free_energy(scheduled, x, t=0.5).beta, torch.full((3,), 0.6, dtype=torch.float64)
+    )
     traj = mf.simulate(scheduled, x, t1=1.0, dt=0.05, save_every=10, generator=0)
-    along = scheduled.free_energy(traj)
+    along = mf.free_energy(scheduled, traj)
     assert along.value.shape == (3, 3) and torch.equal(along.times, traj.times.double())
     assert torch.allclose(along.beta[0], torch.tensor([1.0, 0.6, 0.2], dtype=torch.float64))
-    last = scheduled.free_energy(traj.final, t=1.0)
+    last = mf.free_energy(scheduled, traj.final, t=1.0)
     assert torch.equal(along.value[:, -1], last.value)
 
 
@@ -184,14 +190,14 @@ def test_free_energy_is_an_observable_of_simulate_and_sweep():
         return mf.simulate(local, x0, t1=2.0, dt=0.02, save_every=50, generator=seed[0])
 
     result = mf.sweep(relax, {"a": [1.0]}, seeds=2, batch=True, progress=False,
-                      observables={"F": system.free_energy, "Fv": lambda x: system.free_energy(x).value})  # fmt: skip
+                      observables={"F": lambda x: mf.free_energy(system, x), "Fv": lambda x: mf.free_energy(system, x).value})  # fmt: skip
     curves = result.curves
     F = torch.tensor([row["F"] for row in curves.rows]).view(2, -1)  # (seeds, S)
     assert F.shape[1] == 3 and bool((F[:, 0] > F[:, -1] + 1.0).all())  # F(0) ≈ 2.1, F(2) ≈ −0.2
     assert [row["F"] for row in curves.rows] == [row["Fv"] for row in curves.rows]
     # convergence_in_m takes it too (a scalar observable of the final state)
     traj = relax(1.0, [0, 1])
-    assert torch.equal(system.free_energy(traj).value[:, -1], system.free_energy(traj.final).value)
+    assert torch.equal(mf.free_energy(system, traj).value[:, -1], mf.free_energy(system, traj.final).value)
 
 
 def test_a_run_logs_the_free_energy_when_asked(tmp_path):
@@ -240,8 +246,8 @@ def test_the_combined_se_is_conservative_though_the_knn_entropys_is_not(d):
     # optimistic here (sd/se 1.12, 1.15, as its docstring says), so "sd ≤ se" fails for it.
     g = torch.Generator().manual_seed(10 + d)
     x = 1.0 + 0.5 * torch.randn(200, 1000, d, generator=g, dtype=torch.float64)  # (B, M, d)
-    F = mf.MeanFieldLangevin(Quadratic(1.0), QuadraticInteraction(2.0), beta=0.5).free_energy(
-        x, entropy="knn"
+    F = mf.free_energy(
+        mf.MeanFieldLangevin(Quadratic(1.0), QuadraticInteraction(2.0), beta=0.5), x, entropy="knn"
     )
     assert float(F.value.std() / F.se.mean()) < 0.9
     assert float(F.entropy.std() / F.entropy_se.mean()) > 1.0

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from meanfield.metrics.lm import (
+from meanfield.nn.head_metrics import (
     StreamingGradientVariance,
     as_particle_model,
     corrupt_tokens,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from meanfield.metrics.lm import as_particle_model
+from meanfield.nn.head_metrics import as_particle_model
 from meanfield.nn.transformer import TransformerLM, attention_inputs
 
 SCRIPT = Path(__file__).parents[1] / "experiments" / "token_dynamics" / "trained_lm.py"

@@ -24,7 +24,8 @@ from scipy import special
 from meanfield.config import ConfigError
 from meanfield.data import Batches, TokenBatches
 from meanfield.drift.systems import SDE
-from meanfield.metrics.lm import (
+from meanfield.nn.attention import CausalParticleAttention, ParticleAttention
+from meanfield.nn.head_metrics import (
     StreamingGradientVariance,
     as_particle_model,
     corrupt_tokens,
@@ -32,7 +33,6 @@ from meanfield.metrics.lm import (
     loss_roughness,
     token_mean_loss,
 )
-from meanfield.nn.attention import CausalParticleAttention, ParticleAttention
 from meanfield.nn.tokens import SelfAttentionDynamics, growth_rate
 from meanfield.nn.transformer import CausalSelfAttention, TransformerLM, drop_particles
 from meanfield.stepping.richardson import coupled_step_sizes, richardson
@@ -163,7 +163,7 @@ def test_coupled_step_sizes_refuse_bad_arguments_naming_them(kw, message):
 
 
 # ------------------------------------------------------------------------------------------------------------
-# meanfield.metrics.lm: corrupt_tokens, StreamingGradientVariance
+# meanfield.nn.head_metrics: corrupt_tokens, StreamingGradientVariance
 # ------------------------------------------------------------------------------------------------------------
 
 

@@ -6,7 +6,7 @@ The law stays Gaussian N(m(t), s(t)), m = m0·e^{−at}, s = s∞ + (s0 − s∞
 
     F(ρ_t) = a/2·(m² + s) + k/2·s − β/2·log(2πe·s),     F∞ = F(0, s∞).
 
-Measured: ``system.free_energy(trajectory, entropy="gaussian")`` — confinement 1/M Σ V(x_i), the pair
+Measured: ``free_energy(system, trajectory, entropy="gaussian")`` — confinement 1/M Σ V(x_i), the pair
 U-statistic over i ≠ j, and the Gaussian moment entropy ½ log(2πe ŝ) (ŝ the replica's sample variance) — per
 replica at every saved time; mean ± SE over B independent replicas. The moment method is exact in law here: the
 spreads y_i = x_i − x̄ of the EM chain are a centred Gaussian vector N(0, v(I − 11ᵀ/M)), so Σ y_i² ~ v·χ²_{M−1}
@@ -35,7 +35,7 @@ import math
 import numpy as np
 import torch
 
-from meanfield import MeanFieldLangevin, simulate
+from meanfield import MeanFieldLangevin, free_energy, simulate
 from meanfield.drift.potentials import Quadratic, QuadraticInteraction
 from meanfield.metrics import entropy
 from meanfield.studies.plotting import figure
@@ -104,7 +104,7 @@ def run(preset: str = "fast", *, beta_sim: float | None = None) -> CheckResult:
     z = torch.randn(B, M, 1, generator=gen, dtype=torch.float64)  # (B, M, 1)
     x0 = M0 + math.sqrt(S0) * (z - z.mean(1, keepdim=True))  # (B, M, 1), x̄_0 = m0 in every replica
     traj = simulate(system, x0, t1=T1, dt=ETA, save_every=p["save_every"], generator=gen)
-    F = measured.free_energy(traj, entropy="gaussian")
+    F = free_energy(measured, traj, entropy="gaussian")
     values = F.value.numpy()  # (B, S)
     times, steps = traj.times.numpy(), traj.steps.numpy()
     F_hat, F_se = values.mean(0), values.std(0, ddof=1) / math.sqrt(B)  # (S,)

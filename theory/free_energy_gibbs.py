@@ -7,7 +7,7 @@ Nyström fixed point of its Gaussian kernel, ``gibbs_double_well.chain_law``), a
 by the trapezoid rule on that grid.
 
 Measured: B replicas of M particles from x = ±1 (half each: a symmetric start, so the law relaxes at the even
-gap λ2 ≈ 2.3 and T = 6 leaves ≈ 1e-6), ``system.free_energy(x, entropy="knn")`` per replica, mean ± SE over the
+gap λ2 ≈ 2.3 and T = 6 leaves ≈ 1e-6), ``free_energy(system, x, entropy="knn")`` per replica, mean ± SE over the
 replicas. The k-NN entropy has a finite-M bias on this bimodal law: it is *measured* at the same M on exact
 draws of ρ_η (inverse CDF of the Nyström law, 400 samples of size M), bias ± SE, and enters the references.
 
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from scipy import integrate
 
-from meanfield import MeanFieldLangevin, simulate
+from meanfield import MeanFieldLangevin, free_energy, simulate
 from meanfield.drift.potentials import DoubleWell
 from meanfield.metrics import entropy
 from meanfield.studies.plotting import figure
@@ -84,7 +84,7 @@ def run(preset: str = "fast", *, beta_sim: float | None = None) -> CheckResult:
     x0 = torch.ones(B, M, 1, dtype=torch.float64)
     x0[:, ::2] = -1.0  # symmetric start
     x = simulate(system, x0, t1=T_BURN, dt=ETA, generator=gen).final  # (B, M, 1)
-    F = measured.free_energy(x, entropy="knn")
+    F = free_energy(measured, x, entropy="knn")
     Fh, Hh = mean_se(F.value), mean_se(F.entropy)
 
     tol = Z * Fh.se + Z * BETA * bias.se

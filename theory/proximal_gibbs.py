@@ -12,7 +12,7 @@ System: V = x²/2 and the repulsive Gaussian kernel W(z) = c·e^{−z²/(2ℓ²)
 ½∬W dρ dρ is convex), β = 0.5, d = 1: the minimiser is not Gaussian (variance 0.813 against β/a = 0.5 without W). F* and ρ* come from the damped
 fixed point ρ ← Γ(ρ) on a grid (h = 0.01 on [−6, 6], trapezoid, change < 1e-12). B replicas of M particles
 start from N(2, 0.3²) and run to T = 4 (η = 0.02). At each saved time, per replica: F̂ =
-``system.free_energy(x, entropy="knn")`` (the pair U-statistic I = ½Ê W), the certificate Ĉ = F̂ + I +
+``free_energy(system, x, entropy="knn")`` (the pair U-statistic I = ½Ê W), the certificate Ĉ = F̂ + I +
 β·log Z_Γ(ρ̂) with W * ρ̂ the particles' average and Z_Γ by the trapezoid rule on the grid, and the gap F̂ − F*.
 
 Rows (mean ± SE over replicas): (i) Ĉ − (F̂ − F*) = I + β log Z_Γ(ρ̂) + F* ≥ 0 at t = 0, 0.5, 2 — the entropy
@@ -36,7 +36,7 @@ import math
 import numpy as np
 import torch
 
-from meanfield import MeanFieldLangevin, simulate
+from meanfield import MeanFieldLangevin, free_energy, simulate
 from meanfield.drift.potentials import GaussianInteraction, Quadratic
 from meanfield.metrics import entropy
 from meanfield.studies.plotting import figure
@@ -117,7 +117,7 @@ def run(preset: str = "fast", *, c_sim: float | None = None) -> CheckResult:
     x0 = 2.0 + 0.3 * torch.randn(B, M, 1, generator=gen, dtype=torch.float64)  # (B, M, 1)
     traj = simulate(system, x0, t1=T1, dt=ETA, save_every=p["save_every"], generator=gen)
     times = traj.times.numpy()
-    F = measured.free_energy(traj, entropy="knn")
+    F = free_energy(measured, traj, entropy="knn")
     inter = F.interaction.numpy()  # (B, S)
     logZ = np.stack([log_partition(s) for s in traj.states], 1)  # (B, S)
     gap = F.value.numpy() - star["F"]  # (B, S)

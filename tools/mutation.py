@@ -264,6 +264,7 @@ FIRST_NAMES = {
     "meanfield.drift.schedules": "meanfield.schedules",
     "meanfield.drift.systems": "meanfield.systems",
     "meanfield.metrics.free_energy": "meanfield.free_energy",
+    "meanfield.nn.head_metrics": "meanfield.metrics.lm",
     "meanfield.nn.tokens": "meanfield.tokens",
     "meanfield.optim.step_stats": "meanfield.optim.stats",
     "meanfield.runs._workers": "meanfield._workers",

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from meanfield import data as _data
-from meanfield.metrics import lm as _lm
+from meanfield.nn import head_metrics as _lm
 from meanfield.runs import find_runs, load_model
 from meanfield.studies.stats import interval_text
 

@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from meanfield import data as _data
 from meanfield._io import write_json_atomic
-from meanfield.metrics import lm as _lm
+from meanfield.nn import head_metrics as _lm
 from meanfield.nn.transformer import drop_particles
 from meanfield.runs import Checkpoints, load_model
 from meanfield.seeds import derive_seed

@@ -25,7 +25,7 @@ Measured:
 1. the residual stream: after the embedding and after every block (depth profile);
 2. the attention-only flow of every trained layer: the token ODE ``ẋ = V_θ(x)`` of the frozen layer
    (:func:`meanfield.nn.tokens.attention_system`; the MHA baseline through its equal particle model,
-   :func:`meanfield.metrics.lm.as_particle_model`: ``W_O^j = H·W_outᵀ[j]``), started from that layer's real inputs
+   :func:`meanfield.nn.head_metrics.as_particle_model`: ``W_O^j = H·W_outᵀ[j]``), started from that layer's real inputs
    ``LN₁(x^ℓ)`` (:func:`meanfield.nn.transformer.attention_inputs`) and integrated by Euler with ``Δt = 1/16``
    (the network ``depth_flow`` with ``L = 16·T``) to T = 16. Two versions: in R^d (the ODE as it is; the token
    norms grow, recorded as ``norm_ratio``) and on the sphere (the LN idealisation: tokens held at the radius
@@ -50,7 +50,7 @@ import torch
 from meanfield import data as _data
 from meanfield._io import json_clean, write_json_atomic, write_text_atomic
 from meanfield.metrics.diversity import effective_rank
-from meanfield.metrics.lm import as_particle_model
+from meanfield.nn.head_metrics import as_particle_model
 from meanfield.nn.tokens import SelfAttentionDynamics, attention_system, count_clusters, mean_inner_product
 from meanfield.nn.transformer import attention_inputs
 from meanfield.runs import find_runs, load_model

@@ -230,15 +230,6 @@ class MeanFieldLangevin(ParticleSystem):
             e = e + 0.5 * self.interaction.energy(x)  # (B, M)
         return e.mean(1)
 
-    def free_energy(self, x, *, t: float | None = None, entropy: str = "auto", k: int | None = None):
-        r"""``F(ρ) = E_ρ V + ½ E_{ρ⊗ρ} W + β∫ρ log ρ`` per replica, from the particles of a state ``(B, M, d)``
-        or of every saved state of a [`Trajectory`][meanfield.stepping.simulate.Trajectory]: a
-        [`FreeEnergy`][meanfield.metrics.free_energy.FreeEnergy] with its parts and SE (see [`meanfield.metrics.free_energy.free_energy`][meanfield.metrics.free_energy.free_energy]:
-        the pair sum is the U-statistic over ``j ≠ i``; ``t`` picks ``β_t`` of a schedule)."""
-        from ..metrics.free_energy import free_energy
-
-        return free_energy(self, x, t=t, entropy=entropy, k=k)
-
     def __repr__(self) -> str:
         return f"MeanFieldLangevin({self.confinement!r}, {self.interaction!r}, beta={self.beta!r})"
 

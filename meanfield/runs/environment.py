@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from meanfield._io import write_json_atomic
+from meanfield.runs.errors import RunFolderError
 from meanfield.runs.schema import RunConfig
 
 __all__ = [
@@ -144,8 +145,6 @@ def read_environment(path: Path) -> dict[str, Any] | None:
     Raises:
         RunFolderError: the file is unreadable or not a JSON object, naming it and what to do.
     """
-    from meanfield.runs.folder import RunFolderError
-
     if not path.exists():
         return None
     try:
@@ -168,8 +167,6 @@ def record_environment(path: Path, env: dict[str, Any]) -> list[str]:
 
     A damaged file is replaced ([`meanfield.runs.folder.check_folder`][meanfield.runs.folder.check_folder] refuses one on resume, before).
     """
-    from meanfield.runs.folder import RunFolderError
-
     earlier: list[dict[str, Any]] = []
     try:
         previous = read_environment(path)

@@ -25,6 +25,7 @@ import torch
 from meanfield import config as _config
 from meanfield._io import json_clean, write_atomic, write_json_atomic, write_text_atomic
 from meanfield.config import ConfigError
+from meanfield.runs.errors import DiskFullError, FolderAccessError, RunFolderError
 
 __all__ = [
     "STATUSES",
@@ -51,37 +52,19 @@ TIMING_KEYS = ("time", "step_time", "samples_per_s", "tokens_per_s", "particles_
 """Metrics that depend on the machine, not on the computation (left out of resume-equality checks)."""
 
 
-class RunFolderError(Exception):
-    """A run folder that cannot be used as it is (a damaged file, another run's files, a full disk); the message
-    names the file and what to do."""
-
-
-class FolderAccessError(RunFolderError, OSError):
-    """The machine refused a file operation of a run (a full disk, a read-only file system, no permission): an
-    error of the environment, not of the input (the command line exits with status 1, not 2); the message names
-    the file and what to do."""
-
-    def __str__(self) -> str:
-        return str(self.strerror)
-
-
-class DiskFullError(FolderAccessError):
-    """No space left on the device while writing a run's file; the earlier files are intact."""
-
-
 def disk_full(path: Path, error: OSError, intact: str) -> DiskFullError:
-    """The [`DiskFullError`][meanfield.runs.folder.DiskFullError] of a failed write of ``path`` (``intact``: what is still there)."""
+    """The [`DiskFullError`][meanfield.runs.errors.DiskFullError] of a failed write of ``path`` (``intact``: what is still there)."""
     return DiskFullError(
         errno.ENOSPC, f"no space left on device writing {path} ({error.strerror or error}); {intact}"
     )
 
 
 ACCESS_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
-"""The ``errno`` values that [`write_error`][meanfield.runs.folder.write_error] turns into a [`FolderAccessError`][meanfield.runs.folder.FolderAccessError]."""
+"""The ``errno`` values that [`write_error`][meanfield.runs.folder.write_error] turns into a [`FolderAccessError`][meanfield.runs.errors.FolderAccessError]."""
 
 
 def write_error(error: OSError, path: str | os.PathLike | None = None) -> OSError:
-    """A [`FolderAccessError`][meanfield.runs.folder.FolderAccessError] naming the file and what to do for an [`ACCESS_ERRNOS`][meanfield.runs.folder.ACCESS_ERRNOS] error
+    """A [`FolderAccessError`][meanfield.runs.errors.FolderAccessError] naming the file and what to do for an [`ACCESS_ERRNOS`][meanfield.runs.folder.ACCESS_ERRNOS] error
     (``path``: the file, when the error does not name it); any other error is returned as it is."""
     if isinstance(error, RunFolderError) or error.errno not in ACCESS_ERRNOS:
         return error

@@ -10,7 +10,7 @@ import torch
 
 from meanfield import data as _data
 from meanfield.config import ConfigError
-from meanfield.metrics import lm as _lm
+from meanfield.nn import head_metrics as _lm
 from meanfield.nn.transformer import TransformerLM, drop_particles
 from meanfield.seeds import derive_seed
 from meanfield.tasks import Experiment

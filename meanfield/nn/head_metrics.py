@@ -1,18 +1,18 @@
 r"""Metrics of a Transformer language model's heads: similarity, output diversity, gradient noise, robustness.
 
-Heads of a multi-head block are particles too: [`as_particle_model`][meanfield.metrics.lm.as_particle_model] rewrites a multi-head
+Heads of a multi-head block are particles too: [`as_particle_model`][meanfield.nn.head_metrics.as_particle_model] rewrites a multi-head
 [`TransformerLM`][meanfield.nn.transformer.TransformerLM] as the particle model that computes the same function (head ``j`` of
 width ``h = d/H`` is particle ``j`` with $W_O^j = H\cdot W_{\mathrm{out}}[:, jh:(j+1)h]^\top$), so every metric below is
 computed the same way for the baseline and the particle models.
 
-- [`head_similarity`][meanfield.metrics.lm.head_similarity]: the mean pairwise cosine of the heads' attention maps, on the rows that have
+- [`head_similarity`][meanfield.nn.head_metrics.head_similarity]: the mean pairwise cosine of the heads' attention maps, on the rows that have
   attended to at least ``min_context`` tokens (row ``s`` of a causal map has ``s + 1`` non-zero entries, and
   the first rows are identical for every head: row 0 is $e_0$ for all of them).
-- [`output_effective_rank`][meanfield.metrics.lm.output_effective_rank]: ``erank`` (Roy & Vetterli) of the heads' output covariance across tokens.
-- [`StreamingGradientVariance`][meanfield.metrics.lm.StreamingGradientVariance]: $\sum_k \operatorname{Var}_t(g_k) / \sum_k \mathbb{E}_t[g_k^2]$ over the steps of a window, from
+- [`output_effective_rank`][meanfield.nn.head_metrics.output_effective_rank]: ``erank`` (Roy & Vetterli) of the heads' output covariance across tokens.
+- [`StreamingGradientVariance`][meanfield.nn.head_metrics.StreamingGradientVariance]: $\sum_k \operatorname{Var}_t(g_k) / \sum_k \mathbb{E}_t[g_k^2]$ over the steps of a window, from
   running sums (two tensors the size of the parameters; no samples × parameters matrix).
-- [`corrupt_tokens`][meanfield.metrics.lm.corrupt_tokens]: replace a fraction of the input tokens by uniformly random ones.
-- [`token_mean_loss`][meanfield.metrics.lm.token_mean_loss]: the next-token loss over batches, weighted by tokens.
+- [`corrupt_tokens`][meanfield.nn.head_metrics.corrupt_tokens]: replace a fraction of the input tokens by uniformly random ones.
+- [`token_mean_loss`][meanfield.nn.head_metrics.token_mean_loss]: the next-token loss over batches, weighted by tokens.
 """
 
 from __future__ import annotations
