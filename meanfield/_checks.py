@@ -144,11 +144,11 @@ def asked_bytes(error: BaseException) -> int | None:
     return None
 
 
-def check_saved_states(n_steps: int, save_every: int, x0: torch.Tensor) -> None:
-    """Refuse (before allocating) a [`meanfield.stepping.simulate.simulate`][meanfield.stepping.simulate.simulate] whose saved states, the initial one and
-    one every ``save_every`` of ``n_steps`` steps and the last, each of ``x0``'s size, need more memory than its
-    device has available."""
-    n_saved = len(range(0, n_steps, save_every)) + 1
+def check_saved_states(n_steps: int, save_every: int, x0: torch.Tensor, first_save: int = 0) -> None:
+    """Refuse (before allocating) a [`meanfield.stepping.simulate.simulate`][meanfield.stepping.simulate.simulate] whose saved states, the one at step
+    ``first_save`` (the initial one, or ``save_from``'s) and one every ``save_every`` steps from there and the last,
+    each of ``x0``'s size, need more memory than its device has available."""
+    n_saved = len(range(first_save, n_steps, save_every)) + 1
     check_memory(
         f"simulate's {n_saved} saved states of shape {tuple(x0.shape)} ({x0.dtype})",
         n_saved * x0.numel() * x0.element_size(),

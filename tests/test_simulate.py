@@ -601,3 +601,30 @@ def test_collapse_arguments_are_checked():
             simulate(SYSTEM, x0(), t1=0.1, dt=0.01, collapse=bad)
     with pytest.raises(ValueError, match="collapse_every"):
         simulate(SYSTEM, x0(), t1=0.1, dt=0.01, collapse_every=0)
+
+
+@pytest.mark.parametrize("save_every, save_from", [(10, 0.5), (30, 0.25), (7, None), (100, 1.0)])
+def test_the_memory_check_counts_the_states_simulate_saves(monkeypatch, save_every, save_from):
+    """The refusal before allocating counts exactly the states the run then saves (with a burn-in it counted from
+    step 0 and over-asked: 11 states instead of 6 at save_every = 10, save_from = 0.5)."""
+    asked = []
+    monkeypatch.setattr(
+        sys.modules["meanfield._checks"], "check_memory", lambda what, nbytes, device, hint: asked.append(nbytes)
+    )
+    x = torch.randn(2, 8, 1, generator=torch.Generator().manual_seed(0))
+    traj = simulate(SYSTEM, x, t1=1.0, dt=0.01, save_every=save_every, save_from=save_from, generator=4)
+    assert asked == [traj.states.numel() * traj.states.element_size()]
+
+
+def test_a_non_finite_state_error_survives_pickling():
+    """It crosses processes (a sweep's worker) with its fields; with only ``args`` pickled, unpickling called
+    ``__init__(message)`` and failed (TypeError: missing step, time, last_finite_step, trajectory)."""
+    x = torch.tensor([[[1.0]]])
+    with pytest.raises(NonFiniteStateError) as caught:
+        simulate(SDE(lambda t, x: x.square() * 5, lambda t, x: 0.1, noise="additive"), x + 0.5, t1=2.0, dt=0.25)
+    error = caught.value
+    back = pickle.loads(pickle.dumps(error))
+    assert (str(back), back.step, back.time, back.last_finite_step) == (
+        str(error), error.step, error.time, error.last_finite_step,
+    )  # fmt: skip
+    assert torch.equal(back.trajectory.states, error.trajectory.states)

@@ -113,6 +113,9 @@ class NonFiniteStateError(FloatingPointError):
             trajectory,
         )
 
+    def __reduce__(self):  # the exception crosses processes (a sweep's worker): pickle its fields, not only args
+        return type(self), (str(self), self.step, self.time, self.last_finite_step, self.trajectory)
+
 
 def _noise_source(
     system: ParticleSystem,
@@ -426,7 +429,7 @@ def simulate(
         warnings.warn(unstable, UnstableStepWarning, stacklevel=2)
     watch = CollapseWatch(system, x0, dt, t0, collapse_every, collapse)
 
-    _checks.check_saved_states(n_steps, save_every, x0)  # before the list and the tensor of the saved states
+    _checks.check_saved_states(n_steps, save_every, x0, first_save)  # before the list and the tensor of the saved states
     save_steps = [*range(first_save, n_steps, save_every), n_steps]
     states = torch.empty((len(save_steps), *x0.shape), dtype=x0.dtype, device=x0.device)  # (S, B, M, d)
     saved = 0
