@@ -16,7 +16,8 @@ Four tables, float64 throughout:
 
 The figure (the bias table's mean error against M, one panel per d) goes to ``docs/assets/entropy_bias.png``.
 Run: ``python benchmarks/entropy.py`` (``--smoke``: tiny sizes, seconds; ``--skip-time``: the bias and
-calibration tables only); results: ``benchmarks/results/<machine>/entropy.md``.
+calibration tables only; ``--redraw benchmarks/results/<machine>/entropy.md``: the figure alone, from that file's
+bias table); results: ``benchmarks/results/<machine>/entropy.md``.
 """
 
 from __future__ import annotations
@@ -193,7 +194,11 @@ def figure(data: dict, dimensions, sizes, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(dimensions), figsize=(3.2 * len(dimensions), 3.0), sharex=True)
+    from meanfield.studies.plotting import figure as page_figure
+    from meanfield.studies.plotting import page_layout
+
+    with page_layout():  # two panels a row at the page's width, 11-pt text (docs: readable at ≥ 9 pt)
+        fig, axes = page_figure(ncols=len(dimensions), width=4.2, height=3.0)
     for ax, d in zip(np.atleast_1d(axes), dimensions):
         for method, marker in zip(METHODS, "osd"):
             rows = [(M, data[(d, M, method)]) for M in sizes if (d, M, method) in data]
@@ -207,12 +212,26 @@ def figure(data: dict, dimensions, sizes, path: Path) -> None:
         ax.set_title(f"d = {d}")
         ax.set_xlabel("M")
     np.atleast_1d(axes)[0].set_ylabel("mean error (nats), ± 2 se")
-    np.atleast_1d(axes)[0].legend(fontsize=8)
-    fig.suptitle("Entropy estimators on N(0, Σ), full Σ: bias against M", fontsize=10)
+    np.atleast_1d(axes)[0].legend(fontsize=9)
+    fig.suptitle("Entropy estimators on N(0, Σ), full Σ: bias against M", fontsize=11)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def bias_from_results(path: Path) -> tuple[dict, tuple[int, ...], tuple[int, ...]]:
+    """The bias table of a results file read back: ``(data, dimensions, sizes)`` as ``bias_table`` and
+    ``figure`` use them (``bias`` and ``bias_se`` per cell), to redraw the figure without rerunning."""
+    data = {}
+    for line in path.read_text().splitlines():
+        cell = [c.strip() for c in line.strip("|").split("|")]
+        if len(cell) == 11 and cell[0].isdigit() and cell[3] in METHODS:
+            bias, bias_se = (float(v) for v in cell[5].split("±"))
+            data[(int(cell[0]), int(float(cell[1])), cell[3])] = {"bias": bias, "bias_se": bias_se}
+    if not data:
+        raise SystemExit(f"{path}: no bias table (rows '| d | M | R | method | k | mean error ± se | ...')")
+    return data, tuple(sorted({d for d, _, _ in data})), tuple(sorted({M for _, M, _ in data}))
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -221,7 +240,16 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--skip-time", action="store_true", help="the bias and calibration tables only")
     parser.add_argument("--out", default=None, help="results file (default results/<machine>/entropy.md)")
     parser.add_argument("--figure", default=None, help=f"figure path (default {FIGURE.relative_to(ROOT)})")
+    parser.add_argument(
+        "--redraw",
+        default=None,
+        metavar="RESULTS",
+        help="redraw the figure from a results file's bias table, run nothing",
+    )
     args = parser.parse_args(argv)
+    if args.redraw:
+        figure(*bias_from_results(Path(args.redraw)), Path(args.figure) if args.figure else FIGURE)
+        return ""
     provenance = Provenance.start(__file__, argv)
     if args.smoke:
         dims, sizes, replicas, cal, times = (1, 5), (100, 300), {100: 5, 300: 3}, (200, 20), ((1_000,), (2,))

@@ -198,8 +198,8 @@ here `tar xzf <files_at>/gpu-results.tar.gz -C benchmarks/results/` (it unpacks 
 `python benchmarks/report.py`.
 
 **The Euler–Maruyama step on CUDA**, per step of `simulate` (float32, n numbers): the noise is drawn into
-one reused buffer with the scale folded in (`normal_(0, σ·sqrt(dt))`: writes 4 B a number); the affine
-drift of `MeanFieldLangevin` with `Quadratic` is one fused pass `x ← (1 − a·dt)·x + noise`
+one reused buffer with the scale folded in (`normal_(0, std)` with $\\mathrm{std} = \\sigma\\sqrt{dt}$: writes 4 B a
+number); the affine drift of `MeanFieldLangevin` with `Quadratic` is one fused pass $x \\leftarrow (1 - a\\,dt)\\,x + \\mathrm{noise}$
 (`torch.add(noise, x, alpha=…, out=x)`: reads 8 B, writes 4 B); a `QuadraticInteraction` adds the particle
 mean and one more pass (12 B). Nothing in the step reads a number back to the host: the state's finiteness
 is checked every `check_every` = 64 steps and at saved states with one reduction (`aminmax`), and off the

@@ -31,6 +31,29 @@ READER_PAGES = [
     "notebooks/simulate",
     "experiments/particle_attention",
     "experiments/feature_particles",
+    "running",  # its three formula-like code spans are output it quotes: a column name, a marker
+]
+# pages whose formulas were moved out of code spans (issue 52): not one formula-like code span is left, the
+# Greek placeholders of their code written as names (`Alignment(kappa)`); MathJax typesets every formula
+NO_FORMULA_CODE_PAGES = [
+    "benchmarks",
+    "data",
+    "design",
+    "kinetic",
+    "nn",
+    "optim",
+    "testing",
+    "wasserstein",
+    "theory/chain_bias",
+    "theory/desai_zwanzig",
+    "theory/free_energy_flow",
+    "theory/gibbs_double_well",
+    "theory/keller_segel",
+    "theory/langevin_optimizer",
+    "theory/particle_attention",
+    "theory/rate_coverage",
+    "theory/sphere_transition",
+    "theory/token_dynamics",
 ]
 # a code span that holds a formula: Greek letters, math operators, Unicode sub/superscripts, or a TeX group
 FORMULA_CODE = re.compile(r"[α-ωΓΔΘΛΞΠΣΦΨΩ−·≤≥∈∉∑∫∇∂√‖²³⁴⁻₀₁₂ᵢⱼₙ∝≈⟨⟩]|[_^]\{")
@@ -351,13 +374,16 @@ def test_pages_render_in_headless_chromium(site, tmp_path):
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian chromium is not installed")
 def test_reader_pages_typeset_their_formulas_rather_than_showing_code_spans(site, tmp_path):
     """The pages a reader meets first show their formulas typeset: in the DOM after MathJax ran, every formula
-    is MathJax output and formula-like code spans are at most a fifth of the formula-like items. Negative
-    control: the same page without the MathJax script fails the same check."""
+    is MathJax output and formula-like code spans are at most a fifth of the formula-like items; on
+    ``NO_FORMULA_CODE_PAGES`` there are none. Negative control: the same page without the MathJax script fails
+    the same check (and ``test_math_is_typeset_counts_formulas_against_formula_like_code_spans``)."""
     reports = {}
-    for name in READER_PAGES:
+    for name in dict.fromkeys(READER_PAGES + NO_FORMULA_CODE_PAGES):
         dom = _chromium_dom(site / f"{name}.html", tmp_path)
         reports[name] = math_report(dom)
         assert math_is_typeset(dom), f"{name}: (typeset, raw, formula code spans) = {reports[name]}"
+        if name in NO_FORMULA_CODE_PAGES:
+            assert formula_code_spans(dom) == [], f"{name}: formulas left in code spans"
     assert sum(r[0] for r in reports.values()) >= 100, reports  # measured 2026-12-06: 17 + 5 + 60 + 47 + …
 
     page = site / f"{READER_PAGES[0]}.html"
@@ -407,20 +433,99 @@ def test_api_pages_show_no_raw_rest_roles(site):
 
 def png_width(path):
     """The width in pixels of a PNG, from its IHDR chunk."""
-    header = path.read_bytes()[:24]
-    assert header[:8] == b"\x89PNG\r\n\x1a\n", path
+    return _png_header_width(path.read_bytes()[:24], path)
+
+
+def _png_header_width(header, where):
+    assert header[:8] == b"\x89PNG\r\n\x1a\n", where
     return int.from_bytes(header[16:20], "big")
 
 
+PAGE_WIDTH_PX = 8.4 * 130  # plotting.page_layout: at most 8.4 in at 130 dpi
+IMG_SRC = re.compile(r"<img\b[^>]*?\bsrc=\"([^\"]+)\"")
+
+
+def page_images(site):
+    """``{(page, source): width in px}`` of every PNG an ``<img>`` of a page shows: the files under the site
+    (the committed ``docs/assets``, the build's ``figures/``, the gallery's) and the images a notebook page
+    carries inline (``data:image/png;base64,…``). Other formats (the theme's SVG badges) are left out."""
+    import base64
+    from urllib.parse import unquote
+
+    widths = {}
+    for page in _pages(site):
+        for k, src in enumerate(IMG_SRC.findall(page.read_text(encoding="utf-8"))):
+            if src.startswith("data:image/png;base64,"):
+                header = base64.b64decode(src.split(",", 1)[1][:32])[:24]
+                widths[(_name(site, page), f"inline image {k}")] = _png_header_width(header, page)
+            elif not re.match(r"[a-z]+:", src) and unquote(src.split("#")[0]).endswith(".png"):
+                widths[(_name(site, page), src)] = png_width(page.parent / unquote(src.split("#")[0]))
+    return widths
+
+
+def test_page_images_finds_every_png_a_page_shows(tmp_path):
+    """The negative control of the width test below, without a docs build: a page showing the old 2080-px
+    token_dynamics_panels.png (five panels in a row) and an inline notebook image 1638 px wide is flagged, the
+    page-width figure beside them is not, and an SVG is skipped."""
+    import base64
+
+    def png(width):  # the signature and an IHDR chunk: all page_images reads
+        return b"\x89PNG\r\n\x1a\n" + b"\0\0\0\rIHDR" + width.to_bytes(4, "big") + (400).to_bytes(4, "big")
+
+    (tmp_path / "assets").mkdir()
+    (tmp_path / "theory").mkdir()
+    (tmp_path / "assets" / "wide.png").write_bytes(png(2080))
+    (tmp_path / "assets" / "fits.png").write_bytes(png(1092))
+    inline = base64.b64encode(png(1638)).decode()
+    (tmp_path / "theory" / "page.html").write_text(
+        '<p><img alt="a" src="../assets/wide.png" /><img src="../assets/fits.png">'
+        f'<img src="data:image/png;base64,{inline}"><img src="../badge.svg"></p>'
+    )
+    widths = page_images(tmp_path)
+    assert sorted(widths.values()) == [1092, 1638, 2080]
+    too_wide = {key: w for key, w in widths.items() if w > PAGE_WIDTH_PX + 1}
+    assert {src for (_, src) in too_wide} == {"../assets/wide.png", "inline image 2"}
+
+
 @pytest.mark.slow
-def test_generated_figures_are_readable_at_the_page_width(site):
-    """The figures the build draws (``meanfield figures``, inside ``plotting.page_layout``) are at most 8.4 in
-    wide at 130 dpi, so on a 690-px content column their 11-pt text shows at ≥ 9 pt (tests/test_plotting.py
-    has the arithmetic and, as negative control, the 1638-px three-panel row that shows it at 5.5 pt)."""
-    figures = sorted((site / "figures").glob("*.png"))
-    assert len(figures) >= 15
-    too_wide = {f.name: png_width(f) for f in figures if png_width(f) > 8.4 * 130 + 1}
+def test_every_figure_on_every_page_is_readable_at_the_page_width(site):
+    """Every PNG a page shows (the build's figures, drawn by ``meanfield figures`` inside
+    ``plotting.page_layout``; the committed ``docs/assets`` figures, drawn by the experiments' scripts under
+    it; the gallery's and the notebooks' figures) is at most 8.4 in wide at 130 dpi, so on a 690-px content
+    column 11-pt text shows at ≥ 9 pt (tests/test_plotting.py has the arithmetic; the negative control is
+    ``test_page_images_finds_every_png_a_page_shows``: the 2080-px row of five panels committed before)."""
+    widths = page_images(site)
+    assert len({src for (_, src) in widths}) >= 30  # figures/, assets/, the gallery's and notebooks' images
+    assert any(page.startswith("notebooks/") for (page, _) in widths)
+    too_wide = {key: w for key, w in widths.items() if w > PAGE_WIDTH_PX + 1}
     assert too_wide == {}, too_wide
+
+
+def repeated_images(html):
+    """The inline images (``data:image/png``) a page shows more than once: a notebook cell whose figure the
+    inline backend showed and the cell's value showed again (``plotting.returned``)."""
+    images = re.findall(r'<img\b[^>]*?\bsrc="data:image/png;base64,([^"]+)"', html)
+    return [image[:40] for image in dict.fromkeys(images) if images.count(image) > 1]
+
+
+def test_repeated_images_sees_a_figure_shown_twice():
+    """Negative control of the notebook check below: the built convergence notebook before the fix showed its
+    figure as ``Out[3]`` and again as the backend's display."""
+    out = '<div class="jp-OutputArea-output"><img alt="" src="data:image/png;base64,{}"/></div>'
+    assert repeated_images(out.format("iVBORw0KGgoAAA") + out.format("iVBORw0KGgoAAA")) == ["iVBORw0KGgoAAA"]
+    assert repeated_images(out.format("iVBORw0KGgoAAA") + out.format("iVBORw0KGgoBBB")) == []
+
+
+@pytest.mark.slow
+def test_notebooks_show_each_figure_once(site):
+    """The notebooks, executed by the build (mkdocs-jupyter, ``%matplotlib inline``), show each figure once:
+    ``study.plot()`` as a cell's value, a figure of the cell's own by the backend, never both."""
+    pages = sorted((site / "notebooks").glob("*.html"))
+    assert len(pages) >= 2
+    for page in pages:
+        html = page.read_text(encoding="utf-8")
+        assert "jp-RenderedImage" in html, f"{page.name}: no figure"
+        assert repeated_images(html) == [], f"{page.name} shows a figure twice"
 
 
 SEARCH_SHIM = re.compile(r'<script src="[^"]*javascripts/vendor/iframe-worker/shim\.js"></script>')

@@ -1056,7 +1056,8 @@ def figures(lam: dict, conv: dict) -> None:
         fig.savefig(ASSETS / "feature_particles_lambda.png", dpi=110)
         plt.close(fig)
     if conv.get("betas"):
-        fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+        with page_layout():
+            fig, axes = figure(ncols=2, height=3.6)
         Ms = np.array(conv["Ms"])
         for beta, b in conv["betas"].items():
             for ax, q in zip(axes, ("loss_excess", "w2_trained")):
@@ -1078,7 +1079,7 @@ def figures(lam: dict, conv: dict) -> None:
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_xlabel("M")
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=9)
         fig.tight_layout()
         fig.savefig(ASSETS / "feature_particles_convergence.png", dpi=110)
         plt.close(fig)
@@ -1098,7 +1099,10 @@ def scan_figure() -> None:
     r = json.loads(path.read_text())
     Ms = np.asarray(r["config"]["Ms"], dtype=float)
     grid = np.geomspace(Ms[0], Ms[-1], 100)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    from meanfield.studies.plotting import figure, page_layout
+
+    with page_layout():  # two panels at the page's width, 11-pt text (docs: readable at ≥ 9 pt)
+        fig, axes = figure(ncols=2, height=3.8)
     for d, entry in r["scan"].items():
         for beta, a in entry["betas"].items():
             ex, se = np.asarray(a["excess"]["mean"]), np.asarray(a["excess"]["se"])
@@ -1106,16 +1110,14 @@ def scan_figure() -> None:
             label = f"d = {d}" + (f", β = {float(beta):g}" if len(entry["betas"]) > 1 else "")
             line = axes[0].errorbar(Ms, ex, yerr=1.96 * se, fmt="o", label=label)
             axes[0].plot(grid, off["c"] / (grid + off["M0"]), "-", color=line[0].get_color(), alpha=0.6)
-            axes[1].errorbar(
-                Ms, Ms * ex, yerr=1.96 * Ms * se, fmt="o", color=line[0].get_color(), label=label
-            )
+            axes[1].errorbar(Ms, Ms * ex, yerr=1.96 * Ms * se, fmt="o", color=line[0].get_color())
             axes[1].plot(
                 grid,
                 off["c"] * grid / (grid + off["M0"]),
                 "-",
                 color=line[0].get_color(),
                 alpha=0.6,
-                label=f"d = {d}: c·M/(M + M0), M0 = {off['M0']:.0f}",
+                label=f"d = {d}: M0 = {off['M0']:.0f}",
             )
     axes[0].set_yscale("log")
     axes[0].set_ylabel("E L_M − L_ref (± 1.96 SE)")
@@ -1123,7 +1125,8 @@ def scan_figure() -> None:
     for ax in axes:
         ax.set_xscale("log")
         ax.set_xlabel("M")
-        ax.legend(fontsize=7)
+    axes[0].legend(fontsize=9, loc="lower left")
+    axes[1].legend(fontsize=9, loc="upper left", title="c·M/(M + M0)", title_fontsize=9)
     fig.tight_layout()
     fig.savefig(ASSETS / "feature_particles_scan.png", dpi=110)
     plt.close(fig)
@@ -1139,7 +1142,12 @@ def transition_figure(q_res: dict, k1_res: dict, m_res: dict, theory: dict) -> N
 
     if not q_res.get("curves"):
         return
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    from matplotlib.lines import Line2D
+
+    from meanfield.studies.plotting import figure, page_layout
+
+    with page_layout():  # 2 + 1 panels at the page's width, 11-pt text (docs: readable at ≥ 9 pt)
+        fig, axes = figure(ncols=3, height=3.6)
     for i, d in enumerate((8, 16, 32)):
         for stat, ls in (("q", "-"), ("aligned", "--")):
             if (stat, d) in q_res["curves"]:
@@ -1161,22 +1169,40 @@ def transition_figure(q_res: dict, k1_res: dict, m_res: dict, theory: dict) -> N
             axes[0].semilogx(
                 np.array(cur["beta"]) * cur["d"] / 4, cur[stat], ls, color=f"C{i}", alpha=0.4, lw=3
             )
-    axes[0].set_title("two-index teacher (k = 2), M = 128: runs (dots), mean field (thick)")
-    axes[1].set_title("single-index teacher (k = 1): runs (dots), mean field (thick)")
+    axes[0].set_title("k = 2, M = 128", fontsize=11)
+    axes[1].set_title("k = 1", fontsize=11)
     for ax in axes[:2]:
         ax.set_xlabel("β·d/4")
         ax.set_ylabel("q (solid), aligned (dashed)")
-        ax.legend(fontsize=7)
+    # one legend for both, in the blank left of the lone third panel: colour = d, line = statistic
+    fig.legend(
+        [Line2D([], [], color=f"C{i}") for i in range(3)]
+        + [Line2D([], [], color="k", ls=ls) for ls in ("-", "--")]
+        + [Line2D([], [], color="k", marker="o", ms=3, lw=0), Line2D([], [], color="k", lw=3, alpha=0.4)],
+        [f"d = {d}" for d in (8, 16, 32)] + ["q", "aligned", "runs", "mean field"],
+        fontsize=9,
+        loc="lower left",
+        title="k = 1, 2",
+        title_fontsize=9,
+    )
     if m_res.get("curves"):
+        Ms = sorted({g for (_, g) in m_res["curves"]})
+        styles = ["-", "--", ":", "-."]
         for j, stat in enumerate(STATS):
-            for i, M in enumerate(sorted({g for (_, g) in m_res["curves"]})):
+            for i, M in enumerate(Ms):
                 b, v = m_res["curves"][(stat, M)]
-                axes[2].semilogx(
-                    b, v, ["-", "--", ":", "-."][j], marker="o", ms=3, color=f"C{i}", label=f"{stat}, M = {M}"
-                )
-        axes[2].set_title("d = 16, k = 2: which statistic moves with M")
+                axes[2].semilogx(b, v, styles[j], marker="o", ms=3, color=f"C{i}")
+        axes[2].set_title("d = 16, k = 2: which statistic moves with M", fontsize=11)
         axes[2].set_xlabel("β")
-        axes[2].legend(fontsize=6, ncol=2)
+        fig.legend(  # in the blank right of the lone third panel
+            [Line2D([], [], color=f"C{i}") for i in range(len(Ms))]
+            + [Line2D([], [], color="k", ls=styles[j]) for j in range(len(STATS))],
+            [f"M = {M}" for M in Ms] + list(STATS),
+            fontsize=9,
+            loc="lower right",
+            title="d = 16",
+            title_fontsize=9,
+        )
     fig.tight_layout()
     fig.savefig(ASSETS / "feature_particles_intensive.png", dpi=110)
     plt.close(fig)

@@ -554,7 +554,10 @@ def figure(arms) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.8))
+    from meanfield.studies import plotting
+
+    with plotting.page_layout():  # two panels at the page's width, 11-pt text (docs: readable at ≥ 9 pt)
+        fig, (ax, bx) = plotting.figure(ncols=2, height=3.8)
     curve = [(n, r) for n, r in arms if n.startswith("M=8, h=d/8") and "native" not in n]
     betas, means, his = [], [], []
     for name, runs in curve:
@@ -578,21 +581,25 @@ def figure(arms) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("β (β = 0 drawn at 1e-6)")
     ax.set_ylabel("final validation loss (nats/char)")
-    ax.set_title("stability vs exploration (2 × 64, 1500 steps, 3 seeds)")
-    ax.legend(fontsize=7)
+    ax.set_title("2 × 64, 1500 steps, 3 seeds", fontsize=11)
+    ax.legend(fontsize=9)
     for name, runs in [arms[0]] + curve:
         if not runs:
             continue
         lines = runs[min(runs)]["lines"]
         steps = [x["step"] for x in lines if "val_loss" in x]
         vals = [x["val_loss"] for x in lines if "val_loss" in x]
-        bx.plot(steps, vals, marker=".", label=name)
+        label = name.split("β=")[1].join(("β = ", "")) if name in dict(curve) else "MHA baseline"
+        bx.plot(steps, vals, marker=".", label=label)
     bx.set_xlabel("step")
     bx.set_ylabel("validation loss (seed 0)")
-    bx.legend(fontsize=7)
+    low, high = bx.get_ylim()
+    bx.set_ylim(low, high + 0.6 * (high - low))  # room above the curves for the legend
+    bx.legend(fontsize=9, ncol=2, loc="upper right", title="M = 8 (h = d/8) at β, or MHA", title_fontsize=9)
     fig.tight_layout()
     ASSETS.mkdir(parents=True, exist_ok=True)
     fig.savefig(ASSETS / "particle_attention_beta.png", dpi=120)
+    plt.close(fig)
 
 
 def main() -> None:

@@ -1,10 +1,11 @@
 """Clustering panels: tokens on the circle and on S² under self-attention (Q = K = V = I, SA), over time.
 
     python experiments/token_dynamics/panels.py [--preset quick|smoke]   # results/panels/, docs/assets/*.png
+    python experiments/token_dynamics/panels.py --redraw   # the figure alone, from results/panels/curves.json
 
-Top: n tokens on the circle from i.i.d. uniform angles at β ∈ {9, 25}, at times t·λ_k* = 0, 5, 10, 40 (λ_k* the
-fastest linear growth rate), and the mean number of clusters over replicas against the fastest-growing mode k*.
-Bottom: n tokens on S² at β ∈ {1, 4, 16}: the mean inner product |x̄|² of the unit tokens (1 at one cluster) and
+Top row and middle left: n tokens on the circle from i.i.d. uniform angles at β ∈ {9, 25}, at times
+t·λ_k* = 0, 5, 10, 40 (λ_k* the fastest linear growth rate), and the mean number of clusters over replicas against
+the fastest-growing mode k*; middle right: the linear growth rates λ_k / λ_k*. Bottom row: n tokens on S² at β ∈ {1, 4, 16}: the mean inner product |x̄|² of the unit tokens (1 at one cluster) and
 the number of clusters over time — at large β the tokens stay in several clusters for a long time (metastability)
 before they merge into one.
 """
@@ -12,6 +13,7 @@ before they merge into one.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import time
 from pathlib import Path
@@ -28,7 +30,7 @@ from meanfield.nn.tokens import (
     growth_rate,
     mean_inner_product,
 )
-from meanfield.studies.plotting import figure, save
+from meanfield.studies.plotting import STYLE, page_layout, save
 
 HERE = Path(__file__).resolve().parent
 PRESETS = {
@@ -71,33 +73,33 @@ def sphere(beta: float, p: dict, g: torch.Generator) -> dict:
 
 
 def plot(out: dict, path: Path) -> None:
+    """The snapshots four in a row, then the four curves two a row, at the page's width (8.4 in, 11-pt text:
+    readable at ≥ 9 pt on the docs page; ``plotting.page_layout``)."""
+    import matplotlib.pyplot as plt
+
     circles, spheres = out["circle"], out["sphere"]
-    fig, axes = figure(ncols=len(SNAPSHOTS) + 1, nrows=2, width=3.2, height=3.0)
-    for s, ax in zip(SNAPSHOTS, axes[0][: len(SNAPSHOTS)]):
+    with page_layout(), plt.rc_context({**STYLE, "font.size": 11}):
+        fig = plt.figure(figsize=(8.4, 7.8))
+        grid = fig.add_gridspec(3, 4, height_ratios=(1.6, 3.0, 3.0))
+        snaps = [fig.add_subplot(grid[0, i]) for i in range(len(SNAPSHOTS))]
+        curves = [fig.add_subplot(grid[r, c : c + 2]) for r in (1, 2) for c in (0, 2)]
+    for ax in curves:
+        ax.grid(True, alpha=STYLE["grid.alpha"])
+        ax.spines[["top", "right"]].set_visible(False)
+    for s, ax in zip(SNAPSHOTS, snaps):
         for i, c in enumerate(circles):
             r = 1.0 - 0.12 * i
             a = np.asarray(c["snapshots"][s])
             ax.plot(r * np.cos(a), r * np.sin(a), ".", ms=2, color=f"C{i}", label=f"β = {c['beta']:g}")
         ax.set(aspect="equal", xticks=[], yticks=[], title=f"t·λ_k* = {s:g}")
-    axes[0][0].legend(fontsize=7, loc="center")
-    ax = axes[0][-1]
+        ax.spines[:].set_visible(False)
+    ax = curves[0]
     for i, c in enumerate(circles):
         ax.plot(c["t"], c["clusters"], color=f"C{i}", label=f"β = {c['beta']:g}")
         ax.axhline(c["k_star"], color=f"C{i}", ls=":", lw=1)
-    ax.set(xlabel="t·λ_k*", ylabel="clusters (mean)", title="circle: clusters vs k* (dotted)", yscale="log")
-    ax.legend(fontsize=7)
-    ax = axes[1][0]
-    for i, s in enumerate(spheres):
-        ax.plot(s["t"], s["inner"], color=f"C{i}", label=f"β = {s['beta']:g}")
-    ax.set(xlabel="t", ylabel="|x̄|² (mean)", title="S²: mean inner product", xscale="symlog")
-    ax.legend(fontsize=7)
-    ax = axes[1][1]
-    for i, s in enumerate(spheres):
-        ax.plot(s["t"], s["clusters"], color=f"C{i}", label=f"β = {s['beta']:g}")
-    ax.set(
-        xlabel="t", ylabel="clusters (mean)", title="S²: clusters over time", xscale="symlog", yscale="log"
-    )
-    ax = axes[1][2]
+    ax.set(xlabel="t·λ_k*", ylabel="clusters (mean)", title="circle: clusters, k* dotted", yscale="log")
+    ax.legend(fontsize=9)
+    ax = curves[1]
     ks = np.arange(1, 16)
     for i, beta in enumerate((1.0, 4.0, 9.0, 25.0, 64.0)):
         rates = growth_rate(ks, beta)
@@ -110,21 +112,54 @@ def plot(out: dict, path: Path) -> None:
             label=f"β = {beta:g} (k* = {fastest_mode(beta)})",
         )
     ax.set(xlabel="mode k", ylabel="λ_k / λ_k*", title="circle: λ_k = k²I_k(β)/(βI_0(β))")
-    ax.legend(fontsize=7)
-    for ax in axes[1][3:]:
-        ax.axis("off")
+    ax.legend(fontsize=9)
+    ax = curves[2]
+    for i, s in enumerate(spheres):
+        ax.plot(s["t"], s["inner"], color=f"C{i}", label=f"β = {s['beta']:g}")
+    ax.set(xlabel="t", ylabel="|x̄|² (mean)", title="S²: mean inner product", xscale="symlog")
+    ax.legend(fontsize=9)
+    ax = curves[3]
+    for i, s in enumerate(spheres):
+        ax.plot(s["t"], s["clusters"], color=f"C{i}", label=f"β = {s['beta']:g}")
+    ax.set(
+        xlabel="t", ylabel="clusters (mean)", title="S²: clusters over time", xscale="symlog", yscale="log"
+    )
     save(fig, path)
+
+
+def redraw(folder: Path, path: Path) -> None:
+    """The figure again from a results folder's ``curves.json`` (what ``main`` wrote), without simulating."""
+    out = json.loads((folder / "curves.json").read_text())
+    for c in out["circle"]:  # JSON keys are strings: the snapshot times back to the floats of SNAPSHOTS
+        c["snapshots"] = {float(t): a for t, a in c["snapshots"].items()}
+    plot(out, path)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="quick", choices=sorted(PRESETS))
     parser.add_argument("--out", default=None, help="results folder (default results/panels[_smoke])")
+    parser.add_argument(
+        "--redraw",
+        action="store_true",
+        help="redraw the figure from the results folder's curves.json, simulate nothing",
+    )
+    parser.add_argument(
+        "--figure", default=None, help="figure path (default docs/assets/token_dynamics_panels.png)"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     p = PRESETS[args.preset]
     default = HERE / "results" / ("panels" if args.preset == "quick" else f"panels_{args.preset}")
     folder = Path(args.out) if args.out else default
+    figure_path = (
+        Path(args.figure)
+        if args.figure
+        else HERE.parents[1] / "docs" / "assets" / "token_dynamics_panels.png"
+    )
+    if args.redraw:
+        redraw(folder, figure_path)
+        return
     g = torch.Generator().manual_seed(p["seed"])
     start = time.process_time()
     out = dict(
@@ -141,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
     write_json_atomic(folder / "summary.json", summary)
     write_json_atomic(folder / "curves.json", out)
     if args.preset == "quick":
-        plot(out, HERE.parents[1] / "docs" / "assets" / "token_dynamics_panels.png")
+        plot(out, figure_path)
     print(summary)
 
 

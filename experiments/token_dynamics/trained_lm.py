@@ -1,6 +1,7 @@
 """Tokens of real text through the trained particle-attention LMs: do they cluster, and does the particle count M matter?
 
     python experiments/token_dynamics/trained_lm.py [--preset full|smoke]   # writes results/trained_lm[_smoke]/
+    python experiments/token_dynamics/trained_lm.py --redraw   # the figure alone, from results/trained_lm/summary.json
 
 Every trained model of the attention experiment (``experiments/particle_attention/results/``: the 8-head MHA
 baseline and particle attention with M = 8, 16 (h = 4 and 8) and 32 heads at β = 0, M = 8 at β = 1e-2, seeds
@@ -55,7 +56,7 @@ from meanfield.nn.tokens import SelfAttentionDynamics, attention_system, count_c
 from meanfield.nn.transformer import attention_inputs
 from meanfield.runs import find_runs, load_model
 from meanfield.stepping.simulate import simulate
-from meanfield.studies.plotting import figure, save
+from meanfield.studies.plotting import figure, page_layout, save
 from meanfield.studies.stats import paired_difference, t_interval
 
 HERE = Path(__file__).resolve().parent
@@ -455,7 +456,10 @@ def tables(p: dict, agg: dict, cpu: float) -> str:
 
 
 def plot(p: dict, agg: dict, path: Path) -> None:
-    fig, axes = figure(3, width=4.2, height=3.4)
+    """Three panels, two a row (the third centred, the legend beside it), at the page's width: 8.4 in, 11-pt text,
+    readable at ≥ 9 pt on the docs page (``plotting.page_layout``)."""
+    with page_layout():
+        fig, axes = figure(3, width=4.2, height=3.4)
     colors = {k: f"C{i}" for i, k in enumerate(ARMS)}
     ax = axes[0]
     for key, arm in agg["arms"].items():
@@ -477,13 +481,19 @@ def plot(p: dict, agg: dict, path: Path) -> None:
     ax.set(
         xlabel="depth (0 = embedding, ℓ = after block ℓ)",
         ylabel="‖ū‖² of unit tokens",
-        title="residual stream (mean ± 95 % CI, 3 seeds)",
+        title="residual stream (± 95 % CI, 3 seeds)",
     )
-    ax.legend(fontsize=6, title="solid: 2 × 64; dashed: nanoGPT 4 × 128", title_fontsize=6)
+    fig.legend(  # in the blank beside the lone third panel
+        *ax.get_legend_handles_labels(),
+        fontsize=9,
+        loc="lower right",
+        title="solid: 2 × 64\ndashed: nanoGPT 4 × 128",
+        title_fontsize=9,
+    )
     times = np.array(agg["times"])
     for ax, flow, title in (
         (axes[1], "rd", "attention-only flow in R^d"),
-        (axes[2], "sphere", "attention-only flow on the sphere"),
+        (axes[2], "sphere", "the flow on the sphere"),
     ):
         for key, arm in agg["arms"].items():
             f = arm[flow]["mip"]
@@ -492,11 +502,9 @@ def plot(p: dict, agg: dict, path: Path) -> None:
             first = np.array([iv["mean"] for iv in f[0]])
             ax.plot(times, last, ls, color=colors[key], label=f"{arm['label']} (last layer)")
             ax.plot(times, first, ls, color=colors[key], alpha=0.35, lw=1)
-        ax.set(
-            xlabel="time T (network depth L = 16·T of one layer)", ylabel="‖ū‖²", title=title, ylim=(0, 1.02)
-        )
+        ax.set(xlabel="time T (depth L = 16·T of one layer)", ylabel="‖ū‖²", title=title, ylim=(0, 1.02))
     axes[1].text(
-        0.02, 0.97, "bold: last layer; faint: first layer", transform=axes[1].transAxes, fontsize=7, va="top"
+        0.02, 0.97, "bold: last layer\nfaint: first layer", transform=axes[1].transAxes, fontsize=9, va="top"
     )
     save(fig, path)
 
@@ -505,11 +513,25 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="full", choices=sorted(PRESETS))
     parser.add_argument("--out", default=None, help="results folder (default results/trained_lm[_smoke])")
+    parser.add_argument(
+        "--redraw",
+        action="store_true",
+        help="redraw the figure from the results folder's summary.json, run nothing",
+    )
+    parser.add_argument(
+        "--figure", default=None, help="figure path (default docs/assets/token_dynamics_trained.png)"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     p = PRESETS[args.preset]
     name = "trained_lm" + ("" if args.preset == "full" else "_" + args.preset)
     folder = Path(args.out) if args.out else HERE / "results" / name
+    figure_path = (
+        Path(args.figure) if args.figure else ROOT / "docs" / "assets" / "token_dynamics_trained.png"
+    )
+    if args.redraw:  # summary.json is the aggregate plot() reads, with the per-run checks beside it
+        plot(p, json.loads((folder / "summary.json").read_text()), figure_path)
+        return
     folder.mkdir(parents=True, exist_ok=True)
     start = time.process_time()
     raw, runs = measure(p)
@@ -536,7 +558,7 @@ def main(argv: list[str] | None = None) -> None:
     text = tables(p, agg, cpu)
     write_text_atomic(folder / "tables.md", text)
     if args.preset == "full":
-        plot(p, agg, ROOT / "docs" / "assets" / "token_dynamics_trained.png")
+        plot(p, agg, figure_path)
     print(text)
     print(json.dumps(dict(cpu_seconds=round(cpu, 1))))
 

@@ -53,7 +53,7 @@ from ..metrics.wasserstein import Law1d, resolve_method, wasserstein, wasserstei
 from ..progress import progress_bar
 from ..seeds import derive_seed, resolve_generator
 from ..stepping.simulate import Trajectory
-from .plotting import figure, save
+from .plotting import figure, returned, save
 from .stats import t_interval
 
 __all__ = [
@@ -155,7 +155,8 @@ def _plot_summary(
     path: str | os.PathLike | None,
 ):
     """Mean curves with their ``level`` bands; every line and band is labelled (the band says what it is)."""
-    fig, ax = figure() if ax is None else (ax.figure, ax)
+    made_here = ax is None
+    fig, ax = figure() if made_here else (ax.figure, ax)
     hues = list(dict.fromkeys(r.get("hue") for r in table))
     n = sorted({r["n"] for r in table})
     over = f"{n[0]}" if len(n) == 1 else f"{n[0]}–{n[-1]}"
@@ -176,7 +177,7 @@ def _plot_summary(
     ax.legend(fontsize=8)
     if path is not None:
         save(fig, path)
-    return fig
+    return returned(fig, made_here)
 
 
 def _to_csv(rows: Sequence[Mapping], columns: Sequence[str], path: str | os.PathLike | None) -> str:
@@ -306,7 +307,8 @@ class Table:
         Args:
             label: a prefix for the legend entries (to tell two tables apart on one axis).
 
-        Returns the figure; with ``path`` it is also written there (and closed).
+        Returns the figure; with ``path`` it is also written there (and closed). In a notebook it shows once
+        ([`returned`][meanfield.studies.plotting.returned]).
         """
         table = self.summary(x, y, hue, where=where, level=level)
         return _plot_summary(
@@ -872,10 +874,12 @@ class StudyResult:
             label: the name of this study in the legend (default: `metric`), so that two studies on
                 one axis can be told apart.
 
-        Returns the figure. The error bars are the replicates' ±1.96 SE; the reference's own uncertainty is in
+        Returns the figure, shown once in a notebook ([`returned`][meanfield.studies.plotting.returned]).
+        The error bars are the replicates' ±1.96 SE; the reference's own uncertainty is in
         the slope's interval (estimator ``"reference"``), not in the bars.
         """
-        fig, ax = figure() if ax is None else (ax.figure, ax)
+        made_here = ax is None
+        fig, ax = figure() if made_here else (ax.figure, ax)
         name = self.metric if label is None else label
         Ms = np.asarray(self.Ms, dtype=float)
         excess = self.excess.numpy()
@@ -900,7 +904,7 @@ class StudyResult:
         ax.legend(fontsize=8)
         if path is not None:
             save(fig, path)
-        return fig
+        return returned(fig, made_here)
 
 
 def _distance(metric: str | Metric, method: str, x: torch.Tensor, ref) -> torch.Tensor:
@@ -1526,7 +1530,8 @@ class SweepResult:
         """Mean of ``y`` against ``x`` over seeds, one line per ``hue``, with a labelled ``level`` band; a
         series ``y`` is drawn against ``x = "t"`` from [`curves`][meanfield.studies.in_memory.SweepResult.curves].
 
-        Returns the figure; with ``path`` it is also written there (and closed).
+        Returns the figure; with ``path`` it is also written there (and closed). In a notebook it shows once
+        ([`returned`][meanfield.studies.plotting.returned]).
         """
         if y in self.series and (y not in self.outputs or x == "t"):
             return self.curves.plot(

@@ -20,7 +20,7 @@ import numpy as np
 
 from meanfield._io import write_atomic
 
-__all__ = ["STYLE", "figure", "page_layout", "save"]
+__all__ = ["STYLE", "figure", "page_layout", "returned", "save"]
 
 STYLE = {
     "figure.dpi": 110,
@@ -103,6 +103,21 @@ def figure(ncols: int = 1, nrows: int = 1, *, width: float = 4.2, height: float 
         ax.grid(True, alpha=STYLE["grid.alpha"])
         ax.spines[["top", "right"]].set_visible(False)
     return fig, (axes[0, 0] if ncols == nrows == 1 else axes.squeeze())
+
+
+def returned(fig, made_here: bool):
+    """``fig``, to be returned by a ``plot()`` that drew it: shown **once** in a notebook.
+
+    Under the notebook's inline backend (matplotlib-inline), a figure that ``plot()`` made itself
+    (``made_here``) is taken out of pyplot's figures (``plt.close``), so that it is shown once, as the value of
+    the cell (``study.plot()``), instead of twice: by the backend at the cell's end and again as the returned
+    Figure. The Figure stays whole (``fig.savefig`` works); assigned (``fig = study.plot()``) it shows where
+    ``fig`` is written, like any result object. A figure of the caller's (``plot(ax=ax)``) and every other
+    backend are left as they are.
+    """
+    if made_here and "inline" in plt.get_backend().lower():
+        plt.close(fig)
+    return fig
 
 
 def save(fig, path: str | os.PathLike) -> Path:
