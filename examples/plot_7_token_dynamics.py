@@ -15,7 +15,7 @@ import meanfield as mf
 from meanfield.nn.tokens import SelfAttentionDynamics, count_clusters, mean_inner_product
 from meanfield.studies.plotting import figure
 
-system = SelfAttentionDynamics.identity(3, beta=1.0, sphere=True)
+system = SelfAttentionDynamics.identity(3, inverse_temperature=1.0, sphere=True)
 g = torch.Generator().manual_seed(0)
 x0 = torch.nn.functional.normalize(
     torch.randn(8, 32, 3, generator=g, dtype=torch.float64), dim=-1

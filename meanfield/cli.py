@@ -203,19 +203,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return (InputError, ConfigError, DataNotFoundError, CorruptDataError, RunFolderError)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="meanfield",
-        description="Mean-field Langevin dynamics: training as an interacting-particle SDE.",
-    )
-    parser.add_argument("--version", action="version", version=f"meanfield {_version()}")
-    parser.add_argument(
-        "--debug",
-        action="store_true",
-        default=argparse.SUPPRESS,  # absent from the parsed arguments unless given
-        help="print every error with its traceback (not one line): meanfield --debug run …",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+Subcommands = argparse._SubParsersAction  # what add_subparsers returns (the subcommands' parsers)
+
+
+def _add_validate(sub: Subcommands) -> None:
+    """``meanfield validate``: the theory checks."""
     p = sub.add_parser(
         "validate",
         help="run the theory checks against their analytic answers (the main job)",
@@ -238,6 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="reuse the finished results already in --out (after an interruption)",
     )
     p.set_defaults(func=_validate)
+
+
+def _add_figures(sub: Subcommands) -> None:
+    """``meanfield figures``: the documentation's figures."""
     p = sub.add_parser(
         "figures", help="regenerate the documentation figures (theory checks' plots, overview, quickstart)"
     )
@@ -245,26 +241,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", choices=("fast", "full"), default="fast")
     p.add_argument("--force", action="store_true", help="regenerate figures that already exist")
     p.set_defaults(func=_figures)
+
+
+def _add_solvers(sub: Subcommands) -> None:
+    """``meanfield solvers``: the solver table."""
     p = sub.add_parser("solvers", help="list the solvers and their declared strong/weak orders")
     p.set_defaults(func=_solvers)
 
-    def config_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "config",
-            nargs="?",
-            help="a shipped configuration by name (char_lm, teacher_student, …: meanfield run --list) "
-            "or a TOML file",
-        )
-        p.add_argument("--preset", default=None, help="a preset of the file: smoke, quick, full, …")
-        p.add_argument(
-            "--set",
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-            help="override a key after the preset (repeatable), e.g. --set train.steps=100",
-        )
-        p.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
 
+def _config_options(p: argparse.ArgumentParser) -> None:
+    """CONFIG, --preset, --set and --quiet: the options of ``run`` and ``sweep``."""
+    p.add_argument(
+        "config",
+        nargs="?",
+        help="a shipped configuration by name (char_lm, teacher_student, …: meanfield run --list) "
+        "or a TOML file",
+    )
+    p.add_argument("--preset", default=None, help="a preset of the file: smoke, quick, full, …")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a key after the preset (repeatable), e.g. --set train.steps=100",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
+
+
+def _add_run(sub: Subcommands) -> None:
+    """``meanfield run``: one configured training run."""
     p = sub.add_parser(
         "run",
         help="train a configured task into a run folder (checkpoints, metrics, resume)",
@@ -273,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
         "metrics.jsonl, summary.json, figures/, checkpoints/. Ctrl-C writes a checkpoint (exit 130); a "
         "non-finite loss stops the run (exit 1); a bad configuration is one line (exit 2).",
     )
-    config_options(p)
+    _config_options(p)
     p.add_argument(
         "--out", default=None, help="the run folder (default: runs/<name or file stem>[-<preset>])"
     )
@@ -289,6 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_run)
 
+
+def _add_sweep(sub: Subcommands) -> None:
+    """``meanfield sweep``: a grid of runs over seeds and its tables."""
     p = sub.add_parser(
         "sweep",
         help="run a grid of configurations over seeds; table of means, CIs and paired differences",
@@ -299,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
         "smallest difference detectable at --power). Run it again with other table options to rewrite the "
         "tables of a finished sweep without running anything.",
     )
-    config_options(p)
+    _config_options(p)
     p.add_argument(
         "--grid",
         action="append",
@@ -367,9 +375,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_sweep)
 
+
+def _add_data(sub: Subcommands) -> None:
+    """``meanfield data``: the datasets found."""
     p = sub.add_parser("data", help="list the datasets found, their sizes and SHA-256 checks")
     p.add_argument("--root", default=None, help="the data folder (default: $MEANFIELD_DATA or the project's)")
     p.set_defaults(func=_data)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="meanfield",
+        description="Mean-field Langevin dynamics: training as an interacting-particle SDE.",
+    )
+    parser.add_argument("--version", action="version", version=f"meanfield {_version()}")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,  # absent from the parsed arguments unless given
+        help="print every error with its traceback (not one line): meanfield --debug run …",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add in (_add_validate, _add_figures, _add_solvers, _add_run, _add_sweep, _add_data):
+        add(sub)
     return parser
 
 

@@ -751,7 +751,7 @@ def test_fourier_velocity_is_the_sum_over_token_pairs(beta, normalized, causal):
     are taken at their angle (radius 2 gives the unit-circle answer). Negative control: the answer at
     another β differs."""
     system = SelfAttentionDynamics.identity(
-        2, beta=beta, sphere=True, normalized=normalized, causal=causal, method="fourier"
+        2, inverse_temperature=beta, sphere=True, normalized=normalized, causal=causal, method="fourier"
     )
     x = _circle()
     want = _direct_velocity(x.numpy(), beta, normalized, causal)
@@ -769,14 +769,14 @@ def test_fourier_velocity_in_float32_and_for_a_large_cloud():
     """float32 tokens give float32 velocities within 1e-5 of the float64 direct sum; n = 300 tokens (the
     size ``method="auto"`` switches at) agree with the pairwise method to 1e-10."""
     x = _circle(B=1, n=9, seed=31)
-    system = SelfAttentionDynamics.identity(2, beta=2.5, sphere=True, method="fourier")
+    system = SelfAttentionDynamics.identity(2, inverse_temperature=2.5, sphere=True, method="fourier")
     got = system.velocity(x.float())
     assert got.dtype == torch.float32
     np.testing.assert_allclose(got.double().numpy(), _direct_velocity(x.numpy(), 2.5, True, False), atol=1e-5)
     big = _circle(B=1, n=300, seed=32)
-    auto = SelfAttentionDynamics.identity(2, beta=4.0, sphere=True, normalized=False)
+    auto = SelfAttentionDynamics.identity(2, inverse_temperature=4.0, sphere=True, normalized=False)
     assert auto.resolved_method(300) == "fourier"
-    pairwise = SelfAttentionDynamics.identity(2, beta=4.0, sphere=True, normalized=False, method="pairwise")
+    pairwise = SelfAttentionDynamics.identity(2, inverse_temperature=4.0, sphere=True, normalized=False, method="pairwise")
     scale = float(special.i0(4.0))
     np.testing.assert_allclose(
         auto.velocity(big).numpy(), pairwise.velocity(big).numpy(), rtol=1e-10, atol=1e-12 * scale

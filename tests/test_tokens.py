@@ -58,17 +58,17 @@ def explicit_velocity(x, Q, K, V, O, beta, normalized, causal):
 def test_velocity_equals_an_explicit_pair_sum(normalized, causal, monkeypatch):
     Q, K, V, O = random_weights()
     x = torch.randn(2, 7, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    system = SelfAttentionDynamics(Q, K, V, O, beta=0.8, normalized=normalized, causal=causal)
+    system = SelfAttentionDynamics(Q, K, V, O, inverse_temperature=0.8, normalized=normalized, causal=causal)
     want = explicit_velocity(x, Q, K, V, O, 0.8, normalized, causal)
     assert torch.allclose(system.velocity(x), want, rtol=0, atol=1e-13)
     monkeypatch.setattr(tokens, "_CHUNK_ELEMENTS", 1)  # one query row per chunk: the same numbers
     assert torch.allclose(system.velocity(x), want, rtol=0, atol=1e-13)
-    wrong = SelfAttentionDynamics(Q, K, V, O, beta=0.8, normalized=not normalized, causal=causal)
+    wrong = SelfAttentionDynamics(Q, K, V, O, inverse_temperature=0.8, normalized=not normalized, causal=causal)
     assert (wrong.velocity(x) - want).abs().max() > 1e-3  # negative control: the other normalisation
 
 
 def test_sphere_drift_is_tangent_and_flow_stays_on_the_sphere():
-    system = SelfAttentionDynamics.identity(4, beta=2.0, sphere=True)
+    system = SelfAttentionDynamics.identity(4, inverse_temperature=2.0, sphere=True)
     x = unit(torch.randn(3, 10, 4, dtype=torch.float64))
     assert (system.drift(0.0, x) * x).sum(-1).abs().max() < 1e-14
     y = simulate(system, x, t1=1.0, dt=0.05).final
@@ -79,7 +79,7 @@ def test_sphere_drift_is_tangent_and_flow_stays_on_the_sphere():
 @pytest.mark.parametrize("causal", [False, True])
 def test_fourier_path_equals_pairwise_on_the_circle(normalized, causal):
     x = unit(torch.randn(3, 300, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(2)))
-    kw = dict(beta=6.0, sphere=True, normalized=normalized, causal=causal)
+    kw = dict(inverse_temperature=6.0, sphere=True, normalized=normalized, causal=causal)
     pair = SelfAttentionDynamics.identity(2, method="pairwise", **kw)
     four = SelfAttentionDynamics.identity(2, method="fourier", **kw)
     assert four.resolved_method(300) == "fourier" and pair.resolved_method(300) == "pairwise"
@@ -106,13 +106,13 @@ def test_bridge_layer_to_system_and_back(cls):
     layer = cls(12, 4, generator=g, dtype=torch.float64)
     x = torch.randn(2, 9, 12, dtype=torch.float64, generator=g)
     system = attention_system(layer)
-    assert system.causal == layer.is_causal and system.beta == 1 / math.sqrt(3)
+    assert system.causal == layer.is_causal and system.inverse_temperature == 1 / math.sqrt(3)
     assert torch.allclose(system.drift(0.0, x), layer(x).detach(), rtol=0, atol=1e-14)
     back = attention_layer(system)
     assert torch.allclose(back(x), layer(x).detach(), rtol=0, atol=1e-14)
     # a system with unequal widths and β ≠ 1/√h becomes a layer too (zero padding, β folded into W_Q)
     Q, K, V, O = random_weights(H=2, h=3, d=12, hv=5)
-    other = SelfAttentionDynamics(Q, K, V, O, beta=0.37)
+    other = SelfAttentionDynamics(Q, K, V, O, inverse_temperature=0.37)
     assert torch.allclose(attention_layer(other)(x), other.velocity(x), rtol=0, atol=1e-13)
     with pytest.raises(ValueError, match="normalised"):
         attention_layer(SelfAttentionDynamics.identity(12, normalized=False))
@@ -134,7 +134,7 @@ def test_depth_flow_is_the_euler_scheme_of_the_system():
 @pytest.mark.parametrize("solver", list(SOLVERS))
 def test_every_solver_runs_the_token_ode(solver):
     """Every solver (noise-free, τ = 0) lands within its first-order error of scipy's DOP853 solution."""
-    system = SelfAttentionDynamics(*random_weights(H=2, h=3, d=4, hv=4, seed=5), beta=1.0)
+    system = SelfAttentionDynamics(*random_weights(H=2, h=3, d=4, hv=4, seed=5), inverse_temperature=1.0)
     x0 = torch.randn(2, 5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
     rhs = lambda _t, y: system.drift(0.0, torch.from_numpy(y).view(x0.shape)).reshape(-1).numpy()  # noqa: E731
     exact = integrate.solve_ivp(
@@ -150,7 +150,7 @@ def test_noise_has_variance_2_tau_dt():
     d = 3
     zero = torch.zeros(1, d, d, dtype=torch.float64)
     eye = torch.eye(d, dtype=torch.float64)[None]
-    system = SelfAttentionDynamics(eye, eye, zero, beta=1.0, temperature=0.3)
+    system = SelfAttentionDynamics(eye, eye, zero, inverse_temperature=1.0, temperature=0.3)
     x = simulate(system, torch.zeros(2000, 10, d, dtype=torch.float64), t1=0.5, dt=0.05, generator=7).final
     var, se = x.var().item(), 2 * 0.3 * 0.5 * math.sqrt(2 / x.numel())
     assert abs(var - 0.3) < 5 * se
@@ -194,8 +194,8 @@ def test_cloud_measures():
 
 def test_bad_input():
     eye = torch.eye(3, dtype=torch.float64)
-    with pytest.raises(ValueError, match="beta"):
-        SelfAttentionDynamics(eye, eye, eye, beta=-1.0)
+    with pytest.raises(ValueError, match="inverse_temperature"):
+        SelfAttentionDynamics(eye, eye, eye, inverse_temperature=-1.0)
     with pytest.raises(ValueError, match="temperature"):
         SelfAttentionDynamics(eye, eye, eye, temperature=-0.1)
     with pytest.raises(ValueError, match="key must have the shape"):

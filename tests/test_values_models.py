@@ -516,7 +516,7 @@ _EYE2 = torch.eye(2, dtype=torch.float64)
             "value must act on R^2 (last axis 2), got shape (1, 2, 3)",
         ),
         ((_EYE2 * math.nan, _EYE2, _EYE2), {}, ValueError, "query has NaN or Inf entries"),
-        ((_EYE2, _EYE2, _EYE2), {"beta": -1.0}, ValueError, "beta must be ≥ 0, got -1.0"),
+        ((_EYE2, _EYE2, _EYE2), {"inverse_temperature": -1.0}, ValueError, "inverse_temperature must be ≥ 0, got -1.0"),
         ((_EYE2, _EYE2, _EYE2), {"temperature": -0.5}, ValueError, "temperature must be ≥ 0, got -0.5"),
         (
             (_EYE2, _EYE2, _EYE2),
@@ -576,7 +576,7 @@ def test_self_attention_dynamics_keep_their_options():
         torch.ones(2, 4, 2),
         V,
         O,
-        beta=0.5,
+        inverse_temperature=0.5,
         normalized=False,
         causal=True,
         sphere=True,
@@ -584,15 +584,15 @@ def test_self_attention_dynamics_keep_their_options():
         method="pairwise",
     )
     assert (
-        repr(s) == "SelfAttentionDynamics(USA, H=2, d=2, beta=0.5, causal=True, sphere=True, temperature=2)"
+        repr(s) == "SelfAttentionDynamics(USA, H=2, d=2, inverse_temperature=0.5, causal=True, sphere=True, temperature=2)"
     )
-    assert (s.n_heads, s.d, s.beta, s.temperature, s.method) == (2, 2, 0.5, 2.0, "pairwise")
+    assert (s.n_heads, s.d, s.inverse_temperature, s.temperature, s.method) == (2, 2, 0.5, 2.0, "pairwise")
     assert s.normalized is False and s.causal is True and s.sphere is True and s.projection is not None
     assert s.diffusion(0.0, None) == 2.0 and torch.equal(s.output, O) and torch.equal(s.value, V)
     plain = SelfAttentionDynamics(_EYE2, _EYE2, _EYE2)
     assert (
         repr(plain)
-        == "SelfAttentionDynamics(SA, H=1, d=2, beta=1, causal=False, sphere=False, temperature=0)"
+        == "SelfAttentionDynamics(SA, H=1, d=2, inverse_temperature=1, causal=False, sphere=False, temperature=0)"
     )
     assert plain.projection is None and plain.output is None and plain.diffusion(0.0, None) == 0.0
     assert plain.query.shape == (1, 2, 2) and plain.method == "auto"
@@ -611,14 +611,14 @@ def test_identity_system_checks_d_and_keeps_its_temperature():
     with pytest.raises(TypeError) as err:
         SelfAttentionDynamics.identity(2.0)
     assert str(err.value) == "d must be an int, got float"
-    s = SelfAttentionDynamics.identity(3, beta=2.0, temperature=0.125, dtype=torch.float32)
+    s = SelfAttentionDynamics.identity(3, inverse_temperature=2.0, temperature=0.125, dtype=torch.float32)
     assert s.query.dtype == torch.float32 and torch.equal(s.query[0], torch.eye(3))
     assert s.temperature == 0.125 and s.diffusion(0.0, None) == 0.5  # sqrt(2τ)
 
 
 def test_fourier_weights_are_the_bessel_ratios_on_the_requested_device():
     for beta in (0.0, 0.5, 3.0):
-        s = SelfAttentionDynamics.identity(2, beta=beta, sphere=True, method="fourier")
+        s = SelfAttentionDynamics.identity(2, inverse_temperature=beta, sphere=True, method="fourier")
         r = s._fourier_weights(torch.float64, torch.device("cpu"))
         K = r.shape[0] - 1
         ref = special.iv(np.arange(K + 1), beta) / special.iv(0, beta)  # not the scaled ive

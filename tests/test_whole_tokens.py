@@ -172,7 +172,7 @@ def test_constructor_stores_each_weight_in_its_slot_and_the_flags_as_bools():
     system (no Fourier path even on the circle with identity matrices); ``_modes`` starts empty; defaults
     beta = 1, SA, not causal, R^d, τ = 0, method 'auto'."""
     Q, K, V, O = weights(2, 3, 4, 5, seed=1)
-    s = SelfAttentionDynamics(Q, K, V, O, beta=0.25, normalized=0, causal=1, sphere=1, temperature=0.5)
+    s = SelfAttentionDynamics(Q, K, V, O, inverse_temperature=0.25, normalized=0, causal=1, sphere=1, temperature=0.5)
     assert (
         torch.equal(s.query, Q)
         and torch.equal(s.key, K)
@@ -181,7 +181,7 @@ def test_constructor_stores_each_weight_in_its_slot_and_the_flags_as_bools():
     )
     assert s.normalized is False and s.causal is True and s.sphere is True
     assert isinstance(s.projection, Sphere) and s.projection.radius == 1.0 and s.projection.dim == (-1,)
-    assert s.beta == 0.25 and s.temperature == 0.5 and s._sigma == 1.0 and s._modes is None
+    assert s.inverse_temperature == 0.25 and s.temperature == 0.5 and s._sigma == 1.0 and s._modes is None
     assert s.d == 4 and s.n_heads == 2
     eye = torch.eye(2, dtype=F64)
     general = SelfAttentionDynamics(eye, eye, eye, sphere=True)
@@ -189,7 +189,7 @@ def test_constructor_stores_each_weight_in_its_slot_and_the_flags_as_bools():
     with pytest.raises(ValueError, match="^method='fourier' needs identity weights"):
         SelfAttentionDynamics(eye, eye, eye, sphere=True, method="fourier").resolved_method(5)
     d = SelfAttentionDynamics(eye, eye, eye)
-    assert (d.beta, d.normalized, d.causal, d.sphere, d.temperature, d.method) == (
+    assert (d.inverse_temperature, d.normalized, d.causal, d.sphere, d.temperature, d.method) == (
         1.0,
         True,
         False,
@@ -197,7 +197,7 @@ def test_constructor_stores_each_weight_in_its_slot_and_the_flags_as_bools():
         0.0,
         "auto",
     )
-    assert d.projection is None and type(d.beta) is float and type(d.temperature) is float
+    assert d.projection is None and type(d.inverse_temperature) is float and type(d.temperature) is float
 
 
 def test_identity_defaults_dtype_kwargs_and_eager_fourier_check():
@@ -208,12 +208,12 @@ def test_identity_defaults_dtype_kwargs_and_eager_fourier_check():
     assert (
         s.query.dtype == F64 and s.query.shape == (1, 3, 3) and torch.equal(s.key[0], torch.eye(3, dtype=F64))
     )
-    assert torch.equal(s.value[0], torch.eye(3, dtype=F64)) and s.output is None and s.beta == 1.0
+    assert torch.equal(s.value[0], torch.eye(3, dtype=F64)) and s.output is None and s.inverse_temperature == 1.0
     assert s._identity is True
     c = SelfAttentionDynamics.identity(
-        2, beta=3.0, sphere=True, causal=True, normalized=False, temperature=2.0
+        2, inverse_temperature=3.0, sphere=True, causal=True, normalized=False, temperature=2.0
     )
-    assert (c.beta, c.sphere, c.causal, c.normalized, c.temperature) == (3.0, True, True, False, 2.0)
+    assert (c.inverse_temperature, c.sphere, c.causal, c.normalized, c.temperature) == (3.0, True, True, False, 2.0)
     assert c._fourier_applies and c.resolved_method(256) == "fourier"
     f = SelfAttentionDynamics.identity(2, sphere=True, method="fourier")
     assert f.resolved_method(1) == "fourier" and f.method == "fourier"
@@ -264,7 +264,7 @@ def test_pairwise_velocity_in_uneven_chunks_equals_numpy(causal, chunk, monkeypa
     ]
     monkeypatch.setattr(tk, "_CHUNK_ELEMENTS", budget)
     for normalized in (True, False):
-        s = SelfAttentionDynamics(Q, K, V, O, beta=0.9, normalized=normalized, causal=causal)
+        s = SelfAttentionDynamics(Q, K, V, O, inverse_temperature=0.9, normalized=normalized, causal=causal)
         want = np_velocity(x, Q, K, V, O, 0.9, normalized, causal)
         got = s.velocity(x)
         assert got.shape == (2, 7, 4) and got.dtype == F64
@@ -278,7 +278,7 @@ def test_pairwise_softmax_is_stable_for_huge_logits():
     scipy-softmax velocity, finite; causal too."""
     x = unit(torch.randn(2, 6, 3, generator=gen(4), dtype=F64))
     for causal in (False, True):
-        s = SelfAttentionDynamics.identity(3, beta=700.0, causal=causal)
+        s = SelfAttentionDynamics.identity(3, inverse_temperature=700.0, causal=causal)
         got = s.velocity(x)
         eye = torch.eye(3, dtype=F64)[None]
         want = np_velocity(x, eye, eye, eye, None, 700.0, True, causal)
@@ -290,7 +290,7 @@ def test_usa_top_shift_is_undone_exactly():
     """USA multiplies the shifted weights back by ``exp(max logit)/n``: with logits up to 30 the numpy
     ``exp(logits)/n`` velocity is matched to 1e-12 relative (a missing factor is off by e^30)."""
     x = unit(torch.randn(1, 5, 2, generator=gen(5), dtype=F64))
-    s = SelfAttentionDynamics.identity(2, beta=30.0, normalized=False)
+    s = SelfAttentionDynamics.identity(2, inverse_temperature=30.0, normalized=False)
     eye = torch.eye(2, dtype=F64)[None]
     want = np_velocity(x, eye, eye, eye, None, 30.0, False, False)
     np.testing.assert_allclose(s.velocity(x).numpy(), want, rtol=1e-12)
@@ -302,7 +302,7 @@ def test_pairwise_velocity_without_output_and_in_the_tokens_dtype():
     float32 answer within 1e-5 of float64 (weights cast to the tokens' dtype); n = 0 tokens give an empty
     ``(B, 0, d)`` velocity."""
     Q, K, V, _ = weights(2, 3, 4, 4, seed=6)
-    s = SelfAttentionDynamics(Q, K, V, beta=1.3)
+    s = SelfAttentionDynamics(Q, K, V, inverse_temperature=1.3)
     x = torch.randn(3, 5, 4, generator=gen(7), dtype=F64)
     want = np_velocity(x, Q, K, V, None, 1.3, True, False)
     np.testing.assert_allclose(s.velocity(x).numpy(), want, rtol=1e-12, atol=1e-13)
@@ -310,7 +310,7 @@ def test_pairwise_velocity_without_output_and_in_the_tokens_dtype():
     assert low.dtype == torch.float32
     np.testing.assert_allclose(low.double().numpy(), want, atol=1e-5)
     Q2, K2, V2, O2 = weights(1, 2, 4, 3, seed=8)
-    with_o = SelfAttentionDynamics(Q2, K2, V2, O2, beta=0.5).velocity(x.float())
+    with_o = SelfAttentionDynamics(Q2, K2, V2, O2, inverse_temperature=0.5).velocity(x.float())
     assert with_o.dtype == torch.float32
     np.testing.assert_allclose(
         with_o.double().numpy(), np_velocity(x, Q2, K2, V2, O2, 0.5, True, False), atol=1e-5
@@ -337,22 +337,22 @@ def test_fourier_weights_cap_cache_and_values():
     """The number of modes stops at K = 10 000 for a huge β (the truncation rule alone would go on: the last
     kept ratio is still above 1e-15/K); the ratios are stored in ``_modes`` and reused when present at the
     same β (recomputed after β changes), and equal ``I_k(β)/I_0(β)`` from scipy's unscaled ``iv``."""
-    huge = SelfAttentionDynamics.identity(2, beta=1e8, sphere=True, method="fourier")
+    huge = SelfAttentionDynamics.identity(2, inverse_temperature=1e8, sphere=True, method="fourier")
     r = huge._fourier_weights(F64, torch.device("cpu"))
     assert r.shape == (10_001,)
     assert 10_000 * float(r[-1]) > 1e-15
-    s = SelfAttentionDynamics.identity(2, beta=2.0, sphere=True, method="fourier")
+    s = SelfAttentionDynamics.identity(2, inverse_temperature=2.0, sphere=True, method="fourier")
     r2 = s._fourier_weights(F64, torch.device("cpu"))
     ref = special.iv(np.arange(r2.shape[0]), 2.0) / special.iv(0, 2.0)
     np.testing.assert_allclose(r2.numpy(), ref, rtol=1e-13)
     assert isinstance(s._modes, np.ndarray) and np.array_equal(s._modes, r2.numpy())
     s._modes = np.array([1.0, 0.25])  # a stored table is reused, not recomputed
     assert s._fourier_weights(F64, torch.device("cpu")).tolist() == [1.0, 0.25]
-    s.beta = 3.0  # another β: a new table (it kept the old one before), I_k(3)/I_0(3) by scipy
+    s.inverse_temperature = 3.0  # another β: a new table (it kept the old one before), I_k(3)/I_0(3) by scipy
     r3 = s._fourier_weights(F64, torch.device("cpu"))
     ref3 = special.iv(np.arange(r3.shape[0]), 3.0) / special.iv(0, 3.0)
     np.testing.assert_allclose(r3.numpy(), ref3, rtol=1e-13)
-    assert r3.shape[0] > 2 and s._modes_beta == 3.0
+    assert r3.shape[0] > 2 and s._modes_at == 3.0
 
 
 def _direct(x: np.ndarray, beta: float, normalized: bool, causal: bool) -> np.ndarray:
@@ -367,14 +367,14 @@ def test_fourier_velocity_over_several_mode_blocks_equals_the_direct_sum(beta):
     """Betas whose truncation K falls at different offsets inside the blocks of 8 modes: SA and USA,
     causal or not, equal the direct sum to 1e-11 relative (tokens at radius 3: only the angle counts);
     negative control: β + 1."""
-    s0 = SelfAttentionDynamics.identity(2, beta=beta, sphere=True, method="fourier")
+    s0 = SelfAttentionDynamics.identity(2, inverse_temperature=beta, sphere=True, method="fourier")
     K = s0._fourier_weights(F64, torch.device("cpu")).shape[0] - 1
     assert K >= 1
     x = circle(2, 9, seed=int(beta * 10), radius=3.0)
     for normalized in (True, False):
         for causal in (False, True):
             s = SelfAttentionDynamics.identity(
-                2, beta=beta, sphere=True, method="fourier", normalized=normalized, causal=causal
+                2, inverse_temperature=beta, sphere=True, method="fourier", normalized=normalized, causal=causal
             )
             got = s.velocity(x).numpy()
             want = _direct(x.numpy(), beta, normalized, causal)
@@ -386,7 +386,7 @@ def test_fourier_velocity_over_several_mode_blocks_equals_the_direct_sum(beta):
 def test_fourier_mode_counts_hit_several_block_offsets():
     """The betas of the block test put K + 1 at several residues mod 8 (so both ends of a block are used)."""
     Ks = [
-        SelfAttentionDynamics.identity(2, beta=b, sphere=True, method="fourier")
+        SelfAttentionDynamics.identity(2, inverse_temperature=b, sphere=True, method="fourier")
         ._fourier_weights(F64, torch.device("cpu"))
         .shape[0]
         for b in (0.3, 1.0, 5.0, 8.0, 25.0)
@@ -404,13 +404,13 @@ def test_sphere_drift_is_the_numpy_tangent_projection_and_r_d_drift_is_the_veloc
     ``diffusion = sqrt(2τ)`` for any state."""
     Q, K, V, O = weights(2, 3, 3, 2, seed=9)
     x = unit(torch.randn(2, 6, 3, generator=gen(10), dtype=F64))
-    sph = SelfAttentionDynamics(Q, K, V, O, beta=2.0, sphere=True, temperature=0.08)
+    sph = SelfAttentionDynamics(Q, K, V, O, inverse_temperature=2.0, sphere=True, temperature=0.08)
     v = np_velocity(x, Q, K, V, O, 2.0, True, False)
     xn = x.numpy()
     want = v - np.einsum("bnd,bnd->bn", v, xn)[..., None] * xn
     np.testing.assert_allclose(sph.drift(0.0, x).numpy(), want, rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(sph.drift(5.0, x).numpy(), want, rtol=1e-12, atol=1e-13)
-    flat = SelfAttentionDynamics(Q, K, V, O, beta=2.0)
+    flat = SelfAttentionDynamics(Q, K, V, O, inverse_temperature=2.0)
     np.testing.assert_allclose(flat.drift(1.0, x).numpy(), v, rtol=1e-12, atol=1e-13)
     assert np.abs(v - want).max() > 1e-3  # control: the projection matters
     assert (
@@ -420,10 +420,10 @@ def test_sphere_drift_is_the_numpy_tangent_projection_and_r_d_drift_is_the_veloc
 
 def test_repr_formats_beta_and_temperature_with_g():
     """``repr`` uses ``:g`` for β and τ (1e-07, 2.5) and names SA."""
-    s = SelfAttentionDynamics.identity(3, beta=1e-7, temperature=2.5, causal=True)
+    s = SelfAttentionDynamics.identity(3, inverse_temperature=1e-7, temperature=2.5, causal=True)
     assert (
         repr(s)
-        == "SelfAttentionDynamics(SA, H=1, d=3, beta=1e-07, causal=True, sphere=False, temperature=2.5)"
+        == "SelfAttentionDynamics(SA, H=1, d=3, inverse_temperature=1e-07, causal=True, sphere=False, temperature=2.5)"
     )
 
 
@@ -439,10 +439,10 @@ def test_attention_system_messages_overrides_and_copies():
     with pytest.raises(TypeError, match=exact("layer must be a meanfield.nn.ParticleAttention, got Linear")):
         tk.attention_system(torch.nn.Linear(2, 2))
     layer = ParticleAttention(6, 2, 4, generator=gen(11), dtype=F64)
-    s = tk.attention_system(layer, beta=0.3, causal=True, temperature=0.5, sphere=True)
-    assert (s.beta, s.causal, s.temperature, s.sphere) == (0.3, True, 0.5, True)
+    s = tk.attention_system(layer, inverse_temperature=0.3, causal=True, temperature=0.5, sphere=True)
+    assert (s.inverse_temperature, s.causal, s.temperature, s.sphere) == (0.3, True, 0.5, True)
     plain = tk.attention_system(layer)
-    assert plain.beta == 1 / math.sqrt(4) and plain.causal is False and plain.sphere is False
+    assert plain.inverse_temperature == 1 / math.sqrt(4) and plain.causal is False and plain.sphere is False
     assert plain.temperature == 0.0 and plain.n_heads == 2 and plain.d == 6
     W = layer.W_QKV.detach().numpy().copy()
     Wo = layer.W_O.detach().numpy().copy()
@@ -452,7 +452,7 @@ def test_attention_system_messages_overrides_and_copies():
     want = np_velocity(x, Q, K, V, O, 0.5, True, False)
     np.testing.assert_allclose(plain.velocity(x).numpy(), want, rtol=1e-12, atol=1e-13)
     causal_want = np_velocity(x, Q, K, V, O, 0.3, True, True)
-    flat = tk.attention_system(layer, beta=0.3, causal=True)
+    flat = tk.attention_system(layer, inverse_temperature=0.3, causal=True)
     np.testing.assert_allclose(flat.velocity(x).numpy(), causal_want, rtol=1e-12, atol=1e-13)
     assert not plain.query.requires_grad and not plain.output.requires_grad
     with torch.no_grad():
@@ -477,7 +477,7 @@ def test_attention_layer_pads_to_the_wider_head_and_folds_beta(h_qk, h_v, causal
     """The layer has H heads of width ``max(h_qk, h_v)``, the system's causality and dtype, frozen
     parameters (zero-padded rows) and ``layer(x)`` equal to the numpy velocity of the system."""
     Q, K, V, O = weights(2, h_qk, 4, h_v, seed=13)
-    s = SelfAttentionDynamics(Q, K, V, O, beta=0.37, causal=causal)
+    s = SelfAttentionDynamics(Q, K, V, O, inverse_temperature=0.37, causal=causal)
     layer = tk.attention_layer(s)
     h = max(h_qk, h_v)
     assert type(layer) is (CausalParticleAttention if causal else ParticleAttention)
@@ -495,7 +495,7 @@ def test_attention_layer_pads_to_the_wider_head_and_folds_beta(h_qk, h_v, causal
 def test_attention_layer_of_an_identity_system_uses_an_identity_output_in_float32():
     """Without an output map the layer's ``W_O`` is the identity; a float32 system gives a float32 layer whose
     output matches numpy to 1e-5."""
-    s = SelfAttentionDynamics.identity(3, beta=0.8, dtype=torch.float32)
+    s = SelfAttentionDynamics.identity(3, inverse_temperature=0.8, dtype=torch.float32)
     layer = tk.attention_layer(s)
     assert layer.W_QKV.dtype == torch.float32 and layer.d_head == 3
     assert torch.equal(layer.W_O[0], torch.eye(3))
@@ -557,9 +557,9 @@ def test_growth_rate_at_beta_zero_scalars_and_errors():
         9 * special.iv(3, 1.5) / 1.5, rel=1e-13
     )
     assert float(tk.growth_rate(0, 2.0)) == 0.0
-    with pytest.raises(ValueError, match=exact("beta must be ≥ 0, got -1.0")):
+    with pytest.raises(ValueError, match=exact("inverse_temperature must be ≥ 0, got -1.0")):
         tk.growth_rate(1, -1.0)
-    with pytest.raises(ValueError, match=exact("beta must be finite, got nan")):
+    with pytest.raises(ValueError, match=exact("inverse_temperature must be finite, got nan")):
         tk.growth_rate(1, math.nan)
 
 

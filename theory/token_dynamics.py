@@ -79,7 +79,7 @@ def _unit(x: torch.Tensor) -> torch.Tensor:
 def consensus(p: dict, *, normalized: bool, beta_scale: float, generator: torch.Generator) -> dict:
     """Simulate to near-consensus; the slope of log(1 − |x̄|²) per replica while it falls from 1e-5 to 1e-11."""
     system = SelfAttentionDynamics.identity(
-        p["d"], beta=p["beta"] * beta_scale, sphere=True, normalized=normalized
+        p["d"], inverse_temperature=p["beta"] * beta_scale, sphere=True, normalized=normalized
     )
     eta = p["eta"] if normalized else p["eta"] / math.exp(p["beta"])
     x0 = _unit(torch.randn(p["B"], p["n"], p["d"], dtype=torch.float64, generator=generator))
@@ -119,7 +119,7 @@ def circle_growth(p: dict, *, normalized: bool, beta_scale: float, generator: to
     lam_top = growth_rate(fastest_mode(beta), beta, normalized=normalized)
     horizon = math.log(7.0) / lam_top  # the largest mode grows ≈ 7×: |ĉ| ≈ 7·n^{−1/2}
     eta = horizon / p["steps"]
-    system = SelfAttentionDynamics.identity(2, beta=beta * beta_scale, sphere=True, normalized=normalized)
+    system = SelfAttentionDynamics.identity(2, inverse_temperature=beta * beta_scale, sphere=True, normalized=normalized)
     theta = 2 * math.pi * torch.rand(p["B"], p["n"], dtype=torch.float64, generator=generator)
     x0 = torch.stack((theta.cos(), theta.sin()), -1)  # (B, n, 2)
     traj = simulate(system, x0, t1=horizon, dt=eta, save_every=1)
@@ -149,7 +149,7 @@ def circle_clusters(p: dict, *, beta_scale: float, generator: torch.Generator) -
     beta = p["beta"]
     lam_top = growth_rate(fastest_mode(beta), beta)
     eta = 0.1 / lam_top
-    system = SelfAttentionDynamics.identity(2, beta=beta * beta_scale, sphere=True)
+    system = SelfAttentionDynamics.identity(2, inverse_temperature=beta * beta_scale, sphere=True)
     theta = 2 * math.pi * torch.rand(p["B_meta"], p["n_meta"], dtype=torch.float64, generator=generator)
     x0 = torch.stack((theta.cos(), theta.sin()), -1)  # (B, n, 2)
     traj = simulate(system, x0, t1=100 * eta, dt=eta, save_every=10)

@@ -47,7 +47,7 @@ def circle(beta: float, p: dict, g: torch.Generator) -> dict:
     eta = 0.1 / lam  # 10 steps per e-fold of the fastest mode
     theta = 2 * math.pi * torch.rand(p["circle_B"], p["circle_n"], dtype=torch.float64, generator=g)
     x0 = torch.stack((theta.cos(), theta.sin()), -1)  # (B, n, 2)
-    system = SelfAttentionDynamics.identity(2, beta=beta, sphere=True)
+    system = SelfAttentionDynamics.identity(2, inverse_temperature=beta, sphere=True)
     traj = simulate(system, x0, t1=400 * eta, dt=eta, save_every=10)
     scaled = np.asarray(traj.times) * lam
     counts = [count_clusters(x[:, :1000], radius=0.05).double().mean().item() for x in traj.states]
@@ -64,7 +64,7 @@ def sphere(beta: float, p: dict, g: torch.Generator) -> dict:
     x0 = torch.randn(p["sphere_B"], p["sphere_n"], 3, dtype=torch.float64, generator=g)
     x0 = x0 / x0.norm(dim=-1, keepdim=True)
     eta = 0.05 / max(1.0, beta / 4)
-    system = SelfAttentionDynamics.identity(3, beta=beta, sphere=True)
+    system = SelfAttentionDynamics.identity(3, inverse_temperature=beta, sphere=True)
     steps = round(p["sphere_T"] / eta)
     traj = simulate(system, x0, t1=steps * eta, dt=eta, save_every=max(1, steps // 200))
     inner = [mean_inner_product(x).mean().item() for x in traj.states]

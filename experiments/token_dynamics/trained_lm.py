@@ -181,7 +181,7 @@ def sphere_system(system: SelfAttentionDynamics, x0: torch.Tensor) -> tuple[Self
             system.key,
             system.value,
             system.output,
-            beta=system.beta * r2,
+            inverse_temperature=system.inverse_temperature * r2,
             causal=system.causal,
             sphere=True,
         ),

@@ -15,6 +15,11 @@ a [`ParticleAttention`][meanfield.nn.attention.ParticleAttention] and the system
 
 The state is ``(B, n, d)``: B independent replicas of n tokens (the particle axis holds the tokens).
 
+*Names.* The formulas keep the literature's $\beta$ for the attention's **inverse** temperature (the sharpness of the
+softmax), so that they read as in the papers; in code it is always ``inverse_temperature``, never ``beta``, which
+everywhere else in meanfield is a temperature (the noise's $\sqrt{2\beta}$). The noise's temperature here is
+$\tau$, ``temperature``.
+
 The mean-field limit $\partial_t \mu + \nabla\cdot(\mu V[\mu]) = 0$ on the circle (``d = 2``, ``Q = K = V = I``, angle θ) linearised
 around the uniform law grows the Fourier mode ``k`` of $\mu$ at the rate (derived in
 ``docs/theory/token_dynamics.md``)
@@ -88,7 +93,7 @@ class SelfAttentionDynamics(ParticleSystem):
         key: ``K``, the same shape as ``query``.
         value: ``V``, $(H, h_v, d)$ or $(h_v, d)$.
         output: ``O``, $(H, d, h_v)$ or $(d, h_v)$; default the identity (then $h_v = d$).
-        beta: the attention's inverse temperature β ≥ 0 (a network's $1/\sqrt{h}$).
+        inverse_temperature: the attention's inverse temperature β ≥ 0 (a network's $1/\sqrt{h}$).
         normalized: ``True`` for SA (softmax), ``False`` for USA (``Z = n``).
         causal: token i attends to tokens $j \le i$ only.
         sphere: tokens on $S^{d-1}$: the velocity is projected on the tangent space and every step ends
@@ -98,7 +103,7 @@ class SelfAttentionDynamics(ParticleSystem):
             (Fourier where it applies and $n \ge 256$).
 
     Example:
-        >>> system = SelfAttentionDynamics.identity(3, beta=1.0, sphere=True)
+        >>> system = SelfAttentionDynamics.identity(3, inverse_temperature=1.0, sphere=True)
         >>> x0 = torch.nn.functional.normalize(torch.randn(4, 32, 3, dtype=torch.float64), dim=-1)
         >>> x = simulate(system, x0, t1=20.0, dt=0.05).final  # (4, 32, 3): one cluster per replica
     """
@@ -112,7 +117,7 @@ class SelfAttentionDynamics(ParticleSystem):
         value: torch.Tensor,
         output: torch.Tensor | None = None,
         *,
-        beta: float = 1.0,
+        inverse_temperature: float = 1.0,
         normalized: bool = True,
         causal: bool = False,
         sphere: bool = False,
@@ -143,7 +148,7 @@ class SelfAttentionDynamics(ParticleSystem):
             raise ValueError(f"method must be 'auto', 'pairwise' or 'fourier', got {method!r}")
         self.query, self.key = Q, K  # (H, h, d) each
         self.value, self.output = V, O  # (H, h_v, d), (H, d, h_v) or None
-        self.beta = check_nonnegative("beta", beta)
+        self.inverse_temperature = check_nonnegative("inverse_temperature", inverse_temperature)
         self.temperature = check_nonnegative("temperature", temperature)
         self.normalized, self.causal, self.sphere = bool(normalized), bool(causal), bool(sphere)
         self.projection = Sphere() if sphere else None
@@ -151,22 +156,22 @@ class SelfAttentionDynamics(ParticleSystem):
         self._identity = False
         self.method = method
         self._modes: np.ndarray | None = None
-        self._modes_beta: float | None = None  # the β the table was computed at
+        self._modes_at: float | None = None  # the β the table was computed at
 
     @classmethod
     def identity(
-        cls, d: int, *, beta: float = 1.0, dtype: torch.dtype = torch.float64, **kwargs: Any
+        cls, d: int, *, inverse_temperature: float = 1.0, dtype: torch.dtype = torch.float64, **kwargs: Any
     ) -> SelfAttentionDynamics:
         r"""$Q = K = V = I_d$, one head: the model of Geshkovski et al. ($\dot{x}_i = P_{x_i} \sum_j A_{ij} x_j$).
 
         Args:
             d: the token dimension.
-            beta: the attention's inverse temperature.
+            inverse_temperature: the attention's inverse temperature.
             dtype: of the weights.
             **kwargs: the other options of [`SelfAttentionDynamics`][meanfield.nn.tokens.SelfAttentionDynamics] (``sphere``, ``normalized``, …).
         """
         eye = torch.eye(check_int("d", d), dtype=dtype)  # (d, d)
-        system = cls(eye, eye, eye, beta=beta, **kwargs)
+        system = cls(eye, eye, eye, inverse_temperature=inverse_temperature, **kwargs)
         system._identity = True
         if system.method == "fourier":
             system.resolved_method(0)  # refuses a Fourier path off the circle now, not at the first step
@@ -218,7 +223,7 @@ class SelfAttentionDynamics(ParticleSystem):
         cols = torch.arange(n, device=x.device)  # (n,)
         for s in range(0, n, c):
             e = min(n, s + c)
-            logits = self.beta * (q[:, :, s:e] @ k.mT)  # (B, H, c, n)
+            logits = self.inverse_temperature * (q[:, :, s:e] @ k.mT)  # (B, H, c, n)
             if self.causal:
                 future = cols[None, :] > torch.arange(s, e, device=x.device)[:, None]  # (c, n)
                 logits = logits.masked_fill(future, -math.inf)
@@ -237,14 +242,14 @@ class SelfAttentionDynamics(ParticleSystem):
     def _fourier_weights(self, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         r"""$I_k(\beta)/I_0(\beta)$ for ``k = 0 … K`` (exponentially scaled Bessel functions: no overflow), computed
         once per β (a β changed after a step gets its own table)."""
-        if self._modes is None or self._modes_beta != self.beta:
-            beta = self._modes_beta = self.beta
+        if self._modes is None or self._modes_at != self.inverse_temperature:
+            b = self._modes_at = self.inverse_temperature  # β
             K = 1
             while K < 10_000 and (
-                K * special.ive(K, beta) / special.ive(0, beta) > 1e-15 if beta > 0 else K < 1
+                K * special.ive(K, b) / special.ive(0, b) > 1e-15 if b > 0 else K < 1
             ):
                 K += 1
-            self._modes = special.ive(np.arange(K + 1), beta) / special.ive(0, beta)  # (K+1,)
+            self._modes = special.ive(np.arange(K + 1), b) / special.ive(0, b)  # (K+1,)
         return torch.as_tensor(self._modes, dtype=dtype, device=device)
 
     def _velocity_fourier(self, x: torch.Tensor) -> torch.Tensor:
@@ -292,7 +297,7 @@ class SelfAttentionDynamics(ParticleSystem):
         if self.normalized:
             num = num / zsum
         else:
-            num = num * (float(special.i0(self.beta)) / n)
+            num = num * (float(special.i0(self.inverse_temperature)) / n)
         return torch.stack((num.real, num.imag), -1)  # (B, n, 2)
 
     # --- ParticleSystem -----------------------------------------------------------------------------------------
@@ -309,7 +314,8 @@ class SelfAttentionDynamics(ParticleSystem):
     def __repr__(self) -> str:
         kind = "SA" if self.normalized else "USA"
         return (
-            f"SelfAttentionDynamics({kind}, H={self.n_heads}, d={self.d}, beta={self.beta:g}, causal={self.causal}, "
+            f"SelfAttentionDynamics({kind}, H={self.n_heads}, d={self.d}, "
+            f"inverse_temperature={self.inverse_temperature:g}, causal={self.causal}, "
             f"sphere={self.sphere}, temperature={self.temperature:g})"
         )
 
@@ -324,8 +330,8 @@ def attention_system(layer: torch.nn.Module, **kwargs: Any) -> SelfAttentionDyna
 
     Args:
         layer: a ``ParticleAttention`` (or ``CausalParticleAttention``).
-        **kwargs: passed to [`SelfAttentionDynamics`][meanfield.nn.tokens.SelfAttentionDynamics] (e.g. ``temperature``, ``sphere``); ``beta`` and
-            ``causal`` override the layer's (e.g. $\text{ beta } = r^2/\sqrt{h}$ for tokens held at radius r on the sphere).
+        **kwargs: passed to [`SelfAttentionDynamics`][meanfield.nn.tokens.SelfAttentionDynamics] (e.g. ``temperature``, ``sphere``); ``inverse_temperature`` and
+            ``causal`` override the layer's (e.g. ``inverse_temperature`` $= r^2/\sqrt{h}$ for tokens held at radius r on the sphere).
     """
     from .attention import ParticleAttention
 
@@ -333,7 +339,7 @@ def attention_system(layer: torch.nn.Module, **kwargs: Any) -> SelfAttentionDyna
         raise TypeError(f"layer must be a meanfield.nn.ParticleAttention, got {type(layer).__name__}")
     W = layer.W_QKV.detach().clone()  # (M, 3, h, d)
     O = layer.W_O.detach().clone().mT  # (M, d, h)
-    kwargs = {"beta": 1.0 / math.sqrt(layer.d_head), "causal": layer.is_causal, **kwargs}
+    kwargs = {"inverse_temperature": 1.0 / math.sqrt(layer.d_head), "causal": layer.is_causal, **kwargs}
     return SelfAttentionDynamics(W[:, 0], W[:, 1], W[:, 2], O, **kwargs)
 
 
@@ -366,7 +372,7 @@ def attention_layer(system: SelfAttentionDynamics) -> torch.nn.Module:
 
     with torch.no_grad():
         layer.W_QKV.copy_(
-            torch.stack([pad(Q * (system.beta * math.sqrt(h))), pad(K), pad(V)], 1)
+            torch.stack([pad(Q * (system.inverse_temperature * math.sqrt(h))), pad(K), pad(V)], 1)
         )  # (H, 3, h, d)
         layer.W_O.copy_(pad(O.mT.contiguous()))  # (H, h, d)
     return layer.requires_grad_(False)
@@ -384,27 +390,29 @@ def depth_flow(layer: torch.nn.Module, x: torch.Tensor, *, depth: int, T: float 
 
 
 # --- the mean-field linearisation on the circle ---------------------------------------------------------------------
-def growth_rate(k: int | np.ndarray, beta: float, *, normalized: bool = True) -> np.float64 | np.ndarray:
+def growth_rate(
+    k: int | np.ndarray, inverse_temperature: float, *, normalized: bool = True
+) -> np.float64 | np.ndarray:
     r"""λ_k: the growth rate of Fourier mode k of the token law on the circle near the uniform law (identity weights).
 
     $\lambda_k = k^2 I_k(\beta)/\beta$ (USA) and $\lambda_k/I_0(\beta)$ (SA); at β = 0, $\lambda_1 = 1/2$ (SA and USA), $\lambda_k = 0$ for k ≥ 2.
     A scalar ``k`` gives a NumPy scalar (at every β), an array of modes an array of the same shape.
     """
     k = np.asarray(k, dtype=float)
-    beta = check_nonnegative("beta", beta)
-    if beta == 0:
+    b = check_nonnegative("inverse_temperature", inverse_temperature)  # β
+    if b == 0:
         rate = np.where(k == 1, 0.5, 0.0)
     else:
-        ratio = special.ive(k, beta) / special.ive(0, beta)  # I_k/I_0
-        rate = k**2 * ratio / beta
-        rate = rate if normalized else rate * special.i0(beta)
+        ratio = special.ive(k, b) / special.ive(0, b)  # I_k/I_0
+        rate = k**2 * ratio / b
+        rate = rate if normalized else rate * special.i0(b)
     return np.asarray(rate, dtype=float)[()]  # 0-d → np.float64 at β = 0 too
 
 
-def fastest_mode(beta: float) -> int:
+def fastest_mode(inverse_temperature: float) -> int:
     r"""$k^* = \operatorname{argmax}_k k^2 I_k(\beta)$: the fastest-growing mode (the same for SA and USA); ≈ sqrt(2β) for large β."""
-    ks = np.arange(1, int(4 * math.sqrt(max(beta, 1.0))) + 8)
-    return int(ks[np.argmax(growth_rate(ks, beta))])
+    ks = np.arange(1, int(4 * math.sqrt(max(inverse_temperature, 1.0))) + 8)
+    return int(ks[np.argmax(growth_rate(ks, inverse_temperature))])
 
 
 # --- measures of a token cloud ----------------------------------------------------------------------------------------

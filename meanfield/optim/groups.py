@@ -10,6 +10,7 @@ its gradients by ``M`` ([`scale`][meanfield.optim.groups.scale]: the Wasserstein
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +29,7 @@ from meanfield.optim.conventions import (
 )
 
 __all__ = [
+    "CheckedGroups",
     "CONFIG_KEYS",
     "scale",
     "not_gibbs",
@@ -178,3 +180,63 @@ def beta_at(group: dict[str, Any], gi: int) -> float:
             f"{group['step']}; lower beta or lr"
         )
     return value
+
+
+class CheckedGroups:
+    """Param groups whose options are checked as they are added, with the two warnings a group's options may
+    call for, each said once per optimizer (a mixin of [`Langevin`][meanfield.optim.langevin.Langevin], before
+    ``torch.optim.Optimizer``). The optimizer sets ``_constructed`` once its constructor's groups are added (it
+    warns for those itself, at the caller's line) and the two ``_warned_*`` flags; ``_layout = None`` makes it
+    rebuild its buckets."""
+
+    param_groups: list[dict[str, Any]]
+    _constructed: bool
+    _warned_not_gibbs: bool
+    _warned_momentum: bool
+    _layout: Any
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a param group (``torch.optim.Optimizer.add_param_group``), checking its options."""
+        super().add_param_group(param_group)  # type: ignore[misc]
+        group = self.param_groups[-1]
+        where = f"param group {len(self.param_groups) - 1}"
+        try:
+            normalise(group, where)
+            check_group(group, where)
+            resolve_defaults(group)
+            check_floating(group, where)
+            if group["projection"] is not None:
+                for p in group["params"]:
+                    group["projection"].check(p)
+        except (TypeError, ValueError):
+            self.param_groups.pop()
+            raise
+        if self._constructed and not_gibbs(group):
+            self._warn_not_gibbs(stacklevel=2)
+        if self._constructed and momentum_with_noise(group):
+            self._warn_momentum(stacklevel=2)
+        self._layout = None
+
+    def _warn_not_gibbs(self, stacklevel: int) -> None:
+        if not self._warned_not_gibbs:
+            self._warned_not_gibbs = True
+            warnings.warn(
+                "Langevin: an Adam drift with noise_preconditioned=False gets the noise sqrt(2·β·lr)·ξ while its "
+                "drift is preconditioned by P = diag(η_eff/lr): the chain no longer targets the Gibbs law "
+                "exp(−F/β) (for a scalar P = p·I it targets exp(−p·F/β); otherwise no Gibbs law). Use "
+                "noise_preconditioned=True for the temperature contract.",
+                UserWarning,
+                stacklevel=stacklevel + 1,
+            )
+
+    def _warn_momentum(self, stacklevel: int) -> None:
+        if not self._warned_momentum:
+            self._warned_momentum = True
+            warnings.warn(
+                "Langevin: a group with noise has an Adam drift with momentum β1 > 0: the chain's stationary law "
+                "is biased beyond the Euler–Maruyama O(η) bias (on F = a/2·θ², Var θ = β/a·(1 + "
+                "(η_eff·a/2)(1 + β1)/(1 − β1) + …), see momentum_variance_factor). Leave betas unset (β1 = 0 "
+                "for groups with noise: the pSGLD drift) for the Gibbs law.",
+                UserWarning,
+                stacklevel=stacklevel + 1,
+            )

@@ -42,7 +42,8 @@ import torch
 
 from meanfield._checks import check_int, check_nonnegative, check_positive
 from meanfield.drift.projections import Projection
-from meanfield.drift.schedules import Schedule, as_schedule, schedule_to_data
+from meanfield.drift.schedules import Schedule, as_schedule
+from meanfield.optim.checkpoints import as_data, own_copy
 from meanfield.optim.conventions import TEMPERATURE_CONVENTIONS
 from meanfield.optim.direct import DirectStep
 from meanfield.optim.groups import beta_value, check_floating, normalise
@@ -280,24 +281,12 @@ class KineticLangevin(DirectStep, torch.optim.Optimizer):
 
     def state_dict(self) -> dict[str, Any]:
         """``torch.optim`` state (the velocities) plus the generators' states, as plain data (``weights_only``)."""
-        state = super().state_dict()
-        for gi, group in enumerate(state["param_groups"]):
-            group["beta"] = schedule_to_data(group["beta"], f"the β schedule of param group {gi}")
-            if group.get("projection") is not None:
-                group["projection"] = group["projection"].to_dict()
-        state["generators"] = {str(d): g.get_state() for d, g in self._generators.items()}
-        state["seed"] = self._seed
-        return state
+        return as_data(super().state_dict(), self._generators, self._seed)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load a [`state_dict`][meanfield.optim.kinetic.KineticLangevin.state_dict]: velocities, step counts and generators (a bit-identical continuation);
         this optimizer's β schedules and projections are kept."""
-        state_dict = dict(state_dict)
-        # copies: a live state dict (another optimizer's) must not share its velocity tensors with this one
-        state_dict["state"] = {
-            k: {key: v.clone() if torch.is_tensor(v) else v for key, v in entry.items()}
-            for k, entry in state_dict.get("state", {}).items()
-        }
+        state_dict = own_copy(state_dict)  # velocities not shared with a live state dict's optimizer
         generators = state_dict.pop("generators", {})
         self._seed = state_dict.pop("seed", self._seed)
         self._kept = {}  # the velocities and generators are replaced

@@ -11,9 +11,8 @@ anything changes), 2. check the gradients are finite (one reduction per bucket),
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import nn
@@ -21,37 +20,34 @@ from torch import nn
 from meanfield import _background
 from meanfield._checks import check_int
 from meanfield.drift.projections import Projection
-from meanfield.drift.schedules import Schedule, schedule_to_data
+from meanfield.drift.schedules import Schedule
 from meanfield.optim import layers
 from meanfield.optim.buckets import Bucket, build_buckets
+from meanfield.optim.checkpoints import LangevinCheckpoints
 from meanfield.optim.direct import DirectStep
 from meanfield.optim.drift import apply_drift, precondition, sgd_drift_
 from meanfield.optim.gradients import gradient_norms
 from meanfield.optim.groups import (
-    CONFIG_KEYS,
+    CheckedGroups,
     beta_at,
-    check_floating,
     check_group,
     momentum_with_noise,
     normalise,
     not_gibbs,
-    resolve_defaults,
 )
 from meanfield.optim.groups import scale as group_scale
-from meanfield.optim.noise import NoiseDraw, add_noise, block_noise, fill_normal, local_noise, noise_plan
-from meanfield.optim.step_stats import LangevinStats, Record, aggregate
+from meanfield.optim.noise import (
+    NoiseDraw,
+    NoisePlan,
+    NoiseSource,
+    add_noise,
+    block_noise,
+    fill_normal,
+    local_noise,
+)
+from meanfield.optim.step_stats import LangevinStats, LazyStats, Record
 
 __all__ = ["Langevin"]
-
-
-class _Plan(NamedTuple):
-    """The noise draws of a step: ``(flat, generator)`` jobs, one view per bucket, the views shaped like
-    each bucket's parameters (``None`` for block or sharded noise), and the number of CPU numbers drawn."""
-
-    jobs: list[tuple[torch.Tensor, torch.Generator]]
-    views: list[torch.Tensor]
-    shaped: list[list[torch.Tensor] | None]
-    cpu_numbers: int
 
 
 def _plain_sgd(group: dict[str, Any]) -> bool:
@@ -60,12 +56,7 @@ def _plain_sgd(group: dict[str, Any]) -> bool:
     return group["drift"] == "sgd" and not group.get("noise_block") and group.get("particle_rows") is None
 
 
-def _cpu_numbers(jobs: list[tuple[torch.Tensor, torch.Generator]]) -> int:
-    """How many numbers the CPU draws of ``jobs`` hold (what decides a background draw)."""
-    return sum(flat.numel() for flat, _ in jobs if flat.device.type == "cpu")
-
-
-class Langevin(DirectStep, torch.optim.Optimizer):
+class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, DirectStep, torch.optim.Optimizer):
     r"""Mean-field Langevin dynamics as a ``torch.optim.Optimizer`` (SGD or Adam drift, noise, projection).
 
     One step on a param group with noise, temperature $\beta_t$ and ``M`` particles:
@@ -199,18 +190,12 @@ class Langevin(DirectStep, torch.optim.Optimizer):
             raise ValueError("pass either generator or seed, not both")
         self._warned_not_gibbs = False
         self._warned_momentum = False
-        self._layout: list[list[Bucket]] | None = None
         self._layout_key: tuple | None = None
         self._noise_buffers: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
         self._layout_version = 0  # counts the layouts built (the noise plan belongs to one)
         self._sgd_program: list[tuple[int, dict[str, Any], Bucket, list[int]]] | None = None  # _sgd_update's
-        self._lazy: list[list[Any]] | None = None  # _sgd_update's records, as tuples until read
-        self._plan_key: tuple | None = None  # what _noise_plan's draws and views were built for
-        self._plan = _Plan([], [], [], 0)
-        self._records: list[Record] | None = []  # noisy groups' records; None: the last step failed half way
-        self._group_records: list[list[Record]] = []  # every group's records of the last step
-        self._stats: LangevinStats | None = None
-        self._group_stats: list[LangevinStats | None] | None = None
+        self._plan = NoisePlan([], [], [], 0)
+        self._forget()
         self._n_steps = 0
         self._generators: dict[torch.device, torch.Generator] = {}
         if generator is not None:
@@ -244,54 +229,6 @@ class Langevin(DirectStep, torch.optim.Optimizer):
         if any(momentum_with_noise(g) for g in self.param_groups):
             self._warn_momentum(stacklevel=2)
 
-    # -- groups ----------------------------------------------------------------------------------------------
-
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """Add a param group (``torch.optim.Optimizer.add_param_group``), checking its options."""
-        super().add_param_group(param_group)
-        group = self.param_groups[-1]
-        where = f"param group {len(self.param_groups) - 1}"
-        try:
-            normalise(group, where)
-            check_group(group, where)
-            resolve_defaults(group)
-            check_floating(group, where)
-            if group["projection"] is not None:
-                for p in group["params"]:
-                    group["projection"].check(p)
-        except (TypeError, ValueError):
-            self.param_groups.pop()
-            raise
-        if self._constructed and not_gibbs(group):
-            self._warn_not_gibbs(stacklevel=2)
-        if self._constructed and momentum_with_noise(group):
-            self._warn_momentum(stacklevel=2)
-        self._layout = None
-
-    def _warn_not_gibbs(self, stacklevel: int) -> None:
-        if not self._warned_not_gibbs:
-            self._warned_not_gibbs = True
-            warnings.warn(
-                "Langevin: an Adam drift with noise_preconditioned=False gets the noise sqrt(2·β·lr)·ξ while its "
-                "drift is preconditioned by P = diag(η_eff/lr): the chain no longer targets the Gibbs law "
-                "exp(−F/β) (for a scalar P = p·I it targets exp(−p·F/β); otherwise no Gibbs law). Use "
-                "noise_preconditioned=True for the temperature contract.",
-                UserWarning,
-                stacklevel=stacklevel + 1,
-            )
-
-    def _warn_momentum(self, stacklevel: int) -> None:
-        if not self._warned_momentum:
-            self._warned_momentum = True
-            warnings.warn(
-                "Langevin: a group with noise has an Adam drift with momentum β1 > 0: the chain's stationary law "
-                "is biased beyond the Euler–Maruyama O(η) bias (on F = a/2·θ², Var θ = β/a·(1 + "
-                "(η_eff·a/2)(1 + β1)/(1 − β1) + …), see momentum_variance_factor). Leave betas unset (β1 = 0 "
-                "for groups with noise: the pSGLD drift) for the Gibbs law.",
-                UserWarning,
-                stacklevel=stacklevel + 1,
-            )
-
     @staticmethod
     def param_groups_for(
         model: nn.Module, *, others: dict[str, Any] | None = None, **particle_options: Any
@@ -309,20 +246,15 @@ class Langevin(DirectStep, torch.optim.Optimizer):
         """
         return layers.param_groups_for(model, others=others, **particle_options)
 
-    # -- randomness ------------------------------------------------------------------------------------------
-
-    def _generator(self, device: torch.device) -> torch.Generator:
-        g = self._generators.get(device)
-        if g is None:
-            if self._seed is None:
-                have = ", ".join(str(d) for d in self._generators)
-                raise ValueError(
-                    f"the generator passed to Langevin is on {have} but noisy parameters are on {device}; "
-                    "pass a generator on the parameters' device, or seed= for one generator per device"
-                )
-            g = torch.Generator(device=device).manual_seed(self._seed)
-            self._generators[device] = g
-        return g
+    def _forget(self) -> None:
+        """Drop what a step or a layout built (at construction, and after ``load_state_dict``)."""
+        self._layout: list[list[Bucket]] | None = None
+        self._plan_key: tuple | None = None  # what _noise_plan's draws and views were built for
+        self._lazy: list[list[Any]] | None = None  # _sgd_update's records, as tuples until read
+        self._records: list[Record] | None = []  # noisy groups' records; None: the last step failed half way
+        self._group_records: list[list[Record]] = []  # every group's records of the last step
+        self._stats: LangevinStats | None = None
+        self._group_stats: list[LangevinStats | None] | None = None
 
     # -- layout ----------------------------------------------------------------------------------------------
 
@@ -515,131 +447,3 @@ class Langevin(DirectStep, torch.optim.Optimizer):
         self._lazy = lazy
         self._n_steps += 1
         return True
-
-    def _materialise(self) -> None:
-        """Turn the records ``_sgd_update`` kept as tuples into [`Record`][meanfield.optim.langevin.Record] objects."""
-        lazy, self._lazy = self._lazy, None
-        if lazy is None:
-            return
-        self._records, self._group_records = [], [[] for _ in self.param_groups]
-        for gi, noise, b, index, lr, beta_noise, scale, beta_t, xi, terms, factor, norms, versions in lazy:
-            record = Record(b, index, "sgd", lr, beta_noise, scale, xi, False, beta_given=beta_t)
-            record.drift_terms, record.drift_factor, record.drift_norms = terms, factor, norms
-            record.drift_versions = versions if versions else tuple(t._version for t in terms)
-            self._group_records[gi].append(record)
-            if noise:
-                self._records.append(record)
-
-    def _noise_plan(self, noisy: list[tuple[Bucket, list[int], int, int]]) -> _Plan:
-        """The draws of these buckets ([`noise_plan`][meanfield.optim.noise.noise_plan]), kept while the layout and
-        the set of noisy buckets stay the same: the flat buffers and their views are built once."""
-        key = (self._layout_version, *(id(b) for b, *_ in noisy))
-        if self._plan_key != key:
-            jobs, views = noise_plan(noisy, self._noise_buffers, self._generator)
-            shaped = [  # ξ shaped like each parameter, where the bucket's noise is its slice of the draw
-                None if b.block or b.rows is not None else b.views(view, range(len(b.params)))
-                for (b, *_), view in zip(noisy, views)
-            ]
-            self._plan = _Plan(jobs, views, shaped, _cpu_numbers(jobs))
-            self._plan_key = key
-        return self._plan
-
-    @property
-    def last_stats(self) -> LangevinStats | None:
-        """[`LangevinStats`][meanfield.optim.step_stats.LangevinStats] of the last step over the noisy groups (``None`` before the first step, and
-        after a step that raised while it was updating the parameters).
-
-        Computed when first read after a step (a few passes over the noisy parameters), then cached.
-        """
-        if self._records is None:  # the last step raised during its update
-            return None
-        self._materialise()
-        if self._stats is None and self._n_steps > 0:
-            self._stats = aggregate(self._records, self._n_steps)
-        return self._stats
-
-    @property
-    def last_group_stats(self) -> list[LangevinStats | None]:
-        """One [`LangevinStats`][meanfield.optim.step_stats.LangevinStats] per param group for the last step, in the order of ``param_groups``:
-        ``None`` for a group none of whose parameters had a gradient (and for every group before the first
-        step, or after a step that raised while it was updating the parameters). A group without noise is
-        described too (its drift; ``beta = 0``, ``noise_rms = 0``). Computed when first read, then cached.
-        """
-        if self._records is None or self._n_steps == 0:
-            return [None] * len(self.param_groups)
-        self._materialise()
-        if self._group_stats is None:
-            self._group_stats = [
-                aggregate(records, self._n_steps) if records else None for records in self._group_records
-            ]
-            self._group_stats += [None] * (
-                len(self.param_groups) - len(self._group_stats)
-            )  # groups added since
-        return self._group_stats
-
-    # -- checkpoints -----------------------------------------------------------------------------------------
-
-    def state_dict(self) -> dict[str, Any]:
-        """``torch.optim`` state plus the generators' states (a resumed run draws the same noise), as plain data.
-
-        Everything in it is a tensor, a number, a string, a list, a tuple, a dict or ``None``, so
-        ``torch.save(opt.state_dict(), f)`` and ``torch.load(f, weights_only=True)`` (torch's default) work:
-        β schedules are stored as their ``to_dict()`` (a constant β as a number), projections as their
-        ``to_dict()`` (a [`LayerProjection`][meanfield.optim.layers.LayerProjection] as ``{"kind": "layer", "layer": <class name>}``). Besides
-        ``state`` and ``param_groups``: ``generators`` (``{device: ByteTensor}``), ``seed``, ``n_steps``.
-
-        Raises:
-            TypeError: a group's β is a callable that is not a [`meanfield.drift.schedules`][meanfield.drift.schedules] object (a lambda):
-                it has no data form (use ``Cosine``, ``Linear``, ``Exponential``, ``Step`` or ``Constant``).
-        """
-        state = super().state_dict()
-        for gi, group in enumerate(state["param_groups"]):
-            group["beta"] = schedule_to_data(group["beta"], f"the β schedule of param group {gi}")
-            if group.get("projection") is not None:
-                group["projection"] = group["projection"].to_dict()
-        state["generators"] = {str(d): g.get_state() for d, g in self._generators.items()}
-        state["seed"] = self._seed
-        state["n_steps"] = self._n_steps
-        return state
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load a [`state_dict`][meanfield.optim.langevin.Langevin.state_dict] (e.g. from ``torch.load(f, weights_only=True)``).
-
-        Moments, per-parameter Adam step counts, group step counts (the schedules' clock), options and the
-        generators' states are restored, so the continuation is bit-identical to the uninterrupted run. The β
-        schedules and projections of this optimizer are kept (the saved ones are data describing them).
-        """
-        state_dict = dict(state_dict)
-        # copies: a live state dict (another optimizer's, whose step counts and moments it holds by reference)
-        # must not share tensors with this one, or stepping either would move both
-        state_dict["state"] = {
-            k: {key: v.clone() if torch.is_tensor(v) else v for key, v in entry.items()}
-            for k, entry in state_dict.get("state", {}).items()
-        }
-        generators = state_dict.pop("generators", {})
-        seed = state_dict.pop("seed", self._seed)
-        n_steps = state_dict.pop("n_steps", self._n_steps)
-        kept = [{key: g[key] for key in CONFIG_KEYS if key in g} for g in self.param_groups]
-        defaults = dict(self.defaults)  # torch's __setstate__ adds its own keys (differentiable): not ours
-        super().load_state_dict(state_dict)
-        self.defaults = defaults
-        for group, config in zip(self.param_groups, kept):
-            for key in CONFIG_KEYS:  # this optimizer's: the saved rank's particle rows are not this rank's
-                group.pop(key, None)
-            group.update(config)
-            for key, value in self.defaults.items():  # options added since the state was saved
-                group.setdefault(key, value)
-            resolve_defaults(group)
-        self._seed = seed
-        self._n_steps = n_steps
-        if seed is not None:  # the saver's generators: those it had not made yet start from the seed again
-            self._generators = {}
-        for name, rng_state in generators.items():
-            self._generator(torch.device(name)).set_state(rng_state)
-        self._layout = None
-        self._plan_key = None  # its generators are replaced
-        self._lazy = None
-        self._records = []
-        self._group_records = []
-        self._stats = None
-        self._group_stats = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -23,7 +24,17 @@ from meanfield.optim.buckets import Bucket
 from meanfield.optim.step_stats import Record
 from meanfield.seeds import derive_seed
 
-__all__ = ["NoiseDraw", "noise_plan", "start_noise", "draw_size", "block_noise", "local_noise", "add_noise"]
+__all__ = [
+    "NoiseDraw",
+    "NoisePlan",
+    "NoiseSource",
+    "noise_plan",
+    "start_noise",
+    "draw_size",
+    "block_noise",
+    "local_noise",
+    "add_noise",
+]
 
 Kind = tuple[torch.device, torch.dtype]
 
@@ -177,3 +188,57 @@ def add_noise(record: Record, xi: torch.Tensor, xi_views: list[torch.Tensor] | N
         torch._foreach_addcmul_(params, t_views, xi_views, value=amplitude)
     else:
         torch._foreach_add_(params, xi_views, alpha=math.sqrt(2 * beta_t * lr))
+
+
+class NoisePlan(NamedTuple):
+    """The noise draws of a step: ``(flat, generator)`` jobs, one view per bucket, the views shaped like
+    each bucket's parameters (``None`` for block or sharded noise), and the number of CPU numbers drawn."""
+
+    jobs: list[tuple[torch.Tensor, torch.Generator]]
+    views: list[torch.Tensor]
+    shaped: list[list[torch.Tensor] | None]
+    cpu_numbers: int
+
+
+class NoiseSource:
+    """The generators and the kept draw plan of [`Langevin`][meanfield.optim.langevin.Langevin] (a mixin).
+
+    The optimizer holds ``_seed`` (``None`` when a generator was given), ``_generators`` (one per device),
+    ``_noise_buffers`` (the flat draws' storage), ``_layout_version`` (counts its bucket layouts) and
+    ``_plan_key``/``_plan`` (the plan below and what it was built for).
+    """
+
+    _seed: int | None
+    _generators: dict[torch.device, torch.Generator]
+    _noise_buffers: dict[Kind, torch.Tensor]
+    _layout_version: int
+    _plan_key: tuple | None
+    _plan: NoisePlan
+
+    def _generator(self, device: torch.device) -> torch.Generator:
+        g = self._generators.get(device)
+        if g is None:
+            if self._seed is None:
+                have = ", ".join(str(d) for d in self._generators)
+                raise ValueError(
+                    f"the generator passed to Langevin is on {have} but noisy parameters are on {device}; "
+                    "pass a generator on the parameters' device, or seed= for one generator per device"
+                )
+            g = torch.Generator(device=device).manual_seed(self._seed)
+            self._generators[device] = g
+        return g
+
+    def _noise_plan(self, noisy: list[tuple[Bucket, list[int], int, int]]) -> NoisePlan:
+        """The draws of these buckets ([`noise_plan`][meanfield.optim.noise.noise_plan]), kept while the layout and
+        the set of noisy buckets stay the same: the flat buffers and their views are built once."""
+        key = (self._layout_version, *(id(b) for b, *_ in noisy))
+        if self._plan_key != key:
+            jobs, views = noise_plan(noisy, self._noise_buffers, self._generator)
+            shaped = [  # ξ shaped like each parameter, where the bucket's noise is its slice of the draw
+                None if b.block or b.rows is not None else b.views(view, range(len(b.params)))
+                for (b, *_), view in zip(noisy, views)
+            ]
+            cpu_numbers = sum(flat.numel() for flat, _ in jobs if flat.device.type == "cpu")
+            self._plan = NoisePlan(jobs, views, shaped, cpu_numbers)
+            self._plan_key = key
+        return self._plan

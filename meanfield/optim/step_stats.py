@@ -14,13 +14,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from meanfield.optim.buckets import Bucket
 
-__all__ = ["LangevinStats", "Record", "aggregate"]
+__all__ = ["LangevinStats", "Record", "aggregate", "LazyStats"]
 
 STATS_CHUNK = 1 << 18
 """Elements per chunk of the reductions behind [`Langevin.last_stats`][meanfield.optim.langevin.Langevin.last_stats] (no full-size temporaries)."""
@@ -182,3 +183,67 @@ def aggregate(records: Sequence[Record], step: int) -> LangevinStats:
         drift_to_noise=(drift_rms / noise_rms if noise_rms > 0 else math.inf) if n else nan,
         n=n,
     )
+
+
+class LazyStats:
+    """The statistics of [`Langevin`][meanfield.optim.langevin.Langevin]'s last step, reduced when first read.
+
+    A mixin of the optimizer: its step leaves ``_records`` (the noisy groups' [`Record`][meanfield.optim.step_stats.Record]s;
+    ``None`` after a step that raised half way), ``_group_records`` (every group's) or, on the SGD fast path,
+    ``_lazy`` (the same records as tuples), and clears ``_stats``/``_group_stats``; ``_n_steps`` counts the steps.
+    """
+
+    param_groups: list[dict[str, Any]]
+    _records: list[Record] | None
+    _group_records: list[list[Record]]
+    _lazy: list[list[Any]] | None
+    _stats: LangevinStats | None
+    _group_stats: list[LangevinStats | None] | None
+    _n_steps: int
+
+    def _materialise(self) -> None:
+        """Turn the records the SGD fast path kept as tuples into [`Record`][meanfield.optim.step_stats.Record] objects."""
+        lazy, self._lazy = self._lazy, None
+        if lazy is None:
+            return
+        self._records, self._group_records = [], [[] for _ in self.param_groups]
+        for gi, noise, b, index, lr, beta_noise, scale, beta_t, xi, terms, factor, norms, versions in lazy:
+            record = Record(b, index, "sgd", lr, beta_noise, scale, xi, False, beta_given=beta_t)
+            record.drift_terms, record.drift_factor, record.drift_norms = terms, factor, norms
+            record.drift_versions = versions if versions else tuple(t._version for t in terms)
+            self._group_records[gi].append(record)
+            if noise:
+                self._records.append(record)
+
+    @property
+    def last_stats(self) -> LangevinStats | None:
+        """[`LangevinStats`][meanfield.optim.step_stats.LangevinStats] of the last step over the noisy groups (``None`` before the first step, and
+        after a step that raised while it was updating the parameters).
+
+        Computed when first read after a step (a few passes over the noisy parameters), then cached.
+        """
+        if self._records is None:  # the last step raised during its update
+            return None
+        self._materialise()
+        if self._stats is None and self._n_steps > 0:
+            self._stats = aggregate(self._records, self._n_steps)
+        return self._stats
+
+    @property
+    def last_group_stats(self) -> list[LangevinStats | None]:
+        """One [`LangevinStats`][meanfield.optim.step_stats.LangevinStats] per param group for the last step, in the order of ``param_groups``:
+        ``None`` for a group none of whose parameters had a gradient (and for every group before the first
+        step, or after a step that raised while it was updating the parameters). A group without noise is
+        described too (its drift; ``beta = 0``, ``noise_rms = 0``). Computed when first read, then cached.
+        """
+        if self._records is None or self._n_steps == 0:
+            return [None] * len(self.param_groups)
+        self._materialise()
+        if self._group_stats is None:
+            self._group_stats = [
+                aggregate(records, self._n_steps) if records else None for records in self._group_records
+            ]
+            self._group_stats += [None] * (
+                len(self.param_groups) - len(self._group_stats)
+            )  # groups added since
+        return self._group_stats

@@ -11,6 +11,7 @@ import errno
 import hashlib
 import io
 import json
+import math
 import os
 import pickle
 import re
@@ -33,6 +34,7 @@ __all__ = [
     "Checkpoints",
     "MetricsLog",
     "RunResult",
+    "RunSummary",
     "RunFolderError",
     "CorruptCheckpointError",
     "DiskFullError",
@@ -380,6 +382,71 @@ MARKER = "run.json"
 """The file a run writes first into its folder: ``{"format", "created", "config_sha256"}``."""
 RUN_FILES = ("metrics.jsonl", "summary.json", "checkpoints")
 """Files that only a run writes: a folder holding one of them without a ``config.toml`` holds another run."""
+
+
+class RunSummary:
+    """``summary.json`` of a run and what it says: the best value of each evaluation metric, the latest value
+    of every metric, the status. A mixin of the training loop's run, which holds ``folder``, ``lead`` (only
+    the rank that writes the folder writes it), ``cfg``, ``experiment``, ``step``, ``elapsed``, ``best``,
+    ``log`` (the [`MetricsLog`][meanfield.runs.folder.MetricsLog]) and ``_wall()``."""
+
+    folder: Path
+    lead: bool
+    cfg: Any
+    experiment: Any
+    step: int
+    elapsed: float
+    best: dict[str, dict[str, float]]
+    log: MetricsLog
+    _wall: Callable[[], float]  # seconds of wall clock spent on the run so far
+
+    def _write_summary(self, status: str, final: Mapping[str, Any], error: str | None = None) -> None:
+        if not self.lead:
+            return
+        summary = {
+            "status": status,
+            "step": self.step,
+            "steps": self.cfg.train.steps,
+            "task": self.cfg.task,
+            "seed": self.cfg.seed,
+            "wall_time_s": self.elapsed,
+            "wall_clock_s": self._wall(),
+            "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "unit": self.experiment.unit,
+            f"{self.experiment.unit}_per_s": (
+                self.step * self.experiment.units_per_step / self.elapsed if self.elapsed > 0 else None
+            ),
+            "final": dict(final),
+            "best": self.best,
+            "description": self.experiment.description,
+        }
+        if error is not None:
+            summary["error"] = error
+        write_json_atomic(self.folder / "summary.json", summary)
+
+    def _track_best(self, record: Mapping[str, Any]) -> None:
+        """The best value of each evaluation metric so far: the largest for the task's ``higher_is_better``
+        metrics, the smallest for every other ``val_*``/``test_*`` metric (losses, errors, perplexities)."""
+        higher = set(self.experiment.higher_is_better)
+        for key, value in record.items():
+            if not (key.startswith(("val_", "test_")) or key in higher):
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                continue
+            sign = -1.0 if key in higher else 1.0
+            if key not in self.best or sign * value < sign * self.best[key]["value"]:
+                self.best[key] = {"value": float(value), "step": record["step"]}
+
+    def _final(self) -> dict[str, Any]:
+        records = self.log.read()
+        final: dict[str, Any] = {}
+        for record in records:  # the latest value of each metric
+            final.update({k: v for k, v in record.items() if k not in ("optim", "groups", *TIMING_KEYS)})
+        final.pop("step", None)
+        return final
+
+    def _status(self) -> str:
+        return json.loads((self.folder / "summary.json").read_text())["status"]
 
 
 def config_hash(config_text: str) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
-import json
 import math
 import os
 import signal
@@ -23,7 +22,7 @@ from tqdm.auto import tqdm
 
 from meanfield import config as _config
 from meanfield._checks import asked_bytes, format_bytes, memory_available
-from meanfield._io import write_json_atomic, write_text_atomic
+from meanfield._io import write_text_atomic
 from meanfield.config import ConfigError
 from meanfield.data import CorruptDataError
 from meanfield.nn.gibbs import free_energy
@@ -40,13 +39,13 @@ from meanfield.progress import progress_default
 from meanfield.runs import parallel
 from meanfield.runs.environment import environment, provenance, read_environment, record_environment
 from meanfield.runs.folder import (
-    TIMING_KEYS,
     Checkpoints,
     CorruptCheckpointError,
     DiskFullError,
     MetricsLog,
     RunFolderError,
     RunResult,
+    RunSummary,
     check_folder,
     config_hash,
     remove_temporaries,
@@ -54,7 +53,7 @@ from meanfield.runs.folder import (
     write_marker,
 )
 from meanfield.runs.lock import FolderLock
-from meanfield.runs.schema import RunConfig, build_optimizer, check_config
+from meanfield.runs.schema import RunConfig, build_optimizer, check_config, model_options
 from meanfield.runs.sinks import TensorBoard, draw_figures, summary_table
 from meanfield.seeds import derive_seed
 from meanfield.tasks import Experiment, get_task, task_source
@@ -249,7 +248,7 @@ def build_experiment(cfg: RunConfig, device: torch.device) -> Experiment:
     try:
         return task.build(
             _config.from_dict(task.Data, cfg.data, "data"),
-            _config.from_dict(task.Model, cfg.model, "model"),
+            _config.from_dict(task.Model, model_options(task, cfg), "model"),
             batch_size=cfg.train.batch_size,
             seed=cfg.seed,
             device=device,
@@ -358,7 +357,7 @@ def run(
     return result
 
 
-class _Run:
+class _Run(RunSummary):
     """One run: the folder, the experiment, the optimizer and the loop (use [`run`][meanfield.runs.loop.run])."""
 
     def __init__(
@@ -523,43 +522,6 @@ class _Run:
         self._barrier()
         for record in self.log.read():
             self._track_best(record)
-
-    def _write_summary(self, status: str, final: Mapping[str, Any], error: str | None = None) -> None:
-        if not self.lead:
-            return
-        summary = {
-            "status": status,
-            "step": self.step,
-            "steps": self.cfg.train.steps,
-            "task": self.cfg.task,
-            "seed": self.cfg.seed,
-            "wall_time_s": self.elapsed,
-            "wall_clock_s": self._wall(),
-            "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "unit": self.experiment.unit,
-            f"{self.experiment.unit}_per_s": (
-                self.step * self.experiment.units_per_step / self.elapsed if self.elapsed > 0 else None
-            ),
-            "final": dict(final),
-            "best": self.best,
-            "description": self.experiment.description,
-        }
-        if error is not None:
-            summary["error"] = error
-        write_json_atomic(self.folder / "summary.json", summary)
-
-    def _track_best(self, record: Mapping[str, Any]) -> None:
-        """The best value of each evaluation metric so far: the largest for the task's ``higher_is_better``
-        metrics, the smallest for every other ``val_*``/``test_*`` metric (losses, errors, perplexities)."""
-        higher = set(self.experiment.higher_is_better)
-        for key, value in record.items():
-            if not (key.startswith(("val_", "test_")) or key in higher):
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                continue
-            sign = -1.0 if key in higher else 1.0
-            if key not in self.best or sign * value < sign * self.best[key]["value"]:
-                self.best[key] = {"value": float(value), "step": record["step"]}
 
     # -- loop ---------------------------------------------------------------------------------------------------
 
@@ -727,9 +689,6 @@ class _Run:
             board.close()
         return self._finish()
 
-    def _status(self) -> str:
-        return json.loads((self.folder / "summary.json").read_text())["status"]
-
     def _describe_latest(self) -> str:
         step = self.checkpoints.latest()
         return "none (the run must start again)" if step is None else str(self.checkpoints.path(step))
@@ -751,14 +710,6 @@ class _Run:
             self.checkpoints.save(
                 state, self.step, meta={"config_sha256": self.config_sha256, **self.provenance}
             )
-
-    def _final(self) -> dict[str, Any]:
-        records = self.log.read()
-        final: dict[str, Any] = {}
-        for record in records:  # the latest value of each metric
-            final.update({k: v for k, v in record.items() if k not in ("optim", "groups", *TIMING_KEYS)})
-        final.pop("step", None)
-        return final
 
     def _finish(self) -> RunResult:
         self._barrier()  # every rank has finished its steps

@@ -18,9 +18,17 @@ from meanfield import config as _config
 from meanfield.config import ConfigError
 from meanfield.optim import Langevin
 from meanfield.seeds import derive_seed
-from meanfield.tasks import get_task
+from meanfield.tasks import Task, get_task
 
-__all__ = ["TrainConfig", "RunConfig", "OPTIM_OPTIONS", "load_config", "check_config", "build_optimizer"]
+__all__ = [
+    "TrainConfig",
+    "RunConfig",
+    "OPTIM_OPTIONS",
+    "load_config",
+    "check_config",
+    "model_options",
+    "build_optimizer",
+]
 
 
 MAX_STEPS = 2**53
@@ -143,7 +151,7 @@ def check_config(config: Mapping[str, Any]) -> RunConfig:
         raise ConfigError(f"threads must be an integer ≥ 0 (0: torch's default), got {cfg.threads!r}")
     task = get_task(cfg.task)
     _config.from_dict(task.Data, cfg.data, "data")
-    _config.from_dict(task.Model, cfg.model, "model")
+    _config.from_dict(task.Model, model_options(task, cfg), "model")
     _config.check_keys(cfg.optim, (*OPTIM_OPTIONS, "others"), "optim")
     others = cfg.optim.get("others", {})
     if not isinstance(others, Mapping):
@@ -163,6 +171,27 @@ def check_config(config: Mapping[str, Any]) -> RunConfig:
                 )
     _check_temperatures(cfg)
     return cfg
+
+
+def model_options(task: Task, cfg: RunConfig) -> dict[str, Any]:
+    """``[model]`` with the fields the task reads from ``[optim]`` (its ``FROM_OPTIM``, ``{field: optim key}``: the
+    chain's temperature and step, given once, in ``[optim]``, which drives the chain); a field given as a number
+    there (not a schedule) is passed, otherwise left at the model's default.
+
+    Raises:
+        ConfigError: ``[model]`` gives one of those fields itself (one line naming the one place).
+    """
+    model = dict(cfg.model)
+    for name, key in getattr(task, "FROM_OPTIM", {}).items():
+        if name in model:
+            raise ConfigError(
+                f"model.{name}: task {cfg.task!r} reads it from optim.{key} (the chain's own); give it once, "
+                f"there, and remove model.{name}"
+            )
+        value = cfg.optim.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            model[name] = value
+    return model
 
 
 def _optimizer_options(options: Mapping[str, Any], steps: int) -> dict[str, Any]:

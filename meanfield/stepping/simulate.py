@@ -321,6 +321,124 @@ def _advice(system: ParticleSystem, t: float, x: torch.Tensor, step: int, start_
     )
 
 
+def _check_start(system: object, x0: torch.Tensor) -> None:
+    """Raise unless ``system`` is a [`ParticleSystem`][meanfield.drift.systems.ParticleSystem] and ``x0`` a finite,
+    non-empty ``(B, M, d)`` tensor."""
+    if not isinstance(system, ParticleSystem):
+        raise TypeError(
+            f"system must be a meanfield ParticleSystem (e.g. MeanFieldLangevin or SDE), "
+            f"got {type(system).__name__}"
+        )
+    check_rank("x0", x0, 3, "(B, M, d): replicas, particles, dimensions (use x0[None] for one replica)")
+    check_finite_tensor("x0", x0)
+    if x0.numel() == 0:
+        raise ValueError(
+            f"x0 must have at least one replica, particle and dimension, got shape {tuple(x0.shape)}"
+        )
+
+
+def _step_grid(dt: float, t0: float, t1: float) -> tuple[float, float, float, int]:
+    r"""``(dt, t0, t1, n)`` checked: $dt > 0$, $t_1 > t_0$ finite, $n = (t_1 - t_0)/dt$ a whole number
+    $1 \le n \le 2^{53}$ (beyond it the times $t_0 + n\cdot dt$ are not exact in float64)."""
+    dt, t0, t1 = check_positive("dt", dt), check_finite("t0", t0), check_finite("t1", t1)
+    if not t1 > t0:
+        raise ValueError(f"t1 must be a finite time > t0 = {t0}, got {t1}")
+    n_float = (t1 - t0) / dt
+    n_steps = round(n_float)
+    if n_steps < 1 or abs(n_float - n_steps) > 1e-6 * max(1.0, n_float):
+        raise ValueError(
+            f"t1 − t0 = {t1 - t0} must be a whole number of steps of dt = {dt} (got {n_float:.6g} steps)"
+        )
+    if n_steps > 2**53:
+        raise ValueError(
+            f"(t1 − t0)/dt = {n_steps:.3g} steps: more than 2^53, where the step times t0 + n·dt are no longer "
+            "exact in float64; check dt"
+        )
+    return dt, t0, t1, n_steps
+
+
+class _Saves:
+    """The states a run keeps: the steps they are taken at, the tensor that holds them (the first ``first``
+    filled: ``x0`` unless there is a burn-in), and the [`Trajectory`][meanfield.stepping.simulate.Trajectory]
+    of the first ``n`` of them."""
+
+    def __init__(
+        self,
+        x0: torch.Tensor,
+        n_steps: int,
+        save_every: int,
+        first_save: int,
+        t0: float,
+        dt: float,
+        solver: str,
+        seed: int | None,
+    ) -> None:
+        _checks.check_saved_states(n_steps, save_every, x0, first_save)  # before the list and the tensor below
+        self.steps = [*range(first_save, n_steps, save_every), n_steps]
+        shape = (len(self.steps), *x0.shape)
+        self.states = torch.empty(shape, dtype=x0.dtype, device=x0.device)  # (S, B, M, d)
+        self.first = 0
+        if first_save == 0:
+            self.states[0] = x0.detach()  # the run is not recorded by autograd
+            self.first = 1
+        self.t0, self.dt, self.solver, self.seed = t0, dt, solver, seed
+
+    def trajectory(self, n: int) -> Trajectory:
+        steps = torch.tensor(self.steps[:n])
+        times = self.t0 + steps.to(self.states.dtype) * self.dt
+        return Trajectory(times, self.states[:n], steps, self.dt, self.solver, self.seed)
+
+
+class _FiniteCheck:
+    """The error a non-finite state raises, traced to its first step where the noise can be replayed.
+
+    ``anchor``: where the state was last confirmed finite at a check stop (the step, a copy of the state and
+    how to replay the noise from there). ``flags``: on an accelerator, the stops' finite flags not read yet,
+    ``(n, n_next, states saved before n_next, finite?)``, read together by ``read_flags``.
+    """
+
+    def __init__(
+        self, solver: Solver, system: ParticleSystem, source: NoiseSource, x0: torch.Tensor, saves: _Saves
+    ) -> None:
+        self.solver, self.system, self.saves = solver, system, saves
+        self.t0, self.dt = saves.t0, saves.dt
+        self.x0 = x0  # (B, M, d) the caller's, not modified: its size, for the advice of an error
+        self.anchor = _Anchor(source, x0)
+        self.flags: list[tuple[int, int, int, torch.Tensor]] = []
+
+    def error(self, n: int, n_next: int, n_saved: int, what: str) -> NonFiniteStateError:
+        """The error for a state found non-finite at the stop ``n_next`` (finite at the stop ``n``)."""
+        t0, dt = self.t0, self.dt
+        first = self.anchor.first_bad_step(self.solver, self.system, t0, dt, n_next)
+        if first is None:  # the noise cannot be replayed: the stops that bracket it
+            step, last, where = n_next, n, f"by step {n_next} (t = {t0 + n_next * dt:g})"
+            advice = (
+                "Reduce dt if the state grew over many steps; check the drift and diffusion if they can be "
+                "infinite or NaN (a singular potential, a division by zero)."
+            )
+        else:
+            step, x_before = first
+            last, where = step - 1, f"at step {step} (t = {t0 + step * dt:g}), the first non-finite step"
+            advice = _advice(self.system, t0 + last * dt, x_before, step, float(self.x0.detach().abs().max()))
+        return NonFiniteStateError(
+            f"the state became non-finite ({what}) {where}; it was finite at step {last} "
+            f"(t = {t0 + last * dt:g}). {advice} error.trajectory holds the {n_saved} states saved so far.",
+            step,
+            t0 + step * dt,
+            last,
+            self.saves.trajectory(n_saved),
+        )
+
+    def read_flags(self) -> None:
+        """Raise the error of the first flagged stop that is not finite; otherwise forget the flags."""
+        flags = self.flags
+        ok = torch.stack([f for *_, f in flags])  # (stops,) bool, on x's device
+        if not bool(ok.all()):  # the one synchronisation of the segment
+            n, n_next, n_saved, _ = flags[int((~ok).nonzero()[0])]  # the first stop found non-finite
+            raise self.error(n, n_next, n_saved, f"found when checked after step {flags[-1][1]}")
+        flags.clear()
+
+
 def simulate(
     system: ParticleSystem,
     x0: torch.Tensor,
@@ -389,31 +507,8 @@ def simulate(
             step before (a blow-up, a singular drift, a non-finite diffusion).
         CollapseError: with ``collapse="raise"``, when the particles collapse (above).
     """
-    if not isinstance(system, ParticleSystem):
-        raise TypeError(
-            f"system must be a meanfield ParticleSystem (e.g. MeanFieldLangevin or SDE), "
-            f"got {type(system).__name__}"
-        )
-    check_rank("x0", x0, 3, "(B, M, d): replicas, particles, dimensions (use x0[None] for one replica)")
-    check_finite_tensor("x0", x0)
-    if x0.numel() == 0:
-        raise ValueError(
-            f"x0 must have at least one replica, particle and dimension, got shape {tuple(x0.shape)}"
-        )
-    dt, t0, t1 = check_positive("dt", dt), check_finite("t0", t0), check_finite("t1", t1)
-    if not t1 > t0:
-        raise ValueError(f"t1 must be a finite time > t0 = {t0}, got {t1}")
-    n_float = (t1 - t0) / dt
-    n_steps = round(n_float)
-    if n_steps < 1 or abs(n_float - n_steps) > 1e-6 * max(1.0, n_float):
-        raise ValueError(
-            f"t1 − t0 = {t1 - t0} must be a whole number of steps of dt = {dt} (got {n_float:.6g} steps)"
-        )
-    if n_steps > 2**53:
-        raise ValueError(
-            f"(t1 − t0)/dt = {n_steps:.3g} steps: more than 2^53, where the step times t0 + n·dt are no longer "
-            "exact in float64; check dt"
-        )
+    _check_start(system, x0)
+    dt, t0, t1, n_steps = _step_grid(dt, t0, t1)
     save_every = n_steps if save_every is None else check_int("save_every", save_every)
     check_every = check_int("check_every", check_every)
     collapse_every = check_int("collapse_every", collapse_every)
@@ -429,68 +524,27 @@ def simulate(
         warnings.warn(unstable, UnstableStepWarning, stacklevel=2)
     watch = CollapseWatch(system, x0, dt, t0, collapse_every, collapse)
 
-    _checks.check_saved_states(n_steps, save_every, x0, first_save)  # before the list and the tensor of the saved states
-    save_steps = [*range(first_save, n_steps, save_every), n_steps]
-    states = torch.empty((len(save_steps), *x0.shape), dtype=x0.dtype, device=x0.device)  # (S, B, M, d)
-    saved = 0
-    if first_save == 0:
-        states[0] = x0.detach()  # the run is not recorded by autograd
-        saved = 1
+    saves = _Saves(x0, n_steps, save_every, first_save, t0, dt, solver.name, seed)
+    save_steps, states, saved = saves.steps, saves.states, saves.first
     # where the loop stops to save or check, merged lazily (a long run does not build a list of its checks)
     looks = range(0, n_steps, collapse_every) if not watch.done else ()
     stops = (
         n for n, _ in itertools.groupby(heapq.merge([0], save_steps, range(0, n_steps, check_every), looks))
     )
     stepper = solver.stepper(system, source, t0, dt)
-
-    def trajectory(n_saved: int) -> Trajectory:
-        steps = torch.tensor(save_steps[:n_saved])
-        return Trajectory(t0 + steps.to(x0.dtype) * dt, states[:n_saved], steps, dt, solver.name, seed)
-
-    # Where the state was last confirmed finite at a check stop: the step, a copy of the state and how to
-    # replay the noise from there, so that a non-finite state can be traced to the first step that made it.
-    anchor = _Anchor(source, x0)
-
-    def non_finite(n: int, n_next: int, n_saved: int, what: str) -> NonFiniteStateError:
-        first = anchor.first_bad_step(solver, system, t0, dt, n_next)
-        if first is None:  # the noise cannot be replayed: the stops that bracket it
-            step, last, where = n_next, n, f"by step {n_next} (t = {t0 + n_next * dt:g})"
-            advice = (
-                "Reduce dt if the state grew over many steps; check the drift and diffusion if they can be "
-                "infinite or NaN (a singular potential, a division by zero)."
-            )
-        else:
-            step, x_before = first
-            last, where = step - 1, f"at step {step} (t = {t0 + step * dt:g}), the first non-finite step"
-            advice = _advice(system, t0 + last * dt, x_before, step, float(x0.detach().abs().max()))
-        return NonFiniteStateError(
-            f"the state became non-finite ({what}) {where}; it was finite at step {last} "
-            f"(t = {t0 + last * dt:g}). {advice} error.trajectory holds the {n_saved} states saved so far.",
-            step,
-            t0 + step * dt,
-            last,
-            trajectory(n_saved),
-        )
-
     # On the CPU every stop is checked at once (reading the flag costs nothing). On an accelerator a stop only
     # queues its flag (no synchronisation); the flags are read together at the check stops (every check_every
     # steps) and at the end, so the host never waits for the device at a saved state.
     lazy = x0.device.type not in _EAGER_CHECKS
-    flags: list[tuple[int, int, int, torch.Tensor]] = []  # (n, n_next, states saved before n_next, finite?)
-
-    def read_flags() -> None:
-        ok = torch.stack([f for *_, f in flags])  # (stops,) bool, on x's device
-        if not bool(ok.all()):  # the one synchronisation of the segment
-            n, n_next, n_saved, _ = flags[int((~ok).nonzero()[0])]  # the first stop found non-finite
-            raise non_finite(n, n_next, n_saved, f"found when checked after step {flags[-1][1]}")
-        flags.clear()
+    finite_check = _FiniteCheck(solver, system, source, x0, saves)
+    anchor, flags, non_finite = finite_check.anchor, finite_check.flags, finite_check.error
 
     def collapsed(n_saved: int) -> None:
         found = watch.read()
         if found is None:
             return
         if collapse == "raise":
-            raise CollapseError(found, trajectory(n_saved))
+            raise CollapseError(found, saves.trajectory(n_saved))
         warnings.warn(found, stacklevel=3)
 
     x = x0.clone()  # (B, M, d): steppers may update it in place; x0 stays the caller's
@@ -505,7 +559,7 @@ def simulate(
             if lazy:
                 flags.append((n, n_next, saved, finite))
                 if n_next % check_every == 0:
-                    read_flags()
+                    finite_check.read_flags()
                     anchor.set(n_next, x)
             elif not bool(finite):
                 raise non_finite(n, n_next, saved, f"{int((~torch.isfinite(x)).sum())} NaN/Inf entries")
@@ -520,6 +574,6 @@ def simulate(
                 saved += 1
             bar.update(n_next - n)
         if flags:
-            read_flags()
+            finite_check.read_flags()
         collapsed(saved)
-    return trajectory(saved)
+    return saves.trajectory(saved)

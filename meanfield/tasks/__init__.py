@@ -86,7 +86,12 @@ class Experiment:
 
 
 class Task(Protocol):
-    """A task: the ``[data]`` and ``[model]`` schemas and the function that builds the experiment."""
+    """A task: the ``[data]`` and ``[model]`` schemas and the function that builds the experiment.
+
+    A task may also define ``FROM_OPTIM = {model field: [optim] key}``: fields of its ``Model`` that
+    ``meanfield run`` fills from the run's ``[optim]`` (the chain's own temperature or step, given once, there),
+    and that a configuration's ``[model]`` may not give (the ``mean_field`` task: ``beta`` and ``eta = lr``).
+    """
 
     Data: type
     Model: type

@@ -11,8 +11,9 @@ a rank draws only its own particles' noise).
 There is no data: every step is one step of the dynamics. Evaluation: the energy, the per-coordinate variance
 $(\mathrm{mean} |x|^2 - |\bar{x}|^2)/d$, the centre $|\bar{x}|$ (the order parameter of the double well's phase transition), and, for
 the quadratic confinement, the stationary variance of the discretised chain in the mean-field limit,
-$\beta/((a + k)(1 - \eta(a + k)/2))$ — given ``[model] beta`` and ``eta`` to compare with (the task does not read
-``[optim]``).
+$\beta/((a + k)(1 - \eta(a + k)/2))$ with $\beta$ and $\eta$ those of the chain: ``meanfield run`` passes ``[optim] beta``
+and ``lr`` (the model's ``beta`` and ``eta``; a configuration gives them once, in ``[optim]``, and a ``[model] beta``
+or ``eta`` is refused), when each is a number (not a schedule).
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ class MeanFieldModel:
     r"""``[model]`` of ``mean_field``.
 
     ``confinement``: ``"quadratic"`` ($V = a/2\cdot|x|^2$) or ``"double_well"``; ``k``: the quadratic interaction;
-    ``init_scale``: the initial law ``N(0, init_scale² I)``; ``beta`` and ``eta``: only for the reported exact
-    stationary variance (set them to ``[optim] beta`` and ``lr``; 0 leaves it out).
+    ``init_scale``: the initial law ``N(0, init_scale² I)``; ``beta`` and ``eta``: the chain's temperature and
+    step, only for the reported exact stationary variance (0 leaves it out). ``meanfield run`` fills them from
+    ``[optim] beta`` and ``lr`` (``FROM_OPTIM``); a configuration does not give them in ``[model]``.
     """
 
     n_particles: int = 1024
@@ -84,6 +86,7 @@ class _NoBatches:
 class _MeanField:
     Data = MeanFieldData
     Model = MeanFieldModel
+    FROM_OPTIM = {"beta": "beta", "eta": "lr"}  # the chain's β and step: meanfield run fills them from [optim]
 
     def build(
         self,
