@@ -206,7 +206,7 @@ def device_case(n: int, mean_field: bool, device: torch.device, repeats: int, se
     system = mf.MeanFieldLangevin(Quadratic(A), QuadraticInteraction(K) if mean_field else None, beta=BETA)
     gen = torch.Generator(device).manual_seed(1)
     buffer, state, copy = torch.empty_like(x0), x0.clone(), torch.empty_like(x0)  # (1, M, d)
-    module = sys.modules["meanfield.simulate"]  # (meanfield.simulate is also the function's name)
+    module = sys.modules["meanfield.stepping.simulate"]  # (meanfield.simulate is the function)
 
     def native(steps):
         mf.simulate(system, x0, t1=steps * DT, dt=DT, generator=gen)

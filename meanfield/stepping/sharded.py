@@ -303,7 +303,7 @@ def sliced_w2_sharded(
     $SW2^2 = \mathbb{E}_u \int_0^1 (F_{u\cdot x}^{-1}(s) - F_{u\cdot y}^{-1}(s))^2 ds$ over directions ``u`` uniform on the sphere,
     estimated with ``n_projections`` directions (the same on every rank) and the midpoint rule at
     $s_q = (q + \tfrac12)/Q$, ``Q = n_quantiles``. Each quantile is found by bisection on the value: one
-    ``all_reduce`` of the counts $#\{u\cdot x_i \le v\}$ per iteration, for all directions and levels at once
+    ``all_reduce`` of the counts $\#\{u\cdot x_i \le v\}$ per iteration, for all directions and levels at once
     (``iterations`` halvings of the projected range: error ``range·2^{−iterations}``). The midpoint rule's
     error is ``O(1/Q)`` for smooth laws; when both clouds have exactly ``Q`` points in all, the levels hit the
     order statistics and the result is the exact sliced W2 of the two clouds along those directions.
