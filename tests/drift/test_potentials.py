@@ -7,9 +7,11 @@ import types
 import numpy as np
 import pytest
 import torch
+from helpers.bad_input import call
+from helpers.drift_oracles import autograd_drift, system_and_oracle, total_energy
 from helpers.pair_loops import loop_pairs  # tests/helpers/pair_loops.py
 from helpers.pair_loops import loop_pairs as np_pairs  # tests/helpers/pair_loops.py
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import meanfield.drift.pairwise as pw
@@ -197,23 +199,6 @@ NUMBERS = st.one_of(
 
 
 BAD = st.one_of(NUMBERS, NONSENSE)
-
-
-def is_clear(error: BaseException, names: tuple[str, ...]) -> bool:
-    msg = str(error)
-    return isinstance(error, (ValueError, TypeError)) and any(n in msg for n in names)
-
-
-def call(fn, names, *args, **kwargs):
-    """``fn(*args, **kwargs)``; a ValueError/TypeError must name one of ``names`` (returns ``None`` then)."""
-    try:
-        result = fn(*args, **kwargs)
-    except (ValueError, TypeError) as error:
-        assert is_clear(error, names), f"unclear error for {names}: {type(error).__name__}: {error}"
-        event(f"{names[0]}: refused")
-        return None
-    event(f"{names[0]}: result")
-    return result
 
 
 X0 = torch.randn(2, 3, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
@@ -887,47 +872,6 @@ def cloud_3(B=2, M=9, d=3, seed=0, scale=1.0):
     return scale * torch.randn(B, M, d, generator=g, dtype=torch.float64)
 
 
-def _V(name, params):
-    if name == "quadratic":
-        (a,) = params
-        return lambda x: 0.5 * a * (x * x).sum(-1)
-    if name == "double_well":
-        return lambda x: (x**4 / 4 - x**2 / 2).sum(-1)
-    raise KeyError(name)
-
-
-def _W(name, params):
-    """W(x_i, x_j) on pairs: x_i (B, M, 1, d), x_j (B, 1, M, d) -> (B, M, M)."""
-    if name == "quadratic":
-        (k,) = params
-        return lambda xi, xj: 0.5 * k * ((xi - xj) ** 2).sum(-1)
-    if name == "alignment":
-        (kappa,) = params
-        return lambda xi, xj: -kappa * (xi * xj).sum(-1)
-    if name == "gaussian":
-        c, length = params
-        return lambda xi, xj: c * torch.exp(-((xi - xj) ** 2).sum(-1) / (2 * length**2))
-    if name == "soft_coulomb":
-        return lambda xi, xj: 1.0 / (1.0 + ((xi - xj) ** 2).sum(-1))
-    raise KeyError(name)
-
-
-def total_energy(V, W, x):
-    """``Σ_i V(x_i) + 1/(2M) Σ_{i,j} W(x_i, x_j)`` per replica, (B,): M times the free energy per particle."""
-    M = x.shape[1]
-    e = V(x).sum(-1)  # (B,)
-    if W is not None:
-        e = e + W(x[:, :, None, :], x[:, None, :, :]).sum((-1, -2)) / (2 * M)
-    return e
-
-
-def autograd_drift(V, W, x):
-    """``−∇_x (M · E)(x)`` by autograd: (B, M, d)."""
-    y = x.detach().clone().requires_grad_(True)
-    (g,) = torch.autograd.grad(total_energy(V, W, y).sum(), y)
-    return -g
-
-
 CONFINEMENTS = {
     "Quadratic(1.3)": (Quadratic(1.3), ("quadratic", (1.3,))),
     "Quadratic(0)": (Quadratic(0.0), ("quadratic", (0.0,))),
@@ -953,14 +897,6 @@ INTERACTIONS = {
 
 
 PAIRS = [(c, i) for c in CONFINEMENTS for i in INTERACTIONS]
-
-
-def system_and_oracle(c, i, beta=0.3, projection=None):
-    conf, (vname, vpar) = CONFINEMENTS[c]
-    inter, wspec = INTERACTIONS[i]
-    V = _V(vname, vpar)
-    W = None if wspec is None else _W(*wspec)
-    return MeanFieldLangevin(conf, inter, beta=beta, projection=projection), V, W
 
 
 @pytest.mark.parametrize("c,i", PAIRS)

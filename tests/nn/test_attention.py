@@ -6,11 +6,11 @@ import math
 
 import pytest
 import torch
+from helpers.layers import assert_close, attention, features, tokens, vector_features
 from torch import nn
 
 from meanfield.nn import (
     CausalParticleAttention,
-    FeatureParticles,
     ParticleAttention,
 )
 
@@ -77,24 +77,6 @@ def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def attention(d=12, M=3, h=None, seed=0, causal=False):
-    cls = CausalParticleAttention if causal else ParticleAttention
-    return cls(d, M, h, generator=gen(seed), dtype=DT)
-
-
-def features(d=4, M=6, seed=0, **kw):
-    return FeatureParticles(d, M, "tanh", generator=gen(seed), dtype=DT, **kw)
-
-
-def tokens(B=2, T=5, d=12, seed=1):
-    return torch.randn(B, T, d, generator=gen(seed), dtype=DT)
-
-
-def assert_close(a, b, tol=TOL):
-    err = float((a - b).detach().abs().max())
-    assert err <= tol, f"max abs difference {err:.3e} > {tol:.1e}"
-
-
 def mha_copy(layer: ParticleAttention) -> nn.MultiheadAttention:
     """``nn.MultiheadAttention`` holding the heads of ``layer`` (h = d/M), output projection scaled by 1/M."""
     d, M, h = layer.d_model, layer.n_particles, layer.d_head
@@ -128,14 +110,6 @@ _DTYPES = {64: torch.float64, 32: torch.float32, 16: torch.bfloat16}
 # float32 (measured ≈ 3e-7 on the CPU; TF32 is off in tests); bfloat16 keeps 8 bits (2⁻⁸ ≈ 4e-3 per
 # rounding, measured ≈ 7e-3 on the CPU)
 _SDPA_TOL = {64: 1e-12, 32: 1e-5, 16: 4e-2}
-
-
-def vector_features(d=4, M=6, k=3, seed=0):
-    """FeatureParticles with ``a_i ∈ R^k`` and random biases (their init is 0: made non-zero for the tests)."""
-    f = features(d, M, seed, out_features=k, bias=True)
-    with torch.no_grad():
-        f.b.copy_(torch.randn(M, generator=gen(seed + 100), dtype=DT))
-    return f
 
 
 @pytest.mark.parametrize(("d", "M"), [(12, 3), (16, 4), (8, 8), (6, 1)])

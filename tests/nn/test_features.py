@@ -11,14 +11,15 @@ import re
 import numpy as np
 import pytest
 import torch
+from helpers.bad_input import call, tensors
 from helpers.fake_dist import FakeWorld
-from hypothesis import HealthCheck, event, given, settings
+from helpers.layers import assert_close, attention, features, stacked, vector_features, with_particles
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import meanfield.data as mdata
 from meanfield.data import ImageDataset
 from meanfield.nn import (
-    CausalParticleAttention,
     FeatureParticles,
     Medoids,
     ParticleAttention,
@@ -82,41 +83,6 @@ DTYPES = [
     torch.bool,
     torch.complex64,
 ]
-
-
-@st.composite
-def tensors(draw, ranks=(0, 1, 2, 3, 4), size=3):
-    """Tensors of any rank 0–4, sizes 0–``size``, any dtype, some with NaN or ±Inf entries."""
-    rank = draw(st.sampled_from(ranks))
-    shape = tuple(draw(st.integers(0, size)) for _ in range(rank))
-    dtype = draw(st.sampled_from(DTYPES))
-    x = torch.randn(
-        shape, generator=torch.Generator().manual_seed(draw(st.integers(0, 99))), dtype=torch.float64
-    )
-    if x.numel() and draw(st.booleans()):
-        x.view(-1)[draw(st.integers(0, x.numel() - 1))] = draw(
-            st.sampled_from([math.nan, math.inf, -math.inf])
-        )
-    if dtype.is_complex:
-        return x.to(dtype)
-    return x.to(dtype) if dtype != torch.bool else x > 0
-
-
-def is_clear(error: BaseException, names: tuple[str, ...]) -> bool:
-    msg = str(error)
-    return isinstance(error, (ValueError, TypeError)) and any(n in msg for n in names)
-
-
-def call(fn, names, *args, **kwargs):
-    """``fn(*args, **kwargs)``; a ValueError/TypeError must name one of ``names`` (returns ``None`` then)."""
-    try:
-        result = fn(*args, **kwargs)
-    except (ValueError, TypeError) as error:
-        assert is_clear(error, names), f"unclear error for {names}: {type(error).__name__}: {error}"
-        event(f"{names[0]}: refused")
-        return None
-    event(f"{names[0]}: result")
-    return result
 
 
 LAYER_VALID = {
@@ -414,54 +380,6 @@ TOL = 1e-12
 
 def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
-
-
-def attention(d=12, M=3, h=None, seed=0, causal=False):
-    cls = CausalParticleAttention if causal else ParticleAttention
-    return cls(d, M, h, generator=gen(seed), dtype=DT)
-
-
-def features(d=4, M=6, seed=0, **kw):
-    return FeatureParticles(d, M, "tanh", generator=gen(seed), dtype=DT, **kw)
-
-
-def with_particles(layer, **params):
-    """A copy of ``layer`` whose stacked parameters are replaced by ``params`` (an independent rebuild)."""
-    first = next(iter(params.values()))
-    if isinstance(layer, ParticleAttention):
-        new = type(layer)(layer.d_model, first.shape[0], layer.d_head, dtype=DT)
-    else:
-        new = FeatureParticles(
-            layer.d_in,
-            first.shape[0],
-            layer.activation,
-            layer.A,
-            layer.sphere,
-            out_features=layer.out_features,
-            bias=layer.has_bias,
-            dtype=DT,
-        )
-    with torch.no_grad():
-        for name, value in params.items():
-            getattr(new, name).copy_(value)
-    return new
-
-
-def stacked(layer):
-    return {n: getattr(layer, n).detach() for n in layer.particle_parameter_names}
-
-
-def assert_close(a, b, tol=TOL):
-    err = float((a - b).detach().abs().max())
-    assert err <= tol, f"max abs difference {err:.3e} > {tol:.1e}"
-
-
-def vector_features(d=4, M=6, k=3, seed=0):
-    """FeatureParticles with ``a_i ∈ R^k`` and random biases (their init is 0: made non-zero for the tests)."""
-    f = features(d, M, seed, out_features=k, bias=True)
-    with torch.no_grad():
-        f.b.copy_(torch.randn(M, generator=gen(seed + 100), dtype=DT))
-    return f
 
 
 def test_features_formula():

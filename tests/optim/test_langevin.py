@@ -17,7 +17,8 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, assume, event, given, settings
+from helpers.bad_input import call, is_clear, one_bad
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
@@ -812,30 +813,6 @@ NUMBERS = st.one_of(
 
 
 BAD = st.one_of(NUMBERS, NONSENSE)
-
-
-def is_clear(error: BaseException, names: tuple[str, ...]) -> bool:
-    msg = str(error)
-    return isinstance(error, (ValueError, TypeError)) and any(n in msg for n in names)
-
-
-def call(fn, names, *args, **kwargs):
-    """``fn(*args, **kwargs)``; a ValueError/TypeError must name one of ``names`` (returns ``None`` then)."""
-    try:
-        result = fn(*args, **kwargs)
-    except (ValueError, TypeError) as error:
-        assert is_clear(error, names), f"unclear error for {names}: {type(error).__name__}: {error}"
-        event(f"{names[0]}: refused")
-        return None
-    event(f"{names[0]}: result")
-    return result
-
-
-@st.composite
-def one_bad(draw, valid: dict, pools: dict):
-    """``(name, kwargs)``: the valid kwargs with the argument ``name`` drawn from its pool."""
-    name = draw(st.sampled_from(sorted(pools)))
-    return name, {**valid, name: draw(pools[name])}
 
 
 OPT_POOLS = {

@@ -21,8 +21,9 @@ import pytest
 import scipy.optimize
 import scipy.stats
 import torch
+from helpers.bad_input import call, one_bad, tensors
 from helpers.tiny_run import ROOT  # noqa: E402  (tests/helpers/tiny_run.py)
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import stats as scipy_stats
 
@@ -695,48 +696,6 @@ DTYPES = [
     torch.bool,
     torch.complex64,
 ]
-
-
-@st.composite
-def tensors(draw, ranks=(0, 1, 2, 3, 4), size=3):
-    """Tensors of any rank 0–4, sizes 0–``size``, any dtype, some with NaN or ±Inf entries."""
-    rank = draw(st.sampled_from(ranks))
-    shape = tuple(draw(st.integers(0, size)) for _ in range(rank))
-    dtype = draw(st.sampled_from(DTYPES))
-    x = torch.randn(
-        shape, generator=torch.Generator().manual_seed(draw(st.integers(0, 99))), dtype=torch.float64
-    )
-    if x.numel() and draw(st.booleans()):
-        x.view(-1)[draw(st.integers(0, x.numel() - 1))] = draw(
-            st.sampled_from([math.nan, math.inf, -math.inf])
-        )
-    if dtype.is_complex:
-        return x.to(dtype)
-    return x.to(dtype) if dtype != torch.bool else x > 0
-
-
-def is_clear(error: BaseException, names: tuple[str, ...]) -> bool:
-    msg = str(error)
-    return isinstance(error, (ValueError, TypeError)) and any(n in msg for n in names)
-
-
-def call(fn, names, *args, **kwargs):
-    """``fn(*args, **kwargs)``; a ValueError/TypeError must name one of ``names`` (returns ``None`` then)."""
-    try:
-        result = fn(*args, **kwargs)
-    except (ValueError, TypeError) as error:
-        assert is_clear(error, names), f"unclear error for {names}: {type(error).__name__}: {error}"
-        event(f"{names[0]}: refused")
-        return None
-    event(f"{names[0]}: result")
-    return result
-
-
-@st.composite
-def one_bad(draw, valid: dict, pools: dict):
-    """``(name, kwargs)``: the valid kwargs with the argument ``name`` drawn from its pool."""
-    name = draw(st.sampled_from(sorted(pools)))
-    return name, {**valid, name: draw(pools[name])}
 
 
 def _sample(M, reps):
@@ -1460,8 +1419,6 @@ def test_the_reference_interval_grows_with_the_reference_noise_and_the_naive_one
     assert widths["reference"][0] < widths["reference"][1] < widths["reference"][2], widths
     assert widths["reference"][2] > 1.5 * widths["reference"][0], widths
     assert max(widths["exact"]) - min(widths["exact"]) < 1e-12, widths  # it cannot see the reference's noise
-
-
 
 
 def decay_run(rate: float, seed: int) -> dict:

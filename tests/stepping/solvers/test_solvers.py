@@ -6,8 +6,9 @@ import math
 
 import pytest
 import torch
+from helpers.drift_oracles import autograd_drift, system_and_oracle
 
-from meanfield import BrownianIncrements, MeanFieldLangevin, simulate
+from meanfield import BrownianIncrements, simulate
 from meanfield.drift.potentials import (
     Alignment,
     DoubleWell,
@@ -22,47 +23,6 @@ from meanfield.stepping.solvers import SOLVERS
 def cloud(B=2, M=9, d=3, seed=0, scale=1.0):
     g = torch.Generator().manual_seed(seed)
     return scale * torch.randn(B, M, d, generator=g, dtype=torch.float64)
-
-
-def _V(name, params):
-    if name == "quadratic":
-        (a,) = params
-        return lambda x: 0.5 * a * (x * x).sum(-1)
-    if name == "double_well":
-        return lambda x: (x**4 / 4 - x**2 / 2).sum(-1)
-    raise KeyError(name)
-
-
-def _W(name, params):
-    """W(x_i, x_j) on pairs: x_i (B, M, 1, d), x_j (B, 1, M, d) -> (B, M, M)."""
-    if name == "quadratic":
-        (k,) = params
-        return lambda xi, xj: 0.5 * k * ((xi - xj) ** 2).sum(-1)
-    if name == "alignment":
-        (kappa,) = params
-        return lambda xi, xj: -kappa * (xi * xj).sum(-1)
-    if name == "gaussian":
-        c, length = params
-        return lambda xi, xj: c * torch.exp(-((xi - xj) ** 2).sum(-1) / (2 * length**2))
-    if name == "soft_coulomb":
-        return lambda xi, xj: 1.0 / (1.0 + ((xi - xj) ** 2).sum(-1))
-    raise KeyError(name)
-
-
-def total_energy(V, W, x):
-    """``Σ_i V(x_i) + 1/(2M) Σ_{i,j} W(x_i, x_j)`` per replica, (B,): M times the free energy per particle."""
-    M = x.shape[1]
-    e = V(x).sum(-1)  # (B,)
-    if W is not None:
-        e = e + W(x[:, :, None, :], x[:, None, :, :]).sum((-1, -2)) / (2 * M)
-    return e
-
-
-def autograd_drift(V, W, x):
-    """``−∇_x (M · E)(x)`` by autograd: (B, M, d)."""
-    y = x.detach().clone().requires_grad_(True)
-    (g,) = torch.autograd.grad(total_energy(V, W, y).sum(), y)
-    return -g
 
 
 CONFINEMENTS = {
@@ -87,14 +47,6 @@ INTERACTIONS = {
         ("soft_coulomb", ()),
     ),
 }
-
-
-def system_and_oracle(c, i, beta=0.3, projection=None):
-    conf, (vname, vpar) = CONFINEMENTS[c]
-    inter, wspec = INTERACTIONS[i]
-    V = _V(vname, vpar)
-    W = None if wspec is None else _W(*wspec)
-    return MeanFieldLangevin(conf, inter, beta=beta, projection=projection), V, W
 
 
 def _euler(f, x, dt, s_dW):
