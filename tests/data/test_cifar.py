@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers.data_files import _need, _pickles, _tar_of
 
 from meanfield import data
 from meanfield.data import (
@@ -33,12 +34,6 @@ SHARED = ROOT.parent / "shared" / "data"
 def _private_cache(tmp_path, monkeypatch):
     """Every test caches decoded archives in its own folder, never in the user's ~/.cache."""
     monkeypatch.setenv("MEANFIELD_CACHE", str(tmp_path / "cache"))
-
-
-def _need(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"{path} is not on this machine")
-    return path
 
 
 def _py2_str(b: bytes) -> bytes:
@@ -296,31 +291,6 @@ def _private_cache_2(tmp_path, monkeypatch):
     empty one (a test that wants another sets it), so that no test depends on what data this machine has."""
     monkeypatch.setenv("MEANFIELD_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("MEANFIELD_DATA", str(tmp_path / "no-default-data"))
-
-
-def _batch_bytes(x: np.ndarray, y: list[int]) -> bytes:
-    return pickle.dumps({b"batch_label": b"b", b"data": x, b"labels": y}, protocol=2)
-
-
-def _pickles(folder: Path, per_batch=2, names=None) -> dict[str, tuple[np.ndarray, list[int]]]:
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(8)
-    out = {}
-    for n in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-        x = rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8)
-        y = rng.integers(0, 3, per_batch).tolist()
-        (folder / n).write_bytes(_batch_bytes(x, y))
-        out[n] = (x, y)
-    if names is not None:
-        (folder / "batches.meta").write_bytes(pickle.dumps({b"label_names": names}, protocol=2))
-    return out
-
-
-def _tar_of(folder: Path, archive: Path, arc: str = "") -> Path:
-    with tarfile.open(archive, "w:gz") as tar:
-        for child in sorted(folder.iterdir()):
-            tar.add(child, arcname=f"{arc}{child.name}")
-    return archive
 
 
 def _png_folder(folder: Path, suffix=".png", fmt="PNG", shape=(2, 3, 3)) -> dict:

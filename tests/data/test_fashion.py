@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers.data_files import _need
 
 from meanfield import data
 from meanfield.data import (
@@ -26,12 +27,6 @@ DEBIAN_FASHION = Path("/usr/share/datasets/fashion-mnist")
 def _private_cache(tmp_path, monkeypatch):
     """Every test caches decoded archives in its own folder, never in the user's ~/.cache."""
     monkeypatch.setenv("MEANFIELD_CACHE", str(tmp_path / "cache"))
-
-
-def _need(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"{path} is not on this machine")
-    return path
 
 
 def _idx(array: np.ndarray) -> bytes:

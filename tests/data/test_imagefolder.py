@@ -5,10 +5,10 @@ from __future__ import annotations
 import gzip
 import io
 import tarfile
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.data_files import _plain_tar
 
 from meanfield.data import (
     CorruptDataError,
@@ -35,19 +35,6 @@ def _encoded(array: np.ndarray, fmt: str = "PNG", mode: str | None = None) -> by
 
 def _item(split, cls, file, array, fmt="PNG"):
     return (split, cls, file), f"<{split}/{cls}/{file}>", _encoded(array, fmt)
-
-
-def _plain_tar(path: Path, members: list[tuple[str, bytes]], folders=()) -> Path:
-    with tarfile.open(path, "w") as tar:
-        for name in folders:
-            info = tarfile.TarInfo(name)
-            info.type = tarfile.DIRTYPE
-            tar.addfile(info)
-        for name, content in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(content)
-            tar.addfile(info, io.BytesIO(content))
-    return path
 
 
 @pytest.mark.usefixtures("_private_cache")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.data_files import _need, _wiki, _wikitext
 
 from meanfield.data import (
     SOURCES,
@@ -28,25 +29,11 @@ def _private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("MEANFIELD_CACHE", str(tmp_path / "cache"))
 
 
-def _need(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"{path} is not on this machine")
-    return path
-
-
 WIKI = {
     "train": " = Title = \n\n the cat sat on the mat . \n a dog <unk> . \n",
     "valid": " the dog sat . \n\n a bird flew \n",
     "test": " the cat . \n",
 }
-
-
-def _wikitext(folder: Path, layout: str = "txt", splits=("train", "valid", "test")) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for s in splits:
-        name = f"{s}.txt" if layout == "txt" else f"wiki.{s}.tokens"
-        (folder / name).write_text(WIKI[s], encoding="utf-8")
-    return folder
 
 
 @pytest.mark.usefixtures("_private_cache")
@@ -165,13 +152,6 @@ def _private_cache_2(tmp_path, monkeypatch):
     empty one (a test that wants another sets it), so that no test depends on what data this machine has."""
     monkeypatch.setenv("MEANFIELD_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("MEANFIELD_DATA", str(tmp_path / "no-default-data"))
-
-
-def _wiki(folder: Path, files: dict[str, str]) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, content in files.items():
-        (folder / name).write_text(content, encoding="utf-8")
-    return folder
 
 
 WIKI_2 = {"wiki.train.tokens": " a b <unk> \n\n", "wiki.valid.tokens": " b c \n", "test.txt": " d a d \n"}
