@@ -35,7 +35,7 @@ def draw(results_md: Path, png: Path) -> Path:
 
     panels = parse(Path(results_md).read_text())
     # one panel a row, 8.4 in wide: at the page's 690-px column its 9-pt labels show at about 9 pt (issue 52's rule,
-    # tests/test_docs.py); the engines' names need the width
+    # tests/e2e/test_docs.py); the engines' names need the width
     rows = max(1, len(panels))
     fig, axes = plt.subplots(rows, 1, figsize=(8.4, 2.9 * rows), squeeze=False)
     for ax, (title, bars) in zip(axes.flat, panels):

@@ -14,8 +14,8 @@ each a fresh launch, in one run of this script:
 
 Reported: the steps' wall time (``summary.json``'s ``wall_time_s``, evaluation and checkpoints excluded) per step,
 the speed-up over one process, the numbers all-reduced per step and rank (from the model), and the final training
-loss (the three runs make the same steps up to round-off: ``tests/test_sharded_particles.py``,
-``tests/test_runs_distributed.py``).
+loss (the three runs make the same steps up to round-off: ``tests/e2e/test_sharded_particles.py``,
+``tests/e2e/test_runs_distributed.py``).
 
 Usage:
     python benchmarks/parallel_lm.py                   # writes benchmarks/results/<machine>/parallel_lm.md

@@ -183,7 +183,7 @@ is a subprocess with its own time cap; the caps are planned before anything runs
 device's 15 minutes, starts included), and the plan is printed first. A stage that times out keeps its
 stdout and stderr in the log. `benchmarks/results/<device>/gpu.md` lists each stage's status, time and
 file. Without CUDA it is a dry run on the CPU at smoke sizes, into a temporary folder
-(`tests/test_gpu_script.py`).
+(`tests/e2e/test_gpu_script.py`).
 
 ```bash
 bash benchmarks/gpu_prepare.sh             # here, once: .gpu/ (git-ignored) gets tiny-shakespeare and the

@@ -3,7 +3,7 @@
 The line ``<!-- solver-table -->`` on a page becomes a table of every solver ``meanfield.stepping.solvers.get_solver``
 knows (``SOLVERS`` and the kinetic ``SPLITTINGS``): its calculus, its strong and weak order per noise type
 (the ``strong_orders`` / ``weak_orders`` each solver declares, which ``Solver.strong_order(noise)`` returns
-and ``tests/test_orders.py`` measures), the Lévy area it needs and whether it accepts Rademacher noise. The
+and ``tests/stepping/solvers/test_euler.py`` measures), the Lévy area it needs and whether it accepts Rademacher noise. The
 page cannot drift from the code: a new solver or a changed order shows up at the next build.
 """
 

@@ -56,7 +56,7 @@ $\tfrac12 (X_i - \bar X)^\top \hat\Sigma^{-1} (X_i - \bar X)$ for ``"gaussian"``
 
 Over 400 replicas the replica-to-replica sd lay between the two for every law and estimator measured
 (a Gaussian and a uniform law, ``"weighted"`` in $d = 5$, both KL forms at $\rho = \pi$;
-``tests/metrics/test_entropy.py`` asserts it): read ``se`` as optimistic and ``se_jackknife`` as
+``tests/metrics/test_information.py`` asserts it): read ``se`` as optimistic and ``se_jackknife`` as
 conservative (``docs/entropy.md`` has the tables).
 
 Duplicate particles: a particle with $k$ or more exact copies has $\varepsilon_{(k),i} = 0$ and the

@@ -765,7 +765,7 @@ class Law1d(ABC):
         The atoms are the law's midpoint quantization: $W_2^2$ between it and the law is
         $\sum_k \int_{\mathrm{cell} k} (Q(u) - Q(u_k))^2 du \le (\max Q')^2/(12 n^2)$ for a law with density bounded below on a
         compact support, and is dominated by the outermost cells in unbounded tails. Measured for N(0, 1)
-        (``tests/test_laws1d.py``): the quantization's $W_2^2$ is ``8.1e-8`` at $n = 2^{20}$ (``1.6e-6`` at
+        (``tests/metrics/test_wasserstein.py``): the quantization's $W_2^2$ is ``8.1e-8`` at $n = 2^{20}$ (``1.6e-6`` at
         $2^{16}$), and $W_2^2$ from 500 particles to it is ``5.5e-7`` (``8e-5`` relative) below the closed
         form's; the error falls about as ``1/n``. Building $2^{20}$ atoms took 0.05 s here. ``Q`` takes a
         float64 array of $u \in (0, 1)$ and must be finite and non-decreasing there.
@@ -803,7 +803,7 @@ class Law1d(ABC):
         ``F`` is tabulated on ``grid`` (default ``4n + 1``) equally spaced points by the trapezoid rule,
         $F(x_j) = \sum_{i<j} h (p_i + p_{i+1})/2 / Z$, and inverted at the cell midpoints $(k + \tfrac12)/n$ by linear
         interpolation: the atoms of [`from_quantile`][meanfield.metrics.wasserstein.Law1d.from_quantile] for that ``F``. Measured at the defaults
-        (``tests/test_laws1d.py``): the semicircle of radius 2 has second moment $1 - 4.9e-10$ (exact: 1);
+        (``tests/metrics/test_wasserstein.py``): the semicircle of radius 2 has second moment $1 - 4.9e-10$ (exact: 1);
         the normal density on $[-12, 12]$ gives the same $W_2^2$ from 500 particles as
         [`from_quantile`][meanfield.metrics.wasserstein.Law1d.from_quantile] of $\Phi^{-1}$ to ``1e-11``. Building took 0.4 s here. Mass outside
         ``[low, high]`` is left out: choose the interval to hold the law.

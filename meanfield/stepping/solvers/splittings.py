@@ -43,7 +43,7 @@ are ``sqrt(h/2)·ξ_±`` with ``ξ_± = (ξ_v ± ξ_x)/√2`` (independent ``N(0
 O over half a step uses ``ξ_+`` then ``ξ_−``; an O over a whole step is the two halves composed,
 ``v ← c·v + s_{1/2}·(c_{1/2}·ξ_+ + ξ_−)``, which is the exact OU step in law. ``BrownianIncrements.coarsen``
 sums the ``ξ_x`` slot too, so a coarsened path's midpoint is a fresh independent draw (the law of each run
-is exact either way; the strong order is measured in ``tests/test_kinetic.py``).
+is exact either way; the strong order is measured in ``tests/stepping/solvers/test_splittings.py``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,75 @@
+"""Tests of :mod:`meanfield.seeds`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from meanfield import BrownianIncrements, MeanFieldLangevin, simulate
+from meanfield.drift.potentials import (
+    Quadratic,
+)
+from meanfield.seeds import resolve_generator
+
+F64 = torch.float64
+
+
+B, M, D = 4, 30, 2
+
+
+A = torch.tensor([0.5, 1.0, 2.0, 3.5], dtype=F64)
+
+
+BETA = torch.tensor([0.05, 0.2, 0.5, 1.0], dtype=F64)
+
+
+def state(B=B, M=M, d=D, seed=0, dtype=F64):
+    return torch.randn(B, M, d, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def test_one_seed_resolver_for_int_numpy_integer_and_generator():
+    ref = torch.randn(5, generator=torch.Generator().manual_seed(7))
+    for given in (7, np.int64(7), np.uint32(7), torch.Generator().manual_seed(7)):
+        g, seed = resolve_generator(given)
+        assert torch.equal(torch.randn(5, generator=g), ref), given
+        assert seed == (None if isinstance(given, torch.Generator) else 7)
+    g, seed = resolve_generator(None)
+    assert isinstance(seed, int) and torch.equal(
+        torch.randn(3, generator=g), torch.randn(3, generator=torch.Generator().manual_seed(seed))
+    )
+    for bad in (True, np.bool_(True), 7.0, "7", np.float64(7.0)):
+        with pytest.raises(TypeError, match="must be a torch.Generator, an int seed"):
+            resolve_generator(bad)
+    with pytest.raises(ValueError, match=r"\[−2\^63, 2\^64\)"):
+        resolve_generator(2**64)
+    with pytest.raises(TypeError):
+        resolve_generator(None, allow_none=False)
+
+
+def test_every_entry_point_reads_a_seed_the_same_way():
+    """simulate, BrownianIncrements.sample, Law1d.sample and the sliced distance's seed: a numpy integer is the
+    int it holds (the same numbers); a float or a bool is refused (negative controls)."""
+    from meanfield.metrics.wasserstein import Normal, wasserstein
+
+    system = MeanFieldLangevin(Quadratic(A), beta=BETA)
+    runs = [
+        simulate(system, state(), t1=0.05, dt=0.01, generator=g).final
+        for g in (5, np.int64(5), torch.Generator().manual_seed(5))
+    ]
+    assert torch.equal(runs[0], runs[1]) and torch.equal(runs[0], runs[2])
+    paths = [
+        BrownianIncrements.sample(3, (2, 2), 0.1, generator=g).increments
+        for g in (9, np.uint16(9), torch.Generator().manual_seed(9))
+    ]
+    assert torch.equal(paths[0], paths[1]) and torch.equal(paths[0], paths[2])
+    assert torch.equal(Normal().sample(4, np.int32(2)), Normal().sample(4, 2))
+    x, y = state(B=1, d=3)[0], state(B=1, d=3, seed=1)[0]
+    sliced = [wasserstein(x, y, method="sliced", seed=s).cost for s in (3, np.int64(3))]
+    assert torch.equal(sliced[0], sliced[1])
+    assert not torch.equal(sliced[0], wasserstein(x, y, method="sliced", seed=4).cost)
+    for bad in (5.0, True):
+        with pytest.raises(TypeError, match="int seed"):
+            simulate(system, state(), t1=0.05, dt=0.01, generator=bad)
+        with pytest.raises(TypeError, match="int seed"):
+            BrownianIncrements.sample(3, (2, 2), 0.1, generator=bad)
