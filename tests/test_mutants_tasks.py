@@ -42,6 +42,7 @@ from meanfield.data import ImageDataset, teacher_student
 from meanfield.nn import FeatureParticles
 from meanfield.runs import RunInterrupted, sweeps
 from meanfield.studies import figures, plotting
+from meanfield.studies import summary as summary_module
 from meanfield.tasks.regression import (
     IMAGE_CLASSIFICATION,
     TEACHER_STUDENT,
@@ -723,7 +724,7 @@ def test_expand_names_and_log_scale_summary_against_hand_and_scipy():
     )
     assert second["mse:p"] == pytest.approx(st.ttest_rel(la, lb).pvalue, rel=1e-9)
     assert second["mse:p"] != pytest.approx(st.ttest_rel(arm, base).pvalue, rel=1e-3)  # control: not linear
-    text = sweeps._markdown([first, second], ["lr"], ["mse"], options)
+    text = summary_module._markdown([first, second], ["lr"], ["mse"], options)
     base_line, arm_line = text.splitlines()[2:4]
     assert "| baseline |" in base_line and "| baseline |" not in arm_line
 

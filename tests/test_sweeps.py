@@ -18,16 +18,16 @@ from meanfield.runs import RunResult
 from meanfield.runs.lock import FolderLock, FolderLocked
 from meanfield.runs.sweeps import (
     TableOptions,
-    _csv,
     _legacy_point_name,
-    _markdown,
     expand,
     parse_grid,
     point_name,
     summarize,
     sweep_runs,
 )
+from meanfield.studies.grid import csv_text as _csv
 from meanfield.studies.stats import detectable_difference, holm, paired_difference, pairs_needed, t_interval
+from meanfield.studies.summary import _markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 TEACHER = ROOT / "experiments" / "teacher_student" / "config.toml"

@@ -29,9 +29,7 @@ with ``window=(t_a, t_b)``, its mean over the saved times ``t_a ≤ t ≤ t_b`` 
 
 from __future__ import annotations
 
-import csv
 import inspect
-import io
 import itertools
 import json
 import math
@@ -53,8 +51,10 @@ from ..metrics.wasserstein import Law1d, resolve_method, wasserstein, wasserstei
 from ..progress import progress_bar
 from ..seeds import derive_seed, resolve_generator
 from ..stepping.simulate import Trajectory
+from .grid import csv_text, grid_points, seed_list
 from .plotting import figure, save
 from .stats import t_interval
+from .summary import SummaryTable, TableOptions, summarize
 
 __all__ = [
     "ESTIMATORS",
@@ -88,13 +88,6 @@ r"""Exponents $\alpha$ scanned by the power-law fit $Y_\infty + c\cdot M^{-\alph
 
 # --------------------------------------------------------------------------------------------------------
 # Tidy tables
-
-
-def _cell(value: object) -> object:
-    """A table cell: NumPy and one-element tensor values become Python numbers."""
-    if isinstance(value, (np.generic, np.ndarray, torch.Tensor)):
-        return value.item()
-    return value
 
 
 def _summary_rows(
@@ -179,17 +172,6 @@ def _plot_summary(
     return fig
 
 
-def _to_csv(rows: Sequence[Mapping], columns: Sequence[str], path: str | os.PathLike | None) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(columns), restval="", lineterminator="\n")
-    writer.writeheader()
-    writer.writerows({k: ("" if v is None else v) for k, v in row.items()} for row in rows)
-    text = buffer.getvalue()
-    if path is not None:
-        Path(path).write_text(text)
-    return text
-
-
 def _clean(v: object) -> object:
     return None if isinstance(v, float) and not math.isfinite(v) else v
 
@@ -243,7 +225,7 @@ class Table:
 
     def to_csv(self, path: str | os.PathLike | None = None) -> str:
         """The table as CSV (missing cells empty); written to ``path`` when given. Returns the text."""
-        return _to_csv(self.rows, self.columns, path)
+        return csv_text(self.rows, self.columns, path)
 
     def to_json(self, path: str | os.PathLike | None = None) -> str:
         """The table as JSON ``{"keys", "values", "replicate", "rows"}`` (non-finite floats become ``null``)."""
@@ -964,18 +946,6 @@ def _reference_values(
     )
 
 
-def _seed_list(seeds: object, name: str = "seeds") -> list[int]:
-    """A number of seeds ``n`` (``0, …, n − 1``) or the seeds themselves, as a non-empty list of ints."""
-    if isinstance(seeds, bool) or not isinstance(seeds, (int, Sequence)) or isinstance(seeds, (str, bytes)):
-        raise TypeError(
-            f"{name} must be an int (a number of seeds) or a sequence of ints, got {type(seeds).__name__}"
-        )
-    seeds = list(range(check_int(name, seeds))) if isinstance(seeds, int) else [_cell(s) for s in seeds]
-    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
-        raise ValueError(f"{name} must be a non-empty sequence of ints, got {seeds}")
-    return seeds
-
-
 def _sample_seeds(sample: Callable, seeds: object, reps: int) -> list[int] | None:
     """The replicates' seeds when ``sample`` takes ``seed`` (``None`` when it does not)."""
     try:
@@ -989,7 +959,7 @@ def _sample_seeds(sample: Callable, seeds: object, reps: int) -> list[int] | Non
                 "seeds), or leave seeds out"
             )
         return None
-    out = _seed_list(reps if seeds is None else seeds)
+    out = seed_list(reps if seeds is None else seeds)
     if len(out) != reps:
         raise ValueError(f"seeds must hold one seed per replicate (reps = {reps}), got {len(out)}")
     return out
@@ -1455,7 +1425,7 @@ class SweepResult:
         ``path`` when given. Returns the text."""
         if curves:
             return self.curves.to_csv(path)
-        return _to_csv(self.rows, self.columns, path)
+        return csv_text(self.rows, self.columns, path)
 
     def to_json(self, path: str | os.PathLike | None = None) -> str:
         """The tables as JSON ``{"params", "outputs", "rows", "series", "curve_rows", "batched"}`` (non-finite
@@ -1509,6 +1479,44 @@ class SweepResult:
         """
         return _summary_rows(self.rows, self.params, self.columns, x, y, hue, where, level)
 
+    def summarize(
+        self,
+        metrics: Sequence[str] | None = None,
+        baseline: Mapping[str, object] | None = None,
+        *,
+        options: TableOptions | None = None,
+    ) -> SummaryTable:
+        """The sweep's table of comparisons, the one ``meanfield sweep`` writes to ``summary.md``: per grid
+        point the mean of each metric with its t interval over the seeds that ran, and against ``baseline``
+        (values of some parameters, e.g. ``{"beta": 0.0}``) the paired difference seed by seed with its
+        interval, p-value, Holm's adjustment over the table and detectable difference
+        ([`summarize`][meanfield.studies.summary.summarize]).
+
+        Args:
+            metrics: the outputs to summarise (default: every numeric output).
+            baseline: the point every other is compared with; its parameters must be in the grid.
+            options: level, power, log-scale metrics, Holm's family, cost
+                ([`TableOptions`][meanfield.studies.summary.TableOptions]).
+
+        Raises:
+            KeyError: for a metric that is not an output.
+            ValueError: for a baseline parameter outside the grid.
+        """
+        metrics = [m for m in self.outputs if _is_metric(self.rows, m)] if metrics is None else list(metrics)
+        for m in metrics:
+            if m not in self.outputs:
+                raise KeyError(f"no output {m!r}; the outputs are {list(self.outputs)}")
+        if baseline is not None and (unknown := [k for k in baseline if k not in self.params]):
+            raise ValueError(f"baseline names {unknown}, which are not grid parameters {list(self.params)}")
+        return summarize(
+            self.rows,
+            self.params,
+            metrics,
+            baseline,
+            options=options,
+            finished=lambda r: r.get("error") is None,
+        )
+
     def plot(
         self,
         x: str,
@@ -1539,28 +1547,9 @@ class SweepResult:
         )  # fmt: skip
 
 
-def _grid_points(grid: Mapping[str, Sequence] | Sequence[Mapping]) -> tuple[list[dict], tuple[str, ...]]:
-    if isinstance(grid, Mapping):
-        for name, values in grid.items():
-            if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-                raise TypeError(f"grid[{name!r}] must be a sequence of values, got {type(values).__name__}")
-        names = tuple(grid)
-        points = [dict(zip(names, combo, strict=True)) for combo in itertools.product(*grid.values())]
-    elif isinstance(grid, Sequence) and all(isinstance(p, Mapping) for p in grid):
-        points = [dict(p) for p in grid]
-        names = tuple(dict.fromkeys(k for p in points for k in p))
-    else:
-        raise TypeError(
-            f"grid must be a mapping name -> values (a product grid) or a list of mappings (points), "
-            f"got {type(grid).__name__}"
-        )
-    if not points:
-        raise ValueError("grid must contain at least one point, got an empty grid")
-    for reserved in ("seed", "error", "t"):
-        if reserved in names:
-            raise ValueError(f"grid must not define {reserved!r} (a column of the table), got {list(names)}")
-    points = [{k: _cell(v) for k, v in p.items()} for p in points]
-    return points, names
+def _is_metric(rows: Sequence[Mapping], name: str) -> bool:
+    """Whether an output is a number in some successful row (a metric the table can average)."""
+    return any(_is_number(r.get(name)) for r in rows if r.get("error") is None)
 
 
 def _is_number(v: object) -> bool:
@@ -1682,112 +1671,173 @@ def sweep(
     """
     if not callable(run):
         raise TypeError(f"run must be callable, got {type(run).__name__}")
-    points, names = _grid_points(grid)
-    seeds = _seed_list(seeds)
+    points, names = grid_points(grid)
+    seeds = seed_list(seeds)
     window = _check_window(window)
-    if isinstance(batch, bool):
-        batched = tuple(n for n in names if all(_is_number(p.get(n)) for p in points)) if batch else ()
-    elif isinstance(batch, Sequence) and not isinstance(batch, (str, bytes)):
-        batched = tuple(batch)
-        unknown = [n for n in batched if n not in names]
-        if unknown:
-            raise ValueError(f"batch names parameters {unknown} that are not in the grid {list(names)}")
-        for n in batched:
-            if not all(_is_number(p.get(n)) for p in points):
-                raise TypeError(f"batched parameter {n!r} must take numbers only (a float per replica)")
-    else:
-        raise TypeError(f"batch must be a bool or a sequence of parameter names, got {type(batch).__name__}")
+    batched = _batched_names(batch, names, points)
     if not batch and (max_batch, memory_budget, replica_bytes, observables) != (None,) * 4:
         raise ValueError("max_batch, memory_budget, replica_bytes and observables apply with batch= only")
     if max_batch is not None:
         check_int("max_batch", max_batch)
     if (memory_budget is None) != (replica_bytes is None):
         raise ValueError("memory_budget and replica_bytes go together (bytes per call, bytes per replica)")
-
-    rows: list[dict] = []
-    curve_rows: list[dict] = []
-    outputs: dict[str, None] = {}
-    series: dict[str, None] = {}
     runs = list(itertools.product(points, seeds))
-    first_error: Exception | None = None  # the cause of the RuntimeError when every run fails
+    found = _Collected(len(runs))
     bar = progress_bar(progress, total=len(runs), desc="sweep")
     if not batch:
-        for point, seed in runs:
-            row = {**point, "seed": seed}
-            try:
-                _store(row, run(**point, seed=seed), rows, curve_rows, outputs, series, window)
-            except Exception as exc:  # noqa: BLE001 — a failed point is recorded and the sweep goes on
-                first_error = first_error or exc
-                rows.append({**row, "error": f"{type(exc).__name__}: {exc}"})
-            bar.update(1)
+        _run_each(run, runs, window, found, bar)
     else:
-        slots: list[dict | None] = [None] * len(runs)  # rows in grid × seed order
-        curve_slots: list[list[dict]] = [[] for _ in runs]
-        groups: dict[tuple, list[int]] = {}
-        for i, (point, _) in enumerate(runs):
-            fixed = tuple((n, repr(point.get(n))) for n in names if n not in batched)
-            groups.setdefault(fixed, []).append(i)
-        for members in groups.values():
-            point0 = runs[members[0]][0]
-            fixed = {n: point0[n] for n in names if n not in batched and n in point0}
-            size = len(members) if max_batch is None else max_batch
-            if memory_budget is not None:
-                per = replica_bytes(fixed) if callable(replica_bytes) else replica_bytes
-                size = min(size, max(1, int(memory_budget // max(int(per), 1))))
-            for chunk in _chunks(len(members), size):
+        sizes = _call_size(max_batch, memory_budget, replica_bytes)
+        for members, fixed in _batch_groups(runs, names, batched):
+            for chunk in _chunks(len(members), sizes(fixed, len(members))):
                 idx = [members[j] for j in chunk]
-                B = len(idx)
-                args = {
-                    n: torch.tensor([float(runs[i][0][n]) for i in idx], dtype=torch.float64) for n in batched
-                }
-                chunk_seeds = [runs[i][1] for i in idx]
-                try:
-                    out = run(**fixed, **args, seed=chunk_seeds)
-                    _, scalars, curves, times = _collect("run(...)", out, B, observables, window)
-                    for key in (*scalars, *curves):
-                        if key in names or key in ("seed", "error"):
-                            raise ValueError(
-                                f"run returned an output named {key!r}, which is a parameter or column name"
-                            )
-                    if not scalars and not curves:
-                        raise ValueError("run returned no observables (give observables= for states)")
-                    ts = times.tolist() if curves else []
-                    lists = {k: v.tolist() for k, v in scalars.items()}  # {name: (B,)}
-                    clists = {k: v.tolist() for k, v in curves.items()}  # {name: (B, T)}
-                    for b, i in enumerate(idx):
-                        point, seed = runs[i]
-                        row = {**point, "seed": seed}
-                        slots[i] = {**row, **{k: v[b] for k, v in lists.items()}, "error": None}
-                        curve_slots[i] = [
-                            {**row, "t": t, **{k: v[b][j] for k, v in clists.items()}}
-                            for j, t in enumerate(ts)
-                        ]
-                    outputs.update(dict.fromkeys(scalars))
-                    series.update(dict.fromkeys(curves))
-                except Exception as exc:  # noqa: BLE001 — a failed call is recorded and the sweep goes on
-                    first_error = first_error or exc
-                    for i in idx:
-                        point, seed = runs[i]
-                        slots[i] = {**point, "seed": seed, "error": f"{type(exc).__name__}: {exc}"}
-                bar.update(B)
-        rows = slots
-        curve_rows = [r for rs in curve_slots for r in rs]
+                _run_batch(run, runs, idx, fixed, batched, names, observables, window, found)
+                bar.update(len(idx))
     bar.close()
     result = SweepResult(
-        rows=rows,
+        rows=found.ordered_rows(),
         params=names,
-        outputs=tuple(outputs),
-        series=tuple(series),
-        curve_rows=curve_rows,
+        outputs=tuple(found.outputs),
+        series=tuple(found.series),
+        curve_rows=found.ordered_curves(),
         batched=batched,
     )
+    _check_failures(result, found.first_error)
+    return result
+
+
+def _batched_names(batch: object, names: tuple[str, ...], points: Sequence[Mapping]) -> tuple[str, ...]:
+    """The parameters that run on the replica axis: every numeric one for ``batch=True``, the named ones."""
+    if isinstance(batch, bool):
+        return tuple(n for n in names if all(_is_number(p.get(n)) for p in points)) if batch else ()
+    if not isinstance(batch, Sequence) or isinstance(batch, (str, bytes)):
+        raise TypeError(f"batch must be a bool or a sequence of parameter names, got {type(batch).__name__}")
+    batched = tuple(batch)
+    unknown = [n for n in batched if n not in names]
+    if unknown:
+        raise ValueError(f"batch names parameters {unknown} that are not in the grid {list(names)}")
+    for n in batched:
+        if not all(_is_number(p.get(n)) for p in points):
+            raise TypeError(f"batched parameter {n!r} must take numbers only (a float per replica)")
+    return batched
+
+
+class _Collected:
+    """What a sweep has gathered: a slot of rows and of curve rows per (point, seed) run, in grid × seed
+    order, the output and series names in order of first appearance, and the first error."""
+
+    def __init__(self, n: int) -> None:
+        self.rows: list[dict | None] = [None] * n
+        self.curves: list[list[dict]] = [[] for _ in range(n)]
+        self.outputs: dict[str, None] = {}
+        self.series: dict[str, None] = {}
+        self.first_error: Exception | None = None  # the cause of the RuntimeError when every run fails
+
+    def failed(self, i: int, row: dict, exc: Exception) -> None:
+        self.first_error = self.first_error or exc
+        self.rows[i] = {**row, "error": f"{type(exc).__name__}: {exc}"}
+
+    def ordered_rows(self) -> list[dict]:
+        return [r for r in self.rows if r is not None]
+
+    def ordered_curves(self) -> list[dict]:
+        return [r for rs in self.curves for r in rs]
+
+
+def _run_each(run: Callable, runs: Sequence[tuple[dict, int]], window, found: _Collected, bar) -> None:
+    """One call ``run(**point, seed=seed)`` per run; a run that raises is recorded and the sweep goes on."""
+    for i, (point, seed) in enumerate(runs):
+        row = {**point, "seed": seed}
+        rows: list[dict] = []
+        curve_rows: list[dict] = []
+        try:
+            _store(row, run(**point, seed=seed), rows, curve_rows, found.outputs, found.series, window)
+            found.rows[i], found.curves[i] = rows[0], curve_rows
+        except Exception as exc:  # noqa: BLE001 — a failed point is recorded and the sweep goes on
+            found.failed(i, row, exc)
+        bar.update(1)
+
+
+def _call_size(
+    max_batch: int | None, memory_budget: float | None, replica_bytes
+) -> Callable[[dict, int], int]:
+    """The replicas of one call, as a function of the call's fixed parameters and the group's size:
+    ``max_batch``, and ``memory_budget // replica_bytes`` (at least 1)."""
+
+    def size(fixed: dict, n: int) -> int:
+        out = n if max_batch is None else max_batch
+        if memory_budget is not None:
+            per = replica_bytes(fixed) if callable(replica_bytes) else replica_bytes
+            out = min(out, max(1, int(memory_budget // max(int(per), 1))))
+        return out
+
+    return size
+
+
+def _batch_groups(
+    runs: Sequence[tuple[dict, int]], names: Sequence[str], batched: Sequence[str]
+) -> list[tuple[list[int], dict]]:
+    """The runs whose unbatched parameters agree (indices into ``runs``), with those parameters' values."""
+    groups: dict[tuple, list[int]] = {}
+    for i, (point, _) in enumerate(runs):
+        groups.setdefault(tuple((n, repr(point.get(n))) for n in names if n not in batched), []).append(i)
+    out = []
+    for members in groups.values():
+        point0 = runs[members[0]][0]
+        out.append((members, {n: point0[n] for n in names if n not in batched and n in point0}))
+    return out
+
+
+def _run_batch(
+    run: Callable,
+    runs: Sequence[tuple[dict, int]],
+    idx: Sequence[int],
+    fixed: dict,
+    batched: Sequence[str],
+    names: Sequence[str],
+    observables,
+    window,
+    found: _Collected,
+) -> None:
+    """One batched call over the runs ``idx``: ``run(**fixed, **{name: (B,)}, seed=[…])``; a call that raises
+    fails every replica of it, and the sweep goes on."""
+    B = len(idx)
+    args = {n: torch.tensor([float(runs[i][0][n]) for i in idx], dtype=torch.float64) for n in batched}
+    try:
+        out = run(**fixed, **args, seed=[runs[i][1] for i in idx])
+        _, scalars, curves, times = _collect("run(...)", out, B, observables, window)
+        for key in (*scalars, *curves):
+            if key in names or key in ("seed", "error"):
+                raise ValueError(f"run returned an output named {key!r}, which is a parameter or column name")
+        if not scalars and not curves:
+            raise ValueError("run returned no observables (give observables= for states)")
+        ts = times.tolist() if curves else []
+        lists = {k: v.tolist() for k, v in scalars.items()}  # {name: (B,)}
+        clists = {k: v.tolist() for k, v in curves.items()}  # {name: (B, T)}
+        for b, i in enumerate(idx):
+            point, seed = runs[i]
+            row = {**point, "seed": seed}
+            found.rows[i] = {**row, **{k: v[b] for k, v in lists.items()}, "error": None}
+            found.curves[i] = [
+                {**row, "t": t, **{k: v[b][j] for k, v in clists.items()}} for j, t in enumerate(ts)
+            ]
+        found.outputs.update(dict.fromkeys(scalars))
+        found.series.update(dict.fromkeys(curves))
+    except Exception as exc:  # noqa: BLE001 — a failed call is recorded and the sweep goes on
+        for i in idx:
+            point, seed = runs[i]
+            found.failed(i, {**point, "seed": seed}, exc)
+
+
+def _check_failures(result: SweepResult, first_error: Exception | None) -> None:
+    """A warning that counts the failed runs; a ``RuntimeError`` (from the first error) when every run failed."""
     failed = result.failures
-    if len(failed) == len(rows):
+    if len(failed) == len(result.rows):
         raise RuntimeError(f"every run of the sweep failed; the first: {failed[0]['error']}") from first_error
     if failed:
         warnings.warn(
-            f"{len(failed)} of {len(rows)} runs failed (see SweepResult.failures); the first: {failed[0]['error']}",
+            f"{len(failed)} of {len(result.rows)} runs failed (see SweepResult.failures); the first: "
+            f"{failed[0]['error']}",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
-    return result
