@@ -649,12 +649,12 @@ def interval_cell(
     significant: int = 3,
 ) -> str:
     """``center (lo – hi)``: an estimate and its interval; the centre alone when the interval is not finite
-    (one value), ``—`` when the centre is not."""
+    (one value); a centre that is not finite reads ``—``."""
 
     def text(x: float) -> str:
         return number_text(x, digits, sign=sign, significant=significant)
 
-    if not (math.isfinite(lo) and math.isfinite(hi)) or not math.isfinite(center):
+    if not (math.isfinite(lo) and math.isfinite(hi)):
         return text(center)
     return f"{text(center)} ({text(lo)} – {text(hi)})"
 

@@ -101,7 +101,7 @@ def test_the_table_prints_itself():
 def test_the_cells_have_one_format():
     """interval ``c (lo – hi)``, paired ``+Δ (lo – hi), p = …``, Holm ``…, Holm …, δ80 …``, cost in hours."""
     assert interval_cell(1.0, 0.5, 1.5) == "1 (0.5 – 1.5)"
-    assert interval_cell(1.0, math.nan, math.nan) == "1" and interval_cell(math.nan, 0, 1) == "—"
+    assert interval_cell(1.0, math.nan, math.nan) == "1" and interval_cell(math.nan, 0, 1) == "— (0 – 1)"
     assert interval_cell(0.01234, -0.5, 1.0, 3, sign=True) == "+0.012 (-0.500 – +1.000)"
     assert mean_cell([1.0, 2.0, 3.0], 2) == "2.00 (-0.48 – 4.48)" and mean_cell([]) == "—"
     assert mean_cell([1.0, 100.0], log=True).startswith("10 (")
