@@ -193,13 +193,13 @@ def test_wasserstein_result_repr_gives_the_distance_and_method():
 
 def test_sweep_table_shows_the_summary_with_intervals(sweep_table):
     """A sweep folder's table: its folder, 12 runs (3 points × 4 seeds), 11 finished and 1 failed, and one line
-    per point with ``n`` and the metric's ``mean [lo, hi]`` (the point with the failure has n = 3)."""
+    per point with ``n`` and the metric's ``mean (lo – hi)`` (the point with the failure has n = 3)."""
     text = repr(sweep_table)
     assert text.startswith("SweepTable: runs/x, 12 runs (3 points × 4 seeds): 11 finished, 1 failed")
     last = sweep_table.summary[-1]
     assert last["n"] == 3
     assert (
-        f"{number(last['val_loss'])} [{number(last['val_loss:lo'])}, {number(last['val_loss:hi'])}]" in text
+        f"{number(last['val_loss'])} ({number(last['val_loss:lo'])} – {number(last['val_loss:hi'])})" in text
     )
     assert short(text, 400, 5) and well_formed(sweep_table._repr_html_())
 

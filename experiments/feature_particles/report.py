@@ -29,7 +29,14 @@ from pathlib import Path
 import numpy as np
 
 from meanfield.config import load_toml
-from meanfield.studies.stats import HolmFamily, PairedDifference, log_interval, paired_difference, t_interval
+from meanfield.studies.stats import (
+    HolmFamily,
+    holm_cell,
+    interval_cell,
+    mean_cell,
+    number_text,
+    paired_difference,
+)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -87,38 +94,12 @@ def load(folder: Path) -> dict[int, dict]:
     return out
 
 
-def fmt(x: float) -> str:
-    if not math.isfinite(x):
-        return "—"
-    if x == 0:
-        return "0"
-    return f"{x:.3g}" if 1e-3 <= abs(x) < 1e4 else f"{x:.2e}"
-
-
-def ci(values) -> str:
-    i = t_interval(values)
-    if not math.isfinite(i.lo):
-        return fmt(i.mean)
-    return f"{fmt(i.mean)} ({fmt(i.lo)} – {fmt(i.hi)})"
-
-
 def gci(values) -> str:
     """The geometric mean and its 95 % interval (t interval of the logs, mapped back) of positive values."""
     v = np.asarray(values, dtype=float)
     if v.size == 0 or not (np.isfinite(v).all() and (v > 0).all()):
         return "—"
-    i = log_interval(v)
-    if not math.isfinite(i.lo):
-        return fmt(i.center)
-    return f"{fmt(i.center)} ({fmt(i.lo)} – {fmt(i.hi)})"
-
-
-def paired_cell(d: PairedDifference, digits: int) -> str:
-    """``mean (lo – hi), p = …``, or inside a :func:`holm_table` a placeholder that becomes
-    ``mean (lo – hi), p = …, Holm …, δ80 …`` once the table's p-values are known."""
-    if (family := HolmFamily.active()) is not None:
-        return family.cell(d, digits)
-    return f"{d.mean:+.{digits}f} ({d.lo:+.{digits}f} – {d.hi:+.{digits}f}), p = {d.p_value:.1e}"
+    return mean_cell(v, log=True)
 
 
 LEGEND = (
@@ -136,16 +117,9 @@ LEGEND_MEANS = (
 )
 
 
-def _holm_cell(d: PairedDifference, q: float, digits: int) -> str:
-    return (
-        f"{d.mean:+.{digits}f} ({d.lo:+.{digits}f} – {d.hi:+.{digits}f}), p = {d.p_value:.1e}, "
-        f"Holm {q:.1e}, δ80 {d.detectable():.{digits}f}"
-    )
-
-
 # a table whose paired cells get Holm's adjustment over all of them, and its legend
 holm_table = HolmFamily.table(
-    _holm_cell, lambda text, k: text.rstrip("\n") + "\n\n" + LEGEND.format(k=k) + "\n"
+    holm_cell, lambda text, k: text.rstrip("\n") + "\n\n" + LEGEND.format(k=k) + "\n"
 )
 
 
@@ -220,7 +194,7 @@ def paired_log_mse(runs: dict, base: dict) -> str:
         np.log10([runs[s]["final"]["test_mse"] for s in common]),
         np.log10([base[s]["final"]["test_mse"] for s in common]),
     )
-    return paired_cell(d, 2)
+    return HolmFamily.paired(d, 2)
 
 
 @holm_table
@@ -261,10 +235,12 @@ def teacher_table(name: str, baselines: tuple[str, ...] = ("adam_mlp", "mf_beta0
         )
         early = [at_step(runs[s], "test_mse", first_eval) for s in seeds]
         ratio = [drift_to_noise(runs[s], 100) for s in seeds]
-        ratio_text = "∞ (no noise)" if all(r == math.inf for r in ratio) else fmt(float(np.mean(ratio)))
+        ratio_text = (
+            "∞ (no noise)" if all(r == math.inf for r in ratio) else number_text(float(np.mean(ratio)))
+        )
         lines.append(
-            f"| `{arm}`: {what} | {len(seeds)} | {ci(mse)} | {gci(mse)} | {diff} | {ci(early)} | {ci(get('aligned'))} | "
-            f"{ci(get('coverage'))} | {ci(get('modes'))} | {ci(get('collapse'))} | {ci(get('live'))} | "
+            f"| `{arm}`: {what} | {len(seeds)} | {mean_cell(mse)} | {gci(mse)} | {diff} | {mean_cell(early)} | {mean_cell(get('aligned'))} | "
+            f"{mean_cell(get('coverage'))} | {mean_cell(get('modes'))} | {mean_cell(get('collapse'))} | {mean_cell(get('live'))} | "
             f"{ratio_text} | {np.mean([runs[s]['wall'] for s in seeds]):.1f} |"
         )
     lines[0] = lines[0].replace("{first}", str(first_eval))
@@ -302,7 +278,7 @@ def pairs_table() -> str:
             np.log10([a[s]["final"]["test_mse"] for s in common]),
             np.log10([b[s]["final"]["test_mse"] for s in common]),
         )
-        lines.append(f"| {table} | `{arm}` | `{other}` | {len(common)} | {paired_cell(d, 2)} |")
+        lines.append(f"| {table} | `{arm}` | `{other}` | {len(common)} | {HolmFamily.paired(d, 2)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -326,9 +302,9 @@ def lambda_table() -> tuple[str, dict]:
     for (d, beta), finals in sorted(rows.items()):
         get = lambda k, finals=finals: [f[k] for f in finals]  # noqa: E731
         lines.append(
-            f"| {d} | {beta:g} | {beta * d / 4:.3g} | {len(finals)} | {ci(get('test_mse'))} | "
+            f"| {d} | {beta:g} | {beta * d / 4:.3g} | {len(finals)} | {mean_cell(get('test_mse'))} | "
             f"{gci(get('test_mse'))} | "
-            f"{ci(get('alignment_max'))} | {ci(get('aligned'))} | {ci(get('coverage'))} | {ci(get('modes'))} |"
+            f"{mean_cell(get('alignment_max'))} | {mean_cell(get('aligned'))} | {mean_cell(get('coverage'))} | {mean_cell(get('modes'))} |"
         )
         curves.setdefault(d, []).append(
             (beta, float(np.mean(get("coverage"))), float(np.mean(get("alignment_max"))), get("coverage"))
@@ -503,7 +479,7 @@ def _transition(data, key, k, theory, roots) -> tuple[str, dict]:
             get = lambda s, finals=finals: [f[s] for f in finals]  # noqa: E731
             lines.append(
                 f"| {g} | {beta:g} | {beta * d_fixed[g] / 4:.3g} | {len(finals)} | {gci(get('test_mse'))} | "
-                + " | ".join(ci(get(s)) for s in STATS)
+                + " | ".join(mean_cell(get(s)) for s in STATS)
                 + " |"
             )
     rng = np.random.default_rng(0)
@@ -536,10 +512,10 @@ def _transition(data, key, k, theory, roots) -> tuple[str, dict]:
             pred = ""
             if theory:
                 tv = theory.get(str(d_fixed[g]), {}).get(stat)
-                pred = f" {fmt(tv)} |" if tv is not None and stat != "coverage" else " — |"
+                pred = f" {number_text(tv)} |" if tv is not None and stat != "coverage" else " — |"
             lines.append(
-                f"| {stat} | {g} | {fmt(uni)} | {fmt(means[0])} | {fmt(c)} ({fmt(lo)} – {fmt(hi)}){missing} "
-                f"| {fmt(c * d_fixed[g] / 4)} |{pred}"
+                f"| {stat} | {g} | {number_text(uni)} | {number_text(means[0])} | {interval_cell(c, lo, hi)}{missing} "
+                f"| {number_text(c * d_fixed[g] / 4)} |{pred}"
             )
     if key == "data.d" and len(groups) >= 2:
         ds = sorted(groups)
@@ -668,7 +644,7 @@ def law_comparison_table(name: str, law, k: int, only=None) -> tuple[str, dict]:
             finals = list(groups[d][beta].values())
             cells_ = []
             for stat in INTENSIVE:
-                cells_ += [ci([f[stat] for f in finals]), fmt(law_at[stat][i])]
+                cells_ += [mean_cell([f[stat] for f in finals]), number_text(law_at[stat][i])]
             lines.append(
                 f"| {d} | {beta:g} | {beta * d / 4:.3g} | {len(finals)} | " + " | ".join(cells_) + " |"
             )
@@ -689,8 +665,8 @@ def law_comparison_table(name: str, law, k: int, only=None) -> tuple[str, dict]:
             out["cross"][(stat, d)] = (c_runs, boot, c_law)
             out["runs"][(stat, d)] = (betas, vals.mean(1).tolist())
             cross_lines.append(
-                f"| {stat} | {d} | {fmt(level)} | {fmt(c_runs)} ({fmt(lo)} – {fmt(hi)}) | {fmt(c_law)} "
-                f"| {fmt(c_runs / c_law)} |"
+                f"| {stat} | {d} | {number_text(level)} | {interval_cell(c_runs, lo, hi)} | {number_text(c_law)} "
+                f"| {number_text(c_runs / c_law)} |"
             )
     ds = sorted(groups)
     if len(ds) >= 3:
@@ -739,7 +715,7 @@ def rerun_agreement() -> str:
     return (
         f"Rerun check: {len(pairs)} runs of this table have the (d, β, seed) of a committed `lambda_constant` run; "
         "largest relative difference of their final values: "
-        + ", ".join(f"{m} {fmt(v)}" for m, v in worst.items())
+        + ", ".join(f"{m} {number_text(v)}" for m, v in worst.items())
         + "."
     )
 
@@ -775,8 +751,8 @@ def k1_long_table() -> str:
             if finals:
                 lines.append(
                     f"| {d} | {steps} | {len(finals)} | "
-                    + " | ".join(ci([f[s] for f in finals]) for s in INTENSIVE)
-                    + f" | {fmt(law['aligned'][0])}, {fmt(law['q'][0])}, {fmt(law['q_abs_a'][0])} |"
+                    + " | ".join(mean_cell([f[s] for f in finals]) for s in INTENSIVE)
+                    + f" | {number_text(law['aligned'][0])}, {number_text(law['q'][0])}, {number_text(law['q_abs_a'][0])} |"
                 )
     lines += [
         "",
@@ -806,7 +782,7 @@ def theory_table() -> tuple[str, dict]:
             b = ft.half_crossing(betas, cur[stat], uni[stat], cur[stat][-1])
             crossings[str(d)][stat] = b
             lines.append(
-                f"| {d} | {stat} | {fmt(uni[stat])} | {fmt(cur[stat][-1])} | {fmt(b)} | {fmt(b * d / 4)} |"
+                f"| {d} | {stat} | {number_text(uni[stat])} | {number_text(cur[stat][-1])} | {number_text(b)} | {number_text(b * d / 4)} |"
             )
     ds = [8, 16, 32]
     lines += ["", "| statistic | exponent of β_half ∝ d^p (mean field, d = 8, 16, 32) |", "|---|---|"]
@@ -834,8 +810,8 @@ def theory_table() -> tuple[str, dict]:
         slope = float(np.polyfit(1 - z.t[near], h[near], 1)[0])
         width = (d - 1) * b_c / (2 * ft.A_CLIP * slope)
         lines.append(
-            f"| {d} | {fmt(b_c)} | {fmt(float(h[np.argmax(z.t)]))} | {fmt(slope)} | {fmt(0.5 * ft.C_TEACHER / slope)} "
-            f"| {fmt(width)} | {fmt(crossings[str(d)]['q'] / b_c)} |"
+            f"| {d} | {number_text(b_c)} | {number_text(float(h[np.argmax(z.t)]))} | {number_text(slope)} | {number_text(0.5 * ft.C_TEACHER / slope)} "
+            f"| {number_text(width)} | {number_text(crossings[str(d)]['q'] / b_c)} |"
         )
     lines += [
         "",
@@ -873,8 +849,8 @@ def lambda_long_table() -> str:
             if finals:
                 get = lambda k, finals=finals: [f[k] for f in finals]  # noqa: E731
                 lines.append(
-                    f"| {beta:g} | {steps} | {len(finals)} | {ci(get('test_mse'))} | {gci(get('test_mse'))} | "
-                    f"{ci(get('alignment_max'))} | {ci(get('coverage'))} |"
+                    f"| {beta:g} | {steps} | {len(finals)} | {mean_cell(get('test_mse'))} | {gci(get('test_mse'))} | "
+                    f"{mean_cell(get('alignment_max'))} | {mean_cell(get('coverage'))} |"
                 )
     lines.append("")
     lines.append(
@@ -903,9 +879,9 @@ def anneal_table() -> str:
     for start, finals in sorted(rows.items()):
         get = lambda k, finals=finals: [f[k] for f in finals]  # noqa: E731
         lines.append(
-            f"| {start:g} | {len(finals)} | {ci(get('test_mse'))} | {gci(get('test_mse'))} | "
-            f"{ci(get('alignment_max'))} | "
-            f"{ci(get('aligned'))} | {ci(get('coverage'))} | {ci(get('modes'))} |"
+            f"| {start:g} | {len(finals)} | {mean_cell(get('test_mse'))} | {gci(get('test_mse'))} | "
+            f"{mean_cell(get('alignment_max'))} | "
+            f"{mean_cell(get('aligned'))} | {mean_cell(get('coverage'))} | {mean_cell(get('modes'))} |"
         )
     lines.append("")
     lines.append(f"Cost: {wall / 3600:.3f} CPU hours (Σ `wall_time_s`), {wall_clock([root])}.")
@@ -954,12 +930,12 @@ def image_table(
             d = paired_difference(
                 [runs[s]["final"]["accuracy"] for s in common], [base[s]["final"]["accuracy"] for s in common]
             )
-            diffs.append(paired_cell(d, 4))
+            diffs.append(HolmFamily.paired(d, 4))
         first_eval = min(r["step"] for r in runs[seeds[0]]["metrics"] if "accuracy" in r)
         early = [at_step(runs[s], "accuracy", first_eval) for s in seeds]
         lines.append(
-            f"| `{arm}` | {len(seeds)} | {ci(acc)} | {' | '.join(diffs)} | {ci(early)} | "
-            f"{ci([runs[s]['final']['test_loss'] for s in seeds])} | "
+            f"| `{arm}` | {len(seeds)} | {mean_cell(acc)} | {' | '.join(diffs)} | {mean_cell(early)} | "
+            f"{mean_cell([runs[s]['final']['test_loss'] for s in seeds])} | "
             f"{np.mean([runs[s]['wall'] for s in seeds]):.1f} |"
         )
     lines.append("")
@@ -990,7 +966,7 @@ def convergence_table(name: str = "convergence") -> tuple[str, dict]:
             s = b[q]
             slope = f"{s['slope']:.3f} ({s['slope_ci'][0]:.3f} – {s['slope_ci'][1]:.3f})"
             lines.append(
-                f"| {beta} | {fmt(b['L_ref'])} | {label} | {', '.join(fmt(m) for m in s['mean'])} | {slope} |"
+                f"| {beta} | {number_text(b['L_ref'])} | {label} | {', '.join(number_text(m) for m in s['mean'])} | {slope} |"
             )
     for beta, b in r["betas"].items():  # where a mean excess is ≤ 0, refit over the M before it
         mean = np.array(b["loss_excess"]["mean"])
@@ -999,8 +975,8 @@ def convergence_table(name: str = "convergence") -> tuple[str, dict]:
             if keep >= 3:
                 slope, lo, hi = bootstrap_slope(r["Ms"][:keep], b["loss_excess"]["values"][:keep])
                 lines.append(
-                    f"| {beta} | {fmt(b['L_ref'])} | E L_M − L_ref over M ≤ {r['Ms'][keep - 1]} "
-                    f"(M = {r['Ms'][keep]}: mean ≤ 0) | {', '.join(fmt(m) for m in mean[:keep])} | "
+                    f"| {beta} | {number_text(b['L_ref'])} | E L_M − L_ref over M ≤ {r['Ms'][keep - 1]} "
+                    f"(M = {r['Ms'][keep]}: mean ≤ 0) | {', '.join(number_text(m) for m in mean[:keep])} | "
                     f"{slope:.3f} ({lo:.3f} – {hi:.3f}) |"
                 )
     lines.append("")
@@ -1296,8 +1272,8 @@ def convergence_scan_tables() -> str:
             ref = a["reference"]
             excess.append(
                 f"| {d} | {float(beta):g} | "
-                + " | ".join(f"{fmt(m)} ± {fmt(1.96 * s)}" for m, s in zip(ex, se))
-                + f" | {fmt(ref['mean'])} ± {fmt(1.96 * ref['se'])} |"
+                + " | ".join(f"{number_text(m)} ± {number_text(1.96 * s)}" for m, s in zip(ex, se))
+                + f" | {number_text(ref['mean'])} ± {number_text(1.96 * ref['se'])} |"
             )
             est = a["estimators"]
             slopes.append(

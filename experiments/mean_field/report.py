@@ -22,7 +22,7 @@ from pathlib import Path
 
 from meanfield._io import write_text_atomic
 from meanfield.config import load_toml
-from meanfield.studies.stats import t_interval
+from meanfield.studies.stats import interval_cell, t_interval
 from meanfield.tasks.mean_field import stationary_variance
 
 HERE = Path(__file__).resolve().parent
@@ -56,7 +56,7 @@ def main() -> str:
         values = [r["variance"] for r in evaluations(folder) if r["step"] >= BURN_IN]
         ci = t_interval(values)
         lines.append(
-            f"| {name} | {M} | {ci.n} | {ci.mean:.6f} [{ci.lo:.6f}, {ci.hi:.6f}] | {exact:.6f} | "
+            f"| {name} | {M} | {ci.n} | {interval_cell(ci.mean, ci.lo, ci.hi, 6)} | {exact:.6f} | "
             f"{ci.mean / exact:.5f} | {summary['wall_time_s']:.1f} s |"
         )
         finals[name] = evaluations(folder)

@@ -8,7 +8,7 @@ Every number comes from ``results/<sweep>/<point>/summary.json`` (final metrics)
 first third of training). A run's values (β, heads, seed) come from its resolved ``config.toml``, never from
 its folder name. Paired comparisons pair runs by seed (same data, initialisation and batch order).
 
-Statistics (``meanfield.studies.stats``): ``a ± h`` is a mean over seeds with ``h`` the half-width of its 95 %
+Statistics (``meanfield.studies.stats``, its cells): ``a (lo – hi)`` is a mean over seeds with its 95 %
 Student-t interval (df = n − 1). A paired cell is the mean paired difference, its 95 % t interval
 (df = pairs − 1), the two-sided paired t-test's p, that p adjusted by Holm's step-down procedure over the
 paired comparisons of the same table (:func:`meanfield.studies.stats.holm`), and ``δ80``, the smallest difference
@@ -31,6 +31,10 @@ from meanfield.studies.stats import (
     HolmFamily,
     PairedDifference,
     holm,
+    holm_cell,
+    interval_cell,
+    mean_cell,
+    p_text,
     paired_difference,
     pairs_needed,
     t_interval,
@@ -93,35 +97,33 @@ def values(runs: dict[int, dict], key: str) -> tuple[list[int], np.ndarray]:
 
 
 def ci(runs: dict[int, dict], key: str, digits: int = 3, scale: float = 1.0) -> str:
-    """``mean ± half-width`` (95 % t interval over seeds)."""
+    """``mean (lo – hi)``: the 95 % t interval over seeds (:func:`meanfield.studies.stats.mean_cell`)."""
     _, v = values(runs, key)
     if v.size == 0:
         return "—"
-    return t_interval(v * scale).text(digits) + (" (n=1)" if v.size == 1 else "")
+    return mean_cell(v * scale, digits) + (" (n=1)" if v.size == 1 else "")
 
 
 def paired(
     a: dict[int, dict], b: dict[int, dict], key: str, digits: int = 3, key_b: str | None = None
 ) -> str:
-    """``a[key] − b[key_b or key]`` paired by seed: ``mean [lo, hi], p``; inside a :func:`holm_table`, a
-    placeholder that becomes ``mean [lo, hi], p=… (Holm …), δ80=…`` once the table's p-values are known."""
+    """``a[key] − b[key_b or key]`` paired by seed: ``+Δ (lo – hi), p = …``; inside a :func:`holm_table`, a
+    placeholder that becomes ``+Δ (lo – hi), p = …, Holm …, δ80 …`` once the table's p-values are known."""
     seeds = sorted(set(a) & set(b))
     if len(seeds) < 2:
         return "—"
     x = [a[s]["final"][key] for s in seeds]
     y = [b[s]["final"][key_b or key] for s in seeds]
     d = paired_difference(x, y)
-    if (family := HolmFamily.active()) is not None:
-        return family.cell(d, digits)
-    return f"{d.mean:+.{digits}f} [{d.lo:+.{digits}f}, {d.hi:+.{digits}f}], p={d.p_value:.2g}"
+    return HolmFamily.paired(d, digits)
 
 
 def legend(comparisons: int | None) -> str:
-    """The line under a table that says what its ``±`` and paired cells are."""
-    text = "± after a mean: half-width of its 95 % Student-t interval over the seeds (df = n − 1)."
+    """The line under a table that says what its intervals and paired cells are."""
+    text = "(lo – hi) after a mean: its 95 % Student-t interval over the seeds (df = n − 1)."
     if comparisons:
         text += (
-            " Paired cells: mean difference [95 % t interval, df = pairs − 1], p of the two-sided paired t-test, "
+            " Paired cells: mean difference (95 % t interval, df = pairs − 1), p of the two-sided paired t-test, "
             f"Holm: that p adjusted over the {comparisons} paired comparisons of this table, δ80: the smallest "
             "|Δ| this test with these pairs detects with 80 % power at α = 0.05 if the paired sd is the observed "
             "one (noncentral t)."
@@ -129,15 +131,8 @@ def legend(comparisons: int | None) -> str:
     return f"\n\n*{text}*"
 
 
-def _holm_cell(d: PairedDifference, q: float, digits: int) -> str:
-    return (
-        f"{d.mean:+.{digits}f} [{d.lo:+.{digits}f}, {d.hi:+.{digits}f}], p={d.p_value:.2g} "
-        f"(Holm {q:.2g}), δ80={d.detectable():.{digits}f}"
-    )
-
-
 # a table whose paired cells get Holm's adjustment over all of them, and its legend
-holm_table = HolmFamily.table(_holm_cell, lambda text, k: text + legend(k))
+holm_table = HolmFamily.table(holm_cell, lambda text, k: text + legend(k))
 
 
 def cpu_hours(*groups: dict[int, dict]) -> float:
@@ -367,7 +362,7 @@ def power_table(arms: list[tuple[str, dict[int, dict]]], delta: float = 0.01) ->
     pooled = [f for f in found if f[1] == "β = 1e-3 vs β = 0 (M = 8)"]
     adjusted = holm([paired_difference(d, np.zeros_like(d)).p_value for _, _, d in found])
     lines = [
-        f"| setting | comparison | pairs | Δ val loss ± 95 % CI half-width (nats) | pairs with Δ < 0 | paired sd "
+        f"| setting | comparison | pairs | Δ val loss (95 % CI, nats) | pairs with Δ < 0 | paired sd "
         f"| p (paired t) | p (Holm, {len(found)} rows) | δ80: detectable at 80 % power | seeds for "
         f"{delta:g} nats at 80 % power |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -376,10 +371,11 @@ def power_table(arms: list[tuple[str, dict[int, dict]]], delta: float = 0.01) ->
     def row(setting: str, what: str, diffs: np.ndarray, q: float | None) -> str:
         d = paired_difference(diffs, np.zeros_like(diffs))
         need = pairs_needed(delta, d.sd)
-        holm_text = f"{q:.2g}" if q is not None else "— (not in the family)"
+        holm_text = p_text(q) if q is not None else "— (not in the family)"
         return (
-            f"| {setting} | {what} | {d.n} | {d.mean:+.4f} ± {d.half_width:.4f} | {int((diffs < 0).sum())} of "
-            f"{d.n} | {d.sd:.4f} | {d.p_value:.2g} | {holm_text} | {d.detectable():.3f} | {need} |"
+            f"| {setting} | {what} | {d.n} | {interval_cell(d.mean, d.lo, d.hi, 4, sign=True)} | "
+            f"{int((diffs < 0).sum())} of {d.n} | {d.sd:.4f} | {p_text(d.p_value)} | {holm_text} | "
+            f"{d.detectable():.3f} | {need} |"
         )
 
     for (setting, what, diffs), q in zip(found, adjusted):
@@ -389,7 +385,7 @@ def power_table(arms: list[tuple[str, dict[int, dict]]], delta: float = 0.01) ->
         names = " + ".join(s for s, _, _ in pooled)
         lines.append(row(f"pooled post hoc: {names}", "β = 1e-3 vs β = 0 (M = 8), exploratory", diffs, None))
     lines.append(
-        "\n*Validation loss at the last step (WikiText-2: test loss, nats/word). ± : half-width of the 95 % "
+        "\n*Validation loss at the last step (WikiText-2: test loss, nats/word). In parentheses: the 95 % "
         "Student-t interval of the mean paired difference (df = pairs − 1). p (Holm): Holm's step-down "
         f"adjustment over the {len(found)} comparisons above the pooled row. δ80: the smallest |Δ| that a "
         "two-sided paired t-test at α = 0.05 with these pairs detects with 80 % power if the paired sd is the "
@@ -607,8 +603,8 @@ def main() -> None:
     stab, rise, rise_holm = stability(arms)
     parts = [
         "<!-- generated by experiments/particle_attention/report.py; do not edit -->",
-        "In every table, `a ± h` is a mean over the seeds and `h` the half-width of its 95 % Student-t interval "
-        "(df = n − 1). A paired cell `Δ [lo, hi], p=… (Holm …), δ80=…` is the mean paired difference over the "
+        "In every table, `a (lo – hi)` is a mean over the seeds and its 95 % Student-t interval "
+        "(df = n − 1). A paired cell `Δ (lo – hi), p = …, Holm …, δ80 …` is the mean paired difference over the "
         "seeds both arms ran, its 95 % t interval (df = pairs − 1), the two-sided paired t-test's p, that p "
         "adjusted by Holm's step-down procedure over the paired cells of the same table, and the smallest "
         "difference the same test with the same pairs detects with 80 % power at α = 0.05 if the paired sd is "

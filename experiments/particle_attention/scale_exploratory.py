@@ -53,7 +53,7 @@ from scipy import stats as _scipy
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale_report as _primary  # noqa: E402  (the sibling script: load, paired, _spread, cost, load_draws)
 
-from meanfield.studies.stats import holm, interval_text, t_interval  # noqa: E402
+from meanfield.studies.stats import holm, interval_cell, mean_cell, p_text, t_interval  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SCALE = HERE / "results" / "scale"
@@ -170,7 +170,7 @@ def early_tests(early: dict[str, dict[int, dict]]) -> list[dict]:
 def markdown_early(early: dict[str, dict[int, dict]], table: list[dict]) -> str:
     """The early-phase table: per arm, then the three tests against MHA-8."""
     lines = [
-        f"**Why P3–P5 are wide: the early phase** (β = 0, width d/M; mean ± 95 % CI half-width over the seeds; "
+        f"**Why P3–P5 are wide: the early phase** (β = 0, width d/M; mean (95 % CI) over the seeds; "
         f"steps to ≤ {THRESHOLD:g}: the first logged step whose training loss is at most {THRESHOLD:g} nats).",
         "",
         "| arm | seeds | final val loss | its sd over seeds | first logged training loss (step) | steps to ≤ "
@@ -185,14 +185,14 @@ def markdown_early(early: dict[str, dict[int, dict]], table: list[dict]) -> str:
         sd = statistics.stdev(val) if len(val) > 1 else math.nan
         first = [v["loss_first"] for v in by.values()]
         step = next(iter(by.values()))["step_first"]
-        lines.append(f"| `{arm}` | {len(by)} | {interval_text(val, 4)} | {sd:.4f} | {interval_text(first, 3)} ({step}) | "
-                     f"{interval_text([v['steps_to'] for v in by.values()], 0)} |")  # fmt: skip
+        lines.append(f"| `{arm}` | {len(by)} | {mean_cell(val, 4)} | {sd:.4f} | {mean_cell(first, 3)} ({step}) | "
+                     f"{mean_cell([v['steps_to'] for v in by.values()], 0)} |")  # fmt: skip
     lines += [
         "",
         "Against MHA-8 (Holm over the three arms of each column):",
         "",
-        "| arm − `mha8` | spread of val loss: Brown–Forsythe p (Holm) | Δ first logged training loss ± 95 % CI "
-        f"half-width | paired p (Holm) | Δ steps to ≤ {THRESHOLD:g} ± 95 % CI half-width | paired p (Holm) "
+        "| arm − `mha8` | spread of val loss: Brown–Forsythe p (Holm) | Δ first logged training loss (95 % CI) "
+        f"| paired p (Holm) | Δ steps to ≤ {THRESHOLD:g} (95 % CI) | paired p (Holm) "
         "| r(Δ steps, Δ val loss) over seeds | p (Holm) | Spearman ρ | p (Holm) | leave one seed out: mean Δ val loss "
         "| leave one seed out: r |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -200,21 +200,21 @@ def markdown_early(early: dict[str, dict[int, dict]], table: list[dict]) -> str:
     for r in table:
         d, f = r["steps"], r["first"]
         steps = "— | —" if d is None or not _primary._spread(d) else (
-            f"{d.mean:+.0f} ± {d.half_width:.0f} | {d.p_value:.2g} ({r['steps_p_holm']:.2g})")  # fmt: skip
+            f"{interval_cell(d.mean, d.lo, d.hi, 0, sign=True)} | {p_text(d.p_value)} ({p_text(r['steps_p_holm'])})")  # fmt: skip
         first = "— | —" if f is None or not _primary._spread(f) else (
-            f"{f.mean:+.3f} ± {f.half_width:.3f} | {f.p_value:.2g} ({r['first_p_holm']:.2g})")  # fmt: skip
+            f"{interval_cell(f.mean, f.lo, f.hi, 3, sign=True)} | {p_text(f.p_value)} ({p_text(r['first_p_holm'])})")  # fmt: skip
         corr = (
-            "— | —" if not math.isfinite(r["r"]) else f"{r['r']:+.2f} | {r['r_p']:.2g} ({r['r_p_holm']:.2g})"
+            "— | —" if not math.isfinite(r["r"]) else f"{r['r']:+.2f} | {p_text(r['r_p'])} ({p_text(r['r_p_holm'])})"
         )
         rank = (
             "— | —"
             if not math.isfinite(r["rho"])
-            else f"{r['rho']:+.2f} | {r['rho_p']:.2g} ({r['rho_p_holm']:.2g})"
+            else f"{r['rho']:+.2f} | {p_text(r['rho_p'])} ({p_text(r['rho_p_holm'])})"
         )
         (m0, m1), (r0, r1) = r["loo_mean"], r["loo_r"]
         loo = f"{m0:+.4f} … {m1:+.4f} | {r0:+.2f} … {r1:+.2f}" if math.isfinite(m0) else "— | —"
         lines.append(
-            f"| `{r['arm']}` | {r['spread_p']:.2g} ({r['spread_p_holm']:.2g}) | {first} | {steps} | {corr} | {rank} "
+            f"| `{r['arm']}` | {p_text(r['spread_p'])} ({p_text(r['spread_p_holm'])}) | {first} | {steps} | {corr} | {rank} "
             f"| {loo} |"
         )
     return "\n".join(lines) + "\n"
@@ -269,7 +269,7 @@ def rows(runs: dict[str, dict[int, dict]]) -> list[dict]:
 
 def markdown(runs: dict[str, dict[int, dict]], table: list[dict], failed: dict[str, list[str]]) -> str:
     lines = [
-        "**Exploratory** (not in the P1–P6 family). The β curve at M = 8: per-arm mean ± 95 % CI half-width over "
+        "**Exploratory** (not in the P1–P6 family). The β curve at M = 8: per-arm mean (95 % CI) over "
         "each arm's own finished seeds (a cell's seed count in parentheses where it has fewer).",
         "",
         "| arm | β | seeds | val loss | loss roughness | head sim | grad var (attn) | drop-half, 1 draw "
@@ -282,7 +282,7 @@ def markdown(runs: dict[str, dict[int, dict]], table: list[dict], failed: dict[s
         for m in CURVE_METRICS:
             scale, digits, unit = (1e8, 2, " ×1e-8") if m == "grad_var_attn" else (1.0, 3, "")
             values = [v[m] * scale for v in by if m in v]
-            cells.append(interval_text(values, digits) + (unit if values else "") + (
+            cells.append(mean_cell(values, digits) + (unit if values else "") + (
                 f" ({len(values)})" if values and len(values) < len(by) else ""))  # fmt: skip
         seeds = ", ".join(map(str, sorted(runs.get(arm, {})))) or "none"
         lines.append(f"| `{arm}` | {beta:g} | {seeds} | " + " | ".join(cells) + " |")
@@ -291,7 +291,7 @@ def markdown(runs: dict[str, dict[int, dict]], table: list[dict], failed: dict[s
         "Paired differences (first − second) over the seeds both finished; Holm over all the planned rows of each "
         "metric (a row not testable yet counts as p = 1):",
         "",
-        "| comparison | metric | pairs | Δ ± 95 % CI half-width | p (paired t) | p (Holm, metric) | δ80 |",
+        "| comparison | metric | pairs | Δ (95 % CI) | p (paired t) | p (Holm, metric) | δ80 |",
         "|---|---|---|---|---|---|---|",
     ]
     waiting = [f"{r['what']} ({r['metric']}, {len(r['seeds'])} pair{'s' if len(r['seeds']) != 1 else ''})"
@@ -305,8 +305,9 @@ def markdown(runs: dict[str, dict[int, dict]], table: list[dict], failed: dict[s
             lines.append(f"| {r['what']} | {r['metric']} | {n} | — | — | — | — |")
             continue
         lines.append(
-            f"| {r['what']} | {r['metric']} | {n} | {d.mean * scale:+.4f} ± {d.half_width * scale:.4f}{unit} | "
-            f"{d.p_value:.2g} | {r['holm']:.2g} | {d.detectable() * scale:.4f}{unit} |"
+            f"| {r['what']} | {r['metric']} | {n} | "
+            f"{interval_cell(d.mean * scale, d.lo * scale, d.hi * scale, 4, sign=True)}{unit} | "
+            f"{p_text(d.p_value)} | {p_text(r['holm'])} | {d.detectable() * scale:.4f}{unit} |"
         )
     if waiting:
         lines += ["", "Fewer than 2 pairs yet (not shown): " + "; ".join(waiting) + "."]

@@ -14,7 +14,7 @@ verdict table, one row per seed claim, from the committed run folders as they st
 - **P3′–P5′**: ``scale_lr.py`` (the lr choice and the comparison at each arm's lr).
 - **The verdict table**: every seed claim's rows (P1–P6 from ``scale_report.py``'s family; H1–H3; P6′; the
   exploratory metrics of the primary sweep against ``p8``, with Holm per metric over the sweep table's five
-  rows, as ``results/scale/primary/summary.md``), each with Δ [95 % CI], δ80, n, Holm p and a verdict in the
+  rows, as ``results/scale/primary/summary.md``), each with Δ (95 % CI), δ80, n, Holm p and a verdict in the
   words the seeds can carry: "k of 8 pairs landed: no verdict yet"; "established" (Holm p < 0.05); "seen
   (raw p < 0.05), not established after Holm"; otherwise "no difference as large as δ80 (n pairs)".
 """
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale_lr as _lr  # noqa: E402
 import scale_report as _primary  # noqa: E402  (load, paired, tests, load_draws)
 
-from meanfield.studies.stats import holm  # noqa: E402
+from meanfield.studies.stats import holm, interval_cell, p_text  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SCALE = HERE / "results" / "scale"
@@ -50,7 +50,7 @@ def verdict(d, holm_p: float, n: int, planned: int = N_PLANNED, unit: str = "nat
     if holm_p < 0.05:
         return f"established: {sign} (Holm p < 0.05, {n} pairs)"
     if d.p_value < 0.05:
-        return f"seen ({sign}, raw p = {d.p_value:.2g}), not established after Holm ({n} pairs)"
+        return f"seen ({sign}, raw p = {p_text(d.p_value)}), not established after Holm ({n} pairs)"
     return f"no difference as large as δ80 = {d.detectable():.3g}{' ' + unit if unit else ''} ({n} pairs)"
 
 
@@ -96,7 +96,7 @@ def _row(cells: list[str]) -> str:
 
 
 def _ci(d) -> str:
-    return f"{d.mean:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]" if d is not None else "—"
+    return interval_cell(d.mean, d.lo, d.hi, 4, sign=True) if d is not None else "—"
 
 
 def _d80(d) -> str:
@@ -150,22 +150,22 @@ def markdown(scale: Path) -> str:
     lines = [
         "**H1–H3: the hot end** (final validation loss minus β = 0's, M = 8; seeds 0–7 planned; Holm over the three)",
         "",
-        "| id | β | pairs landed (seeds) | Δ [95 % CI] | p (paired t) | Holm p (3) | δ80 | verdict |",
+        "| id | β | pairs landed (seeds) | Δ (95 % CI) | p (paired t) | Holm p (3) | δ80 | verdict |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in hot:
         d = r["d"]
         lines.append(_row([r["id"], r["what"], f"{len(r['seeds'])} of 8 ({', '.join(map(str, r['seeds']))})", _ci(d),
-                           f"{d.p_value:.2g}" if d else "—", f"{r['holm']:.2g}", _d80(d),
+                           p_text(d.p_value) if d else "—", p_text(r["holm"]), _d80(d),
                            verdict(d, r["holm"], len(r["seeds"]))]))  # fmt: skip
     lines += [
         "",
         "**P6′: the drop-half gap over 32 draws** (β = 1e-3 − β = 0, M = 8; seeds 0–7 planned; one test)",
         "",
-        "| pairs landed (seeds) | Δ [95 % CI] | p (paired t) | δ80 | verdict |",
+        "| pairs landed (seeds) | Δ (95 % CI) | p (paired t) | δ80 | verdict |",
         "|---|---|---|---|---|",
         _row([f"{len(p6_seeds)} of 8 ({', '.join(map(str, p6_seeds))})", _ci(p6),
-              f"{p6.p_value:.2g}" if p6 else "—", _d80(p6), verdict(p6, p6.p_value if p6 else 1.0, len(p6_seeds))]),
+              p_text(p6.p_value) if p6 else "—", _d80(p6), verdict(p6, p6.p_value if p6 else 1.0, len(p6_seeds))]),
     ]  # fmt: skip
     if repro:
         lines += ["", "Reruns of seeds 0–1 (`results/scale/p6/`) against the committed runs:", "", *repro]
@@ -179,7 +179,7 @@ def markdown(scale: Path) -> str:
         "**Verdicts, one row per seed claim** (6 × 256, tiny-shakespeare characters, final step; Δ first arm − "
         "second; nats unless said)",
         "",
-        "| seed claim | comparison | n | Δ [95 % CI] | δ80 | Holm p (family) | verdict |",
+        "| seed claim | comparison | n | Δ (95 % CI) | δ80 | Holm p (family) | verdict |",
         "|---|---|---|---|---|---|---|",
     ]
     for pid, claim in (("P1", "(b) the noise lowers the loss"), ("P2", "(b) annealed noise lowers the loss"),
@@ -187,25 +187,25 @@ def markdown(scale: Path) -> str:
                        ("P5", "(b) particles beat MHA-8, lr 1e-3"), ("P6", "(e) noise makes half droppable")):  # fmt: skip
         r = family[pid]
         lines.append(_row([claim, f"{pid}: {r['what']}", str(r["n"]), _ci(r["d"]), _d80(r["d"]),
-                           f"{r['holm']:.2g} (P1–P6)", verdict(r["d"], r["holm"], r["n"])]))  # fmt: skip
+                           f"{p_text(r['holm'])} (P1–P6)", verdict(r["d"], r["holm"], r["n"])]))  # fmt: skip
     lines.append(_row(["(e) noise makes half droppable", "P6′: the same, mean of 32 draws", str(len(p6_seeds)),
-                       _ci(p6), _d80(p6), f"{p6.p_value:.2g} (one test)" if p6 else "—",
+                       _ci(p6), _d80(p6), f"{p_text(p6.p_value)} (one test)" if p6 else "—",
                        verdict(p6, p6.p_value if p6 else 1.0, len(p6_seeds))]))  # fmt: skip
     lr_rows = _lr.comparisons(_lr.final_losses(chosen, scale / "lr_fair", scale / "primary"))
     for i, r in enumerate(lr_rows):
         n = len(r["seeds"])
         lines.append(_row(["(b) particles beat MHA-8, lr per arm", f"P{3 + i}′: {r['arm']} − mha8 at their lrs",
-                           str(n), _ci(r["d"]), _d80(r["d"]), f"{r['holm']:.2g} (P3′–P5′)",
+                           str(n), _ci(r["d"]), _d80(r["d"]), f"{p_text(r['holm'])} (P3′–P5′)",
                            verdict(r["d"], r["holm"], n) if chosen.get(r["arm"]) and chosen.get("mha8")
                            else "lr not chosen yet: no verdict"]))  # fmt: skip
     for r in hot:
         n = len(r["seeds"])
         lines.append(_row(["(f) too much diffusion raises the loss", f"{r['id']}: {r['what']} − β = 0", str(n),
-                           _ci(r["d"]), _d80(r["d"]), f"{r['holm']:.2g} (H1–H3)", verdict(r["d"], r["holm"], n)]))  # fmt: skip
+                           _ci(r["d"]), _d80(r["d"]), f"{p_text(r['holm'])} (H1–H3)", verdict(r["d"], r["holm"], n)]))  # fmt: skip
     for r in exploratory_rows(primary):
         d = r["d"]
         lines.append(_row([r["claim"] + " (exploratory)", f"`{r['metric']}`, β = 1e-3 − β = 0", str(d.n), _ci(d),
-                           _d80(d), f"{r['holm']:.2g} (sweep table, per metric)",
+                           _d80(d), f"{p_text(r['holm'])} (sweep table, per metric)",
                            "exploratory: " + verdict(d, r["holm"], d.n, unit=r["unit"])]))  # fmt: skip
     lines.append(VERDICTS_END)
     return "\n".join(lines) + "\n\n" + cost_line(scale)

@@ -31,7 +31,7 @@ from pathlib import Path
 from scipy import stats as _scipy
 
 from meanfield import config as _config
-from meanfield.studies.stats import holm, paired_difference
+from meanfield.studies.stats import holm, interval_cell, p_text, paired_difference
 
 HERE = Path(__file__).resolve().parent
 SCALE = HERE / "results" / "scale"
@@ -144,7 +144,7 @@ def markdown(table: dict[str, dict[str, list[float]]], chosen: dict[str, str], r
         "",
         "**P3–P5 at each arm's lr** (final validation loss, seeds 0–7, pM − mha8; Holm over the three rows)",
         "",
-        "| row | lrs | n | Δ [95 % CI] | paired t p | Holm p | δ80 | Wilcoxon p | Δ without the most extreme pair |",
+        "| row | lrs | n | Δ (95 % CI) | paired t p | Holm p | δ80 | Wilcoxon p | Δ without the most extreme pair |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for i, r in enumerate(rows):
@@ -155,8 +155,8 @@ def markdown(table: dict[str, dict[str, list[float]]], chosen: dict[str, str], r
             continue
         seed, rest = r["without"]
         lines.append(
-            f"| P{3 + i}′ {r['arm']} − mha8 | {lrs} | {d.n} | {d.mean:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}] | "
-            f"{d.p_value:.3g} | {r['holm']:.3g} | {d.detectable():.3f} | {r['wilcoxon']:.3g} | "
+            f"| P{3 + i}′ {r['arm']} − mha8 | {lrs} | {d.n} | {interval_cell(d.mean, d.lo, d.hi, 4, sign=True)} | "
+            f"{p_text(d.p_value)} | {p_text(r['holm'])} | {d.detectable():.3f} | {p_text(r['wilcoxon'])} | "
             f"{rest:+.4f} (seed {seed} left out) |"
         )
     return "\n".join(lines) + "\n"

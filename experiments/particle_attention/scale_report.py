@@ -54,6 +54,8 @@ from meanfield.studies.stats import (
     PairedDifference,
     detectable_difference,
     holm,
+    interval_cell,
+    p_text,
     paired_difference,
     paired_t_power,
     pairs_needed,
@@ -221,8 +223,8 @@ def markdown_exploratory(rows: list[dict], draws: dict[str, dict[int, dict]], sh
         return ""
     lines = ["", "Exploratory (not in the Holm family; raw p):", ""]
     if shown:
-        lines += ["| id | comparison | pairs (seeds) | Δ ± 95 % CI half-width | 95 % CI | p (paired t) | δ80 |",
-                  "|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += ["| id | comparison | pairs (seeds) | Δ (95 % CI) | p (paired t) | δ80 |",
+                  "|---|---|---|---|---|---|"]  # fmt: skip
     else:
         lines += [
             "| id | comparison | pairs (seeds) | paired sd | δ80 at these pairs |",
@@ -231,9 +233,9 @@ def markdown_exploratory(rows: list[dict], draws: dict[str, dict[int, dict]], sh
     for r in rows:
         d, seeds = r["d"], f"{r['n']} ({', '.join(map(str, r['seeds']))})" if r["seeds"] else "0"
         if d is None or not _spread(d):
-            lines.append(f"| {r['id']} | {r['what']} | {seeds} | — | — |" + (" — | — |" if shown else ""))
+            lines.append(f"| {r['id']} | {r['what']} | {seeds} | — | — |" + (" — |" if shown else ""))
         elif shown:
-            lines.append(f"| {r['id']} | {r['what']} | {seeds} | {_cells(d)} | {d.p_value:.2g} | {d.detectable():.4f} |")
+            lines.append(f"| {r['id']} | {r['what']} | {seeds} | {_cells(d)} | {p_text(d.p_value)} | {d.detectable():.4f} |")
         else:
             lines.append(f"| {r['id']} | {r['what']} | {seeds} | {d.sd:.4f} | {d.detectable():.4f} |")
     sds = sorted(r["sd"] for r in records)
@@ -271,14 +273,14 @@ def markdown_words_exploratory(runs: dict[str, dict[int, dict]], by_step: dict[s
     """The best-step comparisons (raw p) and the mean test-loss curve of every arm over its evaluated steps."""
     lines = ["", "Exploratory (not in the Holm family; raw p): the same loss comparisons at each run's best "
              "evaluated step.", "",
-             "| id | comparison | pairs | Δ ± 95 % CI half-width | 95 % CI | p (paired t) |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+             "| id | comparison | pairs | Δ (95 % CI) | p (paired t) |",
+             "|---|---|---|---|---|"]  # fmt: skip
     for r in best_step(runs):
         d = r["d"]
         if d is None or not _spread(d):
-            lines.append(f"| {r['id']} | {r['what']} | {r['n']} | — | — | — |")
+            lines.append(f"| {r['id']} | {r['what']} | {r['n']} | — | — |")
         else:
-            lines.append(f"| {r['id']} | {r['what']} | {d.n} | {_cells(d)} | {d.p_value:.2g} |")
+            lines.append(f"| {r['id']} | {r['what']} | {d.n} | {_cells(d)} | {p_text(d.p_value)} |")
     steps = sorted({step for arm in by_step.values() for step in arm})
     if steps:
         lines += ["", "Mean test loss over the finished seeds at each evaluated step (seeds in brackets):", "",
@@ -328,8 +330,8 @@ def tests(runs: dict[str, dict[int, dict]]) -> list[dict]:
 
 
 def _cells(d: PairedDifference) -> str:
-    """The two table cells every comparison row shares: ``Δ ± 95 % CI half-width | [lo, hi]``."""
-    return f"{d.mean:+.4f} ± {d.half_width:.4f} | [{d.lo:+.4f}, {d.hi:+.4f}]"
+    """The cell every comparison row shares: ``Δ (lo – hi)``, its 95 % t interval (``meanfield.studies.stats``)."""
+    return interval_cell(d.mean, d.lo, d.hi, 4, sign=True)
 
 
 def _spread(d) -> bool:
@@ -381,15 +383,15 @@ def markdown(rows: list[dict], folder: Path, stage: Stage = STAGES["primary"]) -
     lines = [
         f"{stage.title}, from `{shown_path(folder)}`:",
         "",
-        "| id | comparison | metric | pairs | Δ ± 95 % CI half-width | 95 % CI | family 95 % CI (Bonferroni) "
+        "| id | comparison | metric | pairs | Δ (95 % CI) | family 95 % CI (Bonferroni) "
         "| p (paired t) | p (Holm, 6) | δ80 | power at 0.01 | seeds for 0.01 at 80 % power | verdict (Holm < 0.05) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         d = r["d"]
         if d is None:
             lines.append(
-                f"| {r['id']} | {r['what']} | {r['metric']} | {r['n']} | — | — | — | — | — | — | — | — | not run |"
+                f"| {r['id']} | {r['what']} | {r['metric']} | {r['n']} | — | — | — | — | — | — | — | not run |"
             )
             continue
         sd_ok = _spread(d)
@@ -400,8 +402,8 @@ def markdown(rows: list[dict], folder: Path, stage: Stage = STAGES["primary"]) -
             ("**lower**" if d.mean < 0 else "**higher**") if r["holm"] < ALPHA else "not significant")  # fmt: skip
         lines.append(
             f"| {r['id']} | {r['what']} | {r['metric']} | {d.n} | {_cells(d)} | "
-            f"[{r['family'].lo:+.4f}, {r['family'].hi:+.4f}] | {d.p_value:.2g} | "
-            f"{r['holm']:.2g} | {delta80} | {power} | {need} | "
+            f"({r['family'].lo:+.4f} – {r['family'].hi:+.4f}) | {p_text(d.p_value)} | "
+            f"{p_text(r['holm'])} | {delta80} | {power} | {need} | "
             f"{verdict} |"
         )
     needs = [pairs_needed(DELTA, r["d"].sd) for r in rows
@@ -411,7 +413,7 @@ def markdown(rows: list[dict], folder: Path, stage: Stage = STAGES["primary"]) -
                   f"(per comparison: {', '.join(str(n) for n in needs)})."]  # fmt: skip
     lines += [
         "",
-        "*Δ: mean paired difference (first arm − second) over the seeds both finished; ±: half-width of its 95 % "
+        "*Δ: mean paired difference (first arm − second) over the seeds both finished, in parentheses its 95 % "
         "Student-t interval (df = pairs − 1); family CI: the Bonferroni interval at level 1 − 0.05/6, so that all six cover "
         "their true Δ together with at least 95 % probability (Holm's tests control the same family-wise error); Holm: over the six tests of this table; δ80: the smallest |Δ| these pairs "
         "detect with 80 % power at α = 0.05 if the paired sd is the observed one (noncentral t); power at 0.01: "

@@ -51,13 +51,10 @@ every seed and pairs each arm with ``adam`` seed by seed.
 from __future__ import annotations
 
 import contextlib
-import csv
 import datetime
+import functools
 import hashlib
-import io
-import itertools
 import json
-import math
 import os
 import re
 from collections import Counter
@@ -70,15 +67,15 @@ import torch
 from tqdm.auto import tqdm
 
 from meanfield import config as _config
-from meanfield._display import dataframe, html_block, number, rows_html, rows_text
+from meanfield._display import dataframe, html_block, rows_html, rows_text
 from meanfield._io import json_clean, write_json_atomic, write_text_atomic
 from meanfield.config import ConfigError
 from meanfield.progress import progress_default
 from meanfield.runs.folder import config_differences
 from meanfield.runs.lock import FolderLock
 from meanfield.runs.loop import StopFlag
-from meanfield.studies.stats import PairedDifference, log_interval, paired_difference, t_interval
-from meanfield.studies.stats import holm as _holm
+from meanfield.studies.grid import csv_text, grid_points, is_number, runs_of
+from meanfield.studies.summary import HOLM_FAMILIES, SummaryTable, TableOptions, summarize
 
 __all__ = [
     "PRESET_AXIS",
@@ -91,6 +88,8 @@ __all__ = [
     "SweepTable",
     "TableOptions",
     "summarize",
+    "HOLM_FAMILIES",
+    "SummaryTable",
 ]
 
 PRESET_AXIS = "preset"
@@ -141,18 +140,16 @@ def parse_grid(items: Sequence[str]) -> dict[str, list[Any]]:
 
 
 def expand(grid: Mapping[str, Sequence[Any]], seeds: Sequence[int]) -> list[dict[str, Any]]:
-    """The points of the sweep: the Cartesian product of the grid (in its key order) times the seeds.
+    """The points of the sweep: the Cartesian product of the grid (in its key order) times the seeds
+    ([`grid_points`][meanfield.studies.grid.grid_points], [`runs_of`][meanfield.studies.grid.runs_of]).
 
     Each point is ``{key: value, …, "seed": s}``, the seed varying fastest.
     """
     if not seeds:
         raise ConfigError("a sweep needs at least one seed")
-    keys = list(grid)
-    return [
-        {**dict(zip(keys, values)), "seed": seed}
-        for values in itertools.product(*(grid[k] for k in keys))
-        for seed in seeds
-    ]
+    if any(not values for values in grid.values()):
+        return []
+    return runs_of(grid_points(grid, reserved=())[0], seeds)
 
 
 def _value_text(value: Any) -> str:
@@ -654,58 +651,6 @@ def _preflight(names: Sequence[str], configs: Sequence[Mapping[str, Any]]) -> No
             raise ConfigError(f"sweep point {name}: {error}") from None
 
 
-HOLM_FAMILIES = ("table", "metric")
-
-
-@dataclass(frozen=True)
-class TableOptions:
-    r"""How [`summarize`][meanfield.runs.sweeps.summarize] computes the table (``meanfield sweep`` flags in brackets).
-
-    Attributes:
-        level: the confidence level of every interval; the tests' α is $1 - \text{ level }$ (0.95, α = 0.05).
-        power: the power of the detectable difference and of the pairs needed [``--power``, 0.8].
-        detect: named differences D, each adding "pairs for Δ = D" [``--detect D``, repeatable]. For a
-            log-scale metric D is a difference of natural logs (D = 0.1: a ratio of e^0.1 = 1.105).
-        log_metrics: positive metrics (an MSE) summarised on the log scale [``--log-scale NAME``]: the
-            geometric mean with the t interval of the logs, and paired ratios (differences of logs).
-        holm: the family of Holm's correction: ``"table"`` (every paired test of the table, all metrics) or
-            ``"metric"`` (the tests of each metric separately) [``--holm``].
-    """
-
-    level: float = 0.95
-    power: float = 0.8
-    detect: tuple[float, ...] = ()
-    log_metrics: tuple[str, ...] = ()
-    holm: str = "table"
-
-    def __post_init__(self) -> None:
-        if not 0 < self.level < 1:
-            raise ConfigError(f"the confidence level must be in (0, 1), got {self.level}")
-        if not 1 - self.level < self.power < 1:
-            raise ConfigError(f"power must be in (α, 1) = ({1 - self.level:g}, 1), got {self.power}")
-        for d in self.detect:
-            if not (_number(d) and d > 0):
-                raise ConfigError(f"a difference to detect must be a number > 0, got {d!r}")
-        if self.holm not in HOLM_FAMILIES:
-            raise ConfigError(f"holm must be one of {list(HOLM_FAMILIES)}, got {self.holm!r}")
-
-    @property
-    def alpha(self) -> float:
-        return 1 - self.level
-
-
-def _pairs_key(metric: str, delta: float) -> str:
-    return f"{metric}:pairs_for_{delta:g}"
-
-
-def _pairs_needed(d: PairedDifference, delta: float, options: TableOptions) -> float:
-    """The pairs ``d``'s test needs for ``delta`` (inf beyond ``pairs_needed``'s limit, NaN without an sd)."""
-    try:
-        return d.pairs_needed(delta, options.power, options.alpha)
-    except ValueError:  # more pairs than any sweep runs
-        return math.inf
-
-
 @dataclass
 class SweepTable:
     """The result of a sweep.
@@ -715,15 +660,16 @@ class SweepTable:
         grid: the grid (key → values).
         rows: one dict per point: the grid values, ``seed``, ``folder`` (the run folder's name in ``path``),
             ``status``, the final metrics, ``error``.
-        summary: one dict per grid point (see [`summarize`][meanfield.runs.sweeps.summarize]).
+        summary: one dict per grid point, a [`SummaryTable`][meanfield.studies.summary.SummaryTable] (see
+            [`summarize`][meanfield.studies.summary.summarize]).
         metrics: the metrics summarised.
-        options: how the table was computed ([`TableOptions`][meanfield.runs.sweeps.TableOptions]).
+        options: how the table was computed ([`TableOptions`][meanfield.studies.summary.TableOptions]).
     """
 
     path: Path
     grid: dict[str, list[Any]]
     rows: list[dict[str, Any]]
-    summary: list[dict[str, Any]]
+    summary: SummaryTable | list[dict[str, Any]]
     metrics: list[str]
     options: TableOptions = field(default_factory=lambda: TableOptions())
 
@@ -738,9 +684,16 @@ class SweepTable:
         """The rows a ``--table-only`` command found without a finished run (status ``"not run"``)."""
         return [r for r in self.rows if r["status"] == NOT_RUN]
 
+    @property
+    def table(self) -> SummaryTable:
+        """[`summary`][meanfield.runs.sweeps.SweepTable] as the [`SummaryTable`][meanfield.studies.summary.SummaryTable] of both sweeps."""
+        if isinstance(self.summary, SummaryTable):
+            return self.summary
+        return SummaryTable(self.summary, list(self.grid), self.metrics, self.options)
+
     def markdown(self) -> str:
         """The summary as a Markdown table, with the legend of its columns."""
-        return _markdown(self.summary, list(self.grid), self.metrics, self.options)
+        return self.table.markdown()
 
     def _title(self) -> str:
         points = len({tuple(repr(r.get(k)) for k in self.grid) for r in self.rows})
@@ -748,246 +701,17 @@ class SweepTable:
         counted = ", ".join(f"{n} {status}" for status, n in Counter(r["status"] for r in self.rows).items())
         return f"SweepTable: {self.path}, {len(self.rows)} runs ({points} points × {seeds} seeds): {counted}"
 
-    def _cells(self) -> tuple[list[dict], list[str]]:
-        """The summary shown: per point the grid values, ``n`` and each metric's ``mean [lo, hi]``."""
-
-        def interval(e: Mapping[str, Any], m: str) -> str:
-            return f"{number(e[m])} [{number(e[f'{m}:lo'])}, {number(e[f'{m}:hi'])}]" if m in e else ""
-
-        columns = [*self.grid, "n", *self.metrics]
-        cells = [
-            {**{k: e.get(k) for k in (*self.grid, "n")}, **{m: interval(e, m) for m in self.metrics}}
-            for e in self.summary
-        ]
-        return cells, columns
-
     def __repr__(self) -> str:
-        return f"{self._title()}\n{rows_text(*self._cells())}"
+        return f"{self._title()}\n{rows_text(*self.table._cells())}"
 
     def _repr_html_(self) -> str:
-        return html_block(self._title(), rows_html(*self._cells()))
+        return html_block(self._title(), rows_html(*self.table._cells()))
 
     def to_pandas(self, *, summary: bool = False):
         """``rows`` (or with ``summary=True`` ``summary``) as a ``pandas.DataFrame``, its columns in the
         order they first appear; needs pandas (``pip install 'meanfield-sde[pandas]'``)."""
         rows = self.summary if summary else self.rows
         return dataframe(rows, list(dict.fromkeys(k for row in rows for k in row)))
-
-
-def summarize(
-    rows: Sequence[Mapping[str, Any]],
-    keys: Sequence[str],
-    metrics: Sequence[str],
-    baseline: Mapping[str, Any] | None = None,
-    level: float = 0.95,
-    options: TableOptions | None = None,
-) -> list[dict[str, Any]]:
-    r"""Per grid point: ``n`` and, per metric, the mean with its t interval over the seeds that finished.
-
-    Per metric ``m`` the entry has ``m``, ``m:lo``, ``m:hi``: the mean and its Student-t interval (df = n − 1);
-    for a log-scale metric (``options.log_metrics``, every value > 0) the geometric mean and the t interval of
-    the logs mapped back ([`log_interval`][meanfield.studies.stats.log_interval]), with ``m:scale = "log"``.
-
-    With a ``baseline`` (values of some grid keys; the other keys are matched point by point) each point also
-    gets ``is_baseline`` (whether it is a baseline point) and, per metric, the paired difference
-    ``point − baseline`` over the seeds both finished (for a log-scale metric, of the natural logs:
-    ``ln(point/baseline)``):
-
-    - ``m:diff``, ``m:diff_lo``, ``m:diff_hi``: its mean and t interval (df = ``m:pairs`` − 1);
-    - ``m:pairs``: the number of pairs; ``m:sd``: the sample sd of the paired differences;
-    - ``m:p``: the two-sided paired t-test's p-value; ``m:p_holm``: Holm's adjustment of it over the family
-      ``options.holm`` (every test of the table, or of the metric), NaN p-values left out of the family;
-    - ``m:detectable``: the smallest $|\Delta|$ the same test detects with power ``options.power`` at α =
-      $1 - \text{ level }$ if the paired sd is ``m:sd`` ([`detectable_difference`][meanfield.studies.stats.detectable_difference], noncentral
-      t);
-    - ``m:pairs_for_D`` for each ``D`` of ``options.detect``: the pairs that give that power for $|\Delta| = D$
-      at ``m:sd`` ([`pairs_needed`][meanfield.studies.stats.pairs_needed]).
-
-    ``options.level`` is used when ``options`` is given (``level`` otherwise).
-    """
-    options = options if options is not None else TableOptions(level=level)
-    level = options.level
-    finished = [r for r in rows if r.get("status") == "finished"]
-    groups: dict[tuple, list[Mapping[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault(tuple(_config._toml_value(r[k]) for k in keys), [])
-    for r in finished:
-        groups[tuple(_config._toml_value(r[k]) for k in keys)].append(r)
-
-    def logged(m: str, values: Sequence[float]) -> bool:
-        return m in options.log_metrics and all(v > 0 for v in values)
-
-    table = []
-    for group_rows in groups.values():
-        if not group_rows:
-            continue
-        point = {k: group_rows[0][k] for k in keys}
-        entry: dict[str, Any] = {**point, "n": len(group_rows)}
-        for m in metrics:
-            values = [r[m] for r in group_rows if _number(r.get(m))]
-            if values and logged(m, values):
-                li = log_interval(values, level)
-                entry.update({m: li.center, f"{m}:lo": li.lo, f"{m}:hi": li.hi, f"{m}:scale": "log"})
-            elif values:
-                ci = t_interval(values, level)
-                entry.update({m: ci.mean, f"{m}:lo": ci.lo, f"{m}:hi": ci.hi})
-                if m in options.log_metrics:
-                    entry[f"{m}:scale"] = "linear (a value ≤ 0)"
-        if baseline is not None:
-            base_point = {**point, **baseline}
-            base = {r["seed"]: r for r in finished if all(r[k] == base_point[k] for k in keys)}
-            entry["is_baseline"] = point == base_point
-            if point != base_point:
-                for m in metrics:
-                    pairs = [
-                        (r[m], base[r["seed"]][m])
-                        for r in group_rows
-                        if r["seed"] in base and _number(r.get(m)) and _number(base[r["seed"]].get(m))
-                    ]
-                    if not pairs:
-                        continue
-                    a, b = zip(*pairs)
-                    if logged(m, a + b):
-                        a, b = [math.log(v) for v in a], [math.log(v) for v in b]
-                        entry[f"{m}:diff_scale"] = "log"
-                    d = paired_difference(a, b, level=level)
-                    entry.update(
-                        {
-                            f"{m}:diff": d.mean,
-                            f"{m}:diff_lo": d.lo,
-                            f"{m}:diff_hi": d.hi,
-                            f"{m}:p": d.p_value,
-                            f"{m}:pairs": d.n,
-                            f"{m}:sd": d.sd,
-                            f"{m}:detectable": d.detectable(options.power, options.alpha),
-                        }
-                    )
-                    for delta in options.detect:
-                        entry[_pairs_key(m, delta)] = _pairs_needed(d, delta, options)
-        table.append(entry)
-    families: dict[str, list[tuple[dict[str, Any], str]]] = {}
-    for entry in table:
-        for m in metrics:
-            if f"{m}:p" in entry:
-                families.setdefault("table" if options.holm == "table" else m, []).append((entry, m))
-    for members in families.values():
-        adjusted = _holm([e[f"{m}:p"] for e, m in members])
-        for (e, m), value in zip(members, adjusted):
-            e[f"{m}:p_holm"] = float(value)
-    return table
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return "—" if not math.isfinite(value) else f"{value:.4g}"
-    return str(value)
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:g} %"
-
-
-def _markdown(
-    summary: Sequence[Mapping[str, Any]],
-    keys: Sequence[str],
-    metrics: Sequence[str],
-    options: TableOptions | None = None,
-) -> str:
-    r"""The table of [`summarize`][meanfield.runs.sweeps.summarize] with a legend that says what every interval, $\pm$ and p is."""
-    options = options if options is not None else TableOptions()
-    level, power = _pct(options.level), _pct(options.power)
-    paired = any(f"{m}:diff" in e for e in summary for m in metrics)
-    logs = {m for m in metrics if any(e.get(f"{m}:scale") == "log" for e in summary)}
-    head = [*keys, "n"]
-    for m in metrics:
-        if m in logs:
-            head.append(f"{m}: geometric mean ({level} CI, log scale)")
-        else:
-            head.append(f"{m} ({level} CI)")
-        if paired:
-            if m in logs:
-                head.append(f"{m} ratio vs baseline ({level} CI)")
-            else:
-                head.append(f"Δ{m} vs baseline ± {level} CI half-width")
-            head += ["pairs", "p (paired t)", "p (Holm)", f"detectable at {power} power"]
-            head += [
-                f"pairs for {'ln ratio' if m in logs else 'Δ'} = {d:g} ({power} power)"
-                for d in options.detect
-            ]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    tests = 0
-    for e in summary:
-        cells = [_fmt(e[k]) for k in keys] + [str(e["n"])]
-        for m in metrics:
-            if m in e:
-                mark = (
-                    " (arithmetic: a value ≤ 0)" if str(e.get(f"{m}:scale", "")).startswith("linear") else ""
-                )
-                cells.append(f"{_fmt(e[m])} ({_fmt(e[m + ':lo'])} – {_fmt(e[m + ':hi'])}){mark}")
-            else:
-                cells.append("—")
-            if not paired:
-                continue
-            if f"{m}:diff" in e:
-                if e.get(f"{m}:diff_scale") == "log":
-                    ratio = [math.exp(e[f"{m}:{k}"]) for k in ("diff", "diff_lo", "diff_hi")]
-                    cells.append(f"×{_fmt(ratio[0])} ({_fmt(ratio[1])} – {_fmt(ratio[2])})")
-                    detect = math.exp(e[f"{m}:detectable"]) if _number(e[f"{m}:detectable"]) else math.nan
-                    detect_text = f"×/÷ {_fmt(detect)}"
-                else:
-                    half = (e[f"{m}:diff_hi"] - e[f"{m}:diff_lo"]) / 2
-                    cells.append(f"{_fmt(e[m + ':diff'])} ± {_fmt(half)}")
-                    detect_text = _fmt(e[f"{m}:detectable"])
-                tests += _number(e.get(f"{m}:p"))
-                cells += [str(e[f"{m}:pairs"]), _fmt(e[m + ":p"]), _fmt(e.get(f"{m}:p_holm", math.nan))]
-                cells.append(detect_text)
-                cells += [_fmt(e.get(_pairs_key(m, d), math.nan)) for d in options.detect]
-            else:
-                cells += (["baseline"] if e.get("is_baseline") else ["—"]) + [""] * (4 + len(options.detect))
-        lines.append("| " + " | ".join(cells) + " |")
-    legend = [
-        "",
-        f"Intervals in parentheses: {level} Student-t intervals of the mean over the seeds (df = n − 1)"
-        + (
-            "; for a log-scale metric, of the logs, mapped back by exp (around the geometric mean)."
-            if logs
-            else "."
-        ),
-    ]
-    if paired:
-        family = (
-            f"over the {tests} tests of this table"
-            if options.holm == "table"
-            else f"over the tests of each metric separately ({tests} tests in all)"
-        )
-        legend.append(
-            f"Paired over the seeds both finished: ± is the half-width of the {level} Student-t interval of the "
-            "mean paired difference (df = pairs − 1)"
-            + ("; a ratio is exp of the mean difference of ln values, with its interval" if logs else "")
-            + f". p: two-sided paired t-test; p (Holm): Holm's step-down adjustment {family}. Detectable: the smallest |Δ| that this test (α = {options.alpha:g}, the same pairs) "
-            f"detects with {power} power if the paired sd is the observed one (noncentral t)"
-            + ("; ×/÷ f for a log-scale metric: a ratio of f or 1/f" if logs else "")
-            + (
-                f". Pairs for D: the pairs giving {power} power for |Δ| = D at that sd"
-                if options.detect
-                else ""
-            )
-            + ". Both are planning numbers: the sd of a few seeds is itself uncertain."
-        )
-    return "\n".join(lines) + "\n" + "\n".join(legend) + "\n"
-
-
-def _csv(rows: Sequence[Mapping[str, Any]]) -> str:
-    columns = list(dict.fromkeys(k for r in rows for k in r))
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, restval="", lineterminator="\n")
-    writer.writeheader()
-    writer.writerows({k: ("" if v is None else v) for k, v in r.items()} for r in rows)
-    return buffer.getvalue()
 
 
 def sweep_runs(
@@ -1031,7 +755,7 @@ def sweep_runs(
         address: the Ray cluster's address (``None``: a cluster already initialised in this process, else a
             local one started for the sweep, or ``RAY_ADDRESS``).
         table: how the table is computed: power, named differences, log-scale metrics, Holm's family
-            ([`TableOptions`][meanfield.runs.sweeps.TableOptions]; default: its defaults). Rerunning a finished sweep with other options
+            ([`TableOptions`][meanfield.studies.summary.TableOptions]; default: its defaults). Rerunning a finished sweep with other options
             rewrites the tables without running anything.
         run: ``False``: write the tables from the points already finished and run nothing (``--table-only``):
             no folder is created, adopted or written but the tables, ``sweep.json`` is left as it is, and a
@@ -1049,12 +773,7 @@ def sweep_runs(
     out = Path(out)
     grid = {k: list(v) for k, v in grid.items()}
     seeds = list(seeds)
-    if jobs < 1:
-        raise ConfigError(f"jobs must be ≥ 1, got {jobs}")
-    if backend not in BACKENDS:
-        raise ConfigError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
-    if order not in ORDERS:
-        raise ConfigError(f"order must be one of {list(ORDERS)}, got {order!r}")
+    _check_engine(jobs, backend, order)
     base = _parse_baseline(baseline, grid)
     options = table if table is not None else TableOptions()
     if metrics is not None and (unknown := [m for m in options.log_metrics if m not in metrics]):
@@ -1075,23 +794,13 @@ def sweep_runs(
         "baseline": baseline,
         "order": order,
     }
+    tables = functools.partial(_write_tables, out, grid, points, names, metrics=metrics, base=base, options=options)
     if not run:
-        if not (out / "sweep.json").is_file():
-            raise ConfigError(
-                f"--table-only: {out} is not a sweep folder (it holds no sweep.json: nothing has run there)"
-            )
-        with FolderLock(out, "sweep"):  # the tables have one writer at a time
-            finished = _check_finished(out, names, configs, resumes=False)
-            summaries = {i: finished.get(i) or _not_run(out / name) for i, name in enumerate(names)}
-            return _write_tables(out, grid, points, names, summaries, metrics, base, options, quiet)
+        return _table_only(out, names, configs, lambda summaries: tables(summaries, quiet=quiet))
     with _Stop() as stop:  # from here a signal stops the sweep cleanly, start-up included
         _preflight(names, configs)
         if not quiet:
-            from meanfield.tasks import task_source
-
-            for task, source in {c["task"]: task_source(c["task"]) for c in configs}.items():
-                if source is not None:  # a configuration that imports code says so
-                    print(f"{out}: task {task!r} runs code imported from {source}")
+            _say_imported_tasks(out, configs)
         stop.check("before any point ran")
         out.mkdir(parents=True, exist_ok=True)
         with FolderLock(out, "sweep"):  # one sweep per folder; signals reach the workers
@@ -1100,30 +809,14 @@ def sweep_runs(
             _take_over_orphans(out, [n for i, n in enumerate(names) if i not in finished], quiet)
             stop.check("before any point ran")
             _record_command(out, spec)
-
-            summaries: dict[int, dict[str, Any]] = {}
-            todo = []
+            summaries = dict(finished)
+            todo = [i for i in range(len(points)) if i not in finished]
             for i, point in enumerate(points):
-                folder = out / names[i]
-                done = finished.get(i)
-                if done is None or not (folder / "point.json").exists():
-                    _write_point(
-                        folder, point, [*overrides, *point_overrides(point)], point_preset(point, preset)
-                    )
-                if done is not None:
-                    summaries[i] = done
-                else:
-                    todo.append(i)
+                if i in todo or not (out / names[i] / "point.json").exists():
+                    point_args = [*overrides, *point_overrides(point)]
+                    _write_point(out / names[i], point, point_args, point_preset(point, preset))
             if order == "seed":  # stable: within a seed, the grid's order
                 todo.sort(key=lambda i: seeds.index(points[i]["seed"]))
-            shown = not quiet and progress_default()  # the policy of meanfield.progress
-            bar = tqdm(
-                total=len(points), initial=len(points) - len(todo), disable=not shown, unit="run", desc=out.name
-            )
-            threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
-
-            if backend == "ray":
-                threads = 1  # one CPU per task: Ray schedules the cluster's cores
 
             def args(i: int) -> tuple:
                 point = points[i]
@@ -1132,18 +825,72 @@ def sweep_runs(
                     str((out / names[i]).resolve()),
                     point_preset(point, preset),
                     [*overrides, *point_overrides(point)],
-                    threads,
+                    _threads(jobs, backend),
                 )
 
-            try:
-                if backend == "ray":
-                    summaries.update(_run_on_ray(todo, args, address, bar))
-                else:
-                    summaries.update(_run_local(todo, args, jobs, bar, stop))
-            finally:
-                bar.close()
+            summaries.update(_run_todo(out, todo, len(points), args, jobs, backend, address, stop, quiet))
+            return tables(summaries, quiet=quiet)
 
-            return _write_tables(out, grid, points, names, summaries, metrics, base, options, quiet)
+
+def _check_engine(jobs: int, backend: str, order: str) -> None:
+    """Raise a ``ConfigError`` for a number of jobs below 1, an unknown backend or order."""
+    if jobs < 1:
+        raise ConfigError(f"jobs must be ≥ 1, got {jobs}")
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    if order not in ORDERS:
+        raise ConfigError(f"order must be one of {list(ORDERS)}, got {order!r}")
+
+
+def _table_only(
+    out: Path, names: Sequence[str], configs: Sequence[dict], tables: Callable[[dict], SweepTable]
+) -> SweepTable:
+    """``--table-only``: the tables of the points already finished in ``out``; the others listed as not run."""
+    if not (out / "sweep.json").is_file():
+        raise ConfigError(
+            f"--table-only: {out} is not a sweep folder (it holds no sweep.json: nothing has run there)"
+        )
+    with FolderLock(out, "sweep"):  # the tables have one writer at a time
+        finished = _check_finished(out, names, configs, resumes=False)
+        return tables({i: finished.get(i) or _not_run(out / name) for i, name in enumerate(names)})
+
+
+def _say_imported_tasks(out: Path, configs: Sequence[Mapping[str, Any]]) -> None:
+    """One line per task of the sweep that runs code imported from a file."""
+    from meanfield.tasks import task_source
+
+    for task, source in {c["task"]: task_source(c["task"]) for c in configs}.items():
+        if source is not None:  # a configuration that imports code says so
+            print(f"{out}: task {task!r} runs code imported from {source}")
+
+
+def _threads(jobs: int, backend: str) -> int | None:
+    """Torch threads per point: one per Ray task, ``cpu_count/jobs`` for several local jobs, else torch's."""
+    if backend == "ray":
+        return 1  # one CPU per task: Ray schedules the cluster's cores
+    return max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+
+
+def _run_todo(
+    out: Path,
+    todo: Sequence[int],
+    total: int,
+    args: Callable[[int], tuple],
+    jobs: int,
+    backend: str,
+    address: str | None,
+    stop: _Stop,
+    quiet: bool,
+) -> dict[int, dict[str, Any]]:
+    """Run the points ``todo`` on the backend, with a progress bar over all ``total`` points."""
+    shown = not quiet and progress_default()  # the policy of meanfield.progress
+    bar = tqdm(total=total, initial=total - len(todo), disable=not shown, unit="run", desc=out.name)
+    try:
+        if backend == "ray":
+            return _run_on_ray(todo, args, address, bar)
+        return _run_local(todo, args, jobs, bar, stop)
+    finally:
+        bar.close()
 
 
 def _write_tables(
@@ -1152,6 +899,7 @@ def _write_tables(
     points: Sequence[Mapping[str, Any]],
     names: Sequence[str],
     summaries: Mapping[int, Mapping[str, Any]],
+    *,
     metrics: Sequence[str] | None,
     base: Mapping[str, Any] | None,
     options: TableOptions,
@@ -1161,7 +909,7 @@ def _write_tables(
     rows = []
     for i, point in enumerate(points):
         s = summaries[i]
-        finals = {k: v for k, v in s.get("final", {}).items() if _number(v)}
+        finals = {k: v for k, v in s.get("final", {}).items() if is_number(v)}
         row = {**point, "folder": names[i], "status": s.get("status"), **finals, "error": s.get("error")}
         rows.append(row)
     if metrics is None:
@@ -1171,13 +919,13 @@ def _write_tables(
                 for r in rows
                 if r["status"] == "finished"
                 for k in r
-                if k not in (*grid, "seed", "folder", "status", "error") and _number(r[k])
+                if k not in (*grid, "seed", "folder", "status", "error") and is_number(r[k])
             )
         )
     summary = summarize(rows, list(grid), metrics, base, options=options)
     result = SweepTable(out, dict(grid), rows, summary, list(metrics), options)
-    write_text_atomic(out / "runs.csv", _csv(rows))
-    write_text_atomic(out / "summary.csv", _csv(summary))
+    write_text_atomic(out / "runs.csv", csv_text(rows))
+    write_text_atomic(out / "summary.csv", csv_text(summary))
     write_text_atomic(out / "summary.md", result.markdown())
     if not quiet:
         print(result.markdown())

@@ -29,9 +29,7 @@ with ``window=(t_a, t_b)``, its mean over the saved times ``t_a ≤ t ≤ t_b`` 
 
 from __future__ import annotations
 
-import csv
 import inspect
-import io
 import itertools
 import json
 import math
@@ -53,8 +51,10 @@ from ..metrics.wasserstein import Law1d, resolve_method, wasserstein, wasserstei
 from ..progress import progress_bar
 from ..seeds import derive_seed, resolve_generator
 from ..stepping.simulate import Trajectory
+from .grid import csv_text, grid_points, seed_list
 from .plotting import figure, returned, save
 from .stats import t_interval
+from .summary import SummaryTable, TableOptions, summarize
 
 __all__ = [
     "ESTIMATORS",
@@ -88,13 +88,6 @@ r"""Exponents $\alpha$ scanned by the power-law fit $Y_\infty + c\cdot M^{-\alph
 
 # --------------------------------------------------------------------------------------------------------
 # Tidy tables
-
-
-def _cell(value: object) -> object:
-    """A table cell: NumPy and one-element tensor values become Python numbers."""
-    if isinstance(value, (np.generic, np.ndarray, torch.Tensor)):
-        return value.item()
-    return value
 
 
 def _summary_rows(
@@ -180,17 +173,6 @@ def _plot_summary(
     return returned(fig, made_here)
 
 
-def _to_csv(rows: Sequence[Mapping], columns: Sequence[str], path: str | os.PathLike | None) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(columns), restval="", lineterminator="\n")
-    writer.writeheader()
-    writer.writerows({k: ("" if v is None else v) for k, v in row.items()} for row in rows)
-    text = buffer.getvalue()
-    if path is not None:
-        Path(path).write_text(text)
-    return text
-
-
 def _clean(v: object) -> object:
     return None if isinstance(v, float) and not math.isfinite(v) else v
 
@@ -244,7 +226,7 @@ class Table:
 
     def to_csv(self, path: str | os.PathLike | None = None) -> str:
         """The table as CSV (missing cells empty); written to ``path`` when given. Returns the text."""
-        return _to_csv(self.rows, self.columns, path)
+        return csv_text(self.rows, self.columns, path)
 
     def to_json(self, path: str | os.PathLike | None = None) -> str:
         """The table as JSON ``{"keys", "values", "replicate", "rows"}`` (non-finite floats become ``null``)."""
@@ -968,18 +950,6 @@ def _reference_values(
     )
 
 
-def _seed_list(seeds: object, name: str = "seeds") -> list[int]:
-    """A number of seeds ``n`` (``0, …, n − 1``) or the seeds themselves, as a non-empty list of ints."""
-    if isinstance(seeds, bool) or not isinstance(seeds, (int, Sequence)) or isinstance(seeds, (str, bytes)):
-        raise TypeError(
-            f"{name} must be an int (a number of seeds) or a sequence of ints, got {type(seeds).__name__}"
-        )
-    seeds = list(range(check_int(name, seeds))) if isinstance(seeds, int) else [_cell(s) for s in seeds]
-    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
-        raise ValueError(f"{name} must be a non-empty sequence of ints, got {seeds}")
-    return seeds
-
-
 def _sample_seeds(sample: Callable, seeds: object, reps: int) -> list[int] | None:
     """The replicates' seeds when ``sample`` takes ``seed`` (``None`` when it does not)."""
     try:
@@ -993,7 +963,7 @@ def _sample_seeds(sample: Callable, seeds: object, reps: int) -> list[int] | Non
                 "seeds), or leave seeds out"
             )
         return None
-    out = _seed_list(reps if seeds is None else seeds)
+    out = seed_list(reps if seeds is None else seeds)
     if len(out) != reps:
         raise ValueError(f"seeds must hold one seed per replicate (reps = {reps}), got {len(out)}")
     return out
@@ -1097,11 +1067,7 @@ def convergence_in_m(
     """
     if not callable(sample):
         raise TypeError(f"sample must be a callable (M, reps) -> (reps, M, d), got {type(sample).__name__}")
-    if isinstance(Ms, (str, bytes)) or not isinstance(Ms, Iterable) or getattr(Ms, "ndim", 1) == 0:
-        raise TypeError(f"Ms must be a sequence of numbers of particles, got {type(Ms).__name__}")
-    Ms = [check_int("Ms[i]", int(M) if isinstance(M, (np.integer, torch.Tensor)) else M) for M in Ms]
-    if len(set(Ms)) < 2 or Ms != sorted(Ms) or len(set(Ms)) != len(Ms):
-        raise ValueError(f"Ms must be at least 2 distinct increasing integers, got {Ms}")
+    Ms = _check_sizes(Ms)
     check_int("reps", reps, minimum=2)
     check_int("n_boot", n_boot)
     if not 0 < check_finite("level", level) < 1:
@@ -1109,6 +1075,65 @@ def convergence_in_m(
     generator, _ = resolve_generator(generator, name="generator", allow_none=False)
     window = _check_window(window)
     replicate_seeds = _sample_seeds(sample, seeds, reps)
+    names = _check_study(observables, quantity, estimator, metric)
+    for name, given in (("reference_size", reference_size), ("floor_reps", floor_reps)):
+        if given is not None:
+            check_int(name, given)
+    ref = _Reference.of(reference, quantity, observables, window, metric, method, generator)
+    for name, given in (("reference_size", reference_size), ("floor_reps", floor_reps)):
+        if given is not None and ref.kind != "sampler":
+            raise ValueError(f"{name} applies to a sampler reference only, got a {ref.kind} reference")
+    ref.size, ref.n_floor = reference_size, floor_reps or reps
+    names = _resolve_estimators(names, ref, Ms)
+
+    measured = _Measured()
+    for M in progress_bar(progress, iterable=Ms, desc="convergence in M"):
+        out = sample(M, reps) if replicate_seeds is None else sample(M, reps, seed=list(replicate_seeds))
+        measured.add(M, Ms, _collect("sample(M, reps)", out, reps, observables, window), ref, quantity, reps)
+    values, floor = measured.tensors(ref, Ms)  # (K, reps), (K, n)
+    name = quantity if ref.kind == "quantity" else metric if isinstance(metric, str) else _name_of(metric)
+    check_finite_tensor(name, values)
+    estimates = _rate_estimates(names, Ms, values, ref, n_boot, level, generator)
+    if ref.kind != "quantity":
+        _warn_floor(Ms, values.mean(1), floor, ref.kind == "cloud" or reference_size is not None)
+    head = estimates[names[0]]
+    observed_t = {name: values, **{n: torch.stack(v) for n, v in measured.observed.items() if n != name}}
+    return StudyResult(
+        Ms=tuple(Ms),
+        values=values,
+        floor=floor,
+        metric=name,
+        method=measured.method,
+        slope=head.slope,
+        intercept=head.intercept,
+        slope_ci=head.slope_ci,
+        level=level,
+        estimator=head.estimator,
+        estimates=estimates,
+        limit=head.limit,
+        reference_values=ref.values,
+        observed=observed_t,
+        series={n: torch.stack(v) for n, v in measured.series.items()},
+        times=measured.times,
+    )
+
+
+def _name_of(metric: Metric) -> str:
+    return getattr(metric, "__name__", "custom")
+
+
+def _check_sizes(Ms: object) -> list[int]:
+    """The numbers of particles as ints: at least 2, distinct and increasing."""
+    if isinstance(Ms, (str, bytes)) or not isinstance(Ms, Iterable) or getattr(Ms, "ndim", 1) == 0:
+        raise TypeError(f"Ms must be a sequence of numbers of particles, got {type(Ms).__name__}")
+    Ms = [check_int("Ms[i]", int(M) if isinstance(M, (np.integer, torch.Tensor)) else M) for M in Ms]
+    if len(set(Ms)) < 2 or Ms != sorted(Ms) or len(set(Ms)) != len(Ms):
+        raise ValueError(f"Ms must be at least 2 distinct increasing integers, got {Ms}")
+    return Ms
+
+
+def _check_study(observables: object, quantity: object, estimator: object, metric: object) -> tuple[str, ...]:
+    """Check what ``convergence_in_m`` measures; returns the estimators' names as given."""
     if observables is not None and (
         not isinstance(observables, Mapping) or not all(callable(f) for f in observables.values())
     ):
@@ -1118,57 +1143,138 @@ def convergence_in_m(
     names = (estimator,) if isinstance(estimator, str) else tuple(estimator)
     if not names or any(not isinstance(e, str) or e not in ("auto", *ESTIMATORS) for e in names):
         raise ValueError(f"estimator must be 'auto' or one or more of {list(ESTIMATORS)}, got {estimator!r}")
-    if quantity is None:
-        if isinstance(metric, str) and metric not in METRICS:
-            raise ValueError(f"metric must be one of {list(METRICS)} or a callable, got {metric!r}")
-        if not isinstance(metric, str) and not callable(metric):
-            raise TypeError(
-                f"metric must be a name in {list(METRICS)} or a callable, got {type(metric).__name__}"
-            )
-    elif metric != "w2_squared":
-        raise ValueError(f"metric applies to a distance study; with quantity={quantity!r} leave it out")
-    if reference_size is not None:
-        check_int("reference_size", reference_size)
-    if floor_reps is not None:
-        check_int("floor_reps", floor_reps)
+    _check_metric(metric, quantity)
+    return names
 
-    exact_limit, ref_values = None, torch.zeros(0, dtype=torch.float64)
+
+def _check_metric(metric: object, quantity: str | None) -> None:
+    """A metric name of ``METRICS`` or a callable, for a distance study only."""
     if quantity is not None:
-        kind = "quantity"
-        exact_limit, ref_values = _reference_values(reference, quantity, observables, window)
-    elif reference is None:
-        raise TypeError("reference is required for a distance study (or name an observable with quantity=)")
-    elif isinstance(reference, Law1d):
-        kind = "law"
-        if callable(metric):
-            raise TypeError(
-                "metric must be 'w2_squared', 'w2' or 'w1' with an exact law reference, got a callable"
-            )
-    elif torch.is_tensor(reference):
-        kind = "cloud"
-        check_finite_tensor("reference", reference)
-        if reference.dim() != 2 or reference.shape[0] < 2:
-            raise ValueError(
-                f"a reference cloud must have shape (N, d) with N ≥ 2, got {tuple(reference.shape)}"
-            )
-    elif callable(reference):
-        kind = "sampler"
-    else:
+        if metric != "w2_squared":
+            raise ValueError(f"metric applies to a distance study; with quantity={quantity!r} leave it out")
+        return
+    if isinstance(metric, str) and metric not in METRICS:
+        raise ValueError(f"metric must be one of {list(METRICS)} or a callable, got {metric!r}")
+    if not isinstance(metric, str) and not callable(metric):
         raise TypeError(
-            f"reference must be a Law1d, a tensor (N, d) or a sampler (n, generator) -> (n, d), "
-            f"got {type(reference).__name__}"
+            f"metric must be a name in {list(METRICS)} or a callable, got {type(metric).__name__}"
         )
-    for name, given in (("reference_size", reference_size), ("floor_reps", floor_reps)):
-        if given is not None and kind != "sampler":
-            raise ValueError(f"{name} applies to a sampler reference only, got a {kind} reference")
-    n_floor = floor_reps or reps
-    R = ref_values.numel()
 
-    # which estimators: "auto" first resolved, then checked against what the reference allows
+
+@dataclass
+class _Reference:
+    r"""What a convergence study measures against: ``kind`` is ``"quantity"`` (an observable with its
+    ``limit`` or reference ``values``), ``"law"`` (an exact [`Law1d`][meanfield.metrics.wasserstein.Law1d]),
+    ``"cloud"`` (a fixed ``(N, d)`` cloud) or ``"sampler"`` (``reference(n, generator)``), with the metric,
+    the Wasserstein method asked for, the generator, and for a sampler its clouds' ``size`` and the
+    ``n_floor`` pairs of its floor."""
+
+    kind: str
+    reference: object
+    limit: float | None
+    values: torch.Tensor  # (R,)
+    metric: str | Metric
+    method: str
+    generator: torch.Generator
+    size: int | None = None
+    n_floor: int = 0
+
+    @classmethod
+    def of(cls, reference, quantity, observables, window, metric, method, generator) -> _Reference:
+        limit, values = None, torch.zeros(0, dtype=torch.float64)
+        if quantity is not None:
+            kind = "quantity"
+            limit, values = _reference_values(reference, quantity, observables, window)
+        elif reference is None:
+            raise TypeError(
+                "reference is required for a distance study (or name an observable with quantity=)"
+            )
+        elif isinstance(reference, Law1d):
+            kind = "law"
+            if callable(metric):
+                raise TypeError(
+                    "metric must be 'w2_squared', 'w2' or 'w1' with an exact law reference, got a callable"
+                )
+        elif torch.is_tensor(reference):
+            kind = "cloud"
+            check_finite_tensor("reference", reference)
+            if reference.dim() != 2 or reference.shape[0] < 2:
+                raise ValueError(
+                    f"a reference cloud must have shape (N, d) with N ≥ 2, got {tuple(reference.shape)}"
+                )
+        elif callable(reference):
+            kind = "sampler"
+        else:
+            raise TypeError(
+                f"reference must be a Law1d, a tensor (N, d) or a sampler (n, generator) -> (n, d), "
+                f"got {type(reference).__name__}"
+            )
+        return cls(kind, reference, limit, values, metric, method, generator)
+
+    @property
+    def R(self) -> int:
+        """The number of reference values (a quantity study)."""
+        return self.values.numel()
+
+    def cloud_size(self, M: int) -> int:
+        """N: the size of the reference cloud compared with M particles (0 for a law or a quantity)."""
+        if self.kind == "cloud":
+            return self.reference.shape[0]
+        return (self.size or M) if self.kind == "sampler" else 0
+
+    def draw(self, n: int, count: int) -> torch.Tensor:
+        """``count`` fresh clouds of ``n`` draws of a sampler reference, ``(count, n, d)``."""
+        ref = self.reference(n * count, self.generator)  # (count·n, d)
+        check_finite_tensor("reference(n, generator)", ref)
+        if ref.dim() != 2 or ref.shape[0] != n * count:
+            raise ValueError(
+                f"reference(n, generator) must return shape (n, d) = ({n * count}, d), got {tuple(ref.shape)}"
+            )
+        return ref.reshape(count, n, ref.shape[1])  # (count, n, d)
+
+    def method_for(self, Ms: Sequence[int], d: int) -> str:
+        """One method for every M: the one ``"auto"`` picks at the largest sizes."""
+        if self.kind == "law":
+            return "law"
+        if callable(self.metric):
+            return "custom"
+        return resolve_method(self.method, Ms[-1], self.cloud_size(Ms[-1]), d)
+
+    def distances(self, M: int, x: torch.Tensor, method: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+        r"""$D(\mu_M, \mu)$ of each replicate ``x (reps, M, d)`` and the floor at M (``None``: the cloud's, later)."""
+        reps, d = x.shape[0], x.shape[2]
+        if self.kind == "law":
+            return _distance(self.metric, method, x, self.reference), torch.zeros(0, dtype=x.dtype)
+        if self.kind == "cloud":
+            if self.reference.shape[1] != d:
+                raise ValueError(f"reference has d={self.reference.shape[1]}, sample(M, reps) has d={d}")
+            return _distance(self.metric, method, x, self.reference.to(x.dtype)), None
+        n = self.n_floor
+        ref = self.draw(self.cloud_size(M), reps + 2 * n).to(x.dtype)  # (reps + 2·n_floor, N, d)
+        if ref.shape[2] != d:
+            raise ValueError(f"reference(n, generator) has d={ref.shape[2]}, sample(M, reps) has d={d}")
+        value = _distance(self.metric, method, x, ref[:reps])
+        return value, _distance(self.metric, method, ref[reps : reps + n], ref[reps + n :])
+
+    def cloud_floor(self, method: str) -> torch.Tensor:
+        """The floor of a fixed cloud: the distance between two random halves of it, ``(1,)``."""
+        perm = torch.randperm(self.reference.shape[0], generator=self.generator)  # (N,)
+        half = self.reference.shape[0] // 2
+        halves = (
+            self.reference[perm[:half]].unsqueeze(0),
+            self.reference[perm[half : 2 * half]].unsqueeze(0),
+        )  # (1, N/2, d)
+        return _distance(self.metric, method, *halves)
+
+
+def _resolve_estimators(names: tuple[str, ...], ref: _Reference, Ms: Sequence[int]) -> tuple[str, ...]:
+    """The estimators, ``"auto"`` resolved, each checked against what the reference allows."""
+    R = ref.R
+
     def resolve(e: str) -> str:
         if e != "auto":
             return e
-        if kind != "quantity" or exact_limit is not None or R == 1:
+        if ref.kind != "quantity" or ref.limit is not None or R == 1:
             return "exact"
         if R >= 2:
             return "reference"
@@ -1180,164 +1286,135 @@ def convergence_in_m(
         if e == "reference" and R < 2:
             raise ValueError(
                 "estimator='reference' needs ≥ 2 reference values (independent reference runs) of the "
-                f"observable named by quantity=, got {R if kind == 'quantity' else 'a distance study'}"
+                f"observable named by quantity=, got {R if ref.kind == 'quantity' else 'a distance study'}"
             )
-        if e == "exact" and kind == "quantity" and exact_limit is None and R == 0:
+        if e == "exact" and ref.kind == "quantity" and ref.limit is None and R == 0:
             raise ValueError("estimator='exact' needs a reference (the limit, or reference values)")
-    if kind == "quantity" and R == 1 and "exact" in names:
+    if ref.kind == "quantity" and R == 1 and "exact" in names:
         warnings.warn(
             "one reference value: its fluctuation is in no interval (the reference is treated as exact); give "
             "≥ 2 independent reference runs (estimator 'reference') or use estimator='fit'",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
+    return names
 
-    def ref_size(M: int) -> int:
-        if kind == "cloud":
-            return reference.shape[0]
-        return (reference_size or M) if kind == "sampler" else 0
 
-    def draw(n: int, count: int) -> torch.Tensor:
-        ref = reference(n * count, generator)  # (count·n, d)
-        check_finite_tensor("reference(n, generator)", ref)
-        if ref.dim() != 2 or ref.shape[0] != n * count:
-            raise ValueError(
-                f"reference(n, generator) must return shape (n, d) = ({n * count}, d), got {tuple(ref.shape)}"
-            )
-        return ref.reshape(count, n, ref.shape[1])  # (count, n, d)
+class _Measured:
+    """What a convergence study gathers over M: the values $Y_M$ and floors per M, the method, the other
+    observables and series per M, and the series' times."""
 
-    values, floors, method_used, d = [], [], None, None
-    observed: dict[str, list[torch.Tensor]] = {}
-    series: dict[str, list[torch.Tensor]] = {}
-    times = None
-    for M in progress_bar(progress, iterable=Ms, desc="convergence in M"):
-        out = sample(M, reps) if replicate_seeds is None else sample(M, reps, seed=list(replicate_seeds))
-        x, scalars, curves, t = _collect("sample(M, reps)", out, reps, observables, window)
-        if kind != "quantity" or x is not None:
-            if x is None:
-                raise ValueError("sample(M, reps) returned no states ('final'): a distance needs them")
-            check_finite_tensor("sample(M, reps)", x)
-            if x.dim() != 3 or tuple(x.shape[:2]) != (reps, M) or (d is not None and x.shape[2] != d):
-                raise ValueError(
-                    f"sample(M, reps) must return shape (reps, M, d) = ({reps}, {M}, {d or 'd'}), "
-                    f"got {tuple(x.shape)}"
-                )
-            d = x.shape[2]
+    def __init__(self) -> None:
+        self.values: list[torch.Tensor] = []
+        self.floors: list[torch.Tensor | None] = []
+        self.method: str | None = None
+        self.observed: dict[str, list[torch.Tensor]] = {}
+        self.series: dict[str, list[torch.Tensor]] = {}
+        self.times: torch.Tensor | None = None
+        self.d: int | None = None
+
+    def add(
+        self, M: int, Ms: Sequence[int], collected, ref: _Reference, quantity: str | None, reps: int
+    ) -> None:
+        """One M: the states' checks, the observables, and $Y_M$ (the quantity, or the distance and floor)."""
+        x, scalars, curves, t = collected
+        if ref.kind != "quantity" or x is not None:
+            self._check_states(x, M, reps)
         if curves:
-            if times is not None and (times.shape != t.shape or not torch.allclose(times, t)):
+            if self.times is not None and (self.times.shape != t.shape or not torch.allclose(self.times, t)):
                 raise ValueError(f"the series at M = {M} are saved at other times than at M = {Ms[0]}")
-            times = t
-        if set(curves) != set(series) and M != Ms[0] or set(scalars) != set(observed) and M != Ms[0]:
+            self.times = t
+        if M != Ms[0] and (set(curves) != set(self.series) or set(scalars) != set(self.observed)):
             raise ValueError(f"sample(M, reps) returned other observables at M = {M} than at M = {Ms[0]}")
         for n, v in scalars.items():
-            observed.setdefault(n, []).append(v)
+            self.observed.setdefault(n, []).append(v)
         for n, v in curves.items():
-            series.setdefault(n, []).append(v)
-        if kind == "quantity":
+            self.series.setdefault(n, []).append(v)
+        if ref.kind == "quantity":
             if quantity in scalars:
-                values.append(scalars[quantity])
+                self.values.append(scalars[quantity])
             elif quantity in curves:
-                values.append(curves[quantity][:, -1])
+                self.values.append(curves[quantity][:, -1])
             else:
                 raise ValueError(
                     f"quantity {quantity!r} is not an observable of sample(M, reps); it returned "
                     f"{sorted({*scalars, *curves})}"
                 )
-            floors.append(torch.zeros(0, dtype=torch.float64))
-            method_used = "observable"
-            continue
-        if method_used is None:  # one method for every M: the one "auto" picks at the largest sizes
-            if kind == "law":
-                method_used = "law"
-            elif callable(metric):
-                method_used = "custom"
-            else:
-                method_used = resolve_method(method, Ms[-1], ref_size(Ms[-1]), d)
-        if kind == "law":
-            values.append(_distance(metric, method_used, x, reference))
-            floors.append(torch.zeros(0, dtype=x.dtype))
-        elif kind == "cloud":
-            if reference.shape[1] != d:
-                raise ValueError(f"reference has d={reference.shape[1]}, sample(M, reps) has d={d}")
-            values.append(_distance(metric, method_used, x, reference.to(x.dtype)))
-        else:
-            ref = draw(ref_size(M), reps + 2 * n_floor).to(x.dtype)  # (reps + 2·n_floor, N, d)
-            if ref.shape[2] != d:
-                raise ValueError(f"reference(n, generator) has d={ref.shape[2]}, sample(M, reps) has d={d}")
-            values.append(_distance(metric, method_used, x, ref[:reps]))
-            floors.append(_distance(metric, method_used, ref[reps : reps + n_floor], ref[reps + n_floor :]))
-    if kind == "cloud":  # one floor: two random halves of the cloud
-        perm = torch.randperm(reference.shape[0], generator=generator)  # (N,)
-        half = reference.shape[0] // 2
-        halves = (
-            reference[perm[:half]].unsqueeze(0),
-            reference[perm[half : 2 * half]].unsqueeze(0),
-        )  # (1, N/2, d)
-        floors = [_distance(metric, method_used, *halves)] * len(Ms)
-    values = torch.stack(values).to(torch.float64)  # (K, reps)
-    floor = torch.stack(floors).to(torch.float64)  # (K, n)
-    name = (
-        quantity
-        if kind == "quantity"
-        else metric
-        if isinstance(metric, str)
-        else getattr(metric, "__name__", "custom")
-    )
-    check_finite_tensor(name, values)
+            self.floors.append(torch.zeros(0, dtype=torch.float64))
+            self.method = "observable"
+            return
+        if self.method is None:
+            self.method = ref.method_for(Ms, self.d)
+        value, floor = ref.distances(M, x, self.method)
+        self.values.append(value)
+        self.floors.append(floor)
 
+    def _check_states(self, x: torch.Tensor | None, M: int, reps: int) -> None:
+        if x is None:
+            raise ValueError("sample(M, reps) returned no states ('final'): a distance needs them")
+        check_finite_tensor("sample(M, reps)", x)
+        d = self.d
+        if x.dim() != 3 or tuple(x.shape[:2]) != (reps, M) or (d is not None and x.shape[2] != d):
+            raise ValueError(
+                f"sample(M, reps) must return shape (reps, M, d) = ({reps}, {M}, {d or 'd'}), got {tuple(x.shape)}"
+            )
+        self.d = x.shape[2]
+
+    def tensors(self, ref: _Reference, Ms: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The values ``(K, reps)`` and floors ``(K, n)`` in float64 (a cloud's one floor at every M)."""
+        floors = [ref.cloud_floor(self.method)] * len(Ms) if ref.kind == "cloud" else self.floors
+        return torch.stack(self.values).to(torch.float64), torch.stack(floors).to(torch.float64)
+
+
+def _rate_estimates(
+    names: Sequence[str],
+    Ms: Sequence[int],
+    values: torch.Tensor,
+    ref: _Reference,
+    n_boot: int,
+    level: float,
+    generator: torch.Generator,
+) -> dict[str, RateEstimate]:
+    """Each estimator's slope and interval from the values ``(K, reps)``: the bootstrap resamples the
+    replicates within each M, and with ``"reference"`` the reference mean from its t law."""
+    reps, R = values.shape[1], ref.R
     Ms_t = torch.tensor(Ms, dtype=torch.float64)  # (K,)
-    means = values.mean(1)  # (K,)
     boot = torch.stack(  # resample the replicates within each M
         [row[torch.randint(reps, (n_boot, reps), generator=generator)].mean(1) for row in values], dim=1
     )  # (n_boot, K)
-    ref_mean = ref_se = ref_boot = None
-    if R >= 1:
-        ref_mean = float(ref_values.mean())
+    ref_mean = float(ref.values.mean()) if R >= 1 else None
+    ref_se = ref_boot = None
     if "reference" in names:  # the reference mean's sampling law: ȳ + SE·t_{R−1}
-        ref_se = float(ref_values.std() / math.sqrt(R))
+        ref_se = float(ref.values.std() / math.sqrt(R))
         ref_boot = ref_mean + ref_se * _student_t(n_boot, R - 1, generator)  # (n_boot,)
     estimates: dict[str, RateEstimate] = {}
     for e in names:
         est, notes = _estimate(
             e, Ms_t, values, boot,
-            limit=exact_limit if exact_limit is not None else ref_mean,
+            limit=ref.limit if ref.limit is not None else ref_mean,
             ref_boot=ref_boot, ref_mean=ref_mean, ref_se=ref_se,
-            distance=kind != "quantity", level=level,
+            distance=ref.kind != "quantity", level=level,
         )  # fmt: skip
         for note in notes:
-            warnings.warn(note, RuntimeWarning, stacklevel=2)
+            warnings.warn(note, RuntimeWarning, stacklevel=3)
         estimates[e] = est
-    if kind != "quantity" and not bool((means <= 0).any()):
-        floor_mean = floor.mean(1) if floor.shape[1] else torch.zeros(len(Ms), dtype=torch.float64)
-        reference_approximates_law = kind == "cloud" or reference_size is not None  # not a two-sample study
-        if reference_approximates_law and bool((means < 3 * floor_mean).any()):
-            warnings.warn(
-                f"the mean distance is below 3× the reference floor at M = "
-                f"{[M for M, m, f in zip(Ms, means, floor_mean, strict=True) if m < 3 * f]}: "
-                f"the slope there measures the reference as much as μ_M (use a larger reference)",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-    head = estimates[names[0]]
-    observed_t = {name: values, **{n: torch.stack(v) for n, v in observed.items() if n != name}}
-    return StudyResult(
-        Ms=tuple(Ms),
-        values=values,
-        floor=floor,
-        metric=name,
-        method=method_used,
-        slope=head.slope,
-        intercept=head.intercept,
-        slope_ci=head.slope_ci,
-        level=level,
-        estimator=head.estimator,
-        estimates=estimates,
-        limit=head.limit,
-        reference_values=ref_values,
-        observed=observed_t,
-        series={n: torch.stack(v) for n, v in series.items()},
-        times=times,
-    )
+    return estimates
+
+
+def _warn_floor(Ms: Sequence[int], means: torch.Tensor, floor: torch.Tensor, approximates_law: bool) -> None:
+    """A ``RuntimeWarning`` where the mean distance is below 3× the floor of a reference meant to stand for
+    the law (a fixed cloud, or a sampler with ``reference_size``; not a two-sample study)."""
+    if bool((means <= 0).any()) or not approximates_law:
+        return
+    floor_mean = floor.mean(1) if floor.shape[1] else torch.zeros(len(Ms), dtype=torch.float64)
+    if bool((means < 3 * floor_mean).any()):
+        warnings.warn(
+            f"the mean distance is below 3× the reference floor at M = "
+            f"{[M for M, m, f in zip(Ms, means, floor_mean, strict=True) if m < 3 * f]}: "
+            f"the slope there measures the reference as much as μ_M (use a larger reference)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -1459,7 +1536,7 @@ class SweepResult:
         ``path`` when given. Returns the text."""
         if curves:
             return self.curves.to_csv(path)
-        return _to_csv(self.rows, self.columns, path)
+        return csv_text(self.rows, self.columns, path)
 
     def to_json(self, path: str | os.PathLike | None = None) -> str:
         """The tables as JSON ``{"params", "outputs", "rows", "series", "curve_rows", "batched"}`` (non-finite
@@ -1513,6 +1590,44 @@ class SweepResult:
         """
         return _summary_rows(self.rows, self.params, self.columns, x, y, hue, where, level)
 
+    def summarize(
+        self,
+        metrics: Sequence[str] | None = None,
+        baseline: Mapping[str, object] | None = None,
+        *,
+        options: TableOptions | None = None,
+    ) -> SummaryTable:
+        """The sweep's table of comparisons, the one ``meanfield sweep`` writes to ``summary.md``: per grid
+        point the mean of each metric with its t interval over the seeds that ran, and against ``baseline``
+        (values of some parameters, e.g. ``{"beta": 0.0}``) the paired difference seed by seed with its
+        interval, p-value, Holm's adjustment over the table and detectable difference
+        ([`summarize`][meanfield.studies.summary.summarize]).
+
+        Args:
+            metrics: the outputs to summarise (default: every numeric output).
+            baseline: the point every other is compared with; its parameters must be in the grid.
+            options: level, power, log-scale metrics, Holm's family, cost
+                ([`TableOptions`][meanfield.studies.summary.TableOptions]).
+
+        Raises:
+            KeyError: for a metric that is not an output.
+            ValueError: for a baseline parameter outside the grid.
+        """
+        metrics = [m for m in self.outputs if _is_metric(self.rows, m)] if metrics is None else list(metrics)
+        for m in metrics:
+            if m not in self.outputs:
+                raise KeyError(f"no output {m!r}; the outputs are {list(self.outputs)}")
+        if baseline is not None and (unknown := [k for k in baseline if k not in self.params]):
+            raise ValueError(f"baseline names {unknown}, which are not grid parameters {list(self.params)}")
+        return summarize(
+            self.rows,
+            self.params,
+            metrics,
+            baseline,
+            options=options,
+            finished=lambda r: r.get("error") is None,
+        )
+
     def plot(
         self,
         x: str,
@@ -1544,28 +1659,9 @@ class SweepResult:
         )  # fmt: skip
 
 
-def _grid_points(grid: Mapping[str, Sequence] | Sequence[Mapping]) -> tuple[list[dict], tuple[str, ...]]:
-    if isinstance(grid, Mapping):
-        for name, values in grid.items():
-            if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-                raise TypeError(f"grid[{name!r}] must be a sequence of values, got {type(values).__name__}")
-        names = tuple(grid)
-        points = [dict(zip(names, combo, strict=True)) for combo in itertools.product(*grid.values())]
-    elif isinstance(grid, Sequence) and all(isinstance(p, Mapping) for p in grid):
-        points = [dict(p) for p in grid]
-        names = tuple(dict.fromkeys(k for p in points for k in p))
-    else:
-        raise TypeError(
-            f"grid must be a mapping name -> values (a product grid) or a list of mappings (points), "
-            f"got {type(grid).__name__}"
-        )
-    if not points:
-        raise ValueError("grid must contain at least one point, got an empty grid")
-    for reserved in ("seed", "error", "t"):
-        if reserved in names:
-            raise ValueError(f"grid must not define {reserved!r} (a column of the table), got {list(names)}")
-    points = [{k: _cell(v) for k, v in p.items()} for p in points]
-    return points, names
+def _is_metric(rows: Sequence[Mapping], name: str) -> bool:
+    """Whether an output is a number in some successful row (a metric the table can average)."""
+    return any(_is_number(r.get(name)) for r in rows if r.get("error") is None)
 
 
 def _is_number(v: object) -> bool:
@@ -1687,112 +1783,173 @@ def sweep(
     """
     if not callable(run):
         raise TypeError(f"run must be callable, got {type(run).__name__}")
-    points, names = _grid_points(grid)
-    seeds = _seed_list(seeds)
+    points, names = grid_points(grid)
+    seeds = seed_list(seeds)
     window = _check_window(window)
-    if isinstance(batch, bool):
-        batched = tuple(n for n in names if all(_is_number(p.get(n)) for p in points)) if batch else ()
-    elif isinstance(batch, Sequence) and not isinstance(batch, (str, bytes)):
-        batched = tuple(batch)
-        unknown = [n for n in batched if n not in names]
-        if unknown:
-            raise ValueError(f"batch names parameters {unknown} that are not in the grid {list(names)}")
-        for n in batched:
-            if not all(_is_number(p.get(n)) for p in points):
-                raise TypeError(f"batched parameter {n!r} must take numbers only (a float per replica)")
-    else:
-        raise TypeError(f"batch must be a bool or a sequence of parameter names, got {type(batch).__name__}")
+    batched = _batched_names(batch, names, points)
     if not batch and (max_batch, memory_budget, replica_bytes, observables) != (None,) * 4:
         raise ValueError("max_batch, memory_budget, replica_bytes and observables apply with batch= only")
     if max_batch is not None:
         check_int("max_batch", max_batch)
     if (memory_budget is None) != (replica_bytes is None):
         raise ValueError("memory_budget and replica_bytes go together (bytes per call, bytes per replica)")
-
-    rows: list[dict] = []
-    curve_rows: list[dict] = []
-    outputs: dict[str, None] = {}
-    series: dict[str, None] = {}
     runs = list(itertools.product(points, seeds))
-    first_error: Exception | None = None  # the cause of the RuntimeError when every run fails
+    found = _Collected(len(runs))
     bar = progress_bar(progress, total=len(runs), desc="sweep")
     if not batch:
-        for point, seed in runs:
-            row = {**point, "seed": seed}
-            try:
-                _store(row, run(**point, seed=seed), rows, curve_rows, outputs, series, window)
-            except Exception as exc:  # noqa: BLE001 — a failed point is recorded and the sweep goes on
-                first_error = first_error or exc
-                rows.append({**row, "error": f"{type(exc).__name__}: {exc}"})
-            bar.update(1)
+        _run_each(run, runs, window, found, bar)
     else:
-        slots: list[dict | None] = [None] * len(runs)  # rows in grid × seed order
-        curve_slots: list[list[dict]] = [[] for _ in runs]
-        groups: dict[tuple, list[int]] = {}
-        for i, (point, _) in enumerate(runs):
-            fixed = tuple((n, repr(point.get(n))) for n in names if n not in batched)
-            groups.setdefault(fixed, []).append(i)
-        for members in groups.values():
-            point0 = runs[members[0]][0]
-            fixed = {n: point0[n] for n in names if n not in batched and n in point0}
-            size = len(members) if max_batch is None else max_batch
-            if memory_budget is not None:
-                per = replica_bytes(fixed) if callable(replica_bytes) else replica_bytes
-                size = min(size, max(1, int(memory_budget // max(int(per), 1))))
-            for chunk in _chunks(len(members), size):
+        sizes = _call_size(max_batch, memory_budget, replica_bytes)
+        for members, fixed in _batch_groups(runs, names, batched):
+            for chunk in _chunks(len(members), sizes(fixed, len(members))):
                 idx = [members[j] for j in chunk]
-                B = len(idx)
-                args = {
-                    n: torch.tensor([float(runs[i][0][n]) for i in idx], dtype=torch.float64) for n in batched
-                }
-                chunk_seeds = [runs[i][1] for i in idx]
-                try:
-                    out = run(**fixed, **args, seed=chunk_seeds)
-                    _, scalars, curves, times = _collect("run(...)", out, B, observables, window)
-                    for key in (*scalars, *curves):
-                        if key in names or key in ("seed", "error"):
-                            raise ValueError(
-                                f"run returned an output named {key!r}, which is a parameter or column name"
-                            )
-                    if not scalars and not curves:
-                        raise ValueError("run returned no observables (give observables= for states)")
-                    ts = times.tolist() if curves else []
-                    lists = {k: v.tolist() for k, v in scalars.items()}  # {name: (B,)}
-                    clists = {k: v.tolist() for k, v in curves.items()}  # {name: (B, T)}
-                    for b, i in enumerate(idx):
-                        point, seed = runs[i]
-                        row = {**point, "seed": seed}
-                        slots[i] = {**row, **{k: v[b] for k, v in lists.items()}, "error": None}
-                        curve_slots[i] = [
-                            {**row, "t": t, **{k: v[b][j] for k, v in clists.items()}}
-                            for j, t in enumerate(ts)
-                        ]
-                    outputs.update(dict.fromkeys(scalars))
-                    series.update(dict.fromkeys(curves))
-                except Exception as exc:  # noqa: BLE001 — a failed call is recorded and the sweep goes on
-                    first_error = first_error or exc
-                    for i in idx:
-                        point, seed = runs[i]
-                        slots[i] = {**point, "seed": seed, "error": f"{type(exc).__name__}: {exc}"}
-                bar.update(B)
-        rows = slots
-        curve_rows = [r for rs in curve_slots for r in rs]
+                _run_batch(run, runs, idx, fixed, batched, names, observables, window, found)
+                bar.update(len(idx))
     bar.close()
     result = SweepResult(
-        rows=rows,
+        rows=found.ordered_rows(),
         params=names,
-        outputs=tuple(outputs),
-        series=tuple(series),
-        curve_rows=curve_rows,
+        outputs=tuple(found.outputs),
+        series=tuple(found.series),
+        curve_rows=found.ordered_curves(),
         batched=batched,
     )
+    _check_failures(result, found.first_error)
+    return result
+
+
+def _batched_names(batch: object, names: tuple[str, ...], points: Sequence[Mapping]) -> tuple[str, ...]:
+    """The parameters that run on the replica axis: every numeric one for ``batch=True``, the named ones."""
+    if isinstance(batch, bool):
+        return tuple(n for n in names if all(_is_number(p.get(n)) for p in points)) if batch else ()
+    if not isinstance(batch, Sequence) or isinstance(batch, (str, bytes)):
+        raise TypeError(f"batch must be a bool or a sequence of parameter names, got {type(batch).__name__}")
+    batched = tuple(batch)
+    unknown = [n for n in batched if n not in names]
+    if unknown:
+        raise ValueError(f"batch names parameters {unknown} that are not in the grid {list(names)}")
+    for n in batched:
+        if not all(_is_number(p.get(n)) for p in points):
+            raise TypeError(f"batched parameter {n!r} must take numbers only (a float per replica)")
+    return batched
+
+
+class _Collected:
+    """What a sweep has gathered: a slot of rows and of curve rows per (point, seed) run, in grid × seed
+    order, the output and series names in order of first appearance, and the first error."""
+
+    def __init__(self, n: int) -> None:
+        self.rows: list[dict | None] = [None] * n
+        self.curves: list[list[dict]] = [[] for _ in range(n)]
+        self.outputs: dict[str, None] = {}
+        self.series: dict[str, None] = {}
+        self.first_error: Exception | None = None  # the cause of the RuntimeError when every run fails
+
+    def failed(self, i: int, row: dict, exc: Exception) -> None:
+        self.first_error = self.first_error or exc
+        self.rows[i] = {**row, "error": f"{type(exc).__name__}: {exc}"}
+
+    def ordered_rows(self) -> list[dict]:
+        return [r for r in self.rows if r is not None]
+
+    def ordered_curves(self) -> list[dict]:
+        return [r for rs in self.curves for r in rs]
+
+
+def _run_each(run: Callable, runs: Sequence[tuple[dict, int]], window, found: _Collected, bar) -> None:
+    """One call ``run(**point, seed=seed)`` per run; a run that raises is recorded and the sweep goes on."""
+    for i, (point, seed) in enumerate(runs):
+        row = {**point, "seed": seed}
+        rows: list[dict] = []
+        curve_rows: list[dict] = []
+        try:
+            _store(row, run(**point, seed=seed), rows, curve_rows, found.outputs, found.series, window)
+            found.rows[i], found.curves[i] = rows[0], curve_rows
+        except Exception as exc:  # noqa: BLE001 — a failed point is recorded and the sweep goes on
+            found.failed(i, row, exc)
+        bar.update(1)
+
+
+def _call_size(
+    max_batch: int | None, memory_budget: float | None, replica_bytes
+) -> Callable[[dict, int], int]:
+    """The replicas of one call, as a function of the call's fixed parameters and the group's size:
+    ``max_batch``, and ``memory_budget // replica_bytes`` (at least 1)."""
+
+    def size(fixed: dict, n: int) -> int:
+        out = n if max_batch is None else max_batch
+        if memory_budget is not None:
+            per = replica_bytes(fixed) if callable(replica_bytes) else replica_bytes
+            out = min(out, max(1, int(memory_budget // max(int(per), 1))))
+        return out
+
+    return size
+
+
+def _batch_groups(
+    runs: Sequence[tuple[dict, int]], names: Sequence[str], batched: Sequence[str]
+) -> list[tuple[list[int], dict]]:
+    """The runs whose unbatched parameters agree (indices into ``runs``), with those parameters' values."""
+    groups: dict[tuple, list[int]] = {}
+    for i, (point, _) in enumerate(runs):
+        groups.setdefault(tuple((n, repr(point.get(n))) for n in names if n not in batched), []).append(i)
+    out = []
+    for members in groups.values():
+        point0 = runs[members[0]][0]
+        out.append((members, {n: point0[n] for n in names if n not in batched and n in point0}))
+    return out
+
+
+def _run_batch(
+    run: Callable,
+    runs: Sequence[tuple[dict, int]],
+    idx: Sequence[int],
+    fixed: dict,
+    batched: Sequence[str],
+    names: Sequence[str],
+    observables,
+    window,
+    found: _Collected,
+) -> None:
+    """One batched call over the runs ``idx``: ``run(**fixed, **{name: (B,)}, seed=[…])``; a call that raises
+    fails every replica of it, and the sweep goes on."""
+    B = len(idx)
+    args = {n: torch.tensor([float(runs[i][0][n]) for i in idx], dtype=torch.float64) for n in batched}
+    try:
+        out = run(**fixed, **args, seed=[runs[i][1] for i in idx])
+        _, scalars, curves, times = _collect("run(...)", out, B, observables, window)
+        for key in (*scalars, *curves):
+            if key in names or key in ("seed", "error"):
+                raise ValueError(f"run returned an output named {key!r}, which is a parameter or column name")
+        if not scalars and not curves:
+            raise ValueError("run returned no observables (give observables= for states)")
+        ts = times.tolist() if curves else []
+        lists = {k: v.tolist() for k, v in scalars.items()}  # {name: (B,)}
+        clists = {k: v.tolist() for k, v in curves.items()}  # {name: (B, T)}
+        for b, i in enumerate(idx):
+            point, seed = runs[i]
+            row = {**point, "seed": seed}
+            found.rows[i] = {**row, **{k: v[b] for k, v in lists.items()}, "error": None}
+            found.curves[i] = [
+                {**row, "t": t, **{k: v[b][j] for k, v in clists.items()}} for j, t in enumerate(ts)
+            ]
+        found.outputs.update(dict.fromkeys(scalars))
+        found.series.update(dict.fromkeys(curves))
+    except Exception as exc:  # noqa: BLE001 — a failed call is recorded and the sweep goes on
+        for i in idx:
+            point, seed = runs[i]
+            found.failed(i, {**point, "seed": seed}, exc)
+
+
+def _check_failures(result: SweepResult, first_error: Exception | None) -> None:
+    """A warning that counts the failed runs; a ``RuntimeError`` (from the first error) when every run failed."""
     failed = result.failures
-    if len(failed) == len(rows):
+    if len(failed) == len(result.rows):
         raise RuntimeError(f"every run of the sweep failed; the first: {failed[0]['error']}") from first_error
     if failed:
         warnings.warn(
-            f"{len(failed)} of {len(rows)} runs failed (see SweepResult.failures); the first: {failed[0]['error']}",
+            f"{len(failed)} of {len(result.rows)} runs failed (see SweepResult.failures); the first: "
+            f"{failed[0]['error']}",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
-    return result

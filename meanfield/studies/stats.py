@@ -44,6 +44,13 @@ __all__ = [
     "pairs_needed",
     "holm",
     "HolmFamily",
+    "number_text",
+    "p_text",
+    "interval_cell",
+    "mean_cell",
+    "paired_cell",
+    "holm_cell",
+    "cost_text",
 ]
 
 Z = 5.0
@@ -540,7 +547,14 @@ class HolmFamily:
     """
 
     def __init__(self) -> None:
-        self._members: list[tuple[PairedDifference, int]] = []
+        self._members: list[tuple[PairedDifference, int | None]] = []
+
+    @staticmethod
+    def paired(d: PairedDifference, digits: int | None = None) -> str:
+        """``d``'s paired cell: inside a [`table`][meanfield.studies.stats.HolmFamily.table], a placeholder of the active family
+        (filled with the Holm-adjusted p); outside any, [`paired_cell`][meanfield.studies.stats.paired_cell]."""
+        family = _ACTIVE_FAMILY.get()
+        return paired_cell(d, digits) if family is None else family.cell(d, digits)
 
     @staticmethod
     def active() -> HolmFamily | None:
@@ -550,7 +564,7 @@ class HolmFamily:
     @classmethod
     def table(
         cls,
-        render: Callable[[PairedDifference, float, int], str],
+        render: Callable[[PairedDifference, float, int | None], str],
         finish: Callable[[str, int], str] = lambda text, m: text,
     ) -> Callable[[Callable[..., object]], Callable[..., object]]:
         """Decorator: a function that builds one table gets Holm's adjustment over all its paired cells.
@@ -582,12 +596,12 @@ class HolmFamily:
     def __len__(self) -> int:
         return len(self._members)
 
-    def cell(self, d: PairedDifference, digits: int) -> str:
+    def cell(self, d: PairedDifference, digits: int | None) -> str:
         """A placeholder for ``d``'s cell (printed with ``digits`` decimals) until [`fill`][meanfield.studies.stats.HolmFamily.fill]."""
         self._members.append((d, digits))
         return f"\x00{len(self._members) - 1}\x00"
 
-    def fill(self, text: str, render: Callable[[PairedDifference, float, int], str]) -> str:
+    def fill(self, text: str, render: Callable[[PairedDifference, float, int | None], str]) -> str:
         """``text`` with each placeholder replaced by ``render(d, p̃, digits)``, ``p̃`` Holm-adjusted over
         the family.
 
@@ -605,3 +619,78 @@ class HolmFamily:
 
 
 _ACTIVE_FAMILY: ContextVar[HolmFamily | None] = ContextVar("meanfield_holm_family", default=None)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Table cells: one format for every table of comparisons
+
+
+def number_text(x: float, digits: int | None = None, *, sign: bool = False, significant: int = 3) -> str:
+    """A number in a table: ``digits`` decimals, or ``significant`` significant digits (``g``); ``+`` for a
+    positive one with ``sign``; ``—`` when it is not a finite number (NaN, ±inf, ``None``)."""
+    if x is None or not math.isfinite(x):
+        return "—"
+    plus = "+" if sign else ""
+    return f"{x:{plus}.{digits}f}" if digits is not None else f"{x:{plus}.{significant}g}"
+
+
+def p_text(p: float) -> str:
+    """A p-value to 2 significant digits (``0.0012``, ``3.4e-07``), ``—`` for NaN (no test)."""
+    return number_text(p, significant=2)
+
+
+def interval_cell(
+    center: float,
+    lo: float,
+    hi: float,
+    digits: int | None = None,
+    *,
+    sign: bool = False,
+    significant: int = 3,
+) -> str:
+    """``center (lo – hi)``: an estimate and its interval; the centre alone when the interval is not finite
+    (one value); a centre that is not finite reads ``—``."""
+
+    def text(x: float) -> str:
+        return number_text(x, digits, sign=sign, significant=significant)
+
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return text(center)
+    return f"{text(center)} ({text(lo)} – {text(hi)})"
+
+
+def mean_cell(values, digits: int | None = None, *, log: bool = False, level: float = 0.95) -> str:
+    r"""The mean of ``values`` and its ``level`` Student-t interval, ``mean (lo – hi)``
+    ([`t_interval`][meanfield.studies.stats.t_interval]); with ``log``, the geometric mean and the t interval of the logs mapped
+    back ([`log_interval`][meanfield.studies.stats.log_interval], positive values). ``—`` for no values."""
+    a = np.asarray(values, dtype=np.float64).ravel()
+    if a.size == 0:
+        return "—"
+    if log:
+        li = log_interval(a, level)
+        return interval_cell(li.center, li.lo, li.hi, digits)
+    iv = t_interval(a, level)
+    return interval_cell(iv.mean, iv.lo, iv.hi, digits)
+
+
+def paired_cell(d: PairedDifference, digits: int | None = None, *, scale: float = 1.0) -> str:
+    """``+Δ (lo – hi), p = …``: a mean paired difference, its t interval and the paired t-test's p
+    (values times ``scale``, e.g. 1000 for milli-units; the p is unchanged)."""
+    iv = interval_cell(d.mean * scale, d.lo * scale, d.hi * scale, digits, sign=True)
+    return f"{iv}, p = {p_text(d.p_value)}"
+
+
+def holm_cell(d: PairedDifference, q: float, digits: int | None = None, *, scale: float = 1.0) -> str:
+    """``+Δ (lo – hi), p = …, Holm …, δ80 …``: [`paired_cell`][meanfield.studies.stats.paired_cell] with the Holm-adjusted p ``q``
+    of its family and the smallest difference its test detects with 80 % power at α = 0.05
+    ([`PairedDifference.detectable`][meanfield.studies.stats.PairedDifference.detectable]); the ``render`` of a
+    [`HolmFamily.table`][meanfield.studies.stats.HolmFamily.table]."""
+    return (
+        f"{paired_cell(d, digits, scale=scale)}, Holm {p_text(q)}, "
+        f"δ80 {number_text(d.detectable() * scale, digits)}"
+    )
+
+
+def cost_text(seconds: float) -> str:
+    """A cost in hours, ``"1.23 h"``, from seconds (e.g. the sum of the runs' ``wall_time_s``)."""
+    return f"{number_text(seconds / 3600, 2)} h"

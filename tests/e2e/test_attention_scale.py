@@ -428,7 +428,7 @@ def test_primary_report_adds_the_32_draw_drop_half_comparison_blind_until_n_8(tm
     report.main(["--folder", str(folder), "--out", str(tmp_path / "shown.md"), "--unblind"])
     shown = (tmp_path / "shown.md").read_text()
     assert (
-        f"| {row['d'].mean:+.4f} ± {row['d'].half_width:.4f} | [{row['d'].lo:+.4f}, {row['d'].hi:+.4f}] |"
+        f"| {row['d'].mean:+.4f} ({row['d'].lo:+.4f} – {row['d'].hi:+.4f}) |"
         in shown
     )
 
@@ -770,7 +770,7 @@ def test_words_report_tests_at_n_3_without_the_power_rule_and_adds_the_best_step
     assert text.startswith("P1–P6 on WikiText-2 words (exploratory stage; Holm over its own six)")
     assert "p (Holm, 6)" in text and "Power rule" not in text and "blind" not in text
     diffs = [best["p8-b1e-3", s] - best["p8", s] for s in range(3)]
-    assert f"| B1 | β = 1e-3 vs β = 0 (M = 8) | 3 | {np.mean(diffs):+.4f} ±" in text
+    assert f"| B1 | β = 1e-3 vs β = 0 (M = 8) | 3 | {np.mean(diffs):+.4f} (" in text
     assert f"| p16 | {np.mean(values['p16']) + 0.3:.3f} (3) | {np.mean(values['p16']):.3f} (3) |" in text
     figure = tmp_path / report.WORDS_FIGURE  # beside the sweep folder (docs/assets only for the stage's own)
     assert figure.read_bytes().startswith(b"\x89PNG")

@@ -1572,7 +1572,7 @@ def test_stats_record_of_an_optimizer_with_and_without_statistics():
 
     stats = LangevinStats(
         step=3,
-        inverse_temperature=0.5,
+        beta=0.5,
         eta_eff_mean=0.1,
         eta_eff_min=0.1,
         eta_eff_max=0.1,

@@ -27,17 +27,19 @@ from meanfield.runs import RunInterrupted, RunResult, sweeps
 from meanfield.runs.lock import FolderLock, FolderLocked
 from meanfield.runs.sweeps import (
     TableOptions,
-    _csv,
     _legacy_point_name,
-    _markdown,
     expand,
     parse_grid,
     point_name,
     summarize,
     sweep_runs,
 )
+from meanfield.studies import grid as grid_module
 from meanfield.studies import in_memory as studies
+from meanfield.studies import summary as summary_module
+from meanfield.studies.grid import csv_text as _csv
 from meanfield.studies.stats import detectable_difference, holm, paired_difference, pairs_needed, t_interval
+from meanfield.studies.summary import _markdown
 
 
 def test_parse_grid_reads_toml_values_and_keeps_brackets_whole():
@@ -1083,7 +1085,7 @@ def test_expand_names_and_log_scale_summary_against_hand_and_scipy():
     )
     assert second["mse:p"] == pytest.approx(st.ttest_rel(la, lb).pvalue, rel=1e-9)
     assert second["mse:p"] != pytest.approx(st.ttest_rel(arm, base).pvalue, rel=1e-3)  # control: not linear
-    text = sweeps._markdown([first, second], ["lr"], ["mse"], options)
+    text = summary_module._markdown([first, second], ["lr"], ["mse"], options)
     base_line, arm_line = text.splitlines()[2:4]
     assert "| baseline |" in base_line and "| baseline |" not in arm_line
 
@@ -1578,18 +1580,18 @@ def test_table_options_invalid(kwargs, message):
 
 def test_pairs_key_and_needed():
     """``_pairs_key`` uses ``:g``; ``_pairs_needed`` is the smallest n with power ≥ target, inf beyond the cap."""
-    assert sweeps._pairs_key("loss", 0.10) == "loss:pairs_for_0.1"
-    assert sweeps._pairs_key("m", 2.0) == "m:pairs_for_2"
+    assert summary_module._pairs_key("loss", 0.10) == "loss:pairs_for_0.1"
+    assert summary_module._pairs_key("m", 2.0) == "m:pairs_for_2"
     d = paired_difference([1.0, 2.0, 4.0], [0.0, 0.0, 0.0])
     opts = TableOptions()
-    n = sweeps._pairs_needed(d, 1.0, opts)
+    n = summary_module._pairs_needed(d, 1.0, opts)
     assert _is_smallest_n(n, 1.0, d.sd, 0.05, 0.8) and n > 2
     opts9 = TableOptions(power=0.9, level=0.9)
-    n9 = sweeps._pairs_needed(d, 1.0, opts9)
+    n9 = summary_module._pairs_needed(d, 1.0, opts9)
     assert _is_smallest_n(n9, 1.0, d.sd, 0.1, 0.9) and n9 != n
-    assert sweeps._pairs_needed(d, 1e-6, opts) == math.inf
+    assert summary_module._pairs_needed(d, 1e-6, opts) == math.inf
     one = paired_difference([1.0], [0.0])
-    assert math.isnan(sweeps._pairs_needed(one, 1.0, opts))
+    assert math.isnan(summary_module._pairs_needed(one, 1.0, opts))
 
 
 def test_summarize_means_and_intervals():
@@ -1647,7 +1649,7 @@ def test_summarize_paired_against_scipy():
             assert e[f"{m}:sd"] == pytest.approx(d.std(ddof=1), rel=1e-12)
             assert _power(e[f"{m}:detectable"], d.std(ddof=1), 3, 0.05) == pytest.approx(0.8, abs=1e-7)
             for delta in (0.5, 2.0):
-                n = e[sweeps._pairs_key(m, delta)]
+                n = e[summary_module._pairs_key(m, delta)]
                 assert _is_smallest_n(n, delta, d.std(ddof=1), 0.05, 0.8)
             assert f"{m}:diff_scale" not in e
             ps.append(e[f"{m}:p"])
@@ -1755,21 +1757,21 @@ def test_summarize_single_pair():
 
 def test_number_fmt_pct():
     """``_number`` excludes bools/non-finite; ``_fmt`` uses 4 significant digits, ``—`` for non-finite."""
-    assert [sweeps._number(v) for v in (1, 1.5, True, math.nan, math.inf, "1", None)] == [
+    assert [grid_module.is_number(v) for v in (1, 1.5, True, math.nan, math.inf, "1", None)] == [
         True, True, False, False, False, False, False,
     ]  # fmt: skip
-    assert sweeps._fmt(1.23456) == "1.235"
-    assert sweeps._fmt(12345.0) == "1.234e+04"
-    assert sweeps._fmt(math.nan) == "—" and sweeps._fmt(-math.inf) == "—"
-    assert sweeps._fmt(3) == "3" and sweeps._fmt("x") == "x" and sweeps._fmt(None) == "None"
-    assert sweeps._pct(0.95) == "95 %" and sweeps._pct(0.8) == "80 %" and sweeps._pct(0.975) == "97.5 %"
+    assert summary_module._fmt(1.23456) == "1.235"
+    assert summary_module._fmt(12345.0) == "1.234e+04"
+    assert summary_module._fmt(math.nan) == "—" and summary_module._fmt(-math.inf) == "—"
+    assert summary_module._fmt(3) == "3" and summary_module._fmt("x") == "x" and summary_module._fmt(None) == "None"
+    assert summary_module._pct(0.95) == "95 %" and summary_module._pct(0.8) == "80 %" and summary_module._pct(0.975) == "97.5 %"
 
 
 def test_csv_text():
     """``_csv``: union of columns in order, missing cells and None empty, ``\\n`` line ends."""
-    text = sweeps._csv([{"a": 1, "b": None}, {"c": "x", "a": 2.5}])
+    text = grid_module.csv_text([{"a": 1, "b": None}, {"c": "x", "a": 2.5}])
     assert text == "a,b,c\n1,,\n2.5,,x\n"
-    assert sweeps._csv([]) == "\n"
+    assert grid_module.csv_text([]) == "\n"
 
 
 def test_markdown_unpaired_exact():
@@ -1779,17 +1781,17 @@ def test_markdown_unpaired_exact():
         {"a": 2, "n": 1, "m": 2.0, "m:lo": math.nan, "m:hi": math.nan},
         {"a": 3, "n": 0},
     ]
-    text = sweeps._markdown(summary, ["a"], ["m"])
+    text = summary_module._markdown(summary, ["a"], ["m"])
     assert text == (
         "| a | n | m (95 % CI) |\n"
         "|---|---|---|\n"
         "| 1 | 3 | 1 (0.5 – 1.5) |\n"
-        "| 2 | 1 | 2 (— – —) |\n"
+        "| 2 | 1 | 2 |\n"  # one seed: no interval
         "| 3 | 0 | — |\n"
         "\n"
         "Intervals in parentheses: 95 % Student-t intervals of the mean over the seeds (df = n − 1).\n"
     )
-    assert sweeps._markdown(summary, ["a"], ["m"], TableOptions(level=0.9)).startswith(
+    assert summary_module._markdown(summary, ["a"], ["m"], TableOptions(level=0.9)).startswith(
         "| a | n | m (90 % CI) |"
     )
 
@@ -1806,7 +1808,7 @@ def test_markdown_paired_exact():
         {"a": 3, "n": 1, "m": 5.0, "m:lo": math.nan, "m:hi": math.nan, "is_baseline": False},
     ]  # fmt: skip
     opts = TableOptions(detect=(1.0,))
-    text = sweeps._markdown(summary, ["a"], ["m"], opts)
+    text = summary_module._markdown(summary, ["a"], ["m"], opts)
     head = (
         "| a | n | m (95 % CI) | Δm vs baseline ± 95 % CI half-width | pairs | p (paired t) | p (Holm) | "
         "detectable at 80 % power | pairs for Δ = 1 (80 % power) |"
@@ -1823,19 +1825,19 @@ def test_markdown_paired_exact():
         head + "\n" + "|" + "---|" * 9 + "\n"
         "| 1 | 2 | 1 (0 – 2) | baseline |  |  |  |  |  |\n"
         "| 2 | 2 | 3 (2 – 4) | 2 ± 1.25 | 2 | 0.01 | 0.02 | 0.25 | 7 |\n"
-        "| 3 | 1 | 5 (— – —) | — |  |  |  |  |  |\n"
+        "| 3 | 1 | 5 | — |  |  |  |  |  |\n"
         "\n"
         "Intervals in parentheses: 95 % Student-t intervals of the mean over the seeds (df = n − 1).\n"
         + legend
         + "\n"
     )
-    per_metric = sweeps._markdown(summary, ["a"], ["m"], TableOptions(holm="metric"))
+    per_metric = summary_module._markdown(summary, ["a"], ["m"], TableOptions(holm="metric"))
     assert "adjustment over the tests of each metric separately (1 tests in all). Detectable" in per_metric
     assert "Pairs for D" not in per_metric
     nan_p = [dict(summary[1], **{"m:p": math.nan})]
-    assert "over the 0 tests of this table" in sweeps._markdown(nan_p, ["a"], ["m"])
+    assert "over the 0 tests of this table" in summary_module._markdown(nan_p, ["a"], ["m"])
     no_holm = [{k: v for k, v in summary[1].items() if k != "m:p_holm"}]
-    assert "| 2 ± 1.25 | 2 | 0.01 | — | 0.25 |" in sweeps._markdown(no_holm, ["a"], ["m"])
+    assert "| 2 ± 1.25 | 2 | 0.01 | — | 0.25 |" in summary_module._markdown(no_holm, ["a"], ["m"])
 
 
 def test_markdown_log_scale_exact():
@@ -1858,7 +1860,7 @@ def test_markdown_log_scale_exact():
             "m:pairs": 1, "m:detectable": math.nan,
         },
     ]  # fmt: skip
-    text = sweeps._markdown(summary, ["a"], ["m"])
+    text = summary_module._markdown(summary, ["a"], ["m"])
     lines = text.splitlines()
     assert lines[0] == (
         "| a | n | m: geometric mean (95 % CI, log scale) | m ratio vs baseline (95 % CI) | pairs | p (paired t) "
@@ -1866,7 +1868,7 @@ def test_markdown_log_scale_exact():
     )
     assert lines[3] == "| 2 | 2 | 3 (2 – 4) | ×2 (1.5 – 3) | 2 | 0.5 | 0.5 | ×/÷ 1.25 |"
     assert lines[4] == "| 3 | 2 | -1 (-2 – 0.5) (arithmetic: a value ≤ 0) | 1 ± 1 | 2 | 0.2 | 0.4 | — |"
-    assert lines[5] == "| 4 | 2 | 2 (1 – 4) | ×1 (— – —) | 1 | — | — | ×/÷ — |"
+    assert lines[5] == "| 4 | 2 | 2 (1 – 4) | ×1 | 1 | — | — | ×/÷ — |"
     assert lines[7] == (
         "Intervals in parentheses: 95 % Student-t intervals of the mean over the seeds (df = n − 1); for a "
         "log-scale metric, of the logs, mapped back by exp (around the geometric mean)."
@@ -1877,7 +1879,7 @@ def test_markdown_log_scale_exact():
     )
     assert "over the 2 tests of this table" in lines[8]
     assert "(noncentral t); ×/÷ f for a log-scale metric: a ratio of f or 1/f. Both are planning" in lines[8]
-    log_detect = sweeps._markdown(summary[:2], ["a"], ["m"], TableOptions(detect=(0.1,)))
+    log_detect = summary_module._markdown(summary[:2], ["a"], ["m"], TableOptions(detect=(0.1,)))
     assert log_detect.splitlines()[0].endswith("| pairs for ln ratio = 0.1 (80 % power) |")
     assert "| ×/÷ 1.25 | — |" in log_detect
 
@@ -1889,7 +1891,7 @@ def test_sweep_table_failed_and_markdown(tmp_path):
     t = sweeps.SweepTable(tmp_path, {"a": [1, 2, 3]}, rows, summary, ["m"])
     assert t.failed == rows[1:]
     assert t.options == TableOptions()
-    assert t.markdown() == sweeps._markdown(summary, ["a"], ["m"], TableOptions())
+    assert t.markdown() == summary_module._markdown(summary, ["a"], ["m"], TableOptions())
     t90 = sweeps.SweepTable(tmp_path, {"a": [1]}, rows, summary, ["m"], TableOptions(level=0.9))
     assert "m (90 % CI)" in t90.markdown()
 
@@ -1985,8 +1987,8 @@ def test_sweep_runs_tables_written_and_printed(tmp_path, monkeypatch, capsys):
         f"0.1,0,{names[0]},finished,1.0,7,\n0.1,1,{names[1]},finished,2.0,7,\n"
         f"0.2,0,{names[2]},finished,4.0,7,\n0.2,1,{names[3]},failed,,,Boom: x\n"
     )
-    assert (out / "summary.csv").read_text() == sweeps._csv(summary)
-    md = sweeps._markdown(summary, ["optim.lr"], ["test_mse"], TableOptions())
+    assert (out / "summary.csv").read_text() == grid_module.csv_text(summary)
+    md = summary_module._markdown(summary, ["optim.lr"], ["test_mse"], TableOptions())
     assert (out / "summary.md").read_text() == md
     assert capsys.readouterr().out == md + "\n" + f"1 of 4 runs did not finish; see {out / 'runs.csv'}\n"
     recorded = json.loads((out / "sweep.json").read_text())

@@ -47,6 +47,7 @@ from meanfield.metrics.wasserstein import (
 )
 from meanfield.seeds import derive_seed
 from meanfield.stepping.simulate import Trajectory
+from meanfield.studies import grid as grid_module
 from meanfield.studies import in_memory as studies
 from meanfield.studies.in_memory import (
     ESTIMATORS,
@@ -3181,9 +3182,9 @@ def _t_ci(values, level=0.95):
 
 def test_cell_clean_is_number():
     """``_cell`` converts NumPy/tensor scalars; ``_clean`` maps non-finite floats to None; ``_is_number``."""
-    assert studies._cell(np.float32(1.5)) == 1.5 and type(studies._cell(np.int64(3))) is int
-    assert studies._cell(torch.tensor(2.5)) == 2.5 and studies._cell(np.array(4.0)) == 4.0
-    assert studies._cell("x") == "x" and studies._cell([1]) == [1]
+    assert grid_module._cell(np.float32(1.5)) == 1.5 and type(grid_module._cell(np.int64(3))) is int
+    assert grid_module._cell(torch.tensor(2.5)) == 2.5 and grid_module._cell(np.array(4.0)) == 4.0
+    assert grid_module._cell("x") == "x" and grid_module._cell([1]) == [1]
     assert studies._clean(math.nan) is None and studies._clean(math.inf) is None
     assert studies._clean(1.0) == 1.0 and studies._clean("nan") == "nan" and studies._clean(None) is None
     assert [studies._is_number(v) for v in (1, 2.0, True, "1", None, math.nan)] == [
@@ -3365,16 +3366,16 @@ def test_sweep_result_summary():
 
 
 def test_grid_points():
-    """``_grid_points``: a product grid or a list of points; cells converted; each error's exact message."""
-    pts, names = studies._grid_points({"a": [1, 2], "b": (np.float64(0.5),)})
+    """``grid_points``: a product grid or a list of points; cells converted; each error's exact message."""
+    pts, names = grid_module.grid_points({"a": [1, 2], "b": (np.float64(0.5),)})
     assert pts == [{"a": 1, "b": 0.5}, {"a": 2, "b": 0.5}] and names == ("a", "b")
     assert type(pts[0]["b"]) is float
-    pts, names = studies._grid_points([{"a": 1}, {"b": 2, "a": 3}])
+    pts, names = grid_module.grid_points([{"a": 1}, {"b": 2, "a": 3}])
     assert pts == [{"a": 1}, {"b": 2, "a": 3}] and names == ("a", "b")
     with pytest.raises(TypeError, match="^" + re.escape("grid['a'] must be a sequence of values, got str")):
-        studies._grid_points({"a": "12"})
+        grid_module.grid_points({"a": "12"})
     with pytest.raises(TypeError, match="^" + re.escape("grid['a'] must be a sequence of values, got int")):
-        studies._grid_points({"a": 1})
+        grid_module.grid_points({"a": 1})
     with pytest.raises(
         TypeError,
         match="^"
@@ -3382,20 +3383,20 @@ def test_grid_points():
             "grid must be a mapping name -> values (a product grid) or a list of mappings (points), got list"
         ),
     ):
-        studies._grid_points([{"a": 1}, 2])
+        grid_module.grid_points([{"a": 1}, 2])
     with pytest.raises(
         TypeError,
         match=r"^grid must be a mapping name -> values \(a product grid\) or a list of mappings \(points\), got int$",
     ):
-        studies._grid_points(3)
+        grid_module.grid_points(3)
     with pytest.raises(
         ValueError, match="^" + re.escape("grid must contain at least one point, got an empty grid")
     ):
-        studies._grid_points({"a": []})
+        grid_module.grid_points({"a": []})
     with pytest.raises(
         ValueError, match="^" + re.escape("grid must contain at least one point, got an empty grid")
     ):
-        studies._grid_points([])
+        grid_module.grid_points([])
     for reserved in ("seed", "error", "t"):
         with pytest.raises(
             ValueError,
@@ -3404,7 +3405,7 @@ def test_grid_points():
                 f"grid must not define {reserved!r} (a column of the table), got ['a', {reserved!r}]"
             ),
         ):
-            studies._grid_points({"a": [1], reserved: [2]})
+            grid_module.grid_points({"a": [1], reserved: [2]})
 
 
 def test_store():
