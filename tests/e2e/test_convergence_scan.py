@@ -183,7 +183,7 @@ def test_report_tables_show_the_scan_result_numbers(conv, tmp_path, monkeypatch)
     for d in config["ds"]:
         a = r["scan"][str(d)]["betas"]["0.001"]
         mean, se = a["excess"]["mean"][0], a["excess"]["se"][0]
-        assert f"| {d} | 0.001 | {report.fmt(mean)} ± {report.fmt(1.96 * se)} |" in text
+        assert f"| {d} | 0.001 | {report.number_text(mean)} ± {report.number_text(1.96 * se)} |" in text
         slope = a["estimators"]["reference"]["slope"]
         assert f"| {d} | 0.001 | {slope:.3f} (" in text
         for label, key in (("free L_∞", "free"), ("with refs", "with_reference")):

@@ -1,4 +1,4 @@
-"""Tests of :mod:`meanfield.nn.head_metrics`."""
+"""Tests of :mod:`meanfield.nn.head_metrics`: a language model's heads (similarity, effective rank, gradient noise, corruption)."""
 
 from __future__ import annotations
 
