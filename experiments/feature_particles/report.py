@@ -1301,7 +1301,7 @@ def convergence_scan_tables() -> str:
                 + " |"
             )
     parts = [
-        f"Loss excess `E L_M − L_ref` (mean over {cfg['reps']} replicates ± 1.96 SE, replicates and reference "
+        f"Loss excess $\\mathbb{{E}} L_M - L_{{\\mathrm{{ref}}}}$ (mean over {cfg['reps']} replicates ± 1.96 SE, replicates and reference "
         "mean independent) and the references' test MSE:",
         "\n".join(excess),
         "Exponent of the excess by each estimator of `convergence_in_m` (95 % bootstrap interval):",
@@ -1309,9 +1309,9 @@ def convergence_scan_tables() -> str:
         "The nested laws (weighted least squares, bootstrap over replicates; *with refs*: the references' mean "
         "as a point at M_ref with its SE):",
         "\n".join(laws),
-        "The 1/M constant: fitted, against `E_x Var_i φ_i(x)` of the reference networks' particles (the constant "
+        "The 1/M constant: fitted, against $\\mathbb{E}_x \\operatorname{Var}_i \\varphi_i(x)$ of the reference networks' particles (the constant "
         "if the M particles were i.i.d. draws of the trained law; geometric mean over the R references, "
-        "t interval of the logs) and of the initial law, and the replicates' spread `M·E_x Var_r f_M(x)`:",
+        "t interval of the logs) and of the initial law, and the replicates' spread $M\\,\\mathbb{E}_x \\operatorname{Var}_r f_M(x)$:",
         "\n".join(constant),
     ]
     if cost:
