@@ -248,6 +248,8 @@ def main(argv: list[str] | None = None) -> str:
     )
     args = parser.parse_args(argv)
     if args.redraw:
+        if not Path(args.redraw).is_file():
+            parser.error(f"--redraw {args.redraw}: no such results file (a benchmarks/results/<machine>/entropy.md)")
         figure(*bias_from_results(Path(args.redraw)), Path(args.figure) if args.figure else FIGURE)
         return ""
     provenance = Provenance.start(__file__, argv)

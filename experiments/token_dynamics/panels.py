@@ -158,6 +158,8 @@ def main(argv: list[str] | None = None) -> None:
         else HERE.parents[1] / "docs" / "assets" / "token_dynamics_panels.png"
     )
     if args.redraw:
+        if not (folder / "curves.json").is_file():
+            parser.error(f"--redraw: {folder / 'curves.json'} does not exist (run the preset first, or give --out)")
         redraw(folder, figure_path)
         return
     g = torch.Generator().manual_seed(p["seed"])

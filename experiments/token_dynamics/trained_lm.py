@@ -530,6 +530,8 @@ def main(argv: list[str] | None = None) -> None:
         Path(args.figure) if args.figure else ROOT / "docs" / "assets" / "token_dynamics_trained.png"
     )
     if args.redraw:  # summary.json is the aggregate plot() reads, with the per-run checks beside it
+        if not (folder / "summary.json").is_file():
+            parser.error(f"--redraw: {folder / 'summary.json'} does not exist (run the preset first, or give --out)")
         plot(p, json.loads((folder / "summary.json").read_text()), figure_path)
         return
     folder.mkdir(parents=True, exist_ok=True)

@@ -43,3 +43,10 @@ def test_a_file_without_a_bias_table_is_refused_in_one_line(tmp_path):
     empty.write_text("# not an entropy result\n| a | b |\n")
     with pytest.raises(SystemExit, match="no bias table"):
         entropy.bias_from_results(empty)
+
+
+def test_redraw_of_a_missing_file_is_refused_in_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit:
+        _entropy_script().main(["--redraw", str(tmp_path / "none.md"), "--figure", str(tmp_path / "x.png")])
+    assert exit.value.code == 2  # argparse's usage error, no traceback
+    assert "none.md: no such results file" in capsys.readouterr().err and not (tmp_path / "x.png").exists()

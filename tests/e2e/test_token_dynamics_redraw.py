@@ -31,6 +31,10 @@ def test_redraw_from_the_committed_results_fits_the_page(name, tmp_path):
     assert height > width / 2  # the panels wrapped: two a row, not one row
 
 
-def test_redraw_without_results_says_what_is_missing(tmp_path):
-    with pytest.raises(FileNotFoundError, match="curves.json"):
-        _script("panels").main(["--redraw", "--out", str(tmp_path), "--figure", str(tmp_path / "x.png")])
+@pytest.mark.parametrize("name, missing", [("panels", "curves.json"), ("trained_lm", "summary.json")])
+def test_redraw_without_results_says_what_is_missing_in_one_line(name, missing, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit:
+        _script(name).main(["--redraw", "--out", str(tmp_path), "--figure", str(tmp_path / "x.png")])
+    assert exit.value.code == 2  # argparse's usage error, no traceback
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"{tmp_path / missing} does not exist" in message and not (tmp_path / "x.png").exists()
