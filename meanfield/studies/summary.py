@@ -282,8 +282,10 @@ class SummaryTable(list):
         return cells, columns
 
     def _title(self) -> str:
-        tests = sum(f"{m}:p" in e for e in self for m in self.metrics)
-        against = f", {tests} paired tests (Holm over the {self.options.holm})" if self.paired else ""
+        ps = [e[f"{m}:p"] for e in self for m in self.metrics if f"{m}:p" in e]
+        tests = sum(math.isfinite(p) for p in ps)  # a point with one pair has a difference, and no test
+        untested = f", {len(ps) - tests} with too few pairs for one" if len(ps) > tests else ""
+        against = f", {tests} paired tests (Holm over the {self.options.holm}){untested}" if self.paired else ""
         return f"SummaryTable: {len(self)} points × {len(self.metrics)} metrics{against}"
 
     def __repr__(self) -> str:

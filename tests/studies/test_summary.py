@@ -78,6 +78,22 @@ def test_the_paired_cells_are_the_paired_test_of_the_seeds_and_holm_over_the_tab
     assert math.isclose(table[0]["loss"], t_interval(base).mean)
 
 
+def test_the_title_counts_only_the_tests_it_made():
+    """A point with one seed has a difference and no test (p is NaN, Holm leaves it out): the title counts the
+    tests made and names the one without (it counted it as a test)."""
+    result = _memory()
+    rows = [
+        {**{k: v for k, v in r.items() if k != "error"}, "status": "finished"}
+        for r in result.rows
+        if not (r["beta"] == 1.0 and r["seed"] > 0)
+    ]
+    table = summarize(rows, ["beta"], ["loss"], {"beta": 0.0})
+    assert math.isnan(table[2]["loss:p"]) and math.isnan(table[2]["loss:p_holm"])
+    assert repr(table).startswith(
+        "SummaryTable: 3 points × 1 metrics, 1 paired tests (Holm over the table), 1 with too few pairs for one\n"
+    )
+
+
 def test_summarize_of_a_sweep_result_refuses_what_is_not_there():
     result = _memory()
     assert result.summarize().metrics == ("loss", "seconds")
