@@ -41,7 +41,9 @@ def test_import_keeps_the_users_backend_and_the_command_line_picks_agg(tmp_path)
     """With the backend set to ``svg`` before the import, every drawing module imported and a figure written,
     ``get_backend()`` is still ``svg``; after ``meanfield.cli.main`` it is ``agg``, which shows that the probe
     sees a switch (the negative control: the old ``matplotlib.use("Agg")`` at import printed ``agg`` first)."""
-    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+    # not MUTANT_UNDER_TEST either: under mutmut's statistics run ("stats") a trampoline in the child looks for
+    # mutmut's configuration in its working directory, and tmp_path has none (the child's code runs unmutated)
+    env = {k: v for k, v in os.environ.items() if k not in ("MPLBACKEND", "MUTANT_UNDER_TEST")}
     env["PYTHONPATH"] = str(ROOT)
     out = subprocess.run(
         [sys.executable, "-c", PROBE], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
