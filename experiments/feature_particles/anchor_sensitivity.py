@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import report as _report  # noqa: E402  (the page's report: cells, crossing, the bootstrap, the uniform level)
 
-from meanfield.studies.stats import paired_difference  # noqa: E402
+from meanfield.studies.stats import interval_cell, number_text, paired_cell, paired_difference  # noqa: E402
 
 RESULTS = _report.RESULTS
 ANCHORS = (1e-5, 3e-5, 1e-4, 3e-4)
@@ -82,8 +82,9 @@ def table(curves: dict[int, dict[float, dict[int, dict]]], stat: str, seed: int 
 
 
 def moved(short: dict, long: dict) -> list[str]:
-    """Per (d, β) held by both: the paired difference long − short of the aligned fraction and q (same seeds)."""
-    lines = ["| d | β | aligned: 16,000 − 4,000 steps [95 % CI] | q: 16,000 − 4,000 steps [95 % CI] | n |",
+    """Per (d, β) held by both: the paired difference long − short of the aligned fraction and q (same seeds),
+    its 95 % t interval and the paired t-test's p (``paired_cell``)."""
+    lines = ["| d | β | aligned: 16,000 − 4,000 steps (paired) | q: 16,000 − 4,000 steps (paired) | n |",
              "|---|---|---|---|---|"]  # fmt: skip
     for d in sorted(long):
         for beta in sorted(long[d]):
@@ -94,7 +95,7 @@ def moved(short: dict, long: dict) -> list[str]:
             cells = []
             for stat in STATS:
                 x = paired_difference([a[s][stat] for s in seeds], [b[s][stat] for s in seeds])
-                cells.append(f"{x.mean:+.4f} [{x.lo:+.4f}, {x.hi:+.4f}]")
+                cells.append(paired_cell(x, 4))
             lines.append(f"| {d} | {beta:g} | " + " | ".join(cells) + f" | {len(seeds)} |")
     return lines
 
@@ -111,14 +112,10 @@ def markdown(curves: dict, title: str) -> str:
             "|---|" + "---|" * (2 * len(ds) + 1),
         ]
         for row in table(curves, stat):
-            cold = [f"{row['cold'][d]:.3f}" if d in row["cold"] else "—" for d in ds]
-            const = [
-                f"{row['const'][d][0]:.2g} ({row['const'][d][1]:.2g} – {row['const'][d][2]:.2g})"
-                if d in row["const"] and math.isfinite(row["const"][d][0]) else "—"
-                for d in ds
-            ]
+            cold = [number_text(row["cold"][d], 3) if d in row["cold"] else "—" for d in ds]
+            const = [interval_cell(*row["const"][d], significant=2) if d in row["const"] else "—" for d in ds]
             p = row["p"]
-            pcell = f"{p[0]:.2f} ({p[1]:.2f} – {p[2]:.2f})" if p else "— (no crossing at some d)"
+            pcell = interval_cell(*p, 2) if p else "— (no crossing at some d)"
             lines.append(f"| {row['anchor']:g} | " + " | ".join(cold + const) + f" | {pcell} |")
         lines.append("")
     return "\n".join(lines)

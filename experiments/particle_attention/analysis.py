@@ -13,6 +13,8 @@ it bit for bit) and measures, on the first 96 validation blocks:
   reduction goes through attention at all, the most the attention noise can cost;
 - the loss with every attention layer replaced by uniform causal averaging of the values (the attention
   maps ignored): how much the learned *patterns* (queries and keys) matter.
+
+Each cell is the mean over the arm's seeds and its 95 % t interval, ``m (lo – hi)`` (``mean_cell``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import torch
 from meanfield import data as _data
 from meanfield.nn import head_metrics as _lm
 from meanfield.runs import find_runs, load_model
-from meanfield.studies.stats import interval_text
+from meanfield.studies.stats import mean_cell
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -144,7 +146,7 @@ def main(init_only: bool = False) -> None:
             continue
 
         def col(key: str, digits: int = 3, found=found) -> str:
-            return interval_text([f[key] for f in found if key in f], digits)
+            return mean_cell([f[key] for f in found if key in f], digits)
 
         rows.append(
             f"| {name} | {len(found)} | {col('loss')} | {col('no_attention')} | {col('uniform_attention')} | "

@@ -48,7 +48,7 @@ sys.path.insert(0, str(HERE))  # fast_lm
 import fast_lm  # noqa: E402
 
 from meanfield.runs import run  # noqa: E402
-from meanfield.studies.stats import paired_difference  # noqa: E402
+from meanfield.studies.stats import cost_text, number_text, paired_cell, paired_difference  # noqa: E402
 
 CONFIG = HERE / "scale.toml"
 RESULTS = HERE / "results" / "scale"
@@ -125,7 +125,8 @@ def compare(runs: dict[int, dict[str, Path]], margin: float) -> tuple[str, str]:
         verdict = f"**changed**: the final validation loss differs by more than {margin:g} nats (interval excludes 0)"
     else:
         verdict = (
-            f"**not shown**: with {len(seeds)} seeds the interval [{d_val.lo:+.4f}, {d_val.hi:+.4f}] is not inside "
+            f"**not shown**: with {len(seeds)} seeds the interval ({number_text(d_val.lo, 4, sign=True)} – "
+            f"{number_text(d_val.hi, 4, sign=True)}) is not inside "
             f"±{margin:g} nats"
             + (
                 ""
@@ -134,14 +135,13 @@ def compare(runs: dict[int, dict[str, Path]], margin: float) -> tuple[str, str]:
             )  # fmt: skip
         )
     rows = [
-        "| quantity | float32 (mean over seeds) | alternative | paired Δ = alt − fp32 ± 95 % CI half-width | p (paired t) "
+        "| quantity | float32 (mean over seeds) | alternative | paired Δ = alt − fp32 (95 % CI), p (paired t) "
         "| paired sd | seed sd of float32 |",
-        "|---|---|---|---|---|---|---|",
-        f"| final val loss (nats) | {np.mean(val['fp32']):.4f} | {np.mean(val['alt']):.4f} | {num(d_val.mean)} ± "
-        f"{num(d_val.half_width)[1:]} | {d_val.p_value:.2g} | {num(d_val.sd)[1:]} | {seed_sd_val:.4f} |",
+        "|---|---|---|---|---|---|",
+        f"| final val loss (nats) | {np.mean(val['fp32']):.4f} | {np.mean(val['alt']):.4f} | {paired_cell(d_val)} "
+        f"| {num(d_val.sd)[1:]} | {seed_sd_val:.4f} |",
         f"| train loss, mean over steps {late[0]}–{late[-1]} | {np.mean(tail['fp32']):.4f} | {np.mean(tail['alt']):.4f} "
-        f"| {num(d_tail.mean)} ± {num(d_tail.half_width)[1:]} | {d_tail.p_value:.2g} | {num(d_tail.sd)[1:]} "
-        f"| {float(np.std(tail['fp32'], ddof=1)):.4f} |",
+        f"| {paired_cell(d_tail)} | {num(d_tail.sd)[1:]} | {float(np.std(tail['fp32'], ddof=1)):.4f} |",
         "",
         "Per seed (val loss fp32 → alt): "
         + ", ".join(f"{s}: {a:.4f} → {b:.4f}" for s, a, b in zip(seeds, val["fp32"], val["alt"])),
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> None:
             "",
             f"`{command}` — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}, load average "
             f"{os.getloadavg()[0]:.1f} at the end; {len(args.seeds)} seeds × 2 runs, {steps} steps each, "
-            f"{wall / 60:.1f} min of runs in all (one thread each). Preset `{preset}` of `scale.toml`, overrides "
+            f"{cost_text(wall)} of runs in all (one thread each). Preset `{preset}` of `scale.toml`, overrides "
             f"`{' '.join(base)}`.",
             "",
             table,

@@ -9,8 +9,8 @@ one fixed initial cloud. For each M and each of ``reps`` independent draws of th
 ``W2(μ_T^M, μ_T^ref)`` is the exact W2 (POT ``emd2``) between the n tokens pushed by the M heads and by
 ``M_ref`` heads (the large-M reference). ``V_M − V_ρ`` is an average of M i.i.d. zero-mean fields, so the
 token displacement and W2 are O(M^{-1/2}): the slope of log E W2 on log M is −1/2 (while W2 at M is well above
-its value at M_ref, whose own error is O(M_ref^{-1/2})). Reported: mean W2 ± 95 % t-CI per M, the least-squares
-slope and its bootstrap 95 % interval (resampling the draws within each M).
+its value at M_ref, whose own error is O(M_ref^{-1/2})). Reported: mean W2 and its 95 % t interval per M, the
+least-squares slope and its bootstrap 95 % interval (resampling the draws within each M), as ``m (lo – hi)``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from meanfield.metrics.wasserstein import w2
 from meanfield.nn import ParticleAttention
 from meanfield.nn.tokens import depth_flow
 from meanfield.studies.plotting import figure, save
-from meanfield.studies.stats import loglog_slope, t_interval
+from meanfield.studies.stats import interval_cell, loglog_slope, t_interval
 
 HERE = Path(__file__).resolve().parent
 PRESETS = {
@@ -99,14 +99,17 @@ def table(p: dict, out: dict) -> str:
         f"Heads of width h = {p['h']} in d = {p['d']}, θ = θ̄ + {p['sigma']}·noise; n = {p['n']} tokens, depth L = "
         f"{p['L']} to T = {p['T']}; reference M_ref = {p['M_ref']}; {p['reps']} draws per M.",
         "",
-        "| M | E W2(μ_T^M, μ_T^ref) | 95 % CI |",
-        "|---:|---:|---|",
+        "| M | E W2(μ_T^M, μ_T^ref) (95 % CI) |",
+        "|---:|---|",
     ]
-    lines += [f"| {r['M']} | {r['mean']:.4g} | [{r['low']:.4g}, {r['high']:.4g}] |" for r in out["rows"]]
+    lines += [
+        f"| {r['M']} | {interval_cell(r['mean'], r['low'], r['high'], significant=4)} |" for r in out["rows"]
+    ]
     lines += [
         "",
-        f"Slope of log E W2 on log M: **{out['slope']:.3f}** (bootstrap 95 % [{out['slope_low']:.3f}, "
-        f"{out['slope_high']:.3f}]; mean-field prediction −0.5). RMS token displacement under the reference "
+        f"Slope of log E W2 on log M (bootstrap 95 % interval): "
+        f"**{interval_cell(out['slope'], out['slope_low'], out['slope_high'], 3)}**; mean-field prediction −0.5. "
+        f"RMS token displacement under the reference "
         f"field: {out['displacement']:.3g}; the reference's own error, extrapolated as M^(−1/2): "
         f"≈ {out['reference_error_scale']:.2g}.",
     ]
