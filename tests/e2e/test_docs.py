@@ -421,6 +421,41 @@ def test_docstrings_carry_no_raw_rest_roles():
     assert raw == {}, f"reST roles left (write [`X`][meanfield.path.X]): {raw}"
 
 
+SNIPPET = re.compile(r'^--8<-- "([^"]+)"$')  # pymdownx.snippets' include line, base path the repository
+
+
+def snippet_problems(text: str) -> list[str]:
+    """The lines of a page that mention the snippet marker ``--8<--`` and are not an include of an existing
+    file (``path`` or ``path:section``, relative to the repository)."""
+    problems = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if "--8<--" not in line:
+            continue
+        include = SNIPPET.match(line.strip())
+        if include is None or not (ROOT / include.group(1).split(":")[0]).is_file():
+            problems.append(f"{n}: {line.strip()}")
+    return problems
+
+
+def test_snippet_problems_finds_a_marker_that_is_not_an_include():
+    good = '--8<-- "docs/index.md"\n'
+    assert snippet_problems(good) == []
+    # negative controls: the marker typeset as math (issue 52's TeX pass did that to six includes: each page
+    # showed the marker and the path, not the table), and an include of a file that is not there
+    assert snippet_problems('$--8<--$ "docs/index.md"\n') == ['1: $--8<--$ "docs/index.md"']
+    assert snippet_problems('--8<-- "docs/none.md"\n') == ['1: --8<-- "docs/none.md"']
+
+
+def test_every_snippet_marker_on_a_page_includes_a_file():
+    """mkdocs' strict build does not see a marker that is no longer an include line: it renders as text."""
+    problems = {
+        str(page.relative_to(ROOT)): found
+        for page in sorted((ROOT / "docs").rglob("*.md"))
+        if (found := snippet_problems(page.read_text(encoding="utf-8")))
+    }
+    assert problems == {}
+
+
 @pytest.mark.slow
 def test_api_pages_show_no_raw_rest_roles(site):
     """The docstrings cross-reference in the syntax mkdocstrings renders (``[`X`][meanfield.x.X]``, resolved by
