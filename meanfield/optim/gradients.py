@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from meanfield.optim import foreach
 from meanfield.optim.buckets import Bucket
 from meanfield.optim.groups import position
 from meanfield.optim.groups import scale as group_scale
@@ -33,7 +34,7 @@ def gradient_norms(
         ValueError: a gradient with a NaN/Inf entry, or a step $\operatorname{lr}\cdot(\times M)\cdot\|g\|$ that overflows (no parameter
             has been changed yet).
     """
-    norms = torch._foreach_norm(grads)  # [()] ‖∂L/∂θ‖ per parameter
+    norms = foreach.norms(grads)  # [()] ‖∂L/∂θ‖ per parameter
     step_bound = group["lr"] * (group_scale(group) if group["drift"] == "sgd" else 1.0)
     # one synchronisation: Σ_k ‖g_k‖·bound ≤ the dtype's largest number whenever every ‖g_k‖·bound is
     # finite and none overflows (NaN fails the comparison); otherwise the entries are examined one by one

@@ -198,17 +198,6 @@ class KineticLangevin(DirectStep, torch.optim.Optimizer):
 
     step.hooked = True  # type: ignore[attr-defined]  # torch.optim: do not wrap it (it calls the wrapper itself)
 
-    def _step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        with torch.no_grad():  # (not a decorator: it builds a context object per call)
-            self._update()
-        return loss
-
-    _hooked_step = torch.optim.Optimizer.profile_hook_step(_step)
-
     def _update(self) -> None:
         plan = []
         for gi, group in enumerate(self.param_groups):
