@@ -43,6 +43,7 @@ import torch
 from meanfield._checks import check_int, check_nonnegative, check_positive
 from meanfield.drift.projections import Projection
 from meanfield.drift.schedules import Schedule, as_schedule
+from meanfield.optim import foreach
 from meanfield.optim.checkpoints import as_data, own_copy
 from meanfield.optim.conventions import TEMPERATURE_CONVENTIONS
 from meanfield.optim.direct import DirectStep
@@ -209,7 +210,7 @@ class KineticLangevin(DirectStep, torch.optim.Optimizer):
                 raise ValueError(f"param group {gi}: KineticLangevin does not support sparse gradients")
             if self.check_every and group["step"] % self.check_every == 0:
                 # one synchronisation: the sum of the norms is finite iff every entry is
-                norms = torch._foreach_norm(grads)
+                norms = foreach.norms(grads)
                 if not math.isfinite(float(norms[0]) if len(norms) == 1 else float(torch.stack(norms).sum())):
                     if any(not bool(torch.isfinite(g).all()) for g in grads):
                         raise ValueError(
@@ -222,16 +223,16 @@ class KineticLangevin(DirectStep, torch.optim.Optimizer):
             c = math.exp(-gamma * h)
             sigma = math.sqrt(beta * (1.0 - c * c))  # the noise the friction requires: Var v → β
             velocities, noise, generators = self._buffers(gi, params)
-            torch._foreach_add_(velocities, grads, alpha=-h * scale)  # B: v ← v − h·M·∂L/∂θ
+            foreach.add_(velocities, grads, alpha=-h * scale)  # B: v ← v − h·M·∂L/∂θ
             if group["weight_decay"]:
-                torch._foreach_add_(velocities, params, alpha=-h * group["weight_decay"])  # … − h·λθ
-            torch._foreach_add_(params, velocities, alpha=0.5 * h)  # A(h/2)
-            torch._foreach_mul_(velocities, c)  # O(h): friction …
+                foreach.add_(velocities, params, alpha=-h * group["weight_decay"])  # … − h·λθ
+            foreach.add_(params, velocities, alpha=0.5 * h)  # A(h/2)
+            foreach.mul_(velocities, c)  # O(h): friction …
             if sigma > 0:  # … and noise, one draw per parameter in order, into buffers kept between steps
                 for xi, generator in zip(noise, generators):
                     xi.normal_(generator=generator)  # (…) ξ ~ N(0, I), shape of θ
-                torch._foreach_add_(velocities, noise, alpha=sigma)
-            torch._foreach_add_(params, velocities, alpha=0.5 * h)  # A(h/2)
+                foreach.add_(velocities, noise, alpha=sigma)
+            foreach.add_(params, velocities, alpha=0.5 * h)  # A(h/2)
             if group["projection"] is not None:
                 group["projection"].project_all_(params)
             group["step"] += 1

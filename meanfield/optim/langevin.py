@@ -190,7 +190,7 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
             raise ValueError("pass either generator or seed, not both")
         self._warned_not_gibbs = False
         self._warned_momentum = False
-        self._layout_key: tuple | None = None
+        self._layout_key: list[tuple] | None = None  # what the layout was built for
         self._noise_buffers: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
         self._layout_version = 0  # counts the layouts built (the noise plan belongs to one)
         self._sgd_program: list[tuple[int, dict[str, Any], list[tuple[Bucket, list[int]]]]] | None = None
@@ -258,23 +258,20 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
 
     # -- layout ----------------------------------------------------------------------------------------------
 
-    def _get_layout(self) -> list[list[Bucket]]:
-        key = tuple((*map(id, g["params"]), g["drift"]) for g in self.param_groups)
-        if self._layout is None or key != self._layout_key:
-            self._layout = [
-                build_buckets(g, self.param_groups, self.state, self._seed) for g in self.param_groups
+    def _build_layout(self, key: list[tuple]) -> list[list[Bucket]]:
+        """The groups' buckets, and ``_sgd_update``'s program when every group is ``_plain_sgd``."""
+        self._layout = [build_buckets(g, self.param_groups, self.state, self._seed) for g in self.param_groups]
+        self._layout_key = key
+        self._layout_version += 1
+        self._sgd_program = (
+            [
+                (gi, group, [(b, list(range(len(b.params)))) for b in buckets])
+                for gi, (group, buckets) in enumerate(zip(self.param_groups, self._layout))
+                if buckets
             ]
-            self._layout_key = key
-            self._layout_version += 1
-            self._sgd_program = (
-                [
-                    (gi, group, [(b, list(range(len(b.params)))) for b in buckets])
-                    for gi, (group, buckets) in enumerate(zip(self.param_groups, self._layout))
-                    if buckets
-                ]
-                if all(_plain_sgd(g) for g in self.param_groups)
-                else None
-            )
+            if all(_plain_sgd(g) for g in self.param_groups)
+            else None
+        )
         return self._layout
 
     def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
@@ -303,7 +300,8 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
     step.hooked = True  # type: ignore[attr-defined]  # torch.optim: do not wrap it (it calls the wrapper itself)
 
     def _update(self) -> None:
-        layout = self._get_layout()
+        key = [(*map(id, g["params"]), g["drift"]) for g in self.param_groups]  # user code may change them
+        layout = self._layout if self._layout is not None and key == self._layout_key else self._build_layout(key)
         if self._sgd_program is not None and self._sgd_update(self._sgd_program):
             return
         self._lazy = None
