@@ -47,6 +47,7 @@ from meanfield.optim import foreach
 from meanfield.optim.checkpoints import as_data, own_copy
 from meanfield.optim.conventions import TEMPERATURE_CONVENTIONS
 from meanfield.optim.direct import DirectStep
+from meanfield.optim.gradients import norms_and_sum
 from meanfield.optim.groups import beta_value, check_floating, normalise
 
 __all__ = ["KineticLangevin"]
@@ -209,9 +210,8 @@ class KineticLangevin(DirectStep, torch.optim.Optimizer):
             if any(g.is_sparse for g in grads):
                 raise ValueError(f"param group {gi}: KineticLangevin does not support sparse gradients")
             if self.check_every and group["step"] % self.check_every == 0:
-                # one synchronisation: the sum of the norms is finite iff every entry is
-                norms = foreach.norms(grads)
-                if not math.isfinite(float(norms[0]) if len(norms) == 1 else float(torch.stack(norms).sum())):
+                # one synchronisation: the sum of the norms is finite iff every entry is (or a norm overflowed)
+                if not math.isfinite(norms_and_sum(grads)[1]):
                     if any(not bool(torch.isfinite(g).all()) for g in grads):
                         raise ValueError(
                             f"param group {gi}: a gradient has NaN or Inf entries; nothing was changed"
