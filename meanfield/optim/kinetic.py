@@ -196,7 +196,7 @@ class KineticLangevin(DirectStep, torch.optim.Optimizer):
         torch.optim's step wrapper (a profiler range and the step hooks) runs only when it has something to
         do: a hook registered, or the profiler on.
         """
-        return super().step(closure)  # DirectStep: the hooked path only with a hook or the profiler
+        return DirectStep.step(self, closure)  # the hooked path only with a hook or the profiler
 
     step.hooked = True  # type: ignore[attr-defined]  # torch.optim: do not wrap it (it calls the wrapper itself)
 

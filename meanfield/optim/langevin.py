@@ -295,7 +295,7 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
         torch.optim's step wrapper (a profiler range and the step hooks) runs only when it has something to
         do: a hook registered, or the profiler on.
         """
-        return super().step(closure)  # DirectStep: the hooked path only with a hook or the profiler
+        return DirectStep.step(self, closure)  # the hooked path only with a hook or the profiler
 
     step.hooked = True  # type: ignore[attr-defined]  # torch.optim: do not wrap it (it calls the wrapper itself)
 
@@ -386,7 +386,9 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
         that has parameters, with its buckets) is built with the layout; a step reads the groups' options
         afresh (``lr``, ``beta``, … may change between steps) and keeps its records as tuples until the
         statistics are read. Returns ``False``, having changed nothing, where ``_update`` must take the step."""
+        # (loops rather than comprehensions: each comprehension is a call of its own in Python 3.11)
         plan = []  # (group index, group, β_t, [(bucket, index, gradients)])
+        noisy = []  # (bucket,) of the buckets that get noise, in order
         for gi, group, buckets in program:
             entries = []
             for b, index in buckets:
@@ -395,28 +397,35 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
                     if g is None or g.is_sparse:
                         return False
                 entries.append((b, index, grads))
-            plan.append((gi, group, beta_at(group, gi) if group["noise"] else 0.0, entries))
-        groups = self.param_groups
-        check = self.check_every > 0 and self._n_steps % self.check_every == 0
-        norms = [  # one reduction per bucket, before anything changes
-            [gradient_norms(groups, group, b, index, grads) if check else None for b, index, grads in entries]
-            for _, group, _, entries in plan
-        ]
+            beta_t = beta_at(group, gi) if group["noise"] else 0.0
+            plan.append((gi, group, beta_t, entries))
+            if group["noise"] and beta_t > 0:
+                for b, _ in buckets:
+                    noisy.append((b,))
+        norms = None  # one reduction per bucket at the steps check_every says, before anything changes
+        if self.check_every and self._n_steps % self.check_every == 0:
+            norms = []
+            for _, group, _, entries in plan:
+                for b, index, grads in entries:
+                    norms.append(gradient_norms(self.param_groups, group, b, index, grads))
         self._stats = self._group_stats = None
         self._records = []
-        noisy = [(b,) for _, group, beta_t, entries in plan if group["noise"] and beta_t > 0 for b, _, _ in entries]
         jobs, views, shaped, cpu_numbers = self._noise_plan(noisy)
         draw = NoiseDraw(jobs, views) if _background.pays(cpu_numbers) else None
-        lazy = []
+        lazy = []  # per bucket: [group index, noise, bucket, index, lr, β of the noise, M, β_t, ξ, d_k, factor, ‖d_k‖, versions]
+        noises = []  # (the bucket's record, its amplitude sqrt(2·β·lr)) of the buckets that get noise, in noisy's order
         try:
-            for (gi, group, beta_t, entries), group_norms in zip(plan, norms):
+            for gi, group, beta_t, entries in plan:
                 lr, scale, wd = float(group["lr"]), group_scale(group), group["weight_decay"]
                 beta_noise = beta_t * scale if group["temperature_convention"] == "loss" else beta_t
-                for (b, index, grads), bucket_norms in zip(entries, group_norms):
+                for b, index, grads in entries:
                     terms, factor = sgd_drift_(b.params, grads, lr, scale, wd)
+                    bucket_norms = None if wd or norms is None else norms[len(lazy)]
                     versions = () if wd else tuple(t._version for t in terms)
                     lazy.append([gi, group["noise"], b, index, lr, beta_noise, scale, beta_t, None, terms, factor,
-                                 None if wd else bucket_norms, versions])  # fmt: skip
+                                 bucket_norms, versions])  # fmt: skip
+                    if group["noise"] and beta_t > 0:
+                        noises.append((lazy[-1], math.sqrt(2 * beta_noise * lr)))
             if draw is None:  # drawn now, after the drift: an error before this left the generators as they were
                 fill_normal(jobs)
             else:
@@ -427,12 +436,9 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
             self._records = None
             self._lazy = None
             raise
-        j = 0
-        for entry in lazy:
-            if entry[1] and entry[7] > 0:
-                foreach.add_(entry[2].params, shaped[j], alpha=math.sqrt(2 * entry[5] * entry[4]))
-                entry[8] = views[j]  # ξ, for the statistics
-                j += 1
+        for (entry, amplitude), xi, view in zip(noises, shaped, views):
+            foreach.add_(entry[2].params, xi, alpha=amplitude)
+            entry[8] = view  # ξ, for the statistics
         for _, group, _, _ in plan:
             if group["projection"] is not None:
                 group["projection"].project_all_(group["params"])
