@@ -207,8 +207,9 @@ class KineticLangevin(DirectStep, torch.optim.Optimizer):
             if not params:
                 continue
             grads = [p.grad for p in params]
-            if any(g.is_sparse for g in grads):
-                raise ValueError(f"param group {gi}: KineticLangevin does not support sparse gradients")
+            for g in grads:  # (a loop, not any(…): a generator is a call of its own in Python 3.11)
+                if g.is_sparse:
+                    raise ValueError(f"param group {gi}: KineticLangevin does not support sparse gradients")
             if self.check_every and group["step"] % self.check_every == 0:
                 # one synchronisation: the sum of the norms is finite iff every entry is (or a norm overflowed)
                 if not math.isfinite(norms_and_sum(grads)[1]):

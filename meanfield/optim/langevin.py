@@ -300,7 +300,9 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
     step.hooked = True  # type: ignore[attr-defined]  # torch.optim: do not wrap it (it calls the wrapper itself)
 
     def _update(self) -> None:
-        key = [(*map(id, g["params"]), g["drift"]) for g in self.param_groups]  # user code may change them
+        key = []  # what the layout is built for: each group's parameters and drift (user code may change them)
+        for g in self.param_groups:  # (a loop: a comprehension is a call of its own in Python 3.11)
+            key.append((*map(id, g["params"]), g["drift"]))
         layout = self._layout if self._layout is not None and key == self._layout_key else self._build_layout(key)
         if self._sgd_program is not None and self._sgd_update(self._sgd_program):
             return
