@@ -7,9 +7,9 @@ runs the optimizer's ``_step`` directly unless a hook is registered or the profi
 gradients to ``None`` in a plain loop when no profiler range is wanted.
 
 ``_step`` runs the optimizer's ``_update`` with gradients off, as ``torch.no_grad()`` would, but by setting
-the mode directly: the context manager's Python objects (four calls in and out) cost ~6 µs of a ~80 µs step
-of a 20-parameter model in a training loop on these CPUs (``benchmarks/peers.py``'s Bayesian logistic
-regression), where the whole update costs ~25 µs.
+the mode directly: the context manager's Python objects (four calls in and out) are a visible part of a small
+model's step in a training loop (``benchmarks/peers.py``'s Bayesian logistic regression, d = 20), where the
+forward and backward pass leave Python's code cold between steps.
 """
 
 from __future__ import annotations

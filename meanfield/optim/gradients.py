@@ -31,8 +31,8 @@ def norms_and_sum(grads: list[torch.Tensor]) -> tuple[list[torch.Tensor] | list[
     float32/float64 vector, its norm as a number.
 
     One such vector (a small model's parameter, $w \in \mathbb{R}^{20}$) has its norm from a dot product, the
-    cheapest reduction torch dispatches: in a training loop of such a model a step spends ~5 µs less than
-    with ``linalg.vector_norm`` (of ~80 µs; ``benchmarks/peers.py``'s Bayesian logistic regression). Its
+    cheapest reduction torch dispatches (cheaper than ``linalg.vector_norm``, a visible part of a small model's
+    step: ``benchmarks/peers.py``'s Bayesian logistic regression). Its
     rounding is that of the dot product's sum; NaN and Inf entries propagate, and a square that overflows
     while the norm would not gives an infinite sum, as an overflowing norm does (the callers then examine
     the entries).
