@@ -32,10 +32,9 @@ def norms_and_sum(grads: list[torch.Tensor]) -> tuple[list[torch.Tensor] | list[
 
     One such vector (a small model's parameter, $w \in \mathbb{R}^{20}$) has its norm from a dot product, the
     cheapest reduction torch dispatches (cheaper than ``linalg.vector_norm``, a visible part of a small model's
-    step: ``benchmarks/peers.py``'s Bayesian logistic regression). Its
-    rounding is that of the dot product's sum; NaN and Inf entries propagate, and a square that overflows
-    while the norm would not gives an infinite sum, as an overflowing norm does (the callers then examine
-    the entries).
+    step: ``benchmarks/peers.py``'s Bayesian logistic regression). Its rounding is that of the dot product's
+    sum; NaN and Inf entries propagate, and a square that overflows while the norm would not gives an
+    infinite sum, as an overflowing norm does (the callers then examine the entries).
     """
     if len(grads) == 1 and grads[0].dim() == 1 and grads[0].dtype in _DOT_DTYPES:
         norm = math.sqrt(float(torch.dot(grads[0], grads[0])))  # ‖g‖: NaN/Inf when an entry is

@@ -414,8 +414,9 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
         self._records = []
         jobs, views, shaped, cpu_numbers = self._noise_plan(noisy)
         draw = NoiseDraw(jobs, views) if _background.pays(cpu_numbers) else None
-        lazy = []  # per bucket: [group index, noise, bucket, index, lr, β of the noise, M, β_t, ξ, d_k, factor, ‖d_k‖, versions]
-        noises = []  # (the bucket's record, its amplitude sqrt(2·β·lr)) of the buckets that get noise, in noisy's order
+        # per bucket: [group index, noise, bucket, index, lr, β of the noise, M, β_t, ξ, d_k, factor, ‖d_k‖, versions]
+        lazy = []
+        noises = []  # (record, amplitude sqrt(2·β·lr)) of the buckets that get noise, in noisy's order
         try:
             for gi, group, beta_t, entries in plan:
                 lr, scale, wd = float(group["lr"]), group_scale(group), group["weight_decay"]
