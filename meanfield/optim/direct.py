@@ -2,9 +2,14 @@
 
 ``torch.optim.Optimizer.step`` is wrapped by torch in a profiler range and the step hooks, and ``zero_grad`` opens
 a profiler range: a fixed cost per step that a small model run many times pays for nothing. [`DirectStep`][meanfield.optim.direct.DirectStep]
-runs the optimizer's ``_step`` directly unless a hook is registered or the profiler is on (then the class's
+runs the optimizer's ``_step`` directly unless a hook is registered or the profiler is on (then
 ``_hooked_step``, ``torch.optim.Optimizer.profile_hook_step(_step)``, does exactly what torch would), and sets
 gradients to ``None`` in a plain loop when no profiler range is wanted.
+
+``_step`` runs the optimizer's ``_update`` with gradients off, as ``torch.no_grad()`` would, but by setting
+the mode directly: the context manager's Python objects (four calls in and out) are a visible part of a small
+model's step in a training loop (``benchmarks/peers.py``'s Bayesian logistic regression, d = 20), where the
+forward and backward pass leave Python's code cold between steps.
 """
 
 from __future__ import annotations
@@ -18,8 +23,11 @@ __all__ = ["DirectStep"]
 
 
 class DirectStep:
-    """A mixin placed before ``torch.optim.Optimizer``; the class defines ``_step`` and
-    ``_hooked_step = torch.optim.Optimizer.profile_hook_step(_step)``."""
+    """A mixin placed before ``torch.optim.Optimizer``; the class defines ``_update()``, the step proper (run
+    with gradients off)."""
+
+    def _update(self) -> None:
+        raise NotImplementedError
 
     def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
         if (
@@ -33,6 +41,21 @@ class DirectStep:
         return self._step(closure)
 
     step.hooked = True  # type: ignore[attr-defined]  # torch.optim: do not wrap it (it calls the wrapper itself)
+
+    def _step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        enabled = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)  # torch.no_grad(), without its context objects (module docstring)
+        try:
+            self._update()
+        finally:
+            torch._C._set_grad_enabled(enabled)
+        return loss
+
+    _hooked_step = torch.optim.Optimizer.profile_hook_step(_step)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """``torch.optim.Optimizer.zero_grad``; with ``set_to_none=True`` (its default) and the profiler off, a

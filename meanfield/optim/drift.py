@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from meanfield.optim import foreach
 from meanfield.optim.buckets import Bucket
 from meanfield.optim.groups import scale as group_scale
 from meanfield.optim.step_stats import Record
@@ -110,12 +111,10 @@ def sgd_drift_(
     """The SGD drift ``θ ← θ − lr·(M·g + λθ)`` in place; returns ``(d, factor)`` with the drift ``factor·d_k``
     (for the statistics, reduced only when read): ``(M·g + λθ, lr)``, or ``(g, lr·M)`` without weight decay."""
     if weight_decay:  # M·g + λθ (M·g when M ≠ 1: the same rounding as ever), a new list: the gradients stay
-        drift = torch._foreach_add(
-            torch._foreach_mul(grads, scale) if scale != 1 else grads, params, alpha=weight_decay
-        )
-        torch._foreach_add_(params, drift, alpha=-lr)
+        drift = foreach.add(foreach.mul(grads, scale) if scale != 1 else grads, params, alpha=weight_decay)
+        foreach.add_(params, drift, alpha=-lr)
         return drift, lr
-    torch._foreach_add_(params, grads, alpha=-lr * scale)
+    foreach.add_(params, grads, alpha=-lr * scale)
     return grads, lr * scale
 
 

@@ -1,23 +1,46 @@
 r"""The gradient check before a Langevin step changes anything: finite entries, and a step that does not overflow.
 
-One reduction per bucket, ``‖g_k‖`` for each parameter ``k``, and one synchronisation (their sum); only when
-``lr·(×M)·Σ_k ‖g_k‖`` is not a finite number of the gradients' dtype are the entries examined: a NaN/Inf entry,
-or a finite gradient whose float32 norm overflowed (recomputed in float64), or a step ``lr·‖g‖`` that
-overflows. Each error names the group, the parameter and its shape.
+One reduction per bucket, ``‖g_k‖`` for each parameter ``k`` (a dot product for a bucket of one vector), and
+one synchronisation (their sum); only when ``lr·(×M)·Σ_k ‖g_k‖`` is not a finite number of the gradients'
+dtype are the entries examined: a NaN/Inf entry, or a finite gradient whose float32 norm overflowed
+(recomputed in float64), or a step ``lr·‖g‖`` that overflows. Each error names the group, the parameter and
+its shape.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import torch
 
+from meanfield.optim import foreach
 from meanfield.optim.buckets import Bucket
 from meanfield.optim.groups import position
 from meanfield.optim.groups import scale as group_scale
 
-__all__ = ["gradient_norms"]
+__all__ = ["gradient_norms", "norms_and_sum"]
+
+_DOT_DTYPES = (torch.float32, torch.float64)
+"""Dtypes whose dot product the check trusts (a half-precision square overflows at a norm of 256)."""
+
+
+def norms_and_sum(grads: list[torch.Tensor]) -> tuple[list[torch.Tensor] | list[float], float]:
+    r"""``([‖g_k‖], Σ_k ‖g_k‖)``, the sum a number (one synchronisation), the norms ``[()]`` tensors or, for one
+    float32/float64 vector, its norm as a number.
+
+    One such vector (a small model's parameter, $w \in \mathbb{R}^{20}$) has its norm from a dot product, the
+    cheapest reduction torch dispatches (cheaper than ``linalg.vector_norm``, a visible part of a small model's
+    step: ``benchmarks/peers.py``'s Bayesian logistic regression). Its rounding is that of the dot product's
+    sum; NaN and Inf entries propagate, and a square that overflows while the norm would not gives an
+    infinite sum, as an overflowing norm does (the callers then examine the entries).
+    """
+    if len(grads) == 1 and grads[0].dim() == 1 and grads[0].dtype in _DOT_DTYPES:
+        norm = math.sqrt(float(torch.dot(grads[0], grads[0])))  # ‖g‖: NaN/Inf when an entry is
+        return [norm], norm
+    norms = foreach.norms(grads)  # [()] ‖g_k‖ per parameter
+    return norms, float(norms[0]) if len(norms) == 1 else float(torch.stack(norms).sum())
 
 
 def gradient_norms(
@@ -26,20 +49,20 @@ def gradient_norms(
     b: Bucket,
     index: list[int],
     grads: list[torch.Tensor],
-) -> list[torch.Tensor]:
-    r"""``[()]`` the norms ``‖∂L/∂θ‖`` of the gradients ``grads`` of bucket ``b``'s parameters ``index``, checked.
+) -> list[torch.Tensor] | list[float]:
+    r"""The norms ``‖∂L/∂θ‖`` of the gradients ``grads`` of bucket ``b``'s parameters ``index``, checked
+    ([`norms_and_sum`][meanfield.optim.gradients.norms_and_sum]: ``[()]`` tensors, or one number).
 
     Raises:
         ValueError: a gradient with a NaN/Inf entry, or a step $\operatorname{lr}\cdot(\times M)\cdot\|g\|$ that overflows (no parameter
             has been changed yet).
     """
-    norms = torch._foreach_norm(grads)  # [()] ‖∂L/∂θ‖ per parameter
     step_bound = group["lr"] * (group_scale(group) if group["drift"] == "sgd" else 1.0)
+    norms, total = norms_and_sum(grads)
     # one synchronisation: Σ_k ‖g_k‖·bound ≤ the dtype's largest number whenever every ‖g_k‖·bound is
     # finite and none overflows (NaN fails the comparison); otherwise the entries are examined one by one
-    total = float(norms[0]) if len(norms) == 1 else float(torch.stack(norms).sum())
     if not total * step_bound <= _largest(grads[0].dtype):
-        stacked = torch.stack(norms)  # (k,)
+        stacked = torch.stack(foreach.norms(grads))  # (k,)
         _check_entries(groups, group, b, index, grads, stacked)
         _check_step_size(groups, group, b, index, stacked, step_bound)
         norms = list(stacked)

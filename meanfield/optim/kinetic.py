@@ -43,9 +43,11 @@ import torch
 from meanfield._checks import check_int, check_nonnegative, check_positive
 from meanfield.drift.projections import Projection
 from meanfield.drift.schedules import Schedule, as_schedule
+from meanfield.optim import foreach
 from meanfield.optim.checkpoints import as_data, own_copy
 from meanfield.optim.conventions import TEMPERATURE_CONVENTIONS
 from meanfield.optim.direct import DirectStep
+from meanfield.optim.gradients import norms_and_sum
 from meanfield.optim.groups import beta_value, check_floating, normalise
 
 __all__ = ["KineticLangevin"]
@@ -194,20 +196,9 @@ class KineticLangevin(DirectStep, torch.optim.Optimizer):
         torch.optim's step wrapper (a profiler range and the step hooks) runs only when it has something to
         do: a hook registered, or the profiler on.
         """
-        return super().step(closure)  # DirectStep: the hooked path only with a hook or the profiler
+        return DirectStep.step(self, closure)  # the hooked path only with a hook or the profiler
 
     step.hooked = True  # type: ignore[attr-defined]  # torch.optim: do not wrap it (it calls the wrapper itself)
-
-    def _step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        with torch.no_grad():  # (not a decorator: it builds a context object per call)
-            self._update()
-        return loss
-
-    _hooked_step = torch.optim.Optimizer.profile_hook_step(_step)
 
     def _update(self) -> None:
         plan = []
@@ -216,12 +207,12 @@ class KineticLangevin(DirectStep, torch.optim.Optimizer):
             if not params:
                 continue
             grads = [p.grad for p in params]
-            if any(g.is_sparse for g in grads):
-                raise ValueError(f"param group {gi}: KineticLangevin does not support sparse gradients")
+            for g in grads:  # (a loop, not any(…): a generator is a call of its own in Python 3.11)
+                if g.is_sparse:
+                    raise ValueError(f"param group {gi}: KineticLangevin does not support sparse gradients")
             if self.check_every and group["step"] % self.check_every == 0:
-                # one synchronisation: the sum of the norms is finite iff every entry is
-                norms = torch._foreach_norm(grads)
-                if not math.isfinite(float(norms[0]) if len(norms) == 1 else float(torch.stack(norms).sum())):
+                # one synchronisation: the sum of the norms is finite iff every entry is (or a norm overflowed)
+                if not math.isfinite(norms_and_sum(grads)[1]):
                     if any(not bool(torch.isfinite(g).all()) for g in grads):
                         raise ValueError(
                             f"param group {gi}: a gradient has NaN or Inf entries; nothing was changed"
@@ -233,16 +224,16 @@ class KineticLangevin(DirectStep, torch.optim.Optimizer):
             c = math.exp(-gamma * h)
             sigma = math.sqrt(beta * (1.0 - c * c))  # the noise the friction requires: Var v → β
             velocities, noise, generators = self._buffers(gi, params)
-            torch._foreach_add_(velocities, grads, alpha=-h * scale)  # B: v ← v − h·M·∂L/∂θ
+            foreach.add_(velocities, grads, alpha=-h * scale)  # B: v ← v − h·M·∂L/∂θ
             if group["weight_decay"]:
-                torch._foreach_add_(velocities, params, alpha=-h * group["weight_decay"])  # … − h·λθ
-            torch._foreach_add_(params, velocities, alpha=0.5 * h)  # A(h/2)
-            torch._foreach_mul_(velocities, c)  # O(h): friction …
+                foreach.add_(velocities, params, alpha=-h * group["weight_decay"])  # … − h·λθ
+            foreach.add_(params, velocities, alpha=0.5 * h)  # A(h/2)
+            foreach.mul_(velocities, c)  # O(h): friction …
             if sigma > 0:  # … and noise, one draw per parameter in order, into buffers kept between steps
                 for xi, generator in zip(noise, generators):
                     xi.normal_(generator=generator)  # (…) ξ ~ N(0, I), shape of θ
-                torch._foreach_add_(velocities, noise, alpha=sigma)
-            torch._foreach_add_(params, velocities, alpha=0.5 * h)  # A(h/2)
+                foreach.add_(velocities, noise, alpha=sigma)
+            foreach.add_(params, velocities, alpha=0.5 * h)  # A(h/2)
             if group["projection"] is not None:
                 group["projection"].project_all_(params)
             group["step"] += 1

@@ -21,7 +21,7 @@ from meanfield import _background
 from meanfield._checks import check_int
 from meanfield.drift.projections import Projection
 from meanfield.drift.schedules import Schedule
-from meanfield.optim import layers
+from meanfield.optim import foreach, layers
 from meanfield.optim.buckets import Bucket, build_buckets
 from meanfield.optim.checkpoints import LangevinCheckpoints
 from meanfield.optim.direct import DirectStep
@@ -190,10 +190,10 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
             raise ValueError("pass either generator or seed, not both")
         self._warned_not_gibbs = False
         self._warned_momentum = False
-        self._layout_key: tuple | None = None
+        self._layout_key: list[tuple] | None = None  # what the layout was built for
         self._noise_buffers: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
         self._layout_version = 0  # counts the layouts built (the noise plan belongs to one)
-        self._sgd_program: list[tuple[int, dict[str, Any], Bucket, list[int]]] | None = None  # _sgd_update's
+        self._sgd_program: list[tuple[int, dict[str, Any], list[tuple[Bucket, list[int]]]]] | None = None
         self._plan = NoisePlan([], [], [], 0)
         self._forget()
         self._n_steps = 0
@@ -258,23 +258,20 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
 
     # -- layout ----------------------------------------------------------------------------------------------
 
-    def _get_layout(self) -> list[list[Bucket]]:
-        key = tuple((*map(id, g["params"]), g["drift"]) for g in self.param_groups)
-        if self._layout is None or key != self._layout_key:
-            self._layout = [
-                build_buckets(g, self.param_groups, self.state, self._seed) for g in self.param_groups
+    def _build_layout(self, key: list[tuple]) -> list[list[Bucket]]:
+        """The groups' buckets, and ``_sgd_update``'s program when every group is ``_plain_sgd``."""
+        self._layout = [build_buckets(g, self.param_groups, self.state, self._seed) for g in self.param_groups]
+        self._layout_key = key
+        self._layout_version += 1
+        self._sgd_program = (
+            [
+                (gi, group, [(b, list(range(len(b.params)))) for b in buckets])
+                for gi, (group, buckets) in enumerate(zip(self.param_groups, self._layout))
+                if buckets
             ]
-            self._layout_key = key
-            self._layout_version += 1
-            self._sgd_program = (
-                [
-                    (gi, group, b, list(range(len(b.params))))
-                    for gi, (group, buckets) in enumerate(zip(self.param_groups, self._layout))
-                    for b in buckets
-                ]
-                if all(_plain_sgd(g) for g in self.param_groups)
-                else None
-            )
+            if all(_plain_sgd(g) for g in self.param_groups)
+            else None
+        )
         return self._layout
 
     def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
@@ -298,21 +295,15 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
         torch.optim's step wrapper (a profiler range and the step hooks) runs only when it has something to
         do: a hook registered, or the profiler on.
         """
-        return super().step(closure)  # DirectStep: the hooked path only with a hook or the profiler
+        return DirectStep.step(self, closure)  # the hooked path only with a hook or the profiler
 
     step.hooked = True  # type: ignore[attr-defined]  # torch.optim: do not wrap it (it calls the wrapper itself)
 
-    def _step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        with torch.no_grad():  # (not a decorator: it builds a context object per call)
-            self._update()
-        return loss
-
     def _update(self) -> None:
-        layout = self._get_layout()
+        key = []  # what the layout is built for: each group's parameters and drift (user code may change them)
+        for g in self.param_groups:  # (a loop: a comprehension is a call of its own in Python 3.11)
+            key.append((*map(id, g["params"]), g["drift"]))
+        layout = self._layout if self._layout is not None and key == self._layout_key else self._build_layout(key)
         if self._sgd_program is not None and self._sgd_update(self._sgd_program):
             return
         self._lazy = None
@@ -391,38 +382,53 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
             group["step"] += 1
         self._n_steps += 1
 
-    _hooked_step = torch.optim.Optimizer.profile_hook_step(_step)
-
-    def _sgd_update(self, program: list[tuple[int, dict[str, Any], Bucket, list[int]]]) -> bool:
-        """The step of ``_update`` for SGD groups whose parameters all have a dense gradient: the same
-        operations in the same order (the same numbers), with the records kept as tuples until the
-        statistics are read. Returns ``False``, having changed nothing, where ``_update`` must take it."""
-        work = []
-        for gi, group, b, index in program:
-            grads = [p.grad for p in b.params]
-            for g in grads:
-                if g is None or g.is_sparse:
-                    return False
-            work.append((gi, group, b, index, grads))
-        groups = self.param_groups
-        betas = {gi: beta_at(group, gi) if group["noise"] else 0.0 for gi, group, *_ in work}
-        check = self.check_every > 0 and self._n_steps % self.check_every == 0
-        norms = [gradient_norms(groups, g, b, index, grads) if check else None for _, g, b, index, grads in work]
+    def _sgd_update(self, program: list[tuple[int, dict[str, Any], list[tuple[Bucket, list[int]]]]]) -> bool:
+        """The step of ``_update`` when every group is ``_plain_sgd`` and every parameter has a dense gradient:
+        the same operations in the same order (the same numbers) with less bookkeeping. ``program`` (each group
+        that has parameters, with its buckets) is built with the layout; a step reads the groups' options
+        afresh (``lr``, ``beta``, … may change between steps) and keeps its records as tuples until the
+        statistics are read. Returns ``False``, having changed nothing, where ``_update`` must take the step."""
+        # (loops rather than comprehensions: each comprehension is a call of its own in Python 3.11)
+        plan = []  # (group index, group, β_t, [(bucket, index, gradients)])
+        noisy = []  # (bucket,) of the buckets that get noise, in order
+        for gi, group, buckets in program:
+            entries = []
+            for b, index in buckets:
+                grads = [p.grad for p in b.params]
+                for g in grads:
+                    if g is None or g.is_sparse:
+                        return False
+                entries.append((b, index, grads))
+            beta_t = beta_at(group, gi) if group["noise"] else 0.0
+            plan.append((gi, group, beta_t, entries))
+            if group["noise"] and beta_t > 0:
+                for b, _ in buckets:
+                    noisy.append((b,))
+        norms = None  # one reduction per bucket at the steps check_every says, before anything changes
+        if self.check_every and self._n_steps % self.check_every == 0:
+            norms = []
+            for _, group, _, entries in plan:
+                for b, index, grads in entries:
+                    norms.append(gradient_norms(self.param_groups, group, b, index, grads))
         self._stats = self._group_stats = None
         self._records = []
-        noisy = [(b,) for gi, group, b, _, _ in work if group["noise"] and betas[gi] > 0]
         jobs, views, shaped, cpu_numbers = self._noise_plan(noisy)
         draw = NoiseDraw(jobs, views) if _background.pays(cpu_numbers) else None
+        # per bucket: [group index, noise, bucket, index, lr, β of the noise, M, β_t, ξ, d_k, factor, ‖d_k‖, versions]
         lazy = []
+        noises = []  # (record, amplitude sqrt(2·β·lr)) of the buckets that get noise, in noisy's order
         try:
-            for (gi, group, b, index, grads), bucket_norms in zip(work, norms):
-                lr, scale, beta_t = float(group["lr"]), group_scale(group), betas[gi]
+            for gi, group, beta_t, entries in plan:
+                lr, scale, wd = float(group["lr"]), group_scale(group), group["weight_decay"]
                 beta_noise = beta_t * scale if group["temperature_convention"] == "loss" else beta_t
-                wd = group["weight_decay"]
-                terms, factor = sgd_drift_(b.params, grads, lr, scale, wd)
-                versions = () if wd else tuple(t._version for t in terms)
-                lazy.append([gi, group["noise"], b, index, lr, beta_noise, scale, beta_t, None, terms, factor,
-                             None if wd else bucket_norms, versions])  # fmt: skip
+                for b, index, grads in entries:
+                    terms, factor = sgd_drift_(b.params, grads, lr, scale, wd)
+                    bucket_norms = None if wd or norms is None else norms[len(lazy)]
+                    versions = () if wd else tuple(t._version for t in terms)
+                    lazy.append([gi, group["noise"], b, index, lr, beta_noise, scale, beta_t, None, terms, factor,
+                                 bucket_norms, versions])  # fmt: skip
+                    if group["noise"] and beta_t > 0:
+                        noises.append((lazy[-1], math.sqrt(2 * beta_noise * lr)))
             if draw is None:  # drawn now, after the drift: an error before this left the generators as they were
                 fill_normal(jobs)
             else:
@@ -433,17 +439,13 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
             self._records = None
             self._lazy = None
             raise
-        j = 0
-        for entry in lazy:
-            if entry[1] and entry[7] > 0:
-                torch._foreach_add_(entry[2].params, shaped[j], alpha=math.sqrt(2 * entry[5] * entry[4]))
-                entry[8] = views[j]  # ξ, for the statistics
-                j += 1
-        for gi, group in enumerate(groups):
-            if gi in betas:
-                if group["projection"] is not None:
-                    group["projection"].project_all_(group["params"])
-                group["step"] += 1
+        for (entry, amplitude), xi, view in zip(noises, shaped, views):
+            foreach.add_(entry[2].params, xi, alpha=amplitude)
+            entry[8] = view  # ξ, for the statistics
+        for _, group, _, _ in plan:
+            if group["projection"] is not None:
+                group["projection"].project_all_(group["params"])
+            group["step"] += 1
         self._lazy = lazy
         self._n_steps += 1
         return True

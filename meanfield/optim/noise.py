@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import NamedTuple
 
 import torch
@@ -231,7 +232,7 @@ class NoiseSource:
     def _noise_plan(self, noisy: list[tuple[Bucket, list[int], int, int]]) -> NoisePlan:
         """The draws of these buckets ([`noise_plan`][meanfield.optim.noise.noise_plan]), kept while the layout and
         the set of noisy buckets stay the same: the flat buffers and their views are built once."""
-        key = (self._layout_version, *(id(b) for b, *_ in noisy))
+        key = (self._layout_version, *map(id, map(itemgetter(0), noisy)))  # (no comprehension: a call)
         if self._plan_key != key:
             jobs, views = noise_plan(noisy, self._noise_buffers, self._generator)
             shaped = [  # ξ shaped like each parameter, where the bucket's noise is its slice of the draw

@@ -80,10 +80,12 @@ class Record:
     beta_given: float = 0.0  # the schedule's β_t (the group's convention), reported in the stats
     drift_terms: list[torch.Tensor] | None = None  # SGD: the tensors d_k of the drift factor·d_k
     drift_factor: float = 0.0
-    drift_norms: list[torch.Tensor] | None = None  # [()] ‖d_k‖ when the step computed them (its gradient check)
+    drift_norms: list[torch.Tensor] | list[float] | None = None  # ‖d_k‖ when the step computed them (its check)
     drift_versions: tuple[int, ...] = ()  # the d_k's versions at the step: an in-place change since voids them
 
-    def keep_drift(self, terms: list[torch.Tensor], factor: float, norms: list[torch.Tensor] | None) -> None:
+    def keep_drift(
+        self, terms: list[torch.Tensor], factor: float, norms: list[torch.Tensor] | list[float] | None
+    ) -> None:
         """Keep what ``sums`` needs for the SGD drift ``factor·d_k`` (its size is reduced only when read)."""
         self.drift_terms, self.drift_factor, self.drift_norms = terms, factor, norms
         self.drift_versions = tuple(t._version for t in terms)
@@ -96,7 +98,9 @@ class Record:
             if any(t._version != v for t, v in zip(self.drift_terms, self.drift_versions)):
                 return math.nan
             norms = torch._foreach_norm(self.drift_terms)
-        return float((torch.stack(norms).double() * self.drift_factor).square().sum())  # inf, not an error
+        # (k,) in float64 (the gradient check gives a vector's norm as a number)
+        norms = torch.stack([torch.as_tensor(n, dtype=torch.float64) for n in norms])
+        return float((norms * self.drift_factor).square().sum())  # inf, not an error
 
     def sums(self) -> tuple[int, float, float, float, float, float]:
         """``(n, Σ η_eff, min η_eff, max η_eff, Σ noise², Σ drift²)`` over the recorded coordinates."""

@@ -150,6 +150,19 @@ def test_non_finite_gradient_changes_nothing():
     assert torch.equal(p.detach(), torch.ones(3, dtype=F64))
 
 
+def test_a_huge_finite_gradient_is_not_an_error():
+    """A float32 vector gradient of entries 1e30 (its squared norm overflows float32, the check's dot product is
+    infinite) is finite: the step is taken, v = −h·g; with one entry Inf instead it is refused (the control)."""
+    p = nn.Parameter(torch.zeros(4))
+    opt = KineticLangevin([p], lr=1e-30, friction=0.0, beta=0.0, seed=0)
+    p.grad = torch.full((4,), 1e30)
+    opt.step()
+    torch.testing.assert_close(opt.state[p]["velocity"], torch.full((4,), -1.0), rtol=1e-6, atol=0)
+    p.grad = torch.tensor([1e30, 1e30, float("inf"), 1e30])
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        opt.step()
+
+
 def _param(shape, seed: int) -> nn.Parameter:
     return nn.Parameter(torch.randn(shape, dtype=F64, generator=torch.Generator().manual_seed(seed)))
 
