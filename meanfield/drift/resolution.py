@@ -135,24 +135,29 @@ def unstable_step(system: ParticleSystem, x0: torch.Tensor, dt: float, solver: s
     if isinstance(V, Quadratic) and (W is None or isinstance(W, (QuadraticInteraction, Alignment))):
         a = _values(V.a)  # (B,) or (1,)
         if isinstance(W, QuadraticInteraction):
-            rates, what = torch.maximum(a, a + _values(W.k)), f"Quadratic(a) with {W!r}: rates a and a + k"
+            rates = torch.maximum(a, a + _values(W.k))
         elif isinstance(W, Alignment):
-            rates, what = (
-                torch.maximum(a, a - _values(W.kappa)),
-                f"Quadratic(a) with {W!r}: rates a and a − κ",
-            )
+            rates = torch.maximum(a, a - _values(W.kappa))
         else:
-            rates, what = a, f"{V!r}: rate a"
+            rates = a
     elif isinstance(V, DoubleWell) and W is None:
         top = float(x0.detach().abs().max())
         rates = _values(V.quartic) * top**2 - _values(V.quadratic)  # (B,) or (1,)
-        what = f"{V!r} at the initial state's largest |x| = {top:.3g}: growth rate c₄x² − c₂"
     else:
         return None
     where = int(rates.argmax())
     rate = float(rates[where])
     if not rate * dt >= limit:
         return None
+    # the words only for a warning (the reprs cost more than the test above, in every call of a small simulate)
+    if isinstance(V, DoubleWell):
+        what = f"{V!r} at the initial state's largest |x| = {top:.3g}: growth rate c₄x² − c₂"
+    elif isinstance(W, QuadraticInteraction):
+        what = f"Quadratic(a) with {W!r}: rates a and a + k"
+    elif isinstance(W, Alignment):
+        what = f"Quadratic(a) with {W!r}: rates a and a − κ"
+    else:
+        what = f"{V!r}: rate a"
     replica = f" (replica {where})" if rates.numel() > 1 else ""
     factor = abs(1.0 - rate * dt)
     steps = math.log(1e300) / math.log(factor) if factor > 1 else math.inf
