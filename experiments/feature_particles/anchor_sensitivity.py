@@ -81,6 +81,12 @@ def table(curves: dict[int, dict[float, dict[int, dict]]], stat: str, seed: int 
     return rows
 
 
+def with_long(short: dict, long: dict) -> dict[int, dict[float, dict[int, dict]]]:
+    """The curves of ``short`` with their points at β ≤ 1e-4 replaced by the 16,000-step runs of ``long``."""
+    return {d: {**{b: v for b, v in short[d].items() if b > 1e-4 * (1 + 1e-9)}, **long.get(d, {})}
+            for d in short}  # fmt: skip
+
+
 def moved(short: dict, long: dict) -> list[str]:
     """Per (d, β) held by both: the paired difference long − short of the aligned fraction and q (same seeds),
     its 95 % t interval and the paired t-test's p (``paired_cell``)."""
@@ -131,8 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     text = markdown(short, "*The committed 4,000-step runs (`results/lambda_q`, 5 seeds):*")
     long = groups(args.long) if args.long.is_dir() else {}
     if long:
-        merged = {d: {**{b: v for b, v in short[d].items() if b > 1e-4 * (1 + 1e-9)}, **long.get(d, {})}
-                  for d in short}  # fmt: skip
+        merged = with_long(short, long)
         text += "\n" + markdown(merged, "*β ≤ 1e-4 from the 16,000-step runs (`results/lambda_q_long`), β ≥ 3e-4 "
                                 "from the 4,000-step runs:*")  # fmt: skip
         text += "\n*Did 4× the steps move the cold runs?* (paired over the seeds both have)\n\n"

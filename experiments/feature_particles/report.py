@@ -21,6 +21,7 @@ paired sd (:func:`meanfield.studies.stats.detectable_difference`, noncentral t).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from datetime import datetime
@@ -31,10 +32,13 @@ import numpy as np
 from meanfield.config import load_toml
 from meanfield.studies.stats import (
     HolmFamily,
+    PairedDifference,
+    holm,
     holm_cell,
     interval_cell,
     mean_cell,
     number_text,
+    p_text,
     paired_difference,
 )
 
@@ -186,24 +190,37 @@ def not_finished(folder: Path) -> list[str]:
     return out
 
 
-def paired_log_mse(runs: dict, base: dict) -> str:
+def log_mse_difference(runs: dict, base: dict) -> PairedDifference | None:
+    """``log10`` test MSE of ``runs`` − that of ``base``, paired over their common seeds (``None`` for < 2)."""
     common = [s for s in sorted(runs) if s in base]
     if len(common) < 2:
-        return "—"
-    d = paired_difference(
+        return None
+    return paired_difference(
         np.log10([runs[s]["final"]["test_mse"] for s in common]),
         np.log10([base[s]["final"]["test_mse"] for s in common]),
     )
-    return HolmFamily.paired(d, 2)
+
+
+def holm_adjusted(compared: dict) -> dict:
+    """``{key: (d, p̃)}``: each paired difference of the table being built with its Holm-adjusted p over all of
+    them, the ``Holm`` its table prints (they must be the table's whole family: checked)."""
+    family = HolmFamily.active()
+    if family is not None and len(family) != len(compared):
+        raise RuntimeError(f"{len(compared)} comparisons kept, but the table's Holm family has {len(family)}")
+    adjusted = holm([d.p_value for d in compared.values()])
+    return {key: (d, float(q)) for (key, d), q in zip(compared.items(), adjusted)}
 
 
 @holm_table
-def teacher_table(name: str, baselines: tuple[str, ...] = ("adam_mlp", "mf_beta0")) -> str:
+def teacher_table(name: str, baselines: tuple[str, ...] = ("adam_mlp", "mf_beta0")) -> tuple[str, dict]:
+    """The teacher–student table of ``results/<name>``, and ``{"runs": {arm: {seed: run}}, "compared":
+    {(arm, baseline): (d, Holm p)}}`` (the values of its paired cells, for :func:`glance_table`)."""
     root = RESULTS / name
     arms = {a: load(root / a) for a, _ in ARMS if (root / a).exists()}
     failed = {a: not_finished(root / a) for a, _ in ARMS if (root / a).exists()}
     if not arms:
-        return f"*(no runs in results/{name})*\n"
+        return f"*(no runs in results/{name})*\n", {}
+    compared: dict[tuple[str, str], PairedDifference] = {}
     head = " | ".join(f"log10 MSE − `{b}` (95 % CI), p, Holm, δ80" for b in baselines)
     first_eval = 1000
     lines = [
@@ -226,7 +243,13 @@ def teacher_table(name: str, baselines: tuple[str, ...] = ("adam_mlp", "mf_beta0
         seeds = sorted(runs)
         get = lambda k, runs=runs, seeds=seeds: [runs[s]["final"][k] for s in seeds]  # noqa: E731
         mse = np.array(get("test_mse"))
-        diff = " | ".join("—" if arm == b else paired_log_mse(runs, arms.get(b, {})) for b in baselines)
+        cells = []
+        for b in baselines:
+            d = None if arm == b else log_mse_difference(runs, arms.get(b, {}))
+            if d is not None:
+                compared[(arm, b)] = d
+            cells.append("—" if d is None else HolmFamily.paired(d, 2))
+        diff = " | ".join(cells)
         steps = max(r["step"] for r in runs[seeds[0]]["metrics"])
         first_eval = (
             min(1000, steps // 4)
@@ -251,7 +274,7 @@ def teacher_table(name: str, baselines: tuple[str, ...] = ("adam_mlp", "mf_beta0
         f"Cost: {cpu:.3f} CPU hours (Σ `wall_time_s` of {sum(len(r) for r in arms.values())} runs at one "
         f"thread), {clock}."
     )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n", {"runs": arms, "compared": holm_adjusted(compared)}
 
 
 PAIRS = [  # (table, arm, against): extra paired comparisons quoted on the docs page
@@ -897,17 +920,19 @@ first used (chosen on the test set), and the particle network at λ = 0."""
 @holm_table
 def image_table(
     name: str, baselines: tuple[str, ...] = ("adam_mlp", "mf_beta0"), seeds: tuple[int, ...] | None = None
-) -> str:
-    """The image table of ``results/<name>`` (every arm's seeds, or only ``seeds``)."""
+) -> tuple[str, dict]:
+    """The image table of ``results/<name>`` (every arm's seeds, or only ``seeds``), and ``{"compared":
+    {(arm, baseline): (d, Holm p)}}`` (the values of its paired cells, for :func:`glance_table`)."""
     root = RESULTS / name
     if not root.exists():
-        return "*(not run)*\n"
+        return "*(not run)*\n", {}
     arms = {p.name: load(p) for p in sorted(root.iterdir()) if p.is_dir()}
     if seeds is not None:
         arms = {a: {s: r for s, r in runs.items() if s in seeds} for a, runs in arms.items()}
     first_run = next((r for runs in arms.values() for r in runs.values()), None)
     if first_run is None:
-        return f"*(no finished runs in results/{name})*\n"
+        return f"*(no finished runs in results/{name})*\n", {}
+    compared: dict[tuple[str, str], PairedDifference] = {}
     first_step = min(r["step"] for r in first_run["metrics"] if "accuracy" in r)
     head = " | ".join(f"accuracy − `{b}` (95 % CI), p, Holm, δ80" for b in baselines)
     lines = [
@@ -930,6 +955,7 @@ def image_table(
             d = paired_difference(
                 [runs[s]["final"]["accuracy"] for s in common], [base[s]["final"]["accuracy"] for s in common]
             )
+            compared[(arm, b)] = d
             diffs.append(HolmFamily.paired(d, 4))
         first_eval = min(r["step"] for r in runs[seeds[0]]["metrics"] if "accuracy" in r)
         early = [at_step(runs[s], "accuracy", first_eval) for s in seeds]
@@ -942,7 +968,7 @@ def image_table(
     lines.append(
         f"Cost: {cost(arms):.3f} CPU hours (Σ `wall_time_s`), {wall_clock([root / a for a in arms])}."
     )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n", {"compared": holm_adjusted(compared)}
 
 
 def convergence_table(name: str = "convergence") -> tuple[str, dict]:
@@ -1359,6 +1385,190 @@ def images_lr_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+# ----------------------------------------------------------------------------------------------------------
+# At a glance: one row per seed claim, every number taken from the values behind the tables above
+# ----------------------------------------------------------------------------------------------------------
+EARLY_STEP = 1000  # the "test MSE at step 1000" column of the 4,000-step teacher tables
+
+
+def short(x: float, significant: int = 2, *, sign: bool = False) -> str:
+    """``x`` to ``significant`` digits as the page's prose writes it: trailing zeros kept, a true minus sign,
+    an exponent without padding (``−0.37``, ``1.0``, ``4.1e-5``); ``—`` when not finite."""
+    if x is None or not math.isfinite(x):
+        return "—"
+    mantissa, _, exponent = f"{x:{'+' if sign else ''}#.{significant}g}".partition("e")
+    text = mantissa.rstrip(".") + (f"e{int(exponent)}" if exponent else "")
+    return "−" + text[1:] if text.startswith("-") else text
+
+
+def _bound(x: float, up: bool) -> str:
+    """``x`` rounded outwards to one significant digit (up for a ``≤`` bound, down for ``≥``), as ``2e-4``."""
+    e = math.floor(math.log10(x))
+    m = (math.ceil if up else math.floor)(x / 10**e)
+    return f"{m}e{e}" if e < -2 else f"{m * 10.0**e:g}"
+
+
+def _runs(table: dict, arm: str) -> dict:
+    return table.get("runs", {}).get(arm, {})
+
+
+def _finals(runs: dict, key: str) -> list[float]:
+    return [run["final"][key] for run in runs.values()]
+
+
+def _pair_counts(counts: dict[int, int], unit: str) -> str:
+    """``{k: n}`` as ``"10 pairs (k = 2), 5 (k = 1, 4)"``, the larger n first."""
+    by_n: dict[int, list[int]] = {}
+    for k, n in sorted(counts.items()):
+        by_n.setdefault(n, []).append(k)
+    parts = [f"{n} ({'k = ' + ', '.join(map(str, ks))})" for n, ks in sorted(by_n.items(), reverse=True)]
+    return parts[0].replace(" (", f" {unit} (", 1) + "".join(", " + p for p in parts[1:]) if parts else "—"
+
+
+def anchor_constants() -> list[float]:
+    """β_half·d/4 of the aligned fraction at every anchor β_a and d, on the 4,000-step runs and with the
+    16,000-step runs at β ≤ 1e-4: the constants of ``results/tables/lambda_q_anchor.md``
+    (``anchor_sensitivity.table``, imported by path)."""
+    if not (RESULTS / "lambda_q").is_dir():
+        return []
+    spec = importlib.util.spec_from_file_location("fp_anchor_sensitivity", HERE / "anchor_sensitivity.py")
+    anchor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(anchor)
+    curves = [anchor.groups(RESULTS / "lambda_q")]
+    if (RESULTS / "lambda_q_long").is_dir():
+        curves.append(anchor.with_long(curves[0], anchor.groups(RESULTS / "lambda_q_long")))
+    return [
+        c for grp in curves for row in anchor.table(grp, "aligned") for c, _, _ in row["const"].values()
+        if math.isfinite(c)
+    ]  # fmt: skip
+
+
+def glance_table(teacher: dict[str, dict], images: dict[str, dict], lam: dict, intensive: list[float]) -> str:
+    """The page's "At a glance": per seed claim, the answer and the numbers that decide it, each from the
+    values behind the tables above (``teacher``: :func:`teacher_table`'s by table name; ``images``:
+    :func:`image_table`'s; ``lam``: :func:`lambda_table`'s; ``intensive``: :func:`anchor_constants`), rounded.
+
+    A paired image comparison is worded by the page's rule: Holm p < 0.05 establishes a difference; a 95 % CI
+    that excludes 0 without it is "not established"; otherwise "no difference as large as δ80"."""
+    k1, k2, k4 = (teacher.get(name, {}) for name in ("ts_k1", "ts_k2", "ts_k4"))
+    rows = []
+    # §1: the seed's literal update against λ in mean-field units
+    lit, mf = _runs(k2, "seed_literal"), _runs(k2, "mean_field")
+    if lit and mf:
+        rows.append((
+            "the toy check's failure shows the method fails", "**no: the implementation failed**",
+            f"coverage {number_text(np.mean(_finals(lit, 'coverage')))} (literal update) vs "
+            f"{number_text(np.mean(_finals(mf, 'coverage')))} (mean-field units)", "—", "—",
+            f"{len(lit)} seeds each" if len(lit) == len(mf) else f"{len(lit)} and {len(mf)} seeds",
+        ))  # fmt: skip
+    # §1–2: the test MSE at step 1,000, annealed arm against its λ = 0 twin
+    early = {}
+    for k, t in ((2, k2), (1, k1)):
+        noisy, still = _runs(t, "mean_field"), _runs(t, "mf_beta0")
+        if noisy and still:
+            mean = lambda runs: float(np.mean([at_step(r, "test_mse", EARLY_STEP) for r in runs.values()]))  # noqa: E731
+            early[k] = (mean(noisy), mean(still), len(set(noisy) & set(still)))
+    if early:
+        ks = sorted(early, reverse=True)
+        rows.append((
+            "faster loss descent at equal width",
+            "**no**" if all(a > b for a, b, _ in early.values()) else "not everywhere",
+            f"test MSE at {EARLY_STEP:,} steps " + " / ".join(short(early[k][0]) for k in ks) + " vs "
+            + " / ".join(short(early[k][1]) for k in ks) + f" (k = {', '.join(map(str, ks))})",
+            "—", "—", _pair_counts({k: early[k][2] for k in ks}, "pairs"),
+        ))  # fmt: skip
+    # §2: every noisy arm (drift/noise finite at step 100) against its λ = 0 twin, log10 MSE
+    noisy = []
+    for k, t in ((1, k1), (2, k2), (4, k4)):
+        for (arm, base), (d, q) in t.get("compared", {}).items():
+            if base == "mf_beta0" and all(
+                math.isfinite(drift_to_noise(r, 100)) for r in _runs(t, arm).values()
+            ):
+                noisy.append((k, d, q))
+    if noisy:
+        worse = all(d.mean > 0 and q < 0.05 for _, d, q in noisy)
+        rows.append((
+            "lower test error (teacher–student)", "**no**" if worse else "not for every arm",
+            f"every noisy arm ≥ 10^{math.floor(10 * min(d.mean for _, d, _ in noisy)) / 10:.1f} × its λ = 0 "
+            "twin's MSE", "—", f"≤ {_bound(max(q for _, _, q in noisy), up=True)}",
+            _pair_counts({k: min(d.n for kk, d, _ in noisy if kk == k) for k, _, _ in noisy}, "pairs"),
+        ))  # fmt: skip
+    # §4: the particle MLP (mean_field) against Adam at the validation lr and against λ = 0, accuracy
+    for label, name, base, against in (
+        ("Fashion-MNIST", "fmnist", "adam_mlp_lr1e-3", "Adam at the validation lr"),
+        ("Fashion-MNIST", "fmnist", "mf_beta0", "λ = 0"),
+        ("CIFAR-10", "cifar10", "adam_mlp_lr1e-3", "Adam at the validation lr"),
+    ):
+        got = images.get(name, {}).get("compared", {}).get(("mean_field", base))
+        if got is None:
+            continue
+        d, q = got
+        way = "accuracy higher" if d.mean > 0 else "accuracy lower"
+        words = (
+            f"**{way}**" if q < 0.05 else f"{way}, not established" if d.p_value < 0.05
+            else "no difference as large as δ80"
+        )  # fmt: skip
+        delta = 100 * d.detectable()
+        rows.append((
+            f"lower test error ({label}, vs {against})", words,
+            f"{short(100 * d.mean, sign=True)} points [{short(100 * d.lo, sign=True)}, {short(100 * d.hi, sign=True)}]",
+            f"{short(delta)} point{'s' if delta > 1 else ''}", p_text(q), f"{d.n} pairs",
+        ))  # fmt: skip
+    # §3: coverage at low temperature (λ sweep, every seed up to the coldest β where one seed loses it) and at λ = 0
+    curves, crossings = lam.get("curves", {}), lam.get("crossings", {})
+    below, seeds = {}, set()
+    for d, pts in sorted(curves.items()):
+        last = None
+        for beta, _, _, coverages in sorted(pts, key=lambda p: p[0]):
+            seeds.add(len(coverages))
+            if min(coverages) < 1:
+                break
+            last = beta
+        if last is not None and d in crossings:
+            below[d] = (crossings[d] / last, min(c for b, _, _, cs in pts if b <= last for c in cs))
+    still = [c for t in (k1, k2, k4) for c in _finals(_runs(t, "mf_beta0"), "coverage")]
+    if below and still:
+        rows.append((
+            "low-temperature particles align with the teacher",
+            "**yes, and so do deterministic ones**" if min(still) == 1 else "**yes**",
+            f"coverage {short(min(c for _, c in below.values()))} in every seed at β ≤ "
+            + ", ".join(f"β_c/{short(f)}" for f, _ in below.values())
+            + f" (d = {', '.join(map(str, below))}); λ = 0: {short(min(still))} in every seed (k = 1, 2, 4)",
+            "—", "—", f"{'–'.join(map(str, sorted(seeds)))} seeds a β; {len(still)} λ = 0 runs",
+        ))  # fmt: skip
+    # §2: modes of the four-index teacher, annealed to λ_min = 1e-5 and at λ = 0
+    annealed, still4 = _runs(k4, "mf_lambda_min_1e-5"), _runs(k4, "mf_beta0")
+    if annealed and still4:
+        hit = lambda runs: sum(m == 4 for m in _finals(runs, "modes"))  # noqa: E731
+        rows.append((
+            "several modes survive (k = 4)",
+            "**yes at λ_min = 1e-5, as without noise**" if hit(annealed) == len(annealed) and hit(still4) == len(still4)
+            else f"{hit(annealed)} of {len(annealed)} seeds",
+            f"4 modes in {hit(annealed)} of {len(annealed)} seeds (λ = 0: {hit(still4)} of {len(still4)})",
+            "—", "—", f"{len(annealed)} seeds",
+        ))  # fmt: skip
+    # §3, §3b: the coverage crossover β_c·d/4, and the intensive crossing constant over the anchors
+    if crossings:
+        effect = (
+            "β_c·d/4 ≈ " + ", ".join(number_text(b * d / 4, significant=2) for d, b in sorted(crossings.items()))
+            + f" (d = {', '.join(map(str, sorted(crossings)))})"
+        )  # fmt: skip
+        if intensive:
+            effect += (
+                f"; the aligned fraction (intensive) crosses half its cold value at β·d/4 ≈ "
+                f"{min(intensive):.1g}–{max(intensive):.1g} (anchor-dependent, §3b)"
+            )
+        rows.append((
+            "behaviour changes around λ ≈ 1",
+            "**a sharp crossover, not at λ ≈ 1**" if max(b * d / 4 for d, b in crossings.items()) < 0.5
+            else "**a sharp crossover**",
+            effect, "—", "—", f"{'–'.join(map(str, sorted(seeds)))} seeds a point",
+        ))  # fmt: skip
+    lines = ["| seed claim | answer | effect [95 % CI] | δ80 | Holm p | n |", "|---|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     lam_text, lam = lambda_table()
     conv_text, conv = convergence_table()
@@ -1372,25 +1582,29 @@ def main() -> None:
     k1_text, k1_res = transition_table("lambda_k1", "data.d", k=1)
     cmp_text, cmp_res = k1_comparison_table()
     m_text, m_res = transition_table_M()
+    teacher = {
+        name: teacher_table(name)
+        for name in (
+            "ts_k2",
+            "ts_k2_steps500",
+            "ts_k1",
+            "ts_k4",
+            "ts_k2_M8",
+            "ts_k2_M2",
+            "ts_k2_n256_noise05",
+        )
+    }
+    images = {name: image_table(name, IMAGE_BASELINES) for name in ("fmnist", "cifar10")}
     parts = {
-        "ts_k2": ("Teacher–student, two-index ReLU teacher (d = 16, k = 2, M = 128)", teacher_table("ts_k2")),
-        "ts_k2_steps500": (
-            "Two-index teacher at 500 steps (the step budget)",
-            teacher_table("ts_k2_steps500"),
-        ),
-        "ts_k1": (
-            "Teacher–student, single-index ReLU teacher (d = 16, k = 1, M = 128)",
-            teacher_table("ts_k1"),
-        ),
-        "ts_k4": (
-            "Teacher–student, four-index ReLU teacher (d = 16, k = 4, M = 128)",
-            teacher_table("ts_k4"),
-        ),
-        "ts_k2_M8": ("Two-index teacher with M = 8 particles", teacher_table("ts_k2_M8")),
-        "ts_k2_M2": ("Two-index teacher with M = 2 particles", teacher_table("ts_k2_M2")),
+        "ts_k2": ("Teacher–student, two-index ReLU teacher (d = 16, k = 2, M = 128)", teacher["ts_k2"][0]),
+        "ts_k2_steps500": ("Two-index teacher at 500 steps (the step budget)", teacher["ts_k2_steps500"][0]),
+        "ts_k1": ("Teacher–student, single-index ReLU teacher (d = 16, k = 1, M = 128)", teacher["ts_k1"][0]),
+        "ts_k4": ("Teacher–student, four-index ReLU teacher (d = 16, k = 4, M = 128)", teacher["ts_k4"][0]),
+        "ts_k2_M8": ("Two-index teacher with M = 8 particles", teacher["ts_k2_M8"][0]),
+        "ts_k2_M2": ("Two-index teacher with M = 2 particles", teacher["ts_k2_M2"][0]),
         "ts_k2_n256_noise05": (
             "Two-index teacher, 256 training samples, label noise 0.5",
-            teacher_table("ts_k2_n256_noise05"),
+            teacher["ts_k2_n256_noise05"][0],
         ),
         "lambda_long_d32": ("d = 32 at 4× the steps", lambda_long_table()),
         "pairs": ("Extra paired comparisons", pairs_table()),
@@ -1406,15 +1620,15 @@ def main() -> None:
             theory_text,
         ),
         "lambda_annealed": ("Annealed λ (the seed's schedule shape)", anneal_table()),
-        "fmnist": ("Fashion-MNIST", image_table("fmnist", IMAGE_BASELINES)),
-        "cifar10": ("CIFAR-10 (lossy JPEG-75 copy)", image_table("cifar10", IMAGE_BASELINES)),
+        "fmnist": ("Fashion-MNIST", images["fmnist"][0]),
+        "cifar10": ("CIFAR-10 (lossy JPEG-75 copy)", images["cifar10"][0]),
         "cifar10_3seeds": (
             "CIFAR-10, seeds 0–2 only (the first three: seeds 3–4 were added after them)",
-            image_table("cifar10", IMAGE_BASELINES, seeds=(0, 1, 2)),
+            image_table("cifar10", IMAGE_BASELINES, seeds=(0, 1, 2))[0],
         ),
         "cifar10_50ep": (
             "CIFAR-10, 50 epochs (M = 256; lrs from the validation split)",
-            image_table("cifar10_50ep"),
+            image_table("cifar10_50ep")[0],
         ),
         "images_lr": ("Learning rates of the image tasks, chosen on a validation split", images_lr_table()),
         "convergence": ("Convergence in M", conv_text),
@@ -1426,6 +1640,15 @@ def main() -> None:
         "convergence_scan": (
             "The scan in d: the loss excess against three references",
             convergence_scan_tables(),
+        ),
+        "glance": (
+            "At a glance (every number from the tables above)",
+            glance_table(
+                {name: result for name, (_, result) in teacher.items()},
+                {name: result for name, (_, result) in images.items()},
+                lam,
+                anchor_constants(),
+            ),
         ),
     }
     tables = RESULTS / "tables"

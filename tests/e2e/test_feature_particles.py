@@ -224,3 +224,50 @@ def test_anchor_sensitivity_reads_the_crossing_half_way_to_each_anchor(monkeypat
         assert rows[1]["const"][d][0] == pytest.approx(1e-4 * 10**0.75 * d / 4, rel=1e-9)
     assert rows[0]["p"][0] == pytest.approx(0.0, abs=1e-9) and rows[1]["p"][0] == pytest.approx(0.0, abs=1e-9)
     assert rows[2]["const"] == {} and rows[2]["p"] is None  # control: 3e-5 is not a β of these curves
+
+
+def _report(monkeypatch, name: str = "fp_report_glance"):
+    monkeypatch.syspath_prepend(str(EXP))
+    spec = importlib.util.spec_from_file_location(name, EXP / "report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    return report
+
+
+def test_glance_words_an_image_comparison_by_the_pages_rule(monkeypatch):
+    """``report.glance_table``'s image rows: a difference whose Holm p is < 0.05 is established (bold), one
+    whose CI excludes 0 only before Holm is "not established", a CI that contains 0 is "no difference as large
+    as δ80"; the numbers are the accuracy difference ×100 to 2 significant digits with a true minus sign.
+    Control: the same difference at Holm 0.062 is not written as established."""
+    from meanfield.studies.stats import PairedDifference
+
+    report = _report(monkeypatch)
+    lower = PairedDifference(mean=-0.03222, lo=-0.05102, hi=-0.01342, n=5, p_value=0.0089, sd=0.0151)
+    null = PairedDifference(mean=-0.00018, lo=-0.00347, hi=0.00311, n=5, p_value=0.89, sd=0.00265)
+
+    def row(d, q, base="adam_mlp_lr1e-3"):
+        images = {"cifar10": {"compared": {("mean_field", base): (d, q)}}}
+        (line,) = [x for x in report.glance_table({}, images, {}, []).splitlines() if x.startswith("| lower")]
+        return line
+
+    assert "| **accuracy lower** | −3.2 points [−5.1, −1.3] |" in row(lower, 0.01)
+    assert "| accuracy lower, not established | −3.2 points [−5.1, −1.3] |" in row(lower, 0.062)
+    assert "**" not in row(lower, 0.062) and "| 0.062 | 5 pairs |" in row(lower, 0.062)  # the control
+    assert "| no difference as large as δ80 | −0.018 points [−0.35, +0.31] |" in row(null, 1.0)
+
+
+def test_glance_reuses_the_paired_cells_of_the_committed_image_table(monkeypatch):
+    """``image_table`` returns the values of its paired cells: each (difference, Holm p) renders to a cell that
+    is in the table's own text, so the At-a-glance row quotes the table's Holm p, not a recomputed one. Control:
+    a Holm p of another cell of the table does not render to a cell of this comparison."""
+    report = _report(monkeypatch)
+    if not (report.RESULTS / "fmnist").is_dir():
+        pytest.skip("no committed results/fmnist")
+    text, result = report.image_table("fmnist", report.IMAGE_BASELINES)
+    compared = result["compared"]
+    assert len(compared) == 12  # the table's legend: Holm over the 12 paired cells
+    for d, q in compared.values():
+        assert report.holm_cell(d, q, 4) in text
+    d, q = compared[("mean_field", "adam_mlp_lr1e-3")]
+    _, q_other = compared[("seed_schedule", "adam_mlp_lr1e-3")]
+    assert report.holm_cell(d, q_other, 4) not in text
