@@ -67,6 +67,10 @@ not checked."""
 
 
 RECHECK = ("not checked", "survived", "no tests", "suspicious")
+UNMEASURED = ("skipped", "suspicious")
+"""Statuses outside the rate: a skipped mutant, and a *suspicious* one, whose test run ended with an exit code that
+is neither a test result nor a timeout (a crash, or a worker killed while it hung in a deadlock, which mutmut's
+CPU-time limit cannot see: docs/testing.md). Neither killed nor survived: counted apart, rechecked by the next run."""
 """The statuses a sampled run (re)checks: a new test can kill a survivor, while a killed mutant stays killed
 (mutmut itself resets the results of a function whose source changed)."""
 
@@ -125,6 +129,13 @@ def _local() -> dict[str, dict[str, tuple[str, str]]]:
     return out
 
 
+def in_package(module: str) -> bool:
+    """Whether ``module`` (dotted) is a module of the package now: a record's module that was moved or deleted
+    (``meanfield.simulate`` after issue 49's layout) is dropped, not counted beside its new name."""
+    path = ROOT.joinpath(*module.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
 def load_record() -> dict:
     """The committed record (``RECORD``): per module its functions ``{name: [source hash, mutants]}`` and per
     checked mutant ``{status, commit, date}``; empty where there is none yet."""
@@ -151,7 +162,7 @@ def merged(
     found: dict[str, dict[str, str]] = {}
     checked: dict[str, dict] = {}
     old = record.get("checked", {})
-    for module in sorted(set(local) | set(record.get("modules", {}))):
+    for module in sorted(set(local) | {m for m in record.get("modules", {}) if in_package(m)}):
         functions = record.get("modules", {}).get(module, {}).get("functions", {})
         if module in local:
             names = local[module]
@@ -194,7 +205,7 @@ def _tool() -> str:
 def write_record(local: dict[str, dict[str, tuple[str, str]]], record: dict, commit: str, date: str) -> dict:
     """Rewrite ``RECORD`` from :func:`merged` (entries measured here stamped ``commit``/``date``), atomically."""
     _, checked = merged(local, record)
-    modules = dict(record.get("modules", {}))
+    modules = {m: entry for m, entry in record.get("modules", {}).items() if in_package(m)}
     for module, names in local.items():
         counts: Counter[str] = Counter(_function(name) for name in names)
         hashes = {_function(name): h for name, (_, h) in names.items()}
@@ -387,7 +398,7 @@ def table(found: dict[str, dict[str, str]], k: int = 30) -> str:
             continue
         c = Counter(used.values())
         eq = sum(1 for name, s in used.items() if name in same and s == "survived")
-        scored = len(used) - eq - c["skipped"]
+        scored = len(used) - eq - c["skipped"] - c["suspicious"]  # suspicious: not measured (see UNMEASURED)
         killed = c["killed"] + c["timeout"]
         rate = killed / scored if scored else 1.0
         if label == "all":
@@ -426,11 +437,15 @@ def holdout_table(found: dict[str, dict[str, str]], k: int = 30, h: int = 10) ->
     same = equivalent()
     strata: list[tuple[int, float, int]] = []
     cells: list[str] = []
+    unmeasured: list[str] = []
     for module, statuses in found.items():
         held = {name: statuses[name] for name in sample(statuses, h, offset=k)}
         checked = {name: st for name, st in held.items() if st != "not checked"}
+        unmeasured += [name for name, st in checked.items() if st == "suspicious"]
         scored = sum(
-            1 for name, st in checked.items() if st != "skipped" and not (name in same and st == "survived")
+            1
+            for name, st in checked.items()
+            if st not in UNMEASURED and not (name in same and st == "survived")
         )
         if not scored:
             continue
@@ -445,6 +460,12 @@ def holdout_table(found: dict[str, dict[str, str]], k: int = 30, h: int = 10) ->
         f"**{100 * p:.0f} %** ({100 * low:.0f}–{100 * high:.0f} %, stratified over {len(strata)} modules): "
         + ", ".join(cells)
         + "."
+        + (
+            f" Not measured ({len(unmeasured)}: the run of their tests ended abnormally, a hang or a crash; "
+            f"rechecked by the next run): " + ", ".join(f"`{n}`" for n in sorted(unmeasured)) + "."
+            if unmeasured
+            else ""
+        )
     )
 
 

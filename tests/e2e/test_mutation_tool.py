@@ -69,6 +69,25 @@ def test_holdout_table_counts_only_the_ranks_after_the_given_one(monkeypatch):
     )  # the older ranks
 
 
+def test_a_suspicious_mutant_is_named_apart_and_left_out_of_the_rate(monkeypatch):
+    """A held-out mutant whose test run hung (killed: mutmut's exit code is neither a result nor a timeout) is
+    *suspicious*: neither killed nor survived. Ranks 41-50 as 7 killed, 2 survived, 1 suspicious give 7/9 and
+    the suspicious one named apart; the control, the same mutant survived, gives 7/10."""
+    monkeypatch.setattr(mutation, "equivalent", lambda: {})
+    names = [f"meanfield.m.x_f__mutmut_{i}" for i in range(1, 61)]
+    ranked = sorted(names, key=lambda n: hashlib.sha256(n.encode()).hexdigest())
+    statuses = {n: "killed" for n in ranked}
+    for n, s in zip(ranked[40:50], ["killed"] * 7 + ["survived"] * 2 + ["suspicious"]):
+        statuses[n] = s
+    text = mutation.holdout_table({"meanfield.m": statuses}, 40, 10)
+    assert "`meanfield.m` 7/9" in text and "Not measured (1: " in text and f"`{ranked[49]}`" in text
+    statuses[ranked[49]] = "survived"
+    control = mutation.holdout_table({"meanfield.m": statuses}, 40, 10)
+    assert "`meanfield.m` 7/10" in control and "Not measured" not in control
+    table = mutation.table({"meanfield.m": {n: "suspicious" if n == ranked[0] else "killed" for n in ranked}}, 30)
+    assert "| 100 % |" in table  # the 30-sample: 29 killed, 1 suspicious left out
+
+
 # the committed record (tools/mutation_results.json): merge, stamps, and the table regenerated from it alone
 
 
@@ -83,11 +102,12 @@ def test_a_mutant_name_names_its_function():
     )
 
 
-def test_merged_takes_local_results_first_then_the_record_where_the_function_is_unchanged():
+def test_merged_takes_local_results_first_then_the_record_where_the_function_is_unchanged(monkeypatch):
     """Module m has f (hash 'a', 3 mutants) and g (hash now 'c', recorded as 'b'): f_1 checked here (killed) is
     the local status whatever the record says; f_2 not checked here takes the record's 'survived' (same source);
     g_1 not checked here and recorded under another source is 'not checked' and leaves the record; f_3 is in
     neither. A module only in the record comes back from its function list alone, with its statuses."""
+    monkeypatch.setattr(mutation, "in_package", lambda module: True)  # this test's modules are made up
     local = {
         "meanfield.m": {
             "meanfield.m.x_f__mutmut_1": ("killed", "a"),
@@ -131,11 +151,27 @@ def test_merged_takes_local_results_first_then_the_record_where_the_function_is_
     assert mutation.merged(local, record)[0]["meanfield.m"]["meanfield.m.x_f__mutmut_2"] == "not checked"
 
 
+def test_a_recorded_module_that_is_no_longer_in_the_package_is_dropped():
+    """A record made before a move keeps the old module (``meanfield.simulate``, now ``meanfield.stepping.simulate``):
+    it is not counted beside the new one; a module of the package stays (control)."""
+    record = {
+        "modules": {
+            "meanfield.simulate": {"functions": {"x_simulate": ["h", 2]}},
+            "meanfield.stepping.simulate": {"functions": {"x_simulate": ["h", 2]}},
+        },
+        "checked": {},
+    }
+    found, _ = mutation.merged({}, record)
+    assert list(found) == ["meanfield.stepping.simulate"]
+    assert mutation.in_package("meanfield.stepping") and not mutation.in_package("meanfield.simulate")
+
+
 def test_the_record_round_trips_and_the_documented_table_is_regenerated_from_it(tmp_path, monkeypatch):
     """write_record stamps what was measured here with the commit and date and keeps an unchanged status's first
     stamp; the table rendered from the record alone (a fresh machine: no mutants/) equals the one rendered with
     mutants/ present, write_table puts it in the doc, documented() reads it back, and --check's comparison
     notices a doc edited by hand."""
+    monkeypatch.setattr(mutation, "in_package", lambda module: True)  # this test's modules are made up
     monkeypatch.setattr(mutation, "RECORD", tmp_path / "record.json")
     monkeypatch.setattr(mutation, "DOC", tmp_path / "testing.md")
     monkeypatch.setattr(mutation, "equivalent", lambda: {})

@@ -616,8 +616,11 @@ def test_sweep_cli_table_only_says_what_it_did_not_run(small_sweep, tmp_path, ca
     )
 
 
-def test_sweep_skips_finished_points_and_resumes_the_rest(small_sweep, monkeypatch):
-    out, _ = small_sweep
+def test_sweep_skips_finished_points_and_resumes_the_rest(small_sweep, monkeypatch, tmp_path):
+    # on a copy: the module's sweep is shared, and rerunning it in place rewrote its summary.md (no baseline), so
+    # test_sweep_writes_one_folder_per_point_and_the_tables failed whenever it ran after this test (mutmut's order)
+    out = tmp_path / "resumed"
+    shutil.copytree(small_sweep[0], out)
     (out / "optim.lr=0.05_seed=1" / "summary.json").unlink()  # as if that point was interrupted
     ran, table = _rerun(out, monkeypatch)
     assert ran == ["optim.lr=0.05_seed=1"]
