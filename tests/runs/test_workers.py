@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import select
@@ -9,6 +10,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -132,10 +134,21 @@ class _ForkContext:
         return _ForkWorker(self.parent_ends, **kwargs)
 
 
-def _forked_pool(jobs: int) -> WorkerPool:
+def _forked(jobs: int) -> WorkerPool:
     pool = WorkerPool(jobs, _call, _record_start)
     pool._context = _ForkContext()
     return pool
+
+
+@contextlib.contextmanager
+def _forked_pool(jobs: int) -> Iterator[WorkerPool]:
+    """``with _forked_pool(jobs) as pool``: closed at the end within ``GUARD`` seconds (a worker that does not
+    end fails the test instead of hanging it)."""
+    pool = _forked(jobs)
+    try:
+        yield pool
+    finally:
+        _within(GUARD, pool.close)
 
 
 def _settle(pool: WorkerPool) -> dict:
@@ -210,28 +223,38 @@ def test_a_worker_is_ready_only_once_it_said_so_and_then_its_pid_is_listed():
 
 
 def test_a_worker_starts_with_the_stop_signals_ignored_and_blocked_and_unblocks_them_after_init():
-    """The worker's ``init`` finds SIGINT and SIGTERM ignored and blocked (set by the parent around the start);
-    by its first call they are unblocked; it is in a process group of its own and its parent is this process.
-    The parent's handlers and signal mask are as they were."""
+    """The worker's ``init`` finds SIGINT and SIGTERM ignored and blocked (set by the parent around the start),
+    with the parent's other blocked signals (SIGUSR1 here); by its first call they are unblocked; it is in a
+    process group of its own and its parent is this process. The parent's handlers (a SIGTERM handler of its
+    own here) and its signal mask are exactly as they were before."""
+
+    def on_term(signum, frame):
+        raise AssertionError("no SIGTERM here")
+
     handlers = {s: signal.getsignal(s) for s in STOP_SIGNALS}
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
-    with _forked_pool(1) as pool:
-        pool.submit("a", ("state",))
-        assert {s: signal.getsignal(s) for s in STOP_SIGNALS} == handlers
-        assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == mask
-        state = _settle(pool)["a"][1]
+    mask = signal.pthread_sigmask(signal.SIG_SETMASK, {signal.SIGUSR1})
+    try:
+        signal.signal(signal.SIGTERM, on_term)
+        with _forked_pool(1) as pool:
+            pool.submit("a", ("state",))
+            assert signal.getsignal(signal.SIGTERM) is on_term
+            assert signal.getsignal(signal.SIGINT) is handlers[signal.SIGINT]
+            assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == {signal.SIGUSR1}
+            state = _settle(pool)["a"][1]
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGTERM, handlers[signal.SIGTERM])
     assert all(state["at_init"][s] == signal.SIG_IGN for s in STOP_SIGNALS), state
-    assert set(STOP_SIGNALS) <= state["at_init"]["blocked"]
-    assert not set(STOP_SIGNALS) & state["blocked"]
+    assert state["at_init"]["blocked"] == {*STOP_SIGNALS, signal.SIGUSR1}
+    assert state["blocked"] == {signal.SIGUSR1}
     assert state["pgrp"] == state["pid"] != os.getpgrp() and state["ppid"] == os.getpid()
 
 
 def test_a_pool_used_from_another_thread_blocks_the_stop_signals_without_setting_handlers():
     """From a thread other than the main one (where ``signal.signal`` is refused) the pool still starts workers:
     the stop signals are blocked while it does (a per-thread mask), their handlers are left alone."""
-    pool = _forked_pool(1)
-    _within(GUARD, lambda: pool.submit("a", ("state",)))
-    with pool:
+    with _forked_pool(1) as pool:
+        _within(GUARD, lambda: pool.submit("a", ("state",)))
         state = _settle(pool)["a"][1]
     assert set(STOP_SIGNALS) <= state["at_init"]["blocked"]
     assert all(state["at_init"][s] == signal.getsignal(s) != signal.SIG_IGN for s in STOP_SIGNALS)
@@ -304,7 +327,7 @@ def test_results_waits_at_most_its_timeout_and_at_once_without_calls():
 def test_close_ends_every_worker_and_leaves_no_child_process():
     """``close()`` ends the idle workers (exit status 0: told to, not killed) and joins them: none is alive or
     among ``multiprocessing.active_children()``; the pool is empty; a second ``close`` does nothing."""
-    pool = _forked_pool(2)
+    pool = _forked(2)
     pool.submit("a", ("square", 1))
     pool.submit("b", ("square", 2))
     _settle(pool)
@@ -323,7 +346,7 @@ def test_close_without_waiting_leaves_a_running_call_to_end_on_its_own():
     send, with status 0."""
     r, w = os.pipe()
     try:
-        pool = _forked_pool(1)
+        pool = _forked(1)
         pool.submit("a", ("read", r))
         deadline = time.monotonic() + GUARD
         while not pool.pids:  # until its "ready" is read and the call sent
