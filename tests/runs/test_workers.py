@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import pickle
 import select
 import signal
 import sys
@@ -99,6 +100,8 @@ def _call(kind: str, arg=None):
         return lambda: None  # an answer that does not pickle
     if kind == "read":
         return os.read(arg, 1)  # blocks until the test writes a byte
+    if kind == "interrupt":
+        raise KeyboardInterrupt
     if kind == "touch":
         Path(arg).touch()
         return None
@@ -164,13 +167,26 @@ def _settle(pool: WorkerPool) -> dict:
 
 
 def _within(seconds: float, function):
-    """``function()`` in a thread, which must end within ``seconds`` (a guard against a hang, not a timing)."""
+    """``function()`` in a thread, which must end within ``seconds`` (a guard against a hang, not a timing);
+    its return value, or its exception raised here."""
     out: list = []
-    thread = threading.Thread(target=lambda: out.append(function()), daemon=True)
+
+    def run() -> None:
+        try:
+            out.append((True, function()))
+        except BaseException as error:  # noqa: BLE001 — raised again below, in the test's thread
+            out.append((False, error))
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     thread.join(seconds)
     assert not thread.is_alive(), f"{function} did not return within {seconds} s"
-    return out[0] if out else None
+    [(ok, value)] = out
+    if not ok and not isinstance(value, Exception):  # a KeyboardInterrupt would stop the whole session
+        raise AssertionError(f"{function} raised {value!r}") from value
+    if not ok:
+        raise value
+    return value
 
 
 def test_a_new_pool_spawns_its_workers_and_starts_none_yet():
@@ -375,6 +391,90 @@ def test_leaving_the_with_block_closes_and_waits_only_when_no_exception_left_it(
     assert calls == [True, False]
 
 
+class _Conn:
+    """A worker's end of the pipe, scripted: ``recv`` gives ``incoming`` in turn (an exception is raised);
+    ``send`` pickles as a pipe does, then records, unless ``refuse`` (a message type) says it fails with OSError."""
+
+    def __init__(self, incoming: list, refuse: type | None = None) -> None:
+        self.incoming, self.refuse, self.sent = list(incoming), refuse, []
+
+    def recv(self):
+        item = self.incoming.pop(0)
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def send(self, message) -> None:
+        if self.refuse is not None and isinstance(message, self.refuse):
+            raise BrokenPipeError("the parent is gone")
+        pickle.dumps(message)
+        self.sent.append(message)
+
+
+def _worker_main_here(monkeypatch, conn: _Conn) -> list:
+    """``_worker_main`` run in this process, its process-wide steps recorded instead of done: returns them in
+    order (``setpgrp``, ``die_with_parent``, ``init``, the mask change)."""
+    steps: list = []
+    monkeypatch.setattr(_workers, "os", SimpleNamespace(setpgrp=lambda: steps.append("setpgrp")))
+    monkeypatch.setattr(_workers, "die_with_parent", lambda parent: steps.append(("die_with_parent", parent)))
+    monkeypatch.setattr(signal, "pthread_sigmask", lambda how, signals: steps.append((how, tuple(signals))))
+    _within(GUARD, lambda: _workers._worker_main(conn, 123, _call, lambda: steps.append("init")))
+    return steps
+
+
+def test_a_worker_gets_ready_then_answers_each_call_with_its_key_until_told_to_stop(monkeypatch):
+    """``_worker_main``: leaves the process group, dies with its parent (the pid it was given), runs ``init``,
+    unblocks the stop signals, in that order, then says "ready"; each call ``(key, args)`` is answered
+    ``(key, True, value)``, an exception (a ``KeyboardInterrupt`` too) ``(key, False, exception)``, an answer
+    that does not pickle ``(key, False, RuntimeError)``; ``None`` ends it (what follows is not read)."""
+    conn = _Conn(
+        [
+            ("a", ("square", 3)),
+            ("b", ("raise", "no")),
+            ("c", ("interrupt",)),
+            ("d", ("lambda",)),
+            None,
+            ("never", ("square", 1)),
+        ]
+    )
+    steps = _worker_main_here(monkeypatch, conn)
+    assert steps == [
+        "setpgrp",
+        ("die_with_parent", 123),
+        "init",
+        (signal.SIG_UNBLOCK, STOP_SIGNALS),
+    ]
+    ready, a, b, c, d = conn.sent
+    assert ready == "ready" and a == ("a", True, 9)
+    assert b[:2] == ("b", False) and type(b[2]) is ValueError and b[2].args == ("no",)
+    assert c[:2] == ("c", False) and type(c[2]) is KeyboardInterrupt
+    assert d[:2] == ("d", False) and type(d[2]) is RuntimeError
+    assert str(d[2]).startswith("the answer could not be sent back: ")
+    assert conn.incoming == [("never", ("square", 1))]
+
+
+@pytest.mark.parametrize(
+    "end",
+    [EOFError(), OSError("closed"), KeyboardInterrupt()],
+    ids=["EOFError", "OSError", "KeyboardInterrupt"],
+)
+def test_a_worker_ends_quietly_when_its_pipe_ends_or_a_ctrl_c_interrupts_the_wait(monkeypatch, end):
+    """Waiting for a call: the pipe's end (EOFError, OSError) or a Ctrl-C ends the worker without an error."""
+    conn = _Conn([("a", ("square", 2)), end, ("never", ("square", 1))])
+    _worker_main_here(monkeypatch, conn)
+    assert conn.sent == ["ready", ("a", True, 4)] and conn.incoming == [("never", ("square", 1))]
+
+
+def test_a_worker_whose_parent_is_gone_ends_without_reading_more(monkeypatch):
+    """ "ready" or an answer that cannot be sent (the parent is gone): the worker ends, reading nothing more."""
+    conn = _Conn([("never", ("square", 1))], refuse=str)
+    _worker_main_here(monkeypatch, conn)
+    assert conn.sent == [] and conn.incoming == [("never", ("square", 1))]
+    conn = _Conn([("a", ("square", 2)), ("never", ("square", 1))], refuse=tuple)
+    _worker_main_here(monkeypatch, conn)
+    assert conn.sent == ["ready"] and conn.incoming == [("never", ("square", 1))]
+
+
 # -- die_with_parent ------------------------------------------------------------------------------------------
 
 
@@ -474,7 +574,9 @@ def test_die_with_parent_fires_at_once_when_the_parent_has_already_ended(monkeyp
 
 
 @pytest.mark.parametrize(
-    ("libc", "error"), [(None, None), ("libc.so.fake", OSError), ("libc.so.fake", AttributeError)]
+    ("libc", "error"),
+    [(None, None), ("libc.so.fake", OSError), ("libc.so.fake", AttributeError)],
+    ids=["no-libc", "libc-fails", "no-prctl"],
 )
 def test_die_with_parent_without_prctl_still_has_its_handler_and_watchdog(monkeypatch, libc, error):
     """No libc found, libc that does not load, no ``prctl`` in it (not Linux): no error; the SIGHUP handler and
