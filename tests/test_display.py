@@ -5,6 +5,7 @@ escaped HTML table; ``to_pandas`` (skipped without pandas) and its one-line erro
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import sys
 from html.parser import HTMLParser
@@ -14,7 +15,17 @@ import pytest
 import torch
 
 import meanfield as mf
-from meanfield._display import number
+from meanfield._display import (
+    MAX_ROWS,
+    dataframe,
+    fields_html,
+    html_block,
+    number,
+    paragraph,
+    rows_html,
+    rows_text,
+    shortlist,
+)
 from meanfield.metrics.wasserstein import Normal, wasserstein
 from meanfield.runs.sweeps import SweepTable, summarize
 from meanfield.studies.in_memory import Table
@@ -236,3 +247,129 @@ def test_the_html_check_fails_on_a_broken_table():
     assert not well_formed("<table><tr><td>x</table>")
     assert not well_formed("<div><table></div></table>")
     assert not well_formed("<div>x</div>")
+
+
+# -- the pieces of ``meanfield/_display.py`` on small inputs: exact strings ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "digits", "cell"),
+    [
+        (1 / 3, 4, "0.3333"),  # a float: `digits` significant digits (4 by default)
+        (2 / 3, 4, "0.6667"),  # rounded, not cut
+        (1 / 3, 2, "0.33"),
+        (3.0, 4, "3"),  # a whole float: no trailing ".0"
+        (-0.0, 4, "-0"),  # the sign of a negative zero is kept
+        (123456.0, 4, "1.235e+05"),  # large: exponent form past `digits` digits
+        (1e16, 4, "1e+16"),
+        (0.0001234, 4, "0.0001234"),  # small: positional down to 1e-4 …
+        (0.00001234, 4, "1.234e-05"),  # … exponent form below
+        (math.nan, 4, "nan"),  # not finite: its name, whatever `digits`
+        (math.inf, 2, "inf"),
+        (-math.inf, 4, "-inf"),
+        (-12345678, 2, "-12345678"),  # an integer: every digit, never rounded
+        (True, 4, "True"),
+        (None, 4, ""),  # a missing cell: empty
+        ("a<b", 4, "a<b"),  # a string as it is (the HTML escapes it, not `number`)
+        (torch.tensor(1 / 3), 4, "0.3333"),  # a one-element tensor: its number, formatted as a float
+        (torch.tensor([7]), 4, "7"),  # … an integer one as an integer
+        (torch.tensor(math.nan), 4, "nan"),
+        (torch.zeros(2, 3), 4, "tensor of shape (2, 3)"),  # a bigger tensor: its shape, never its values
+        (torch.zeros(0), 4, "tensor of shape (0,)"),  # an empty one too (0 elements is not 1)
+    ],
+)
+def test_number_formats_one_cell(value, digits, cell):
+    """``number``: a float to ``digits`` significant digits (``g`` format: exponent form for large and small
+    magnitudes), non-finite floats by name, integers and strings as they are, ``None`` empty, a one-element
+    tensor as its number and any other tensor as its shape."""
+    assert number(value, digits) == cell
+    if digits == 4:
+        assert number(value) == cell  # 4 is the default
+
+
+def test_shortlist_shows_up_to_most_cells_then_the_first_ones_an_ellipsis_and_the_last():
+    """``shortlist``: all cells when there are at most ``most`` (6 by default), else the first ``most − 1``,
+    ``…`` and the last one, so the list stays ``most`` items long and shows where it ends; ``digits`` reaches
+    every cell; an empty list is an empty string."""
+    assert MAX_ROWS == 6
+    assert shortlist([]) == ""
+    assert shortlist([0.5]) == "0.5"
+    assert shortlist(range(6)) == "0, 1, 2, 3, 4, 5"  # exactly `most`: no ellipsis
+    assert shortlist(range(7)) == "0, 1, 2, 3, 4, …, 6"
+    assert shortlist(range(100)) == "0, 1, 2, 3, 4, …, 99"
+    assert shortlist(range(3), most=2) == "0, …, 2"
+    assert shortlist(range(3), most=3) == "0, 1, 2"
+    assert shortlist([1 / 3, None, math.inf], digits=2) == "0.33, , inf"
+    assert shortlist([1 / 3, 2 / 3]) == "0.3333, 0.6667"
+
+
+def test_rows_text_aligns_columns_under_their_header():
+    """``rows_text``: the header, then one line per row; every column left-aligned to its widest cell, two
+    spaces between columns, no trailing spaces (a missing last cell leaves none), each line indented by
+    ``indent`` (two spaces by default); the columns in the order given, not the rows' key order; a key not
+    among the columns is not shown."""
+    rows = [{"a": 1, "b": 2.5, "hidden": 0}, {"b": math.nan, "a": "long"}, {"a": -0.0}]
+    assert rows_text(rows, ["b", "a"]) == "  b    a\n  2.5  1\n  nan  long\n       -0"
+    assert rows_text(rows, ["a", "b"], indent="") == "a     b\n1     2.5\nlong  nan\n-0"
+    assert rows_text([], ["x", "yy"]) == "  x  yy"  # no rows: the header alone
+
+
+def test_rows_text_shows_the_first_most_rows_and_counts_the_rest():
+    """``rows_text``: at most ``most`` rows (6 by default), the first ones; more rows: one last line
+    ``… N more rows`` with N the rows left out (none at exactly ``most``)."""
+    rows = [{"k": k} for k in range(8)]
+    assert rows_text(rows[:6], ["k"]) == "  k\n  0\n  1\n  2\n  3\n  4\n  5"
+    assert rows_text(rows[:7], ["k"]) == "  k\n  0\n  1\n  2\n  3\n  4\n  5\n  … 1 more rows"
+    assert rows_text(rows, ["k"], most=2, indent="> ") == "> k\n> 0\n> 1\n> … 6 more rows"
+
+
+def test_rows_html_is_an_escaped_table_of_the_first_most_rows():
+    """``rows_html``: ``<table>`` with a ``<thead>`` row of ``<th>`` headers and a ``<tbody>`` row of ``<td>``
+    cells per row, in the columns' order, each formatted by ``number`` and HTML-escaped (``<``, ``>``, ``&``,
+    quotes, in headers too); no rows: an empty body."""
+    rows = [{"x<y": "a & b", "q": 1 / 3}, {"q": None, "x<y": '"c"'}]
+    assert rows_html(rows, ["q", "x<y"]) == (
+        "<table><thead><tr><th>q</th><th>x&lt;y</th></tr></thead><tbody>"
+        "<tr><td>0.3333</td><td>a &amp; b</td></tr>"
+        "<tr><td></td><td>&quot;c&quot;</td></tr>"
+        "</tbody></table>"
+    )
+    assert rows_html([], ["a"]) == "<table><thead><tr><th>a</th></tr></thead><tbody></tbody></table>"
+
+
+def test_rows_html_shows_twice_as_many_rows_as_the_text_and_counts_the_rest():
+    """``rows_html``: at most ``most`` rows (12 = 2 × ``MAX_ROWS`` by default), then a paragraph
+    ``… N more rows`` after the table (none at exactly ``most``)."""
+    rows = [{"k": k} for k in range(14)]
+    assert rows_html(rows[:12], ["k"]).count("<tr>") == 1 + 12 and rows_html(rows[:12], ["k"]).endswith(
+        "<tr><td>11</td></tr></tbody></table>"
+    )
+    assert rows_html(rows[:13], ["k"]).endswith("<tr><td>11</td></tr></tbody></table><p>… 1 more rows</p>")
+    assert rows_html(rows, ["k"], most=1) == (
+        "<table><thead><tr><th>k</th></tr></thead><tbody><tr><td>0</td></tr></tbody></table>"
+        "<p>… 13 more rows</p>"
+    )
+
+
+def test_fields_paragraph_and_block_are_escaped_html():
+    """``fields_html``: one ``<tr><th>name</th><td>value</td></tr>`` per pair; ``paragraph``: ``<p>…</p>``;
+    ``html_block``: a ``<div>`` with the title in ``<strong>`` then the parts as given (already HTML, not
+    escaped again); every text escaped."""
+    assert fields_html([("a<b", "1 & 2"), ("c", "")]) == (
+        "<table><tbody><tr><th>a&lt;b</th><td>1 &amp; 2</td></tr><tr><th>c</th><td></td></tr></tbody></table>"
+    )
+    assert fields_html([]) == "<table><tbody></tbody></table>"
+    assert paragraph("x > 'y'") == "<p>x &gt; &#x27;y&#x27;</p>"
+    assert html_block("T&C", "<p>a</p>", "<p>b</p>") == "<div><strong>T&amp;C</strong><p>a</p><p>b</p></div>"
+    assert html_block("T") == "<div><strong>T</strong></div>"
+
+
+def test_dataframe_keeps_the_columns_order_and_leaves_missing_cells_empty():
+    """``dataframe``: one row per mapping, exactly the given columns in the given order (a key not among them
+    is dropped), a missing cell NaN; no rows: an empty frame that still has the columns."""
+    pandas = pytest.importorskip("pandas")
+    df = dataframe([{"b": 1.5, "a": "x", "extra": 9}, {"a": "y"}], ["a", "b"])
+    assert list(df.columns) == ["a", "b"] and df.shape == (2, 2)
+    assert df["a"].tolist() == ["x", "y"] and df["b"][0] == 1.5 and pandas.isna(df["b"][1])
+    empty = dataframe([], ("p", "q"))
+    assert list(empty.columns) == ["p", "q"] and len(empty) == 0
