@@ -61,7 +61,7 @@ def rows_text(
         indent + "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in cells
     ]
     if len(rows) > most:
-        lines.append(f"{indent}… {len(rows) - most} more rows")
+        lines.append(f"{indent}… {_more(len(rows) - most)}")
     return "\n".join(lines)
 
 
@@ -72,7 +72,7 @@ def rows_html(rows: Sequence[Mapping], columns: Sequence[str], most: int = 2 * M
         "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in line) + "</tr>"
         for line in _columns(rows, columns, most)
     )
-    more = f"<p>… {len(rows) - most} more rows</p>" if len(rows) > most else ""
+    more = f"<p>… {_more(len(rows) - most)}</p>" if len(rows) > most else ""
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{more}"
 
 
@@ -99,3 +99,8 @@ def dataframe(rows: Sequence[Mapping], columns: Sequence[str]):
     except ImportError:
         raise ModuleNotFoundError("to_pandas needs pandas: pip install 'meanfield-sde[pandas]'") from None
     return pandas.DataFrame(list(rows), columns=list(columns))
+
+
+def _more(n: int) -> str:
+    """``1 more row``, ``n more rows``."""
+    return f"{n} more row{'s' if n != 1 else ''}"

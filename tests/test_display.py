@@ -319,7 +319,7 @@ def test_rows_text_shows_the_first_most_rows_and_counts_the_rest():
     ``… N more rows`` with N the rows left out (none at exactly ``most``)."""
     rows = [{"k": k} for k in range(8)]
     assert rows_text(rows[:6], ["k"]) == "  k\n  0\n  1\n  2\n  3\n  4\n  5"
-    assert rows_text(rows[:7], ["k"]) == "  k\n  0\n  1\n  2\n  3\n  4\n  5\n  … 1 more rows"
+    assert rows_text(rows[:7], ["k"]) == "  k\n  0\n  1\n  2\n  3\n  4\n  5\n  … 1 more row"
     assert rows_text(rows, ["k"], most=2, indent="> ") == "> k\n> 0\n> 1\n> … 6 more rows"
 
 
@@ -344,7 +344,7 @@ def test_rows_html_shows_twice_as_many_rows_as_the_text_and_counts_the_rest():
     assert rows_html(rows[:12], ["k"]).count("<tr>") == 1 + 12 and rows_html(rows[:12], ["k"]).endswith(
         "<tr><td>11</td></tr></tbody></table>"
     )
-    assert rows_html(rows[:13], ["k"]).endswith("<tr><td>11</td></tr></tbody></table><p>… 1 more rows</p>")
+    assert rows_html(rows[:13], ["k"]).endswith("<tr><td>11</td></tr></tbody></table><p>… 1 more row</p>")
     assert rows_html(rows, ["k"], most=1) == (
         "<table><thead><tr><th>k</th></tr></thead><tbody><tr><td>0</td></tr></tbody></table>"
         "<p>… 13 more rows</p>"
