@@ -26,7 +26,7 @@ run benchmarks/sde.py --device cpu --sizes 1e5 1e6 1e7 --repeats 7
 run benchmarks/attention.py --M 8 32 --repeats 15
 run benchmarks/batched_params.py
 # peers.py: the peers' engines from /work/venv-peers or $MEANFIELD_PEERS_PYTHON (skipped with a note otherwise)
-run benchmarks/peers.py
+run benchmarks/peers.py --rounds 25
 if [ "${1:-}" = "--lm" ]; then
     run benchmarks/lm_step.py --threads 1 2 --bf16 --compile --side-by-side --repeats 10
 fi

@@ -268,12 +268,21 @@ def test_a_worker_starts_with_the_stop_signals_ignored_and_blocked_and_unblocks_
 
 def test_a_pool_used_from_another_thread_blocks_the_stop_signals_without_setting_handlers():
     """From a thread other than the main one (where ``signal.signal`` is refused) the pool still starts workers:
-    the stop signals are blocked while it does (a per-thread mask), their handlers are left alone."""
-    with _forked_pool(1) as pool:
-        _within(GUARD, lambda: pool.submit("a", ("state",)))
-        state = _settle(pool)["a"][1]
+    the stop signals are blocked while it does (a per-thread mask), their handlers are left alone. The handlers
+    are set to known ones first (Python's defaults): in the whole suite an earlier test may leave others."""
+    known = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+    handlers = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    try:
+        for s in STOP_SIGNALS:
+            signal.signal(s, known[s])
+        with _forked_pool(1) as pool:
+            _within(GUARD, lambda: pool.submit("a", ("state",)))
+            state = _settle(pool)["a"][1]
+    finally:
+        for s in STOP_SIGNALS:
+            signal.signal(s, handlers[s])
     assert set(STOP_SIGNALS) <= state["at_init"]["blocked"]
-    assert all(state["at_init"][s] == signal.getsignal(s) != signal.SIG_IGN for s in STOP_SIGNALS)
+    assert all(state["at_init"][s] == known[s] != signal.SIG_IGN for s in STOP_SIGNALS), state["at_init"]
 
 
 def test_a_worker_that_exits_costs_its_call_only_and_the_next_call_gets_a_new_worker():
