@@ -132,38 +132,34 @@ def unstable_step(system: ParticleSystem, x0: torch.Tensor, dt: float, solver: s
     if limit is None or not isinstance(system, MeanFieldLangevin) or system.projection is not None:
         return None
     V, W = system.confinement, system.interaction
+    # `what` gives the warning's words, written only when it warns (the reprs cost more than the test below, in
+    # every call of a small simulate)
     if isinstance(V, Quadratic) and (W is None or isinstance(W, (QuadraticInteraction, Alignment))):
         a = _values(V.a)  # (B,) or (1,)
         if isinstance(W, QuadraticInteraction):
             rates = torch.maximum(a, a + _values(W.k))
+            what = lambda: f"Quadratic(a) with {W!r}: rates a and a + k"  # noqa: E731
         elif isinstance(W, Alignment):
             rates = torch.maximum(a, a - _values(W.kappa))
+            what = lambda: f"Quadratic(a) with {W!r}: rates a and a − κ"  # noqa: E731
         else:
-            rates = a
+            rates, what = a, lambda: f"{V!r}: rate a"
     elif isinstance(V, DoubleWell) and W is None:
         top = float(x0.detach().abs().max())
         rates = _values(V.quartic) * top**2 - _values(V.quadratic)  # (B,) or (1,)
+        what = lambda: f"{V!r} at the initial state's largest |x| = {top:.3g}: growth rate c₄x² − c₂"  # noqa: E731
     else:
         return None
     where = int(rates.argmax())
     rate = float(rates[where])
     if not rate * dt >= limit:
         return None
-    # the words only for a warning (the reprs cost more than the test above, in every call of a small simulate)
-    if isinstance(V, DoubleWell):
-        what = f"{V!r} at the initial state's largest |x| = {top:.3g}: growth rate c₄x² − c₂"
-    elif isinstance(W, QuadraticInteraction):
-        what = f"Quadratic(a) with {W!r}: rates a and a + k"
-    elif isinstance(W, Alignment):
-        what = f"Quadratic(a) with {W!r}: rates a and a − κ"
-    else:
-        what = f"{V!r}: rate a"
     replica = f" (replica {where})" if rates.numel() > 1 else ""
     factor = abs(1.0 - rate * dt)
     steps = math.log(1e300) / math.log(factor) if factor > 1 else math.inf
     when = f"overflow after about {steps:.0f} steps" if math.isfinite(steps) else "never contract"
     return (
-        f"dt = {dt:g} is beyond the stability limit of the explicit step{replica}: {what}, λ = {rate:.4g}, so "
+        f"dt = {dt:g} is beyond the stability limit of the explicit step{replica}: {what()}, λ = {rate:.4g}, so "
         f"λ·dt = {rate * dt:.3g} ≥ {limit:g} and each step multiplies that part of the state by |1 − λ·dt| = "
         f"{factor:.3g}: it will {when}. Take dt < {limit / rate:.3g} (dt ≤ {1 / rate:.3g} for a contraction "
         "without oscillation)."
