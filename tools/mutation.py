@@ -398,7 +398,7 @@ def table(found: dict[str, dict[str, str]], k: int = 30) -> str:
             continue
         c = Counter(used.values())
         eq = sum(1 for name, s in used.items() if name in same and s == "survived")
-        scored = len(used) - eq - c["skipped"] - c["suspicious"]  # suspicious: not measured (see UNMEASURED)
+        scored = len(used) - eq - sum(c[status] for status in UNMEASURED)
         killed = c["killed"] + c["timeout"]
         rate = killed / scored if scored else 1.0
         if label == "all":
