@@ -7,7 +7,7 @@ their ``__repr__`` and ``_repr_html_`` from these pieces, and their ``to_pandas`
 from __future__ import annotations
 
 import html
-import math
+import numbers
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -34,8 +34,8 @@ def number(value: object, digits: int = 4) -> str:
         value = value.item()
     if value is None:
         return ""
-    if isinstance(value, float):
-        return f"{value:.{digits}g}" if math.isfinite(value) else str(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):  # float, numpy floats
+        return f"{float(value):.{digits}g}"
     if isinstance(value, torch.Tensor):
         return f"tensor of shape {tuple(value.shape)}"
     return str(value)

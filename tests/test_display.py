@@ -11,6 +11,7 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -267,7 +268,10 @@ def test_the_html_check_fails_on_a_broken_table():
         (math.nan, 4, "nan"),  # not finite: its name, whatever `digits`
         (math.inf, 2, "inf"),
         (-math.inf, 4, "-inf"),
+        (np.float32(1 / 3), 4, "0.3333"),  # a numpy float (float32 is no Python float): rounded the same
+        (np.float64(-2.5e-7), 2, "-2.5e-07"),
         (-12345678, 2, "-12345678"),  # an integer: every digit, never rounded
+        (np.int64(12345678), 2, "12345678"),  # … numpy's too
         (True, 4, "True"),
         (None, 4, ""),  # a missing cell: empty
         ("a<b", 4, "a<b"),  # a string as it is (the HTML escapes it, not `number`)
