@@ -314,6 +314,10 @@ class Disc:
             self.K[sl] = (kappa(inner[..., None] + radial[..., None] * u) * wu).sum(-1)
 
 
+GMRES_CYCLES = 2  # restarts of 200 inner steps per Newton step: a converging solve needs well under one cycle, a
+# failing one would otherwise spend up to 4,000 products with the (n, n) kernel on each of its Newton steps
+
+
 def solve_disc(z: Disc, beta: float, h0=None, *, A: float = A_CLIP, c: float = 1 / math.sqrt(2), tol=1e-10):
     """The self-consistent field on the nodes of ``z`` for y = c·(relu(w*_1·x) + relu(w*_2·x)): Newton–Krylov
     (GMRES on the explicit Jacobian–vector product) with backtracking; returns (h, residual)."""
@@ -343,8 +347,12 @@ def solve_disc(z: Disc, beta: float, h0=None, *, A: float = A_CLIP, c: float = 1
         J = LinearOperator(
             (n, n), matvec=lambda v, dg=diag, kg=Kg, r1=rank1: z.K @ (dg * v) + kg * (r1 @ v) - v
         )
-        step, _ = gmres(J, -F, rtol=1e-11, atol=0, restart=200, maxiter=20)
-        h, F, aux = _backtrack(residual, h, step, F)
+        step, _ = gmres(J, -F, rtol=1e-11, atol=0, restart=200, maxiter=GMRES_CYCLES)
+        h, F_new, aux = _backtrack(residual, h, step, F)
+        stalled = np.abs(F_new).max() >= np.abs(F).max()
+        F = F_new
+        if stalled:  # no descent along Newton's direction: give up here, the continuation halves its step
+            break
     return h, float(np.abs(F).max())
 
 
@@ -366,14 +374,17 @@ def observables_disc(z: Disc, h: np.ndarray, beta: float, *, A: float = A_CLIP) 
     )
 
 
-def curve_disc(d: int, betas, **kw) -> dict[str, list[float]]:
-    """:func:`curve` for the two-direction teacher (c = 1/√2 each), by continuation with step halving."""
+def curve_disc(d: int, betas, *, log=None, **kw) -> dict[str, list[float]]:
+    """:func:`curve` for the two-direction teacher (c = 1/√2 each), by continuation with step halving;
+    ``log(β, residual)``, if given, is called after every solve (the halved steps included)."""
     z = Disc(d, **kw)
     rows: dict[float, dict] = {}
     h, prev = solve_disc(z, 1.0)[0], 1.0
 
     def path(b0, b1, h, depth=0):
         hn, res = solve_disc(z, b1, h)
+        if log is not None:
+            log(b1, res)
         if res <= 1e-9 or depth >= 10:
             return hn, res
         mid = math.sqrt(b0 * b1)

@@ -3,7 +3,8 @@
     python experiments/feature_particles/mean_field_k2.py D OUT.json
 
 Solves the 2-D law of (w·w*_1, w·w*_2) of theory/feature_transition.py (:func:`curve_disc`) on the β grid of
-the ``lambda_q`` sweep and a geometric grid from 1 to 1e-5 (minutes per d: the kernel matrix has ~7,000² entries).
+the ``lambda_q`` sweep and a geometric grid from 1 to 1e-5 (minutes per d: the kernel matrix has ~7,000² entries;
+one line per solve on stdout).
 report.py reads ``results/mean_field_k2/d=D.json``.
 """
 
@@ -24,7 +25,11 @@ if __name__ == "__main__":
     t0 = time.process_time()
     betas = np.unique(np.concatenate([np.geomspace(1.0, 1e-5, 31), GRID]))[::-1]
     grid = dict(n_theta=3, n_phi=3, n_u=12)  # nodes per panel (see Disc); 3×3: ~7,000 nodes
-    cur = ft.curve_disc(d, betas, **grid)
+
+    def log(beta: float, residual: float) -> None:  # one line a solve: the cold end takes most of the time
+        print(f"d = {d}, β = {beta:.4g}: residual {residual:.1e} ({time.process_time() - t0:.0f} CPU s)", flush=True)
+
+    cur = ft.curve_disc(d, betas, log=log, **grid)
     cur.update(d=d, k=2, cpu_s=time.process_time() - t0, grid=grid)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(cur, indent=1))

@@ -206,3 +206,30 @@ def test_disc_solution_is_hot_uniform_and_cold_aligned(disc):
     cold = ft.curve_disc(8, [1.0, 0.1, 0.01], n_theta=2, n_phi=2, n_u=8)
     assert max(cold["residual"]) < 1e-9
     assert cold["q"][0] < cold["q"][1] < cold["q"][2]  # more order as β falls
+
+
+def test_disc_newton_stops_when_its_direction_does_not_descend(disc, monkeypatch):
+    """A Newton step that lowers no residual ends the solve at once (the continuation then halves its step in
+    β) instead of running every remaining iteration; negative control: the same solve with GMRES's step
+    converges. The fake GMRES returns −(Newton's right-hand side) = F, an ascent direction at β = 50."""
+    import scipy.sparse.linalg
+
+    real, calls = scipy.sparse.linalg.gmres, []
+
+    def ascent(J, b, **kw):
+        calls.append(kw["maxiter"])
+        return b, 0  # b = −F: the step −F raises |F|_∞ at every size
+
+    monkeypatch.setattr(scipy.sparse.linalg, "gmres", ascent)
+    h, res = ft.solve_disc(disc, 50.0)
+    assert len(calls) == 1 and res > 1e-6  # one Newton step, then it gave up
+    assert calls == [ft.GMRES_CYCLES]
+    monkeypatch.setattr(scipy.sparse.linalg, "gmres", real)
+    assert ft.solve_disc(disc, 50.0)[1] < 1e-9
+
+
+def test_curve_disc_logs_every_solve_in_order(disc):
+    seen = []
+    out = ft.curve_disc(8, [1.0, 0.1], log=lambda b, r: seen.append((b, r)), n_theta=2, n_phi=2, n_u=8)
+    assert [b for b, _ in seen] == [1.0, 0.1]  # no halving needed on this path
+    assert [r for _, r in seen] == out["residual"]
