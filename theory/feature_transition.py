@@ -314,8 +314,9 @@ class Disc:
             self.K[sl] = (kappa(inner[..., None] + radial[..., None] * u) * wu).sum(-1)
 
 
-GMRES_CYCLES = 2  # restarts of 200 inner steps per Newton step: a converging solve needs well under one cycle, a
-# failing one would otherwise spend up to 4,000 products with the (n, n) kernel on each of its Newton steps
+# GMRES restart cycles of 200 inner steps per Newton step: on the path of d = 8 from β = 1 to 1e-5 no step took more
+# than 29 inner steps; a failing solve would otherwise spend up to 4,000 kernel products on each Newton step
+GMRES_CYCLES = 2
 
 
 def solve_disc(z: Disc, beta: float, h0=None, *, A: float = A_CLIP, c: float = 1 / math.sqrt(2), tol=1e-10):

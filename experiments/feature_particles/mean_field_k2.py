@@ -27,7 +27,10 @@ if __name__ == "__main__":
     grid = dict(n_theta=3, n_phi=3, n_u=12)  # nodes per panel (see Disc); 3×3: ~7,000 nodes
 
     def log(beta: float, residual: float) -> None:  # one line a solve: the cold end takes most of the time
-        print(f"d = {d}, β = {beta:.4g}: residual {residual:.1e} ({time.process_time() - t0:.0f} CPU s)", flush=True)
+        print(
+            f"d = {d}, β = {beta:.4g}: residual {residual:.1e} ({time.process_time() - t0:.0f} CPU s)",
+            flush=True,
+        )
 
     cur = ft.curve_disc(d, betas, log=log, **grid)
     cur.update(d=d, k=2, cpu_s=time.process_time() - t0, grid=grid)
