@@ -300,18 +300,47 @@ class Disc:
         log_w = np.log(np.cos(TH)) + (d - 3) * np.log(np.sin(TH)) + np.log(wth[:, None] * wph[None, :])
         w = np.exp(log_w - log_w.max()).ravel()
         self.q = w / w.sum()  # (n,)
-        rho, r = np.cos(TH).ravel(), np.sin(TH).ravel()
+        rho, self.r = np.cos(TH).ravel(), np.sin(TH).ravel()
         self.t1, self.t2 = rho * np.cos(PH.ravel()), rho * np.sin(PH.ravel())  # (n,)
         alpha = (d - 5) / 2
-        u, wu = special.roots_jacobi(n_u, alpha, alpha)
-        wu = wu / wu.sum()
-        n = len(self.q)
-        self.K = np.empty((n, n))
-        for i0 in range(0, n, 256):
+        self.u, wu = special.roots_jacobi(n_u, alpha, alpha)
+        self.wu = wu / wu.sum()
+        self.K = self.kernel(self.t1, self.t2, self.r)  # (n, n)
+
+    def kernel(self, t1: np.ndarray, t2: np.ndarray, r: np.ndarray) -> np.ndarray:
+        """K(w, w') between points w = (t_1, t_2, r = |orthogonal part|) and the nodes w': (m, n)."""
+        out = np.empty((len(t1), len(self.t1)))
+        for i0 in range(0, len(t1), 256):
             sl = slice(i0, i0 + 256)
-            inner = self.t1[sl, None] * self.t1[None, :] + self.t2[sl, None] * self.t2[None, :]  # (b, n)
-            radial = r[sl, None] * r[None, :]
-            self.K[sl] = (kappa(inner[..., None] + radial[..., None] * u) * wu).sum(-1)
+            inner = t1[sl, None] * self.t1[None, :] + t2[sl, None] * self.t2[None, :]  # (b, n)
+            radial = r[sl, None] * self.r[None, :]
+            out[sl] = (kappa(inner[..., None] + radial[..., None] * self.u) * self.wu).sum(-1)
+        return out
+
+    def caps(self, n: int = 8) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Nodes and weights of the four caps max(|t_1|, |t_2|) ≥ 0.9, with the cap's edge a coordinate line:
+        about ±w*_k, w = cos ϑ·(±w*_k) + sin ϑ·(cos ψ·w*_other + sin ψ·v), ϑ ≤ arccos 0.9, uniform density
+        ∝ sin^{d−2} ϑ·sin^{d−3} ψ; ``n`` Gauss–Legendre points per panel (ϑ graded towards the pole as the
+        disc's θ, ψ in 8 panels). Weights are fractions of the whole sphere: ``(t1, t2, r, weight)``, (m,) each."""
+        d, edge = self.d, math.acos(THRESHOLD)
+        x, wq = np.polynomial.legendre.leggauss(n)
+        e = np.array([v * np.pi / 2 for v in self.THETA if v * np.pi / 2 < edge] + [edge])
+        th = ((e[:-1, None] + e[1:, None]) / 2 + (e[1:, None] - e[:-1, None]) / 2 * x).ravel()
+        wth = ((e[1:, None] - e[:-1, None]) / 2 * wq).ravel() * np.sin(th) ** (d - 2)
+        f = np.linspace(0.0, np.pi, 9)
+        ps = ((f[:-1, None] + f[1:, None]) / 2 + (f[1:, None] - f[:-1, None]) / 2 * x).ravel()
+        wps = ((f[1:, None] - f[:-1, None]) / 2 * wq).ravel() * np.sin(ps) ** (d - 3)
+        norm = special.beta(0.5, (d - 1) / 2) * special.beta(0.5, (d - 2) / 2)  # the whole sphere's ∫ of both
+        TH, PS = np.meshgrid(th, ps, indexing="ij")
+        pole, along, r = (
+            np.cos(TH).ravel(),
+            (np.sin(TH) * np.cos(PS)).ravel(),
+            (np.sin(TH) * np.sin(PS)).ravel(),
+        )
+        w = (wth[:, None] * wps[None, :]).ravel() / norm
+        t1 = np.concatenate([pole, -pole, along, along])
+        t2 = np.concatenate([along, along, pole, -pole])
+        return t1, t2, np.tile(r, 4), np.tile(w, 4)
 
 
 # GMRES restart cycles of 200 inner steps per Newton step: on the path of d = 8 from β = 1 to 1e-5 no step took more
@@ -357,28 +386,58 @@ def solve_disc(z: Disc, beta: float, h0=None, *, A: float = A_CLIP, c: float = 1
     return h, float(np.abs(F).max())
 
 
-def observables_disc(z: Disc, h: np.ndarray, beta: float, *, A: float = A_CLIP) -> dict[str, float]:
-    """q = E(t_1² + t_2²), q_|a|, aligned = P(max(|t_1|, |t_2|) ≥ 0.9 | live) of the two-direction law."""
+def field_at(
+    z: Disc, K: np.ndarray, t1: np.ndarray, t2: np.ndarray, g: np.ndarray, c: float = 1 / math.sqrt(2)
+):
+    r"""The self-consistent field at points off the nodes (Nyström): $h(w) = \sum_j K(w, w_j)\, q_j\, g_j -
+    c\,(\kappa(t_1) + \kappa(t_2))$ with ``K = z.kernel(t1, t2, r)`` and ``g`` = E[a | w_j]·ρ/uniform on the
+    nodes; at the nodes themselves it is h + the fixed point's residual."""
+    return K @ (z.q * g) - c * (kappa(t1) + kappa(t2))
+
+
+def observables_disc(
+    z: Disc, h: np.ndarray, beta: float, *, A: float = A_CLIP, caps=None
+) -> dict[str, float]:
+    r"""q = E(t_1² + t_2²), q_|a|, aligned = P(max(|t_1|, |t_2|) ≥ 0.9 | live) of the two-direction law.
+
+    The aligned fraction integrates an indicator whose edge cuts across the disc's panels, so on the disc's
+    nodes it converges slowly; with ``caps = (Disc.caps(n), K(caps, nodes))`` its numerator is integrated on the
+    caps' own nodes instead, where h is the fixed point's own extension (Nyström) $h(w) = \int K(w, w')\,
+    \bar a(w')\, d\rho(w') - \text{target}(w)$ from the solution on the nodes."""
     s = h / beta
     lz = amplitude_log_normaliser(s, A)
-    p = np.exp(lz - lz.max())
-    rho = z.q * p / (z.q * p).sum()
-    _, _, eabs = amplitude_moments(s, A)
+    shift = lz.max()
+    p = np.exp(lz - shift)
+    norm = (z.q * p).sum()
+    rho = z.q * p / norm
+    mean, _, eabs = amplitude_moments(s, A)
     mean_abs = float((rho * eabs).sum())
     live = amplitude_tail(s, LIVE_TOL * mean_abs, A)
     proj = z.t1**2 + z.t2**2
-    hit = np.maximum(np.abs(z.t1), np.abs(z.t2)) >= THRESHOLD
+    if caps is None:
+        hit = np.maximum(np.abs(z.t1), np.abs(z.t2)) >= THRESHOLD
+        in_caps = (rho * live * hit).sum()
+    else:
+        (t1, t2, _, w), Kc = caps
+        sc = field_at(z, Kc, t1, t2, mean * p / norm) / beta  # (m,)
+        pc = np.exp(amplitude_log_normaliser(sc, A) - shift)  # same scale as p
+        in_caps = (w * pc * amplitude_tail(sc, LIVE_TOL * mean_abs, A)).sum() / norm
     return dict(
         q=float((rho * proj).sum()),
         q_abs_a=float((rho * eabs * proj).sum() / mean_abs),
-        aligned=float((rho * live * hit).sum() / (rho * live).sum()),
+        aligned=float(in_caps / (rho * live).sum()),
     )
 
 
-def curve_disc(d: int, betas, *, log=None, **kw) -> dict[str, list[float]]:
+def curve_disc(d: int, betas, *, log=None, cap_nodes: int | None = 8, **kw) -> dict[str, list[float]]:
     """:func:`curve` for the two-direction teacher (c = 1/√2 each), by continuation with step halving;
-    ``log(β, residual)``, if given, is called after every solve (the halved steps included)."""
+    ``log(β, residual)``, if given, is called after every solve (the halved steps included). The aligned
+    fraction is integrated on the caps' own nodes (``cap_nodes`` per panel; ``None``: on the disc's nodes)."""
     z = Disc(d, **kw)
+    caps = None
+    if cap_nodes is not None:
+        points = z.caps(cap_nodes)
+        caps = (points, z.kernel(*points[:3]))
     rows: dict[float, dict] = {}
     h, prev = solve_disc(z, 1.0)[0], 1.0
 
@@ -394,7 +453,7 @@ def curve_disc(d: int, betas, *, log=None, **kw) -> dict[str, list[float]]:
     for b in sorted((float(x) for x in betas), reverse=True):
         h, res = path(prev, b, h)
         prev = b
-        rows[b] = dict(observables_disc(z, h, b), residual=res)
+        rows[b] = dict(observables_disc(z, h, b, caps=caps), residual=res)
     out = {key: [rows[float(b)][key] for b in betas] for key in ("q", "q_abs_a", "aligned", "residual")}
     out["beta"] = [float(b) for b in betas]
     return out

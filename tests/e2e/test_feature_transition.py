@@ -203,7 +203,7 @@ def test_disc_grid_and_kernel_against_the_sphere(disc):
 def test_disc_solution_is_hot_uniform_and_cold_aligned(disc):
     h, res = ft.solve_disc(disc, 50.0)
     assert res < 1e-9 and abs(ft.observables_disc(disc, h, 50.0)["q"] - 2 / 8) < 5e-3
-    cold = ft.curve_disc(8, [1.0, 0.1, 0.01], n_theta=2, n_phi=2, n_u=8)
+    cold = ft.curve_disc(8, [1.0, 0.1, 0.01], cap_nodes=None, n_theta=2, n_phi=2, n_u=8)
     assert max(cold["residual"]) < 1e-9
     assert cold["q"][0] < cold["q"][1] < cold["q"][2]  # more order as β falls
 
@@ -230,6 +230,60 @@ def test_disc_newton_stops_when_its_direction_does_not_descend(disc, monkeypatch
 
 def test_curve_disc_logs_every_solve_in_order(disc):
     seen = []
-    out = ft.curve_disc(8, [1.0, 0.1], log=lambda b, r: seen.append((b, r)), n_theta=2, n_phi=2, n_u=8)
+    out = ft.curve_disc(
+        8, [1.0, 0.1], log=lambda b, r: seen.append((b, r)), cap_nodes=None, n_theta=2, n_phi=2, n_u=8
+    )
     assert [b for b, _ in seen] == [1.0, 0.1]  # no halving needed on this path
     assert [r for _, r in seen] == out["residual"]
+
+
+@pytest.mark.parametrize("d", [8, 32])
+def test_disc_caps_integrate_the_uniform_cap_mass_exactly(disc, d):
+    """The caps' weights sum to the uniform law's mass of max(|t_1|, |t_2|) ≥ 0.9, 2·P(t² ≥ 0.81) with t² ~
+    Beta(1/2, (d − 1)/2); every cap node is on the sphere and inside its cap. Negative control: the disc's own
+    nodes, where the cap's edge cuts across panels, miss that mass by far more (at d = 8, the coarse grid)."""
+    from scipy import special
+
+    z = disc if d == 8 else ft.Disc(d, n_theta=2, n_phi=2, n_u=8)
+    t1, t2, r, w = z.caps(8)
+    exact = 2 * (1 - special.betainc(0.5, (d - 1) / 2, ft.THRESHOLD**2))
+    assert math.isclose(w.sum(), exact, rel_tol=1e-4)  # 7e-5 at d = 32, 1e-14 at d = 8
+    assert (
+        np.allclose(t1**2 + t2**2 + r**2, 1.0)
+        and (np.maximum(abs(t1), abs(t2)) >= ft.THRESHOLD - 1e-12).all()
+    )
+    if d == 8:
+        on_nodes = float((z.q * (np.maximum(abs(z.t1), abs(z.t2)) >= ft.THRESHOLD)).sum())
+        assert abs(on_nodes / exact - 1) > 0.05
+
+
+def test_field_at_the_nodes_is_the_solution(disc):
+    """The Nyström extension of the fixed point, evaluated at the nodes, returns h to within the solve's residual;
+    off the nodes it is smooth: at a cap point next to a node it is within the node's |∇h|·distance."""
+    beta = 0.01
+    h, res = ft.solve_disc(disc, 1.0)
+    for b in (0.3, 0.1, 0.03, beta):
+        h, res = ft.solve_disc(disc, b, h)
+    s = h / beta
+    lz = ft.amplitude_log_normaliser(s)
+    p = np.exp(lz - lz.max())
+    mean, _, _ = ft.amplitude_moments(s)
+    g = mean * p / (disc.q * p).sum()
+    at_nodes = ft.field_at(disc, disc.K, disc.t1, disc.t2, g)
+    assert res < 1e-9 and np.abs(at_nodes - h).max() <= 2 * res + 1e-14
+    assert np.abs(ft.field_at(disc, disc.K, disc.t1, disc.t2, 2 * g) - h).max() > 1e-3  # another g is not h
+
+
+@pytest.mark.slow
+def test_aligned_fraction_on_the_caps_converges_where_the_nodes_do_not():
+    """At β = 0.01 (d = 8) the aligned fraction integrated on the caps changes by < 2 % between 4 and 8 cap
+    nodes a panel and between disc grids 2×2 and 3×3, while the disc's own node indicator changes by more."""
+    betas = [1.0, 0.3, 0.1, 0.03, 0.01]
+    small = ft.curve_disc(8, betas, cap_nodes=4, n_theta=2, n_phi=2, n_u=8)["aligned"][-1]
+    fine = ft.curve_disc(8, betas, cap_nodes=8, n_theta=2, n_phi=2, n_u=8)["aligned"][-1]
+    finer_disc = ft.curve_disc(8, betas, cap_nodes=8, n_theta=3, n_phi=3, n_u=8)["aligned"][-1]
+    nodes = [
+        ft.curve_disc(8, betas, cap_nodes=None, n_theta=n, n_phi=n, n_u=8)["aligned"][-1] for n in (2, 3)
+    ]
+    assert abs(small / fine - 1) < 0.02 and abs(finer_disc / fine - 1) < 0.02
+    assert abs(nodes[0] / nodes[1] - 1) > 0.02
