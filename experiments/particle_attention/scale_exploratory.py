@@ -64,6 +64,8 @@ THRESHOLD = 2.0  # nats/char: every run crosses it, the slowest after about 1,00
 CURVE = (("p8", 0.0), ("p8-b1e-5", 1e-5), ("p8-b1e-4", 1e-4), ("p8-b1e-3", 1e-3), ("p8-b1e-2", 1e-2),
          ("p8-b3e-2", 3e-2))  # fmt: skip
 MIN_FIGURE_ARMS = 4  # of the six β values with ≥ 2 finished seeds before the figure is drawn
+# the figure adds issue 47's β = 3e-3 (tested in its family H, scale_issue47.py; not a row of this stage's tables)
+FIGURE_CURVE = tuple(sorted((*CURVE, ("p8-b3e-3", 3e-3)), key=lambda arm: arm[1]))
 CURVE_METRICS = ("val_loss", "loss_roughness", "head_sim", "grad_var_attn", "half_random_gap", "drop_half_32")
 OTHERS = (
     ("cosine 1e-3 → 0 vs β = 0 (M = 8)", "p8-cos1e-3", "p8"),
@@ -338,7 +340,7 @@ def figure(runs: dict[str, dict[int, dict]], path: Path) -> bool:
               ("head_sim", "head similarity (mean |cos|)", False), ("drop_half_32", "drop-half gap, 32 draws (nats)", False))  # fmt: skip
     for ax, (metric, label, diff) in zip(axes, panels):
         xs, means, halves, dots = [], [], [], ([], [])
-        for arm, beta in CURVE:
+        for arm, beta in FIGURE_CURVE:
             by, base = runs.get(arm, {}), runs.get("p8", {})
             x = beta if beta > 0 else 3e-6
             if diff and arm == "p8":  # the reference: Δ = 0 by definition
