@@ -1,11 +1,12 @@
 """The mean-field law of the two-index teacher (k = 2, c = 1/√2, A = 4) against β for one d, into a JSON file.
 
-    python experiments/feature_particles/mean_field_k2.py D OUT.json
+    python experiments/feature_particles/mean_field_k2.py D OUT.json [N_THETA N_PHI N_U]
 
 Solves the 2-D law of (w·w*_1, w·w*_2) of theory/feature_transition.py (:func:`curve_disc`) on the β grid of
 the ``lambda_q`` sweep and a geometric grid from 1 to 1e-5 (minutes per d: the kernel matrix has ~7,000² entries;
 one line per solve on stdout).
-report.py reads ``results/mean_field_k2/d=D.json``.
+report.py reads ``results/mean_field_k2/d=D.json`` (the grid 3 3 12); a finer grid (e.g. 4 4 16) measures the
+quadrature error (``results/mean_field_k2/refined/``).
 """
 
 import json
@@ -24,7 +25,8 @@ if __name__ == "__main__":
     d, out = int(sys.argv[1]), Path(sys.argv[2])
     t0 = time.process_time()
     betas = np.unique(np.concatenate([np.geomspace(1.0, 1e-5, 31), GRID]))[::-1]
-    grid = dict(n_theta=3, n_phi=3, n_u=12)  # nodes per panel (see Disc); 3×3: ~7,000 nodes
+    nodes = [int(x) for x in sys.argv[3:6]] or [3, 3, 12]  # nodes per panel (see Disc); 3×3: ~7,000 nodes
+    grid = dict(zip(("n_theta", "n_phi", "n_u"), nodes, strict=True))
 
     def log(beta: float, residual: float) -> None:  # one line a solve: the cold end takes most of the time
         print(

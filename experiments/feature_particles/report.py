@@ -624,6 +624,10 @@ def k2_comparison_table() -> tuple[str, dict]:
         return at, np.array(cur["beta"])[order], full
 
     text, out = law_comparison_table("lambda_q", law, k=2, only=set(curves))
+    if 16 in curves:
+        m_text, out["M"] = k2_M_against_law(curves[16])
+        text = text.rstrip("\n") + "\n\n" + m_text
+    text = text.rstrip("\n") + "\n\n" + quadrature_check(curves, folder / "refined")
     cpu = sum(c["cpu_s"] for c in curves.values())
     grid = next(iter(curves.values()))["grid"]
     worst = max(max(c["residual"]) for c in curves.values())
@@ -632,6 +636,85 @@ def k2_comparison_table() -> tuple[str, dict]:
         f"(grid {grid}; largest fixed-point residual {worst:.1e}).\n"
     )
     return text, out
+
+
+def quadrature_check(curves: dict[int, dict], refined: Path) -> str:
+    """The law's crossings (the law-anchored levels) on the committed grid against a finer one
+    (``mean_field_k2.py D refined/d=D.json 4 4 16``), and the largest change of each statistic over β."""
+    files = sorted(refined.glob("d=*.json")) if refined.is_dir() else []
+    parts = []
+    for f in files:
+        fine = json.loads(f.read_text())
+        base = curves.get(fine["d"])
+        if base is None or base["beta"] != fine["beta"]:
+            continue
+        cells_ = []
+        for stat in INTENSIVE:
+            crossing_of = []
+            for cur in (base, fine):
+                order = np.argsort(cur["beta"])[::-1]
+                values = np.array(cur[stat])[order]
+                uni = uniform_level(stat, fine["d"], 2, 128)
+                crossing_of.append(
+                    crossing_at(np.array(cur["beta"])[order], values, uni + (values[-1] - uni) / 2)
+                )
+            worst = float(np.max(np.abs(np.array(base[stat]) - np.array(fine[stat]))))
+            cells_.append(
+                f"{stat} {100 * (crossing_of[1] / crossing_of[0] - 1):+.2f} % (largest change {worst:.1e})"
+            )
+        parts.append(
+            f"Quadrature check, d = {fine['d']}: the law on the grid {fine['grid']} ({fine['cpu_s'] / 60:.0f} CPU "
+            "minutes) moves its crossings by " + ", ".join(cells_) + "."
+        )
+    return "\n\n".join(parts) + "\n" if parts else ""
+
+
+def k2_M_against_law(law: dict) -> tuple[str, dict]:
+    """The M scan at d = 16 (``transition_table_M``'s runs: M = 32, 128, 512, seeds 0–2) against the 2-D law
+    ``law`` (a ``mean_field_k2.py`` curve at d = 16): where each M's mean curve crosses the level half way from
+    the uniform-law value to the law's value at its coldest β, with a bootstrap over seeds. If the runs' excess
+    over the law is a finite-M correction, the crossings fall towards the law's as M grows."""
+    root = RESULTS / "lambda_M"
+    if not root.exists():
+        return "", {}
+    data = cells(root, "model.n_particles")
+    seeds_m = {s for v in data.values() for s in v}
+    for (d, beta), seeds in cells(RESULTS / "lambda_q", "data.d").items():
+        if d == 16:
+            data[(128, beta)] = {s: f for s, f in seeds.items() if s in seeds_m}
+    order = np.argsort(law["beta"])[::-1]
+    fine = np.array(law["beta"])[order]
+    rng = np.random.default_rng(2)
+    lines = [
+        "The M scan (d = 16, seeds 0–2) against the same law, at the same law-anchored levels: where each M's runs "
+        f"cross it (95 % bootstrap interval over seeds, {N_BOOT} resamples) and the ratio to the law's crossing:",
+        "",
+        "| statistic | level | law | M = 32 | M = 128 | M = 512 |",
+        "|---|---|---|---|---|---|",
+    ]
+    out: dict = {}
+    for stat in INTENSIVE:
+        values = np.array(law[stat])[order]
+        uni = uniform_level(stat, 16, 2, 128)
+        level = uni + (values[-1] - uni) / 2
+        c_law = crossing_at(fine, values, level)
+        row = [stat, number_text(level), number_text(c_law)]
+        for M in (32, 128, 512):
+            grp = {b: seeds for (m, b), seeds in data.items() if m == M}
+            betas = sorted(grp)
+            seeds = sorted(set.intersection(*(set(grp[b]) for b in betas)))
+            vals = np.array([[grp[b][s][stat] for s in seeds] for b in betas])  # (β, seeds)
+            c = crossing_at(betas, vals.mean(1), level)
+            boot = np.array(
+                [crossing_at(betas, vals[:, rng.integers(0, len(seeds), len(seeds))].mean(1), level)
+                 for _ in range(N_BOOT)]
+            )  # fmt: skip
+            ok = boot[np.isfinite(boot)]
+            lo, hi = np.percentile(ok, [2.5, 97.5]) if len(ok) else (math.nan, math.nan)
+            out[(stat, M)] = (c, lo, hi, c_law)
+            row.append(f"{interval_cell(c, lo, hi)}: {number_text(c / c_law)}×")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n", out
 
 
 def law_comparison_table(name: str, law, k: int, only=None) -> tuple[str, dict]:
@@ -1443,10 +1526,29 @@ def anchor_constants() -> list[float]:
     ]  # fmt: skip
 
 
-def glance_table(teacher: dict[str, dict], images: dict[str, dict], lam: dict, intensive: list[float]) -> str:
+def law_anchored(k2: dict) -> dict:
+    """The aligned fraction's crossings with the level anchored on the 2-D law (``k2_comparison_table``'s result):
+    ``{"runs": {d: β}, "law": {d: β}, "exponent": (runs, law)}``, or ``{}`` below three d."""
+    cross = {d: v for (stat, d), v in k2.get("cross", {}).items() if stat == "aligned"}
+    ds = sorted(cross)
+    if len(ds) < 3:
+        return {}
+    runs, law = {d: cross[d][0] for d in ds}, {d: cross[d][2] for d in ds}
+    exponent = tuple(fit_exponent(ds, np.log([c[d] for d in ds])) for c in (runs, law))
+    return {"runs": runs, "law": law, "exponent": exponent}
+
+
+def glance_table(
+    teacher: dict[str, dict],
+    images: dict[str, dict],
+    lam: dict,
+    intensive: list[float],
+    law: dict | None = None,
+) -> str:
     """The page's "At a glance": per seed claim, the answer and the numbers that decide it, each from the
     values behind the tables above (``teacher``: :func:`teacher_table`'s by table name; ``images``:
-    :func:`image_table`'s; ``lam``: :func:`lambda_table`'s; ``intensive``: :func:`anchor_constants`), rounded.
+    :func:`image_table`'s; ``lam``: :func:`lambda_table`'s; ``intensive``: :func:`anchor_constants`; ``law``:
+    :func:`law_anchored` of the 2-D law's comparison), rounded.
 
     A paired image comparison is worded by the page's rule: Holm p < 0.05 establishes a difference; a 95 % CI
     that excludes 0 without it is "not established"; otherwise "no difference as large as δ80"."""
@@ -1556,7 +1658,17 @@ def glance_table(teacher: dict[str, dict], images: dict[str, dict], lam: dict, i
         if intensive:
             effect += (
                 f"; the aligned fraction (intensive) crosses half its cold value at β·d/4 ≈ "
-                f"{min(intensive):.1g}–{max(intensive):.1g} (anchor-dependent, §3b)"
+                f"{min(intensive):.1g}–{max(intensive):.1g} when the runs anchor it (anchor-dependent, §3b)"
+            )
+        if law:
+            ds = sorted(law["runs"])
+            runs = [law["runs"][d] * d / 4 for d in ds]
+            mf = [law["law"][d] * d / 4 for d in ds]
+            minus = lambda x: f"{x:.2f}".replace("-", "−")  # noqa: E731  (a true minus sign)
+            effect += (
+                f"; anchored on the mean-field law, {min(runs):.2g}–{max(runs):.2g} in the runs (M = 128; exponent "
+                f"{minus(law['exponent'][0])}) and {min(mf):.2g}–{max(mf):.2g} in the law (M → ∞; "
+                f"{minus(law['exponent'][1])})"
             )
         rows.append((
             "behaviour changes around λ ≈ 1",
@@ -1582,6 +1694,7 @@ def main() -> None:
     k1_text, k1_res = transition_table("lambda_k1", "data.d", k=1)
     cmp_text, cmp_res = k1_comparison_table()
     m_text, m_res = transition_table_M()
+    k2_text, k2_res = k2_comparison_table()
     teacher = {
         name: teacher_table(name)
         for name in (
@@ -1614,7 +1727,7 @@ def main() -> None:
         "lambda_M": ("Which statistic moves with M (d = 16, k = 2)", m_text),
         "lambda_k1_theory": ("Single-index runs against the mean-field law", cmp_text),
         "lambda_k1_long": ("Single-index runs at β = 1e-4, 4× the steps", k1_long_table()),
-        "lambda_q_theory": ("Two-index runs against the 2-D mean-field law", k2_comparison_table()[0]),
+        "lambda_q_theory": ("Two-index runs against the 2-D mean-field law", k2_text),
         "feature_transition": (
             "Mean-field law of the single-index teacher (theory/feature_transition.py)",
             theory_text,
@@ -1648,6 +1761,7 @@ def main() -> None:
                 {name: result for name, (_, result) in images.items()},
                 lam,
                 anchor_constants(),
+                law_anchored(k2_res),
             ),
         ),
     }

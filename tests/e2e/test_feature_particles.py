@@ -271,3 +271,17 @@ def test_glance_reuses_the_paired_cells_of_the_committed_image_table(monkeypatch
     d, q = compared[("mean_field", "adam_mlp_lr1e-3")]
     _, q_other = compared[("seed_schedule", "adam_mlp_lr1e-3")]
     assert report.holm_cell(d, q_other, 4) not in text
+
+
+def test_law_anchored_reads_the_aligned_crossings_and_their_exponents(monkeypatch):
+    """``report.law_anchored``: from ``k2_comparison_table``'s crossings, the aligned fraction's (runs, law) per d
+    and the slopes of log β against log d — exact here (β ∝ d^−1.5 and d^−1); q's crossings are not read (a
+    control: they would give another slope), and fewer than three d give nothing."""
+    report = _report(monkeypatch, "fp_report_law")
+    cross = {("aligned", d): (0.1 * d**-1.5, None, 0.2 / d) for d in (8, 16, 32)}
+    cross |= {("q", d): (1.0, None, 1.0) for d in (8, 16, 32)}
+    got = report.law_anchored({"cross": cross})
+    assert got["runs"] == {d: pytest.approx(0.1 * d**-1.5) for d in (8, 16, 32)}
+    assert got["exponent"] == (pytest.approx(-1.5), pytest.approx(-1.0))
+    del cross[("aligned", 32)]
+    assert report.law_anchored({"cross": cross}) == {} and report.law_anchored({}) == {}
