@@ -56,6 +56,9 @@ CLAIM = (
 )
 BROKEN = dict(interaction=False)
 A_CLIP, C_TEACHER, THRESHOLD, LIVE_TOL, BETA_COLD = 4.0, 1.0, 0.9, 0.05, 1e-5
+C_TWO = 1 / math.sqrt(
+    2
+)  # the two-index teacher's weight on each direction (solve_disc's and field_at's default)
 PRESETS = {
     "fast": dict(
         points=((6, 0.1),), M=48, B=12, eta=0.05, burn=30.0, measure=60.0, curve_d=(8, 16, 32), n_beta=31
@@ -348,7 +351,7 @@ class Disc:
 GMRES_CYCLES = 2
 
 
-def solve_disc(z: Disc, beta: float, h0=None, *, A: float = A_CLIP, c: float = 1 / math.sqrt(2), tol=1e-10):
+def solve_disc(z: Disc, beta: float, h0=None, *, A: float = A_CLIP, c: float = C_TWO, tol=1e-10):
     """The self-consistent field on the nodes of ``z`` for y = c·(relu(w*_1·x) + relu(w*_2·x)): Newton–Krylov
     (GMRES on the explicit Jacobian–vector product) with backtracking; returns (h, residual)."""
     from scipy.sparse.linalg import LinearOperator, gmres
@@ -386,9 +389,7 @@ def solve_disc(z: Disc, beta: float, h0=None, *, A: float = A_CLIP, c: float = 1
     return h, float(np.abs(F).max())
 
 
-def field_at(
-    z: Disc, K: np.ndarray, t1: np.ndarray, t2: np.ndarray, g: np.ndarray, c: float = 1 / math.sqrt(2)
-):
+def field_at(z: Disc, K: np.ndarray, t1: np.ndarray, t2: np.ndarray, g: np.ndarray, c: float = C_TWO):
     r"""The self-consistent field at points off the nodes (Nyström): $h(w) = \sum_j K(w, w_j)\, q_j\, g_j -
     c\,(\kappa(t_1) + \kappa(t_2))$ with ``K = z.kernel(t1, t2, r)`` and ``g`` = E[a | w_j]·ρ/uniform on the
     nodes; at the nodes themselves it is h + the fixed point's residual."""

@@ -473,16 +473,23 @@ def cold_sensitivity(name: str, k: int, colds=(1e-4, 3e-4)) -> str:
 
 def transition_table_M() -> tuple[str, dict]:
     """d = 16, k = 2 at M = 32 and 512 (``lambda_M``) and M = 128 (``lambda_q``, the same seeds 0–2)."""
-    root, base = RESULTS / "lambda_M", RESULTS / "lambda_q"
+    root = RESULTS / "lambda_M"
     if not root.exists():
         return "*(not run)*\n", {}
-    data = cells(root, "model.n_particles")
+    return _transition(m_scan(), "model.n_particles", 2, None, [root])
+
+
+def m_scan() -> dict[tuple[int, float], dict[int, dict]]:
+    """(M, β) -> seed -> final metrics at d = 16, k = 2: ``lambda_M`` (M = 32, 512) and the ``lambda_q`` runs
+    of d = 16 (M = 128) restricted to the M scan's seeds."""
+    data = cells(RESULTS / "lambda_M", "model.n_particles")
+    base = RESULTS / "lambda_q"
     if base.exists():
         seeds_m = {s for v in data.values() for s in v}
         for (d, beta), seeds in cells(base, "data.d").items():
             if d == 16:
                 data[(128, beta)] = {s: f for s, f in seeds.items() if s in seeds_m}
-    return _transition(data, "model.n_particles", 2, None, [root])
+    return data
 
 
 def _transition(data, key, k, theory, roots) -> tuple[str, dict]:
@@ -578,6 +585,29 @@ def _transition(data, key, k, theory, roots) -> tuple[str, dict]:
     return "\n".join(lines) + "\n", result
 
 
+def level_crossing(betas, vals: np.ndarray, level: float, rng) -> tuple[float, float, float, np.ndarray]:
+    """Where the seeds' mean curve ``vals`` (β, seeds) crosses ``level``, and its 95 % bootstrap interval over
+    seeds (the same resample at every β): ``(β_cross, lo, hi, the resamples' crossings)``."""
+    n = vals.shape[1]
+    c = crossing_at(betas, vals.mean(1), level)
+    boot = np.array(
+        [crossing_at(betas, vals[:, rng.integers(0, n, n)].mean(1), level) for _ in range(N_BOOT)]
+    )
+    ok = boot[np.isfinite(boot)]
+    lo, hi = np.percentile(ok, [2.5, 97.5]) if len(ok) else (math.nan, math.nan)
+    return c, lo, hi, boot
+
+
+def law_half_crossing(law: dict, stat: str, d: int) -> tuple[float, float]:
+    """The level half way from the uniform-law value to a ``mean_field_k2.py`` curve's value at its coldest β,
+    and where that curve crosses it: ``(level, β_cross)``."""
+    order = np.argsort(law["beta"])[::-1]
+    values = np.array(law[stat])[order]
+    uni = uniform_level(stat, d, 2, 128)
+    level = uni + (values[-1] - uni) / 2
+    return level, crossing_at(np.array(law["beta"])[order], values, level)
+
+
 def crossing_at(betas, values, level: float) -> float:
     """β where a decreasing-in-β curve first falls below ``level`` going hot (log-linear; NaN if it does not)."""
     b = np.asarray(betas, dtype=float)
@@ -650,14 +680,7 @@ def quadrature_check(curves: dict[int, dict], refined: Path) -> str:
             continue
         cells_ = []
         for stat in INTENSIVE:
-            crossing_of = []
-            for cur in (base, fine):
-                order = np.argsort(cur["beta"])[::-1]
-                values = np.array(cur[stat])[order]
-                uni = uniform_level(stat, fine["d"], 2, 128)
-                crossing_of.append(
-                    crossing_at(np.array(cur["beta"])[order], values, uni + (values[-1] - uni) / 2)
-                )
+            crossing_of = [law_half_crossing(cur, stat, fine["d"])[1] for cur in (base, fine)]
             worst = float(np.max(np.abs(np.array(base[stat]) - np.array(fine[stat]))))
             cells_.append(
                 f"{stat} {100 * (crossing_of[1] / crossing_of[0] - 1):+.2f} % (largest change {worst:.1e})"
@@ -674,16 +697,9 @@ def k2_M_against_law(law: dict) -> tuple[str, dict]:
     ``law`` (a ``mean_field_k2.py`` curve at d = 16): where each M's mean curve crosses the level half way from
     the uniform-law value to the law's value at its coldest β, with a bootstrap over seeds. If the runs' excess
     over the law is a finite-M correction, the crossings fall towards the law's as M grows."""
-    root = RESULTS / "lambda_M"
-    if not root.exists():
+    if not (RESULTS / "lambda_M").exists():
         return "", {}
-    data = cells(root, "model.n_particles")
-    seeds_m = {s for v in data.values() for s in v}
-    for (d, beta), seeds in cells(RESULTS / "lambda_q", "data.d").items():
-        if d == 16:
-            data[(128, beta)] = {s: f for s, f in seeds.items() if s in seeds_m}
-    order = np.argsort(law["beta"])[::-1]
-    fine = np.array(law["beta"])[order]
+    data = m_scan()
     rng = np.random.default_rng(2)
     lines = [
         "The M scan (d = 16, seeds 0–2) against the same law, at the same law-anchored levels: where each M's runs "
@@ -694,23 +710,14 @@ def k2_M_against_law(law: dict) -> tuple[str, dict]:
     ]
     out: dict = {}
     for stat in INTENSIVE:
-        values = np.array(law[stat])[order]
-        uni = uniform_level(stat, 16, 2, 128)
-        level = uni + (values[-1] - uni) / 2
-        c_law = crossing_at(fine, values, level)
+        level, c_law = law_half_crossing(law, stat, 16)
         row = [stat, number_text(level), number_text(c_law)]
         for M in (32, 128, 512):
             grp = {b: seeds for (m, b), seeds in data.items() if m == M}
             betas = sorted(grp)
             seeds = sorted(set.intersection(*(set(grp[b]) for b in betas)))
             vals = np.array([[grp[b][s][stat] for s in seeds] for b in betas])  # (β, seeds)
-            c = crossing_at(betas, vals.mean(1), level)
-            boot = np.array(
-                [crossing_at(betas, vals[:, rng.integers(0, len(seeds), len(seeds))].mean(1), level)
-                 for _ in range(N_BOOT)]
-            )  # fmt: skip
-            ok = boot[np.isfinite(boot)]
-            lo, hi = np.percentile(ok, [2.5, 97.5]) if len(ok) else (math.nan, math.nan)
+            c, lo, hi, _ = level_crossing(betas, vals, level, rng)
             out[(stat, M)] = (c, lo, hi, c_law)
             row.append(f"{interval_cell(c, lo, hi)}: {number_text(c / c_law)}×")
         lines.append("| " + " | ".join(row) + " |")
@@ -758,16 +765,8 @@ def law_comparison_table(name: str, law, k: int, only=None) -> tuple[str, dict]:
         for stat in INTENSIVE:
             level = uni[stat] + (law_fine[stat][-1] - uni[stat]) / 2
             vals = np.array([[groups[d][b][s][stat] for s in seeds] for b in betas])  # (β, seeds)
-            c_runs = crossing_at(betas, vals.mean(1), level)
-            boot = np.array(
-                [
-                    crossing_at(betas, vals[:, rng.integers(0, len(seeds), len(seeds))].mean(1), level)
-                    for _ in range(N_BOOT)
-                ]
-            )
+            c_runs, lo, hi, boot = level_crossing(betas, vals, level, rng)
             c_law = crossing_at(fine, law_fine[stat], level)
-            ok = boot[np.isfinite(boot)]
-            lo, hi = np.percentile(ok, [2.5, 97.5]) if len(ok) else (math.nan, math.nan)
             out["cross"][(stat, d)] = (c_runs, boot, c_law)
             out["runs"][(stat, d)] = (betas, vals.mean(1).tolist())
             cross_lines.append(
