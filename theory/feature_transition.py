@@ -397,14 +397,14 @@ def field_at(z: Disc, K: np.ndarray, t1: np.ndarray, t2: np.ndarray, g: np.ndarr
 
 
 def observables_disc(
-    z: Disc, h: np.ndarray, beta: float, *, A: float = A_CLIP, caps=None
+    z: Disc, h: np.ndarray, beta: float, *, A: float = A_CLIP, c: float = C_TWO, caps=None
 ) -> dict[str, float]:
     r"""q = E(t_1² + t_2²), q_|a|, aligned = P(max(|t_1|, |t_2|) ≥ 0.9 | live) of the two-direction law.
 
     The aligned fraction integrates an indicator whose edge cuts across the disc's panels, so on the disc's
     nodes it converges slowly; with ``caps = (Disc.caps(n), K(caps, nodes))`` its numerator is integrated on the
     caps' own nodes instead, where h is the fixed point's own extension (Nyström) $h(w) = \int K(w, w')\,
-    \bar a(w')\, d\rho(w') - \text{target}(w)$ from the solution on the nodes."""
+    \bar a(w')\, d\rho(w') - \text{target}(w)$ from the solution on the nodes; ``c`` must be the solve's."""
     s = h / beta
     lz = amplitude_log_normaliser(s, A)
     shift = lz.max()
@@ -420,7 +420,7 @@ def observables_disc(
         in_caps = (rho * live * hit).sum()
     else:
         (t1, t2, _, w), Kc = caps
-        sc = field_at(z, Kc, t1, t2, mean * p / norm) / beta  # (m,)
+        sc = field_at(z, Kc, t1, t2, mean * p / norm, c) / beta  # (m,)
         pc = np.exp(amplitude_log_normaliser(sc, A) - shift)  # same scale as p
         in_caps = (w * pc * amplitude_tail(sc, LIVE_TOL * mean_abs, A)).sum() / norm
     return dict(
@@ -430,8 +430,10 @@ def observables_disc(
     )
 
 
-def curve_disc(d: int, betas, *, log=None, cap_nodes: int | None = 8, **kw) -> dict[str, list[float]]:
-    """:func:`curve` for the two-direction teacher (c = 1/√2 each), by continuation with step halving;
+def curve_disc(
+    d: int, betas, *, log=None, cap_nodes: int | None = 8, c: float = C_TWO, **kw
+) -> dict[str, list[float]]:
+    """:func:`curve` for the two-direction teacher (weight ``c`` each, 1/√2 by default), by continuation with step halving;
     ``log(β, residual)``, if given, is called after every solve (the halved steps included). The aligned
     fraction is integrated on the caps' own nodes (``cap_nodes`` per panel; ``None``: on the disc's nodes)."""
     z = Disc(d, **kw)
@@ -440,10 +442,10 @@ def curve_disc(d: int, betas, *, log=None, cap_nodes: int | None = 8, **kw) -> d
         points = z.caps(cap_nodes)
         caps = (points, z.kernel(*points[:3]))
     rows: dict[float, dict] = {}
-    h, prev = solve_disc(z, 1.0)[0], 1.0
+    h, prev = solve_disc(z, 1.0, c=c)[0], 1.0
 
     def path(b0, b1, h, depth=0):
-        hn, res = solve_disc(z, b1, h)
+        hn, res = solve_disc(z, b1, h, c=c)
         if log is not None:
             log(b1, res)
         if res <= 1e-9 or depth >= 10:
@@ -454,7 +456,7 @@ def curve_disc(d: int, betas, *, log=None, cap_nodes: int | None = 8, **kw) -> d
     for b in sorted((float(x) for x in betas), reverse=True):
         h, res = path(prev, b, h)
         prev = b
-        rows[b] = dict(observables_disc(z, h, b, caps=caps), residual=res)
+        rows[b] = dict(observables_disc(z, h, b, c=c, caps=caps), residual=res)
     out = {key: [rows[float(b)][key] for b in betas] for key in ("q", "q_abs_a", "aligned", "residual")}
     out["beta"] = [float(b) for b in betas]
     return out

@@ -272,6 +272,25 @@ def test_field_at_the_nodes_is_the_solution(disc):
     assert np.abs(ft.field_at(disc, disc.K, disc.t1, disc.t2, 2 * g) - h).max() > 1e-3  # another g is not h
 
 
+def test_observables_disc_extends_the_field_of_the_solves_teacher_weight(disc):
+    """With the aligned nodes themselves as "caps" (their own weights and kernel rows), the caps' Nyström field is
+    the solution there, so both integrals of the aligned fraction agree to round-off, for a teacher weight c = 0.5
+    that is not the default. Negative control: extending the field with the default weight 1/√2 (what
+    ``observables_disc`` did before it took ``c``) moves the aligned fraction by more than 1e-3."""
+    c, beta = 0.5, 0.003
+    h, res = ft.solve_disc(disc, 1.0, c=c)
+    for b in np.geomspace(1.0, beta, 8)[1:]:
+        h, res = ft.solve_disc(disc, b, h, c=c)
+    hit = np.maximum(np.abs(disc.t1), np.abs(disc.t2)) >= ft.THRESHOLD
+    caps = ((disc.t1[hit], disc.t2[hit], disc.r[hit], disc.q[hit]), disc.K[hit])
+    on_nodes = ft.observables_disc(disc, h, beta, c=c)["aligned"]
+    on_caps = ft.observables_disc(disc, h, beta, c=c, caps=caps)["aligned"]
+    wrong_c = ft.observables_disc(disc, h, beta, caps=caps)["aligned"]
+    assert res < 1e-9 and 0.02 < on_nodes < 0.95
+    assert abs(on_caps - on_nodes) < 1e-8
+    assert abs(wrong_c - on_nodes) > 1e-3
+
+
 @pytest.mark.slow
 def test_aligned_fraction_on_the_caps_converges_where_the_nodes_do_not():
     """At β = 0.01 (d = 8) the aligned fraction integrated on the caps changes by < 2 % between 4 and 8 cap
