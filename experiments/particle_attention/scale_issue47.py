@@ -54,6 +54,15 @@ def verdict(d, holm_p: float, n: int, planned: int = N_PLANNED, unit: str = "nat
     return f"no difference as large as δ80 = {d.detectable():.3g}{' ' + unit if unit else ''} ({n} pairs)"
 
 
+def lr_verdict(row: dict, n: int, planned: int = N_PLANNED) -> str:
+    """P3′–P5′'s verdict: :func:`verdict`, except that a row of its planned pairs whose mean changes sign without
+    its most extreme pair is "carried by one seed", whatever its p (the pre-registration)."""
+    if n >= planned and row.get("carried") is not None:
+        seed, rest = row["without"]
+        return f"carried by one seed: {row['d'].mean:+.4f}, without seed {seed} {rest:+.4f} ({n} pairs)"
+    return verdict(row["d"], row["holm"], n)
+
+
 def hot_rows(primary: dict, secondary: dict) -> list[dict]:
     """H1–H3 over the seeds both arms finished, Holm over the three (fixed family)."""
     runs = {**secondary, "p8": primary.get("p8", {})}
@@ -196,7 +205,7 @@ def markdown(scale: Path) -> str:
         n = len(r["seeds"])
         lines.append(_row(["(b) particles beat MHA-8, lr per arm", f"P{3 + i}′: {r['arm']} − mha8 at their lrs",
                            str(n), _ci(r["d"]), _d80(r["d"]), f"{p_text(r['holm'])} (P3′–P5′)",
-                           verdict(r["d"], r["holm"], n) if chosen.get(r["arm"]) and chosen.get("mha8")
+                           lr_verdict(r, n) if chosen.get(r["arm"]) and chosen.get("mha8")
                            else "lr not chosen yet: no verdict"]))  # fmt: skip
     for r in hot:
         n = len(r["seeds"])

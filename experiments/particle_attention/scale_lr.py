@@ -17,7 +17,8 @@ An arm whose runs have not all ended has no choice yet.
 the seed's, whatever the lr). Per row: the mean with its 95 % t interval, the two-sided paired t-test (the
 decision: Holm over the three rows, fixed; a row not testable counts as p = 1), δ80, Wilcoxon's signed-rank
 test (``scipy.stats.wilcoxon``, two-sided, exact at these n) and the mean without the pair of largest
-``|Δ|``: the last two say whether one seed carries the sign (the primary P3–P5 rested on one MHA-8 seed).
+``|Δ|``: the last two say whether one seed carries the sign (the primary P3–P5 rested on one MHA-8 seed). A row
+whose mean changes sign without that pair is *carried by one seed* (``row["carried"]``, the seed), whatever its p.
 """
 
 from __future__ import annotations
@@ -113,11 +114,13 @@ def comparisons(losses: dict[str, dict[int, float]]) -> list[dict]:
             d = paired_difference([a[s] for s in seeds], [b[s] for s in seeds])
             extreme = max(range(len(diffs)), key=lambda i: abs(diffs[i]))
             rest = diffs[:extreme] + diffs[extreme + 1 :]
+            without = sum(rest) / len(rest)
             row.update(
                 d=d,
                 p=d.p_value if math.isfinite(d.p_value) else 1.0,
                 wilcoxon=float(_scipy.wilcoxon(diffs).pvalue),
-                without=(seeds[extreme], sum(rest) / len(rest)),
+                without=(seeds[extreme], without),
+                carried=seeds[extreme] if math.copysign(1, without) != math.copysign(1, d.mean) else None,
             )
         rows.append(row)
     for row, adjusted in zip(rows, holm([r["p"] for r in rows]), strict=True):
@@ -157,7 +160,7 @@ def markdown(table: dict[str, dict[str, list[float]]], chosen: dict[str, str], r
         lines.append(
             f"| P{3 + i}′ {r['arm']} − mha8 | {lrs} | {d.n} | {interval_cell(d.mean, d.lo, d.hi, 4, sign=True)} | "
             f"{p_text(d.p_value)} | {p_text(r['holm'])} | {d.detectable():.3f} | {p_text(r['wilcoxon'])} | "
-            f"{rest:+.4f} (seed {seed} left out) |"
+            f"{rest:+.4f} (seed {seed} left out{'; the sign changes: carried by one seed' if r['carried'] is not None else ''}) |"
         )
     return "\n".join(lines) + "\n"
 

@@ -853,6 +853,28 @@ def test_scale_lr_chooses_by_the_rule_and_reports_p3_to_p5_with_wilcoxon(tmp_pat
     assert p8["wilcoxon"] == pytest.approx(2 / 2**8) and p8["without"] == (7, pytest.approx(0.04))
     assert [r["d"] for r in rows[1:]] == [None, None] and [r["holm"] for r in rows[1:]] == [1.0, 1.0]
     assert p8["holm"] == pytest.approx(min(1.0, 3 * p8["d"].p_value))
+    assert p8["carried"] is None  # without seed 7 the mean is still +0.04
+
+
+def test_scale_lr_calls_a_row_whose_sign_one_seed_sets_carried_by_one_seed(tmp_path):
+    """The pre-registered rule: a row whose mean changes sign without its pair of largest |Δ| is "carried by one
+    seed", whatever its p (the primary P3's MHA-8 seed 4 is the case): seven pairs at +0.01 and one at −0.30
+    give a mean of −0.029 and +0.01 without it; the same seven with +0.30 keep their sign (control)."""
+    lr = _module("lr", HERE / "scale_lr.py")
+    v = _module("issue47", HERE / "scale_issue47.py").lr_verdict
+    chosen = {"mha8": "1e-3", "p8": "1e-3"}
+    for sign, carried in ((-1, 7), (+1, None)):
+        primary = tmp_path / f"primary{sign}"
+        for seed in range(8):
+            _fake_run(primary / f"m{seed}", "mha8", seed, 1.6)
+            _fake_run(primary / f"p{seed}", "p8", seed, 1.6 + (0.01 if seed < 7 else sign * 0.30))
+        row = lr.comparisons(lr.final_losses(chosen, tmp_path / "none", primary))[0]
+        assert row["carried"] == carried and row["without"] == (7, pytest.approx(0.01))
+        words = v(row, 8)
+        assert words.startswith("carried by one seed") == (carried is not None)
+        assert "carried" not in v(row, 5)  # below the planned pairs: no verdict yet, as every row
+        text = lr.markdown({}, chosen, [row])
+        assert ("carried by one seed" in text) == (carried is not None)
 
 
 def test_scale_issue47_verdict_words_follow_the_rows_numbers():
