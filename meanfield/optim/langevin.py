@@ -111,7 +111,10 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
             [`LayerProjection`][meanfield.optim.layers.LayerProjection]), applied to the group's parameters after every step.
         generator: the ``torch.Generator`` of the noise (on the parameters' device).
         seed: seed of the optimizer's own generator (one per device) when ``generator`` is not given; with
-            neither, one seed is drawn from torch's global generator at construction.
+            neither, one seed is drawn from torch's global generator at construction. It seeds the generator
+            as given: with ``torch.manual_seed(s)`` for the initialisation, pass
+            ``seed=`` [`derive_seed`][meanfield.seeds.derive_seed]``(s, "noise")`` (as ``meanfield run`` does), not
+            ``s``, or the noise repeats the initialisation's draws.
         temperature_convention: what ``beta`` means (`TEMPERATURE_CONVENTIONS`): ``"mean_field"``
             (default: the temperature of $\exp(-M\cdot L/\beta)$) or ``"loss"`` (the seeds' $\beta_s$ of
             $\exp(-L/\beta_s)$; the noise uses $M\cdot \beta_s$, ``M`` the factor applied to the gradients: 1 with
