@@ -100,6 +100,17 @@ def p6_prime(scale: Path) -> tuple[list[int], object, list[str]]:
     return seeds, d, lines
 
 
+def primary_family_with_p6_prime(family: dict[str, dict], p6) -> str:
+    """For information (the pre-registration): Holm over the primary family with P6 replaced by P6′."""
+    if p6 is None:
+        return "In the primary family with P6 replaced by P6′ (Holm over six, for information): not testable yet."
+    ids = ("P1", "P2", "P3", "P4", "P5")
+    raw = [family[i]["d"].p_value for i in ids] + [p6.p_value]
+    adjusted = holm([p if math.isfinite(p) else 1.0 for p in raw])
+    cells = ", ".join(f"{i} {p_text(q)}" for i, q in zip((*ids, "P6′"), adjusted, strict=True))
+    return f"In the primary family with P6 replaced by P6′ (Holm over six, for information): {cells}."
+
+
 def _row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
@@ -176,6 +187,7 @@ def markdown(scale: Path) -> str:
         _row([f"{len(p6_seeds)} of 8 ({', '.join(map(str, p6_seeds))})", _ci(p6),
               p_text(p6.p_value) if p6 else "—", _d80(p6), verdict(p6, p6.p_value if p6 else 1.0, len(p6_seeds))]),
     ]  # fmt: skip
+    lines += ["", primary_family_with_p6_prime(family, p6)]
     if repro:
         lines += ["", "Reruns of seeds 0–1 (`results/scale/p6/`) against the committed runs:", "", *repro]
     lines += ["", "**P3′–P5′: each arm at its own learning rate** (`scale_lr.py`)", ""]

@@ -890,3 +890,16 @@ def test_scale_issue47_verdict_words_follow_the_rows_numbers():
     assert v(up, 0.2, 8).startswith("seen (higher, raw p = ") and v(up, 0.2, 8).endswith("not established after Holm (8 pairs)")
     assert v(flat, 1.0, 8) == f"no difference as large as δ80 = {flat.detectable():.3g} nats (8 pairs)"
     assert v(None, 1.0, 0) == "0 of 8 pairs landed: no verdict yet"
+
+
+def test_scale_issue47_puts_p6_prime_in_the_primary_family_for_information():
+    """P6 replaced by P6′ in the primary family, Holm over six (the pre-registration's "for information" line):
+    raw p 0.001, 0.2, 0.3, 0.4, 0.5 and P6′ 0.01 give Holm 0.006, 0.8, 0.9, 0.9, 0.9 and 0.05 (by hand: 6·0.001,
+    5·0.01, 4·0.2, 3·0.3, then the step-down's running maximum); without P6′ it says it is not testable yet."""
+    from types import SimpleNamespace
+
+    f = _module("issue47", HERE / "scale_issue47.py").primary_family_with_p6_prime
+    family = {f"P{i}": {"d": SimpleNamespace(p_value=p)} for i, p in zip(range(1, 6), (0.001, 0.2, 0.3, 0.4, 0.5))}
+    line = f(family, SimpleNamespace(p_value=0.01))
+    assert line.endswith("P1 0.006, P2 0.8, P3 0.9, P4 0.9, P5 0.9, P6′ 0.05.")
+    assert f(family, None).endswith("not testable yet.")
