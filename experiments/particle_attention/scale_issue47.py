@@ -76,8 +76,9 @@ def hot_rows(primary: dict, secondary: dict) -> list[dict]:
     return rows
 
 
-def p6_prime(scale: Path) -> tuple[list[int], object, list[str]]:
-    """P6′'s seeds, paired difference (``None`` below 2 pairs) and the reruns' reproduction lines."""
+def p6_prime(scale: Path) -> tuple[list[int], object, list[str], dict[str, float]]:
+    """P6′'s seeds, paired difference (``None`` below 2 pairs), the reruns' reproduction lines and each arm's
+    gap (the mean over the paired seeds of the 32-draw means)."""
     primary_draws = _primary.load_draws(scale / "drop_half" / "primary", scale / "primary")
     rerun_draws = _primary.load_draws(scale / "drop_half" / "p6", scale / "p6")
     committed, reruns = _primary.load(scale / "primary"), _primary.load(scale / "p6")
@@ -97,7 +98,8 @@ def p6_prime(scale: Path) -> tuple[list[int], object, list[str]]:
                     f"({'reproduced' if same else 'not reproduced to 1e-6: this seed pairs rerun with rerun'})"
                 )
     seeds, d = _primary.paired(draws, "p8-b1e-3", "p8", "mean")
-    return seeds, d, lines
+    means = {arm: sum(draws[arm][s]["mean"] for s in seeds) / len(seeds) for arm in draws} if seeds else {}
+    return seeds, d, lines, means
 
 
 def primary_family_with_p6_prime(family: dict[str, dict], p6) -> str:
@@ -165,7 +167,7 @@ def markdown(scale: Path) -> str:
     primary = _primary.load(scale / "primary")
     secondary = _primary.load(scale / "secondary")
     hot = hot_rows(primary, secondary)
-    p6_seeds, p6, repro = p6_prime(scale)
+    p6_seeds, p6, repro, p6_means = p6_prime(scale)
     family = {r["id"]: r for r in _primary.tests(primary)}
     lines = [
         "**H1–H3: the hot end** (final validation loss minus β = 0's, M = 8; seeds 0–7 planned; Holm over the three)",
@@ -187,6 +189,9 @@ def markdown(scale: Path) -> str:
         _row([f"{len(p6_seeds)} of 8 ({', '.join(map(str, p6_seeds))})", _ci(p6),
               p_text(p6.p_value) if p6 else "—", _d80(p6), verdict(p6, p6.p_value if p6 else 1.0, len(p6_seeds))]),
     ]  # fmt: skip
+    if p6_means:
+        lines += ["", "The gap itself (mean over the pairs of each run's 32-draw mean): "
+                  + ", ".join(f"`{arm}` {v:.3f} nats" for arm, v in p6_means.items()) + "."]  # fmt: skip
     lines += ["", primary_family_with_p6_prime(family, p6)]
     if repro:
         lines += ["", "Reruns of seeds 0–1 (`results/scale/p6/`) against the committed runs:", "", *repro]
