@@ -80,23 +80,11 @@ def p6_prime(scale: Path) -> tuple[list[int], object, list[str], dict[str, float
     """P6′'s seeds, paired difference (``None`` below 2 pairs), the reruns' reproduction lines and each arm's
     gap (the mean over the paired seeds of the 32-draw means)."""
     primary_draws = _primary.load_draws(scale / "drop_half" / "primary", scale / "primary")
-    rerun_draws = _primary.load_draws(scale / "drop_half" / "p6", scale / "p6")
-    committed, reruns = _primary.load(scale / "primary"), _primary.load(scale / "p6")
+    rerun_draws, _, lines = _primary.rerun_draws(scale / "p6", scale / "primary", REPRODUCE_TOL)
     draws: dict[str, dict[int, dict]] = {}
-    lines = []
-    for arm in ("p8", "p8-b1e-3"):
+    for arm in ("p8", "p8-b1e-3"):  # both arms' seeds 0–1 are reruns: they pair rerun with rerun in any case
         draws[arm] = {s: r for s, r in primary_draws.get(arm, {}).items() if s >= 2}
-        for seed, record in sorted(rerun_draws.get(arm, {}).items()):
-            draws[arm][seed] = record
-            new, old = reruns.get(arm, {}).get(seed), committed.get(arm, {}).get(seed)
-            if new and old:
-                dv = new["val_loss"] - old["val_loss"]
-                dg = new["half_random_gap"] - old["half_random_gap"]
-                same = abs(dv) <= REPRODUCE_TOL and abs(dg) <= REPRODUCE_TOL
-                lines.append(
-                    f"- `{arm}` seed {seed}: rerun − committed, val_loss {dv:+.2e}, half_random_gap {dg:+.2e} "
-                    f"({'reproduced' if same else 'not reproduced to 1e-6: this seed pairs rerun with rerun'})"
-                )
+        draws[arm].update(rerun_draws.get(arm, {}))
     seeds, d = _primary.paired(draws, "p8-b1e-3", "p8", "mean")
     means = {arm: sum(draws[arm][s]["mean"] for s in seeds) / len(seeds) for arm in draws} if seeds else {}
     return seeds, d, lines, means

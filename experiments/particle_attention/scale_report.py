@@ -192,6 +192,33 @@ def load_draws(folder: Path, sweep: Path) -> dict[str, dict[int, dict]]:
     return out
 
 
+def rerun_draws(
+    reruns: Path, committed: Path, tol: float = 1e-6
+) -> tuple[dict[str, dict[int, dict]], dict[str, dict[int, dict]], list[str]]:
+    """The drop-half records of reruns of committed runs (``drop_half/<reruns.name>/``, issue 47's P6 reruns):
+    ``(all, reproduced, lines)``: every rerun's record, those of the reruns whose final ``val_loss`` and
+    ``half_random_gap`` equal the committed run's to ``tol`` (they stand for the committed run), and one line a
+    rerun that says which."""
+    records = load_draws(reruns.parent / "drop_half" / reruns.name, reruns)
+    new_runs, old_runs = load(reruns), load(committed)
+    same: dict[str, dict[int, dict]] = {}
+    lines = []
+    for arm, by_seed in sorted(records.items()):
+        for seed, record in sorted(by_seed.items()):
+            new, old = new_runs.get(arm, {}).get(seed), old_runs.get(arm, {}).get(seed)
+            if not (new and old):
+                continue
+            dv = new["val_loss"] - old["val_loss"]
+            dg = new["half_random_gap"] - old["half_random_gap"]
+            if abs(dv) <= tol and abs(dg) <= tol:
+                same.setdefault(arm, {})[seed] = record
+            lines.append(
+                f"- `{arm}` seed {seed}: rerun − committed, val_loss {dv:+.2e}, half_random_gap {dg:+.2e} "
+                f"({'reproduced' if abs(dv) <= tol and abs(dg) <= tol else 'not reproduced to 1e-6: this seed pairs rerun with rerun'})"
+            )
+    return records, same, lines
+
+
 def paired(
     by_arm: dict[str, dict[int, dict]], a: str, b: str, key: str, level: float = 0.95
 ) -> tuple[list[int], PairedDifference | None]:

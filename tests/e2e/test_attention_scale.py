@@ -903,3 +903,30 @@ def test_scale_issue47_puts_p6_prime_in_the_primary_family_for_information():
     line = f(family, SimpleNamespace(p_value=0.01))
     assert line.endswith("P1 0.006, P2 0.8, P3 0.9, P4 0.9, P5 0.9, P6′ 0.05.")
     assert f(family, None).endswith("not testable yet.")
+
+
+def test_reruns_lend_their_drop_half_records_only_where_they_reproduce_the_committed_run(tmp_path):
+    """Issue 47's P6 reruns stand for a committed primary run in the exploratory tables only if the rerun's final
+    val_loss and half_random_gap equal the committed run's to 1e-6: ``p8`` seed 0 (identical finals) gets its
+    rerun's 32-draw mean, seed 1 (val_loss off by 1e-4: the negative control) does not, and a run's own record
+    is never replaced by a rerun's."""
+    expl = _module("exploratory", HERE / "scale_exploratory.py")
+    report = _module("report", HERE / "scale_report.py")
+    primary, secondary, values = _exploratory_study(tmp_path)
+    reruns = tmp_path / "p6"
+    for seed, shift in ((0, 0.0), (1, 1e-4), (2, 0.0)):
+        final = {"val_loss": values["p8"][seed] + shift, "half_random_gap": 0.4 + 0.01 * seed}
+        _run_folder(reruns, "p8", seed, final, "finished", [(50, 3.0)])
+        (tmp_path / "drop_half" / "p6").mkdir(parents=True, exist_ok=True)
+        record = {"run": f"preset=p8_seed={seed}", "seed": seed, "mean": 0.9 + seed, "sd": 0.3}
+        (tmp_path / "drop_half" / "p6" / f"preset=p8_seed={seed}.json").write_text(json.dumps(record))
+    own = {"run": "preset=p8_seed=2", "seed": 2, "mean": 7.0, "sd": 0.3}  # seed 2 has a record of its own
+    (tmp_path / "drop_half" / "primary").mkdir(parents=True)
+    (tmp_path / "drop_half" / "primary" / "preset=p8_seed=2.json").write_text(json.dumps(own))
+    everything, same, lines = report.rerun_draws(reruns, primary)
+    assert sorted(everything["p8"]) == [0, 1, 2] and sorted(same["p8"]) == [0, 2]
+    assert [line.endswith("(reproduced)") for line in lines] == [True, False, True]
+    runs = expl.load(primary, secondary, reruns)
+    assert runs["p8"][0]["drop_half_32"] == 0.9 and "drop_half_32" not in runs["p8"][1]
+    assert runs["p8"][2]["drop_half_32"] == 7.0  # its own record, not the rerun's 2.9
+    assert "drop_half_32" not in expl.load(primary, secondary)["p8"][0]  # without reruns: none
