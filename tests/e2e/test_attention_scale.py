@@ -930,3 +930,22 @@ def test_reruns_lend_their_drop_half_records_only_where_they_reproduce_the_commi
     assert runs["p8"][0]["drop_half_32"] == 0.9 and "drop_half_32" not in runs["p8"][1]
     assert runs["p8"][2]["drop_half_32"] == 7.0  # its own record, not the rerun's 2.9
     assert "drop_half_32" not in expl.load(primary, secondary)["p8"][0]  # without reruns: none
+
+
+def test_half_error_is_the_finite_population_variance_of_a_random_half():
+    """``drop_half_why.half_error``: E_S‖Y_S − Y‖² over all C(4, 2) = 6 halves of M = 4 particles, enumerated,
+    equals σ²/(M − 1) per token to round-off (float64); the relative one is that over ‖Y‖². Negative control:
+    the with-replacement variance σ²/k is 1.5 times larger here."""
+    import itertools
+
+    why = _module("why", HERE / "drop_half_why.py")
+    g = torch.Generator().manual_seed(0)
+    v = torch.randn(2, 4, 3, 5, generator=g, dtype=torch.float64) + 0.3  # (B, M, T, d), a shared part
+    Y = v.mean(1)
+    halves = list(itertools.combinations(range(4), 2))
+    exact = sum((v[:, list(S)].mean(1) - Y).pow(2).sum(-1) for S in halves) / len(halves)  # (B, T)
+    absolute, relative = why.half_error(v)
+    torch.testing.assert_close(absolute, exact, rtol=1e-12, atol=0)
+    torch.testing.assert_close(relative, exact / Y.pow(2).sum(-1), rtol=1e-12, atol=0)
+    sigma2 = (v - Y.unsqueeze(1)).pow(2).sum(-1).mean(1)
+    assert ((sigma2 / 2) / exact).min() > 1.49  # with replacement: σ²/k, not the half's error
