@@ -21,7 +21,10 @@ run's probe blocks (its ``drop_half_draws.py`` blocks):
 - ``relative``: $\sigma^2/((M-1)\lVert Y\rVert^2)$, the same relative to the layer's output: about 1 when the
   particles' outputs share no common part (independent, mean zero: $\lVert Y\rVert^2 \approx \sigma^2/(M-1)$), 0
   when they agree; a half is as good as the whole only when it is small;
-- beside them the run's 32-draw drop-half gap (``results/scale/drop_half/``) and final validation loss.
+- beside them the run's 32-draw drop-half gap (``results/scale/drop_half/``) and final validation loss, and
+  the RMS of the attention weights ``W_QKV`` and ``W_O`` (over the layers) against that of the noise alone, a
+  random walk of ``T`` steps of $\sqrt{2\beta\,\mathrm{lr}}\,\xi$: $\sqrt{2\beta\,\mathrm{lr}\,T}$ (as
+  ``analysis.py`` measures it at 2 × 64).
 
 The output is one JSON a run in ``results/scale/drop_half_why/`` and ``results/scale/drop_half_why.md`` (per β:
 the means over the measured runs; Spearman's ρ of the gap with each measure over all runs). Exploratory: no
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -95,9 +99,14 @@ def spread(run: Path) -> dict:
         for rows in per_layer
     ]
     summary = json.loads((run / "summary.json").read_text())
+    attention = [block.attention for block in model.blocks]
+    beta = cfg.optim.get("beta", 0.0)
     return {
         "run": run.name,
         "seed": cfg.seed,
+        "rms_qkv": statistics.fmean(float(a.W_QKV.square().mean().sqrt()) for a in attention),
+        "rms_o": statistics.fmean(float(a.W_O.square().mean().sqrt()) for a in attention),
+        "noise_walk_rms": math.sqrt(2 * float(beta) * cfg.optim["lr"] * cfg.train.steps),
         "layers": layers,
         "spread": statistics.fmean(layer["spread"] for layer in layers),
         "relative": statistics.fmean(layer["relative"] for layer in layers),
@@ -141,18 +150,20 @@ def table(out: Path = OUT, scale: Path = SCALE) -> str:
         " `drop_half_why.py`)",
         "",
         "| β | runs (seeds) | val loss | drop-half gap, 32 draws (nats) | spread σ²/(M−1) | relative σ²/((M−1)‖Y‖²) |"
-        " formula check |",
-        "|---|---|---|---|---|---|---|",
+        " formula check | RMS W_QKV | RMS W_O | noise-only walk RMS |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     by_beta: dict[float, list[dict]] = {}
     for r in rows:
         by_beta.setdefault(beta_of(r["arm"]), []).append(r)
     for beta, rs in sorted(by_beta.items()):
         seeds = ", ".join(str(r["seed"]) for r in sorted(rs, key=lambda r: r["seed"]))
-        mean = {k: statistics.fmean(r[k] for r in rs) for k in ("val_loss", "gap", "spread", "relative", "check")}
+        keys = ("val_loss", "gap", "spread", "relative", "check", "rms_qkv", "rms_o", "noise_walk_rms")
+        mean = {k: statistics.fmean(r[k] for r in rs) for k in keys}
         lines.append(
             f"| {beta:g} | {len(rs)} ({seeds}) | {mean['val_loss']:.3f} | {mean['gap']:.3f} | {mean['spread']:.4f} |"
-            f" {mean['relative']:.3f} | {mean['check']:.3f} |"
+            f" {mean['relative']:.3f} | {mean['check']:.3f} | {mean['rms_qkv']:.4f} | {mean['rms_o']:.4f} |"
+            f" {mean['noise_walk_rms']:.4f} |"
         )
     lines.append("")
     for key, what in (("spread", "the spread σ²/(M−1)"), ("relative", "the relative spread"),
