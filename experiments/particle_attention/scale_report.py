@@ -210,11 +210,12 @@ def rerun_draws(
                 continue
             dv = new["val_loss"] - old["val_loss"]
             dg = new["half_random_gap"] - old["half_random_gap"]
-            if abs(dv) <= tol and abs(dg) <= tol:
+            reproduced = abs(dv) <= tol and abs(dg) <= tol
+            if reproduced:
                 same.setdefault(arm, {})[seed] = record
+            verdict = "reproduced" if reproduced else f"not reproduced to {tol:g}: this seed pairs rerun with rerun"
             lines.append(
-                f"- `{arm}` seed {seed}: rerun − committed, val_loss {dv:+.2e}, half_random_gap {dg:+.2e} "
-                f"({'reproduced' if abs(dv) <= tol and abs(dg) <= tol else 'not reproduced to 1e-6: this seed pairs rerun with rerun'})"
+                f"- `{arm}` seed {seed}: rerun − committed, val_loss {dv:+.2e}, half_random_gap {dg:+.2e} ({verdict})"
             )
     return records, same, lines
 
