@@ -101,12 +101,13 @@ def spread(run: Path) -> dict:
     summary = json.loads((run / "summary.json").read_text())
     attention = [block.attention for block in model.blocks]
     beta = cfg.optim.get("beta", 0.0)
+    beta = float(beta) if isinstance(beta, (int, float)) else math.nan  # a schedule has no one walk
     return {
         "run": run.name,
         "seed": cfg.seed,
         "rms_qkv": statistics.fmean(float(a.W_QKV.square().mean().sqrt()) for a in attention),
         "rms_o": statistics.fmean(float(a.W_O.square().mean().sqrt()) for a in attention),
-        "noise_walk_rms": math.sqrt(2 * float(beta) * cfg.optim["lr"] * cfg.train.steps),
+        "noise_walk_rms": math.sqrt(2 * beta * cfg.optim["lr"] * cfg.train.steps),
         "layers": layers,
         "spread": statistics.fmean(layer["spread"] for layer in layers),
         "relative": statistics.fmean(layer["relative"] for layer in layers),
@@ -116,8 +117,10 @@ def spread(run: Path) -> dict:
 
 
 def beta_of(arm: str) -> float:
-    """β of a curve arm's name (``p8`` 0, ``p8-b3e-3`` 0.003)."""
-    return float(arm.split("-b", 1)[1]) if "-b" in arm else 0.0
+    """β of an M = 8 curve arm's name (``p8`` 0, ``p8-b3e-3`` 0.003; any other arm nan: not on the curve)."""
+    if arm == "p8":
+        return 0.0
+    return float(arm.removeprefix("p8-b")) if arm.startswith("p8-b") else math.nan
 
 
 def measure(sweeps: list[Path], out: Path = OUT) -> list[str]:
@@ -154,6 +157,7 @@ def table(out: Path = OUT, scale: Path = SCALE) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     by_beta: dict[float, list[dict]] = {}
+    rows = [r for r in rows if not math.isnan(beta_of(r["arm"]))]
     for r in rows:
         by_beta.setdefault(beta_of(r["arm"]), []).append(r)
     for beta, rs in sorted(by_beta.items()):
