@@ -949,3 +949,34 @@ def test_half_error_is_the_finite_population_variance_of_a_random_half():
     torch.testing.assert_close(relative, exact / Y.pow(2).sum(-1), rtol=1e-12, atol=0)
     sigma2 = (v - Y.unsqueeze(1)).pow(2).sum(-1).mean(1)
     assert ((sigma2 / 2) / exact).min() > 1.49  # with replacement: σ²/k, not the half's error
+
+
+def test_drop_half_why_table_groups_the_curve_by_beta_and_ranks_the_gap(tmp_path):
+    """``drop_half_why.table``: one row per β of the M = 8 curve with the means over its runs, an arm off the
+    curve (``p16``) and a run without a 32-draw record left out; Spearman's ρ of the gap with the relative
+    spread equals scipy's on the kept runs (hand-made records: a gap that rises with the relative spread, ρ = 1)."""
+    from scipy import stats as st
+
+    why = _module("why", HERE / "drop_half_why.py")
+    scale, out = tmp_path / "scale", tmp_path / "why"
+    out.mkdir()
+    runs = [("p8", 0, 0.80, 0.9), ("p8", 1, 0.82, 1.0), ("p8-b1e-2", 3, 0.92, 1.3), ("p8-b1e-2", 4, 0.90, 1.2),
+            ("p8-b3e-2", 3, 0.88, 1.1), ("p16", 0, 0.5, 9.9), ("p8-b3e-2", 4, 0.99, None)]  # fmt: skip
+    for arm, seed, relative, gap in runs:
+        name = f"preset={arm}_seed={seed}"
+        record = {"run": name, "seed": seed, "arm": arm, "relative": relative, "spread": 10 * relative,
+                  "check": 1.0, "val_loss": 1.7, "rms_qkv": 0.05, "rms_o": 0.06, "noise_walk_rms": 0.0}  # fmt: skip
+        (out / f"{name}.json").write_text(json.dumps(record))
+        if gap is not None:
+            stage = "p6" if arm == "p8" else "secondary"
+            (scale / stage / name).mkdir(parents=True)
+            (scale / stage / name / "point.json").write_text(json.dumps({"point": {"preset": arm}}))
+            (scale / "drop_half" / stage).mkdir(parents=True, exist_ok=True)
+            (scale / "drop_half" / stage / f"{name}.json").write_text(json.dumps({"run": name, "seed": seed, "mean": gap}))
+    text = why.table(out, scale)
+    assert "| 0 | 2 (0, 1) | 1.700 | 0.950 | 8.1000 | 0.810 |" in text
+    assert "| 0.01 | 2 (3, 4) | 1.700 | 1.250 | 9.1000 | 0.910 |" in text
+    assert "| 0.03 | 1 (3) |" in text and "9.9" not in text  # seed 4 has no record; p16 is off the curve
+    kept = [r for r in runs if r[0] != "p16" and r[3] is not None]
+    rho = st.spearmanr([r[3] for r in kept], [r[2] for r in kept]).statistic
+    assert rho == pytest.approx(1.0) and f"relative spread over the 5 runs: {rho:+.2f}" in text
