@@ -93,3 +93,41 @@ def test_bad_input_is_one_line(model, beta, message):
     assert message in str(info.value) and "\n" not in str(info.value)
     with pytest.raises(ValueError, match="loss must be finite"):
         free_energy(_layer(), math.nan, 0.1)
+
+
+def test_k_reaches_the_entropy_estimator():
+    """``k`` is the k-NN estimator's neighbour order: F's entropy term is ``entropy(θ, method="knn", k=…)``'s of
+    the layer's particle features, exactly, and k = 1 and k = 5 give different values (so a dropped or
+    misnamed k shows)."""
+    from meanfield.metrics.information import entropy
+
+    layer = _layer(M=300, seed=3)
+    theta = layer.particle_features().to(torch.float64)
+    values = {}
+    for k in (1, 5):
+        F = free_energy(layer, 0.0, 1.0, entropy="knn", k=k)
+        h = entropy(theta, method="knn", k=k)
+        assert F.layers[0].entropy == pytest.approx(float(h.value), rel=1e-12)
+        values[k] = F.layers[0].entropy
+    assert abs(values[1] - values[5]) > 1e-3
+
+
+def test_a_particle_layer_without_a_sphere_attribute_is_measured():
+    """Particle layers other than FeatureParticles (the attention heads) have no ``sphere`` attribute: the check
+    for particles on a sphere must not require one. Measured with the k-NN estimator (M = 6 heads of D = 32
+    numbers: too few for the Gaussian one)."""
+    from meanfield.nn.attention import CausalParticleAttention
+
+    heads = CausalParticleAttention(4, 6, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    assert not hasattr(heads, "sphere")
+    F = free_energy(heads, 1.0, 0.1, entropy="knn", k=1)
+    assert F.layers[0].M == 6 and math.isfinite(F.value)
+
+
+def test_the_sphere_refusal_says_why():
+    with pytest.raises(ValueError) as info:
+        free_energy(FeatureParticles(3, 10, "relu", sphere=True), 1.0, 0.1)
+    assert str(info.value) == (
+        "layer 'model' keeps its particles on a sphere (sphere=True): they have no density on R^D, so their "
+        "entropy (and F) is not defined there"
+    )
