@@ -14,7 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from meanfield.runs.lock import LOCK_NAME, FolderLock, FolderLocked, _alive, _describe, _is_python
+from meanfield.runs.lock import (
+    LOCK_NAME,
+    FolderLock,
+    FolderLocked,
+    _alive,
+    _describe,
+    _held,
+    _is_python,
+    orphan_holder,
+)
 
 STAMP = "%Y-%m-%dT%H:%M:%S%z"
 
@@ -235,3 +244,45 @@ def test_alive_and_is_python_against_processes_we_started(monkeypatch):
 
     monkeypatch.setattr(os, "kill", denied)
     assert _alive(12345)  # exists, owned by someone else
+
+
+def test_held_sees_a_flock_of_another_open_file(tmp_path):
+    """``_held``: no file, or a file no one locks, is not held; while another open file description holds its
+    ``flock`` (here this process's own: flock locks belong to the open file, not the process) it is, and after
+    the holder lets go it is not any more (the probe's own lock is dropped with its descriptor)."""
+    path = tmp_path / LOCK_NAME
+    assert not _held(path)
+    path.write_text("{}")
+    assert not _held(path) and not _held(path)  # probing twice: the probe took and dropped its own lock
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert _held(path)
+    finally:
+        os.close(fd)
+    assert not _held(path)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the parent is read from /proc")
+def test_orphan_holder_is_a_held_record_whose_sweep_is_not_its_parent(tmp_path):
+    """A held record of this host naming ``pid`` = this process and a ``sweep_pid`` that is not its parent is an
+    orphan (the record is returned); with ``sweep_pid`` = this process's parent it is a live sweep's worker
+    (None), and so it is when released, from another host, without a sweep_pid, or not held."""
+    path = tmp_path / LOCK_NAME
+    record = {"pid": os.getpid(), "sweep_pid": os.getppid() + 1_000_000, "host": socket.gethostname()}
+
+    def holder(**change):
+        path.write_text(json.dumps({**record, **change}))
+        return orphan_holder(tmp_path)
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert holder() == record
+        assert holder(sweep_pid=os.getppid()) is None  # its sweep is alive and its parent
+        assert holder(released="2026-12-06T00:00:00+0000") is None
+        assert holder(host=socket.gethostname() + "-elsewhere") is None
+        assert holder(sweep_pid=None) is None  # started by hand
+    finally:
+        os.close(fd)
+    assert holder() is None  # no one holds it
