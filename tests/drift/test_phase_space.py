@@ -266,3 +266,17 @@ def test_a_state_changed_between_segments_gets_a_fresh_force():
     old = splitting_step("BAOAB", x, v, dW[1].numpy() / math.sqrt(h), h, 0.5, 0.3, force, stale)
     assert close_3(z, np.concatenate(fresh[:2], -1))
     assert not close_3(z, np.concatenate(old[:2], -1))
+
+
+def test_force_into_writes_the_affine_force_into_out():
+    """For V = a/2·|x|² and W = k/2·|z|² (numbers a, k) ``force_into`` writes −(a + k)·x + k·x̄ into ``out`` and
+    returns that very tensor (the caller's buffer, no new one), equal to ``force`` to round-off, with and
+    without the interaction; the default friction is γ = 1 (the class's documented default)."""
+    x = torch.randn(2, 5, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    for interaction in (None, QuadraticInteraction(0.7)):
+        system = KineticMeanFieldLangevin(Quadratic(1.3), interaction, beta=0.2)
+        out = torch.empty_like(x)
+        got = system.force_into(0.0, x, out)
+        assert got.data_ptr() == out.data_ptr()
+        torch.testing.assert_close(out, system.force(0.0, x), rtol=1e-14, atol=1e-14)
+        assert system.friction == 1.0

@@ -351,3 +351,13 @@ def test_coupled_step_sizes_refuse_bad_arguments_naming_them(kw, message):
             **args,
         )
     assert str(err.value) == message
+
+
+def test_coupled_step_sizes_records_segment_times_n_segments_by_default():
+    """By default a segment holds 16 records (``segment = 16``): two segments give 32 records per level, one
+    every ``record_every`` fine steps."""
+    system = MeanFieldLangevin(Quadratic(1.0), beta=0.5)
+    series = coupled_step_sizes(system, torch.zeros(3, 2, 1, dtype=torch.float64), eta=0.01, n_segments=2,
+                                observable=lambda s: s.mean(dim=(2, 3)), generator=torch.Generator().manual_seed(0),
+                                levels=(1, 2), record_every=2)  # fmt: skip
+    assert {k: v.shape for k, v in series.items()} == {1: (32, 3), 2: (32, 3)}
