@@ -92,6 +92,11 @@ def test_the_parts_add_up_and_the_repr_is_short():
         and repr(F).startswith("FreeEnergy (3 replicas): F = ")
         and "<table>" in F._repr_html_()
     )
+    html = F._repr_html_()
+    assert [name for name, _ in F._fields()] == ["F", "energy", "entropy", "beta"]  # the rows of the HTML table
+    assert all(f">{name}<" in html for name in ("F", "energy", "entropy", "beta")), html
+    assert "(confinement " in html and ", interaction " in html
+    assert not any(c.isascii() and c.isalpha() for c in dict(F._fields())["F"])  # one state: numbers only, no time
     # no interaction: the interaction part is exactly 0
     G = mf.free_energy(mf.MeanFieldLangevin(DoubleWell(), None, beta=0.3), x)
     assert torch.equal(G.interaction, torch.zeros(3, dtype=torch.float64))

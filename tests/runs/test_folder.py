@@ -396,3 +396,20 @@ def test_the_errors_cross_processes_with_their_class_errno_and_message(error):
     back = pickle.loads(pickle.dumps(error))
     assert type(back) is type(error) and str(back) == str(error)
     assert getattr(back, "errno", None) == getattr(error, "errno", None)
+
+
+def test_write_error_says_what_to_do_for_a_read_only_file_system_and_a_denied_write():
+    """``write_error``'s two access messages, whole: the file named (from the error, or ``path`` when it names
+    none), the cause and the remedy; an error outside the access errnos is returned as it is."""
+    rofs = folder_mod.write_error(OSError(errno.EROFS, "Read-only file system", "run/metrics.jsonl"))
+    assert str(rofs) == (
+        "cannot write run/metrics.jsonl: the file system is read-only; remount it read-write, or copy the folder "
+        "to a writable place and run there"
+    )
+    denied = folder_mod.write_error(OSError(errno.EACCES, "Permission denied"), path="run/summary.json")
+    assert str(denied) == (
+        "cannot write run/summary.json: permission denied (Permission denied); give this user write access to "
+        "the folder, or use another --out"
+    )
+    other = OSError(errno.EIO, "I/O error")
+    assert folder_mod.write_error(other) is other

@@ -128,3 +128,14 @@ def test_the_cells_have_one_format():
     assert paired_cell(d, 1, scale=100) == "+10.0 (+5.0 – +15.0), p = 0.002"
     assert holm_cell(d, 0.004, 2) == f"+0.10 (+0.05 – +0.15), p = 0.002, Holm 0.004, δ80 {d.detectable():.2f}"
     assert cost_text(5400) == "1.50 h"
+
+
+def test_a_log_scale_metric_shows_its_paired_ratio():
+    """``log_metrics``: the paired cell of a positive metric is the ratio ×exp(Δ) of the paired difference of
+    the logs, in the printed table (every seed pair here is exactly ×2) and in the Markdown's ratio column."""
+    rows = [{"beta": b, "seed": s, "status": "finished", "mse": (2.0 if b else 1.0) * (1 + 0.01 * s)}
+            for b in (0.0, 1.0) for s in range(4)]  # fmt: skip
+    table = summarize(rows, ["beta"], ["mse"], {"beta": 0.0}, options=TableOptions(log_metrics=("mse",)))
+    assert table[1]["mse:diff_scale"] == "log" and table[1]["mse:diff"] == pytest.approx(math.log(2.0))
+    assert "  ×2 (2 – 2), p = " in repr(table)
+    assert "| ×2 (2 – 2) |" in table.markdown() and "mse ratio vs baseline" in table.markdown()
