@@ -307,3 +307,32 @@ def test_figure_fonts_come_from_the_style_and_save_writes_at_130_dpi(tmp_path):
     width, height = struct.unpack(">II", data[16:24])
     assert (width, height) == (round(4.2 * 130), round(3.2 * 130)) and width != round(4.2 * 110)
     assert plotting.STYLE["savefig.dpi"] == 130 and plotting.STYLE["legend.frameon"] is False
+
+
+def test_a_callers_grid_in_a_page_layout_shrinks_to_the_page_and_never_grows():
+    """In ``page_layout(width=8.4)`` a grid the caller shapes (2 × 2, or sharex) keeps its aspect and is scaled
+    down to the page's width when wider (4.8 × 2 = 9.6 in → 8.4), never up when narrower (2 × 2 = 4 in stays)."""
+    with page_layout(columns=2, width=8.4):
+        wide, _ = figure(nrows=2, ncols=2, width=4.8, height=3.0)
+        narrow, _ = figure(nrows=2, ncols=2, width=2.0, height=1.5)
+    try:
+        np.testing.assert_allclose(wide.get_size_inches(), (8.4, 3.0 * 2 * 8.4 / 9.6))
+        np.testing.assert_allclose(narrow.get_size_inches(), (4.0, 3.0))
+    finally:
+        plt.close(wide), plt.close(narrow)
+
+
+@pytest.mark.parametrize("backend", ["module://matplotlib_inline.backend_inline", "agg"])
+def test_returned_closes_a_figure_of_its_own_only_under_the_inline_backend(monkeypatch, backend):
+    """``returned``: under matplotlib-inline (a backend named in lower case) a figure ``plot()`` made itself is
+    taken out of pyplot's figures, so a notebook shows it once; a caller's figure, and any figure under another
+    backend, stays open."""
+    monkeypatch.setattr(plt, "get_backend", lambda: backend)
+    own, callers = plt.figure(), plt.figure()
+    try:
+        assert plotting.returned(own, made_here=True) is own
+        assert plotting.returned(callers, made_here=False) is callers
+        assert plt.fignum_exists(own.number) == (backend == "agg")
+        assert plt.fignum_exists(callers.number)
+    finally:
+        plt.close(own), plt.close(callers)
