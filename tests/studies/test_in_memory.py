@@ -3704,3 +3704,15 @@ def test_store_names_the_output_in_type_errors():
         studies._store({"k": 1}, {"z": {}}, [], [], {}, {})
     with pytest.raises(TypeError, match=r"^output 't' must be a tensor, got str$"):
         studies._store({"k": 1}, {"s": [1.0, 2.0], "t": "ab"}, [], [], {}, {})
+
+
+def test_a_two_point_reference_cloud_is_the_smallest_accepted():
+    """A reference cloud of N = 2 points is a cloud (its size N), the boundary of "N ≥ 2"; N = 1 is refused
+    (the table of bad input above)."""
+    from meanfield.studies.in_memory import _Reference
+
+    cloud = torch.tensor([[0.0], [1.0]], dtype=torch.float64)
+    ref = _Reference.of(cloud, None, None, None, "w2_squared", "auto", torch.Generator())
+    assert ref.kind == "cloud" and ref.cloud_size(8) == 2
+    with pytest.raises(ValueError, match="N ≥ 2, got \\(1, 1\\)"):
+        _Reference.of(cloud[:1], None, None, None, "w2_squared", "auto", torch.Generator())
