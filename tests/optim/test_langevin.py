@@ -2514,3 +2514,25 @@ def test_add_param_group_checks_the_projection_against_every_parameter():
     assert len(opt.param_groups) == 1
     opt.add_param_group({"params": [nn.Parameter(torch.ones(2, 3))], "projection": Sphere(dim=1)})
     assert len(opt.param_groups) == 2
+
+
+def test_a_loaded_state_does_not_bring_the_savers_particle_rows():
+    """``particle_rows`` (a sharded rank's rows of the particle axis) is this optimizer's configuration, like β
+    and the projection: loading a state saved by a rank holding rows 0–8 (its shard) into an optimizer of the whole layer
+    (no ``particle_rows``) leaves it without them, and its own β; the moments and step count are the saver's."""
+    import warnings
+
+    def make(**group):
+        p = torch.nn.Parameter(torch.zeros(8, 3, dtype=torch.float64))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return p, Langevin([{"params": [p], **group}], lr=0.1, beta=0.5, n_particles=8, seed=0)
+
+    p, saver = make(particle_rows=(0, 8), beta=0.2)
+    p.grad = torch.ones_like(p)
+    saver.step()
+    p2, loader = make()
+    loader.load_state_dict(saver.state_dict())
+    group = loader.param_groups[0]
+    assert "particle_rows" not in group and group["beta"] == 0.5
+    assert loader.state_dict()["n_steps"] == saver.state_dict()["n_steps"] == 1
