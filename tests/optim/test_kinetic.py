@@ -183,3 +183,27 @@ def test_kinetic_errors_name_where_the_bad_option_is():
     with pytest.raises(TypeError, match=r"^param group 1: mean_field_scaling must be a bool, got str$"):
         opt.add_param_group({"params": [_param((2,), 1)], "mean_field_scaling": "yes"})
     assert len(opt.param_groups) == 1  # the refused groups were not kept
+
+
+def test_step_calls_the_closure_and_returns_its_loss():
+    """``step(closure)``: the closure is evaluated (with gradients on) before the BAOAB step, its loss returned,
+    and the step uses the gradient it computed (β = 0: the parameter moves against it); with a step hook
+    registered (the hooked path) the same."""
+    theta = nn.Parameter(torch.tensor([1.0, -2.0], dtype=torch.float64))
+    opt = KineticLangevin([theta], lr=0.1, friction=1.0, beta=0.0, seed=0)
+    calls = []
+
+    def closure():
+        calls.append(torch.is_grad_enabled())
+        opt.zero_grad()
+        loss = 0.5 * (theta * theta).sum()
+        loss.backward()
+        return loss
+
+    before = theta.detach().clone()
+    loss = opt.step(closure)
+    assert calls == [True] and float(loss) == 2.5
+    assert torch.all(torch.sign(theta.detach() - before) == -torch.sign(before))  # moved toward 0
+    opt.register_step_post_hook(lambda *_: None)
+    expected = 0.5 * float((theta.detach() ** 2).sum())  # the closure's loss: at θ before this step
+    assert float(opt.step(closure)) == pytest.approx(expected, rel=1e-15) and calls == [True, True]
