@@ -56,9 +56,8 @@ CLAIM = (
 )
 BROKEN = dict(interaction=False)
 A_CLIP, C_TEACHER, THRESHOLD, LIVE_TOL, BETA_COLD = 4.0, 1.0, 0.9, 0.05, 1e-5
-C_TWO = 1 / math.sqrt(
-    2
-)  # the two-index teacher's weight on each direction (solve_disc's and field_at's default)
+# the two-index teacher's weight on each direction (the default of solve_disc, field_at, observables_disc, curve_disc)
+C_TWO = 1 / math.sqrt(2)
 PRESETS = {
     "fast": dict(
         points=((6, 0.1),), M=48, B=12, eta=0.05, burn=30.0, measure=60.0, curve_d=(8, 16, 32), n_beta=31

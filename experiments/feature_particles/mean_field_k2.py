@@ -22,10 +22,12 @@ ft = load_check(Path(__file__).resolve().parents[2] / "theory" / "feature_transi
 GRID = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1)
 
 if __name__ == "__main__":
+    if len(sys.argv) not in (3, 6):
+        sys.exit("usage: mean_field_k2.py D OUT.json [N_THETA N_PHI N_U] (the grid: all three numbers or none)")
     d, out = int(sys.argv[1]), Path(sys.argv[2])
     t0 = time.process_time()
     betas = np.unique(np.concatenate([np.geomspace(1.0, 1e-5, 31), GRID]))[::-1]
-    nodes = [int(x) for x in sys.argv[3:6]] or [3, 3, 12]  # nodes per panel (see Disc); 3×3: ~7,000 nodes
+    nodes = [int(x) for x in sys.argv[3:]] or [3, 3, 12]  # nodes per panel (see Disc); 3×3: ~7,000 nodes
     grid = dict(zip(("n_theta", "n_phi", "n_u"), nodes, strict=True))
 
     def log(beta: float, residual: float) -> None:  # one line a solve: the cold end takes most of the time

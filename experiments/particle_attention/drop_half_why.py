@@ -74,8 +74,8 @@ def spread(run: Path) -> dict:
     trained = load_model(run)
     model, cfg, data = _lm.as_particle_model(trained.model), trained.config, trained.data
     blocks = _draws.probe_blocks(data, cfg.train.batch_size)
-    per_layer: list[list[tuple[float, float]]] = []
-    check = []
+    per_layer: list[list[tuple[float, float]]] = [[] for _ in model.blocks]  # per layer: (spread, relative) a batch
+    check = math.nan
     g = torch.Generator().manual_seed(0)
     for b, (x, _) in enumerate(blocks):
         for ell, (block, X) in enumerate(zip(model.blocks, attention_inputs(model, x), strict=True)):
@@ -90,9 +90,7 @@ def spread(run: Path) -> dict:
                 for _ in range(CHECK_DRAWS):
                     keep = torch.randperm(M, generator=g)[: M // 2]
                     errs.append(float((v[:, keep].mean(1) - Y).pow(2).sum(-1).mean()))
-                check.append(statistics.fmean(errs) / float(absolute.mean()))
-            if b == 0:
-                per_layer.append([])
+                check = statistics.fmean(errs) / float(absolute.mean())
             per_layer[ell].append((float(absolute.mean()), float(relative.mean())))
     layers = [
         {"spread": statistics.fmean(s for s, _ in rows), "relative": statistics.fmean(r for _, r in rows)}
@@ -111,7 +109,7 @@ def spread(run: Path) -> dict:
         "layers": layers,
         "spread": statistics.fmean(layer["spread"] for layer in layers),
         "relative": statistics.fmean(layer["relative"] for layer in layers),
-        "check": check[0],
+        "check": check,
         "val_loss": summary["final"]["val_loss"],
     }
 
@@ -146,8 +144,11 @@ def table(out: Path = OUT, scale: Path = SCALE) -> str:
         for arm, by_seed in _report.load_draws(scale / "drop_half" / stage, scale / stage).items():
             for seed, record in by_seed.items():
                 gaps[(arm, seed)] = record["mean"]
-    rows = [r | {"gap": gaps.get((r["arm"], r["seed"]))} for r in records]
-    rows = [r for r in rows if r["gap"] is not None]
+    rows = [  # the M = 8 curve's runs with a 32-draw record
+        r | {"gap": gaps[(r["arm"], r["seed"])]}
+        for r in records
+        if (r["arm"], r["seed"]) in gaps and not math.isnan(beta_of(r["arm"]))
+    ]
     lines = [
         "Drop-half gap and the particles' output spread (exploratory; one row per β, means over the runs measured;"
         " `drop_half_why.py`)",
@@ -157,7 +158,6 @@ def table(out: Path = OUT, scale: Path = SCALE) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     by_beta: dict[float, list[dict]] = {}
-    rows = [r for r in rows if not math.isnan(beta_of(r["arm"]))]
     for r in rows:
         by_beta.setdefault(beta_of(r["arm"]), []).append(r)
     for beta, rs in sorted(by_beta.items()):
