@@ -24,7 +24,9 @@ run's probe blocks (its ``drop_half_draws.py`` blocks):
 - beside them the run's 32-draw drop-half gap (``results/scale/drop_half/``) and final validation loss, and
   the RMS of the attention weights ``W_QKV`` and ``W_O`` (over the layers) against that of the noise alone, a
   random walk of ``T`` steps of $\sqrt{2\beta\,\mathrm{lr}}\,\xi$: $\sqrt{2\beta\,\mathrm{lr}\,T}$ (as
-  ``analysis.py`` measures it at 2 × 64).
+  ``analysis.py`` measures it at 2 × 64), and the RMS the weights would have if they were the learned ones
+  plus that walk, independent of them: $\sqrt{\mathrm{RMS}_0^2 + 2\beta\,\mathrm{lr}\,T}$ with
+  $\mathrm{RMS}_0$ the β = 0 runs' (nothing in the loss confines the walk: the runs have no weight decay).
 
 The output is one JSON a run in ``results/scale/drop_half_why/`` and ``results/scale/drop_half_why.md`` (per β:
 the means over the measured runs; Spearman's ρ of the gap with each measure over all runs). Exploratory: no
@@ -154,12 +156,14 @@ def table(out: Path = OUT, scale: Path = SCALE) -> str:
         " `drop_half_why.py`)",
         "",
         "| β | runs (seeds) | val loss | drop-half gap, 32 draws (nats) | spread σ²/(M−1) | relative σ²/((M−1)‖Y‖²) |"
-        " formula check | RMS W_QKV | RMS W_O | noise-only walk RMS |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        " formula check | RMS W_QKV | RMS W_O | noise-only walk RMS | learned ⊕ walk: W_QKV, W_O |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     by_beta: dict[float, list[dict]] = {}
     for r in rows:
         by_beta.setdefault(beta_of(r["arm"]), []).append(r)
+    cold = by_beta.get(0.0, [])  # the learned weights' RMS, RMS₀: the β = 0 runs'
+    learned = {k: statistics.fmean(r[k] for r in cold) if cold else math.nan for k in ("rms_qkv", "rms_o")}
     for beta, rs in sorted(by_beta.items()):
         seeds = ", ".join(str(r["seed"]) for r in sorted(rs, key=lambda r: r["seed"]))
         keys = ("val_loss", "gap", "spread", "relative", "check", "rms_qkv", "rms_o", "noise_walk_rms")
@@ -167,9 +171,15 @@ def table(out: Path = OUT, scale: Path = SCALE) -> str:
         lines.append(
             f"| {beta:g} | {len(rs)} ({seeds}) | {mean['val_loss']:.3f} | {mean['gap']:.3f} | {mean['spread']:.4f} |"
             f" {mean['relative']:.3f} | {mean['check']:.3f} | {mean['rms_qkv']:.4f} | {mean['rms_o']:.4f} |"
-            f" {mean['noise_walk_rms']:.4f} |"
+            f" {mean['noise_walk_rms']:.4f} | {math.hypot(learned['rms_qkv'], mean['noise_walk_rms']):.4f},"
+            f" {math.hypot(learned['rms_o'], mean['noise_walk_rms']):.4f} |"
         )
-    lines.append("")
+    lines += [
+        "",
+        "*learned ⊕ walk*: the RMS the weights would have if each were its β = 0 value plus the noise's own"
+        " walk, independent of it: √(RMS₀² + 2β·lr·T), RMS₀ the β = 0 runs' mean.",
+        "",
+    ]
     for key, what in (("spread", "the spread σ²/(M−1)"), ("relative", "the relative spread"),
                       ("val_loss", "the validation loss")):  # fmt: skip
         rho = stats.spearmanr([r["gap"] for r in rows], [r[key] for r in rows])

@@ -954,7 +954,8 @@ def test_half_error_is_the_finite_population_variance_of_a_random_half():
 def test_drop_half_why_table_groups_the_curve_by_beta_and_ranks_the_gap(tmp_path):
     """``drop_half_why.table``: one row per β of the M = 8 curve with the means over its runs, an arm off the
     curve (``p16``) and a run without a 32-draw record left out; Spearman's ρ of the gap with the relative
-    spread equals scipy's on the kept runs (hand-made records: a gap that rises with the relative spread, ρ = 1)."""
+    spread equals scipy's on the kept runs (hand-made records: a gap that rises with the relative spread, ρ = 1);
+    the weights' RMS predicted from β = 0's and the noise's walk adds the two in quadrature."""
     from scipy import stats as st
 
     why = _module("why", HERE / "drop_half_why.py")
@@ -965,7 +966,8 @@ def test_drop_half_why_table_groups_the_curve_by_beta_and_ranks_the_gap(tmp_path
     for arm, seed, relative, gap in runs:
         name = f"preset={arm}_seed={seed}"
         record = {"run": name, "seed": seed, "arm": arm, "relative": relative, "spread": 10 * relative,
-                  "check": 1.0, "val_loss": 1.7, "rms_qkv": 0.05, "rms_o": 0.06, "noise_walk_rms": 0.0}  # fmt: skip
+                  "check": 1.0, "val_loss": 1.7, "rms_qkv": 0.05, "rms_o": 0.06,
+                  "noise_walk_rms": 0.0 if arm == "p8" else 0.12}  # fmt: skip
         (out / f"{name}.json").write_text(json.dumps(record))
         if gap is not None:
             stage = "p6" if arm == "p8" else "secondary"
@@ -977,6 +979,8 @@ def test_drop_half_why_table_groups_the_curve_by_beta_and_ranks_the_gap(tmp_path
     assert "| 0 | 2 (0, 1) | 1.700 | 0.950 | 8.1000 | 0.810 |" in text
     assert "| 0.01 | 2 (3, 4) | 1.700 | 1.250 | 9.1000 | 0.910 |" in text
     assert "| 0.03 | 1 (3) |" in text and "9.9" not in text  # seed 4 has no record; p16 is off the curve
+    # learned ⊕ walk: the β = 0 RMS and the walk add in quadrature (√(0.05² + 0.12²) = 0.13, not their sum 0.17)
+    assert "| 0.1200 | 0.1300, 0.1342 |" in text and "| 0.0000 | 0.0500, 0.0600 |" in text
     kept = [r for r in runs if r[0] != "p16" and r[3] is not None]
     rho = st.spearmanr([r[3] for r in kept], [r[2] for r in kept]).statistic
     assert rho == pytest.approx(1.0) and f"relative spread over the 5 runs: {rho:+.2f}" in text
