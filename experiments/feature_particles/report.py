@@ -358,6 +358,12 @@ def lambda_table() -> tuple[str, dict]:
 # issue 28: intensive order parameters of the λ transition, the M scan, the mean-field prediction
 # ----------------------------------------------------------------------------------------------------------
 INTENSIVE = ("aligned", "q", "q_abs_a")  # per-particle averages: their mean-field values do not depend on M
+LAW_ANCHOR = 1e-4  # the law's second anchor (its coldest β, 1e-5, is the first): how far "half" depends on it
+
+
+def power_text(x: float) -> str:
+    """A grid β as the page writes it: 1e-4, not 0.0001 or 1e-04."""
+    return f"{x:.0e}".replace("e-0", "e-")
 STATS = (*INTENSIVE, "coverage")  # coverage: an extreme over particles (does some particle sit on w*_k?)
 N_BOOT = 2000
 
@@ -598,14 +604,42 @@ def level_crossing(betas, vals: np.ndarray, level: float, rng) -> tuple[float, f
     return c, lo, hi, boot
 
 
-def law_half_crossing(law: dict, stat: str, d: int) -> tuple[float, float]:
-    """The level half way from the uniform-law value to a ``mean_field_k2.py`` curve's value at its coldest β,
-    and where that curve crosses it: ``(level, β_cross)``."""
+def law_half_crossing(law: dict, stat: str, d: int, anchor: float | None = None) -> tuple[float, float]:
+    """The level half way from the uniform-law value to a ``mean_field_k2.py`` curve's value at its coldest β
+    (or at the β ``anchor`` of its grid), and where that curve crosses it: ``(level, β_cross)``."""
     order = np.argsort(law["beta"])[::-1]
-    values = np.array(law[stat])[order]
+    betas, values = np.array(law["beta"])[order], np.array(law[stat])[order]
+    cold = values[-1] if anchor is None else values[np.flatnonzero(np.isclose(betas, anchor, rtol=1e-9))[0]]
     uni = uniform_level(stat, d, 2, 128)
-    level = uni + (values[-1] - uni) / 2
-    return level, crossing_at(np.array(law["beta"])[order], values, level)
+    level = uni + (cold - uni) / 2
+    return level, crossing_at(betas, values, level)
+
+
+def law_anchor_sensitivity(curves: dict[int, dict], anchor: float = LAW_ANCHOR) -> tuple[str, dict[str, tuple]]:
+    """How much the law's own anchor moves its crossings: per statistic, β_half·d/4 at each d and the exponent of
+    β_half ∝ d^p with "half" read at the law's coldest β and at ``anchor``, and the largest relative shift.
+    Returns the table and ``{stat: (largest shift, exponent at anchor)}`` (both empty below three d)."""
+    ds = sorted(curves)
+    if len(ds) < 3 or not all(np.isclose(c["beta"], anchor, rtol=1e-9).any() for c in curves.values()):
+        return "", {}
+    shifts: dict[str, tuple] = {}
+    cold = min(curves[ds[0]]["beta"])
+    lines = [
+        f"The law's own anchor: its crossings with \"half\" read at its coldest β ({power_text(cold)}) and at β = {power_text(anchor)}"
+        " (β_half·d/4 per d; exponent of β_half ∝ d^p; the largest shift of a crossing between the two):",
+        "",
+        "| statistic | anchored at | " + " | ".join(f"d = {d}" for d in ds) + " | exponent | largest shift |",
+        "|---|---|" + "---|" * len(ds) + "---|---|",
+    ]  # fmt: skip
+    for stat in INTENSIVE:
+        at = {a: [law_half_crossing(curves[d], stat, d, a)[1] for d in ds] for a in (None, anchor)}
+        shift = max(abs(w / c - 1) for c, w in zip(at[None], at[anchor], strict=True))
+        shifts[stat] = (shift, fit_exponent(ds, np.log(at[anchor])))
+        for a, cs in at.items():
+            cells_ = " | ".join(number_text(c * d / 4) for c, d in zip(cs, ds, strict=True))
+            tail = f"{100 * shift:.1f} %" if a == anchor else ""
+            lines.append(f"| {stat} | {power_text(cold if a is None else a)} | {cells_} | {fit_exponent(ds, np.log(cs)):.2f} | {tail} |")
+    return "\n".join(lines) + "\n", shifts
 
 
 def crossing_at(betas, values, level: float) -> float:
@@ -657,6 +691,8 @@ def k2_comparison_table() -> tuple[str, dict]:
     if 16 in curves:
         m_text, out["M"] = k2_M_against_law(curves[16])
         text = text.rstrip("\n") + "\n\n" + m_text
+    anchor_text, out["anchor_shift"] = law_anchor_sensitivity(curves)
+    text = text.rstrip("\n") + "\n\n" + anchor_text
     text = text.rstrip("\n") + "\n\n" + quadrature_check(curves, folder / "refined")
     cpu = sum(c["cpu_s"] for c in curves.values())
     grid = next(iter(curves.values()))["grid"]
@@ -1527,14 +1563,16 @@ def anchor_constants() -> list[float]:
 
 def law_anchored(k2: dict) -> dict:
     """The aligned fraction's crossings with the level anchored on the 2-D law (``k2_comparison_table``'s result):
-    ``{"runs": {d: β}, "law": {d: β}, "exponent": (runs, law)}``, or ``{}`` below three d."""
+    ``{"runs": {d: β}, "law": {d: β}, "exponent": (runs, law), "anchor_shift": the largest shift of the law's
+    crossing when anchored at ``LAW_ANCHOR`` (NaN if not measured)}``, or ``{}`` below three d."""
     cross = {d: v for (stat, d), v in k2.get("cross", {}).items() if stat == "aligned"}
     ds = sorted(cross)
     if len(ds) < 3:
         return {}
     runs, law = {d: cross[d][0] for d in ds}, {d: cross[d][2] for d in ds}
     exponent = tuple(fit_exponent(ds, np.log([c[d] for d in ds])) for c in (runs, law))
-    return {"runs": runs, "law": law, "exponent": exponent}
+    shift = k2.get("anchor_shift", {}).get("aligned", (math.nan,))[0]
+    return {"runs": runs, "law": law, "exponent": exponent, "anchor_shift": shift}
 
 
 def glance_table(
@@ -1667,8 +1705,11 @@ def glance_table(
             effect += (
                 f"; anchored on the mean-field law, {min(runs):.2g}–{max(runs):.2g} in the runs (M = 128; exponent "
                 f"{minus(law['exponent'][0])}) and {min(mf):.2g}–{max(mf):.2g} in the law (M → ∞; "
-                f"{minus(law['exponent'][1])})"
-            )
+                f"{minus(law['exponent'][1])}"
+                + (f"; ≤ {100 * law['anchor_shift']:.0f} % from the law's own anchor, β = {power_text(LAW_ANCHOR)} for 1e-5"
+                   if math.isfinite(law.get("anchor_shift", math.nan)) else "")
+                + ")"
+            )  # fmt: skip
         rows.append((
             "behaviour changes around λ ≈ 1",
             "**a sharp crossover, not at λ ≈ 1**" if max(b * d / 4 for d, b in crossings.items()) < 0.5

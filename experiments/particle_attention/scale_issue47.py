@@ -54,6 +54,16 @@ def verdict(d, holm_p: float, n: int, planned: int = N_PLANNED, unit: str = "nat
     return f"no difference as large as δ80 = {d.detectable():.3g}{' ' + unit if unit else ''} ({n} pairs)"
 
 
+def exploratory_verdict(d, holm_p: float, n: int, unit: str = "nats") -> str:
+    """An exploratory row's words: :func:`verdict`'s, except that a difference below Holm 0.05 within its own
+    sweep table is not called "established" (no registered test stands behind it)."""
+    words = verdict(d, holm_p, n, unit=unit)
+    if words.startswith("established: "):
+        sign = "higher" if d.mean > 0 else "lower"
+        return f"exploratory: {sign} (Holm p < 0.05 within the sweep table, {n} pairs; not a registered test)"
+    return "exploratory: " + words
+
+
 def lr_verdict(row: dict, n: int, planned: int = N_PLANNED) -> str:
     """P3′–P5′'s verdict: :func:`verdict`, except that a row of its planned pairs whose mean changes sign without
     its most extreme pair is "carried by one seed", whatever its p (the pre-registration)."""
@@ -220,7 +230,7 @@ def markdown(scale: Path) -> str:
         d = r["d"]
         lines.append(_row([r["claim"] + " (exploratory)", f"`{r['metric']}`, β = 1e-3 − β = 0", str(d.n), _ci(d),
                            _d80(d), f"{p_text(r['holm'])} (sweep table, per metric)",
-                           "exploratory: " + verdict(d, r["holm"], d.n, unit=r["unit"])]))  # fmt: skip
+                           exploratory_verdict(d, r["holm"], d.n, unit=r["unit"])]))  # fmt: skip
     lines.append(VERDICTS_END)
     return "\n".join(lines) + "\n\n" + cost_line(scale)
 

@@ -890,6 +890,10 @@ def test_scale_issue47_verdict_words_follow_the_rows_numbers():
     assert v(up, 0.2, 8).startswith("seen (higher, raw p = ") and v(up, 0.2, 8).endswith("not established after Holm (8 pairs)")
     assert v(flat, 1.0, 8) == f"no difference as large as δ80 = {flat.detectable():.3g} nats (8 pairs)"
     assert v(None, 1.0, 0) == "0 of 8 pairs landed: no verdict yet"
+    # an exploratory row is never "established": a Holm p < 0.05 within its sweep table is said to be only that
+    e = _module("issue47", HERE / "scale_issue47.py").exploratory_verdict
+    assert e(up, 0.01, 8) == "exploratory: higher (Holm p < 0.05 within the sweep table, 8 pairs; not a registered test)"
+    assert e(flat, 1.0, 8) == "exploratory: " + v(flat, 1.0, 8) and "established" not in e(up, 0.01, 8)
 
 
 def test_scale_issue47_puts_p6_prime_in_the_primary_family_for_information():

@@ -283,5 +283,34 @@ def test_law_anchored_reads_the_aligned_crossings_and_their_exponents(monkeypatc
     got = report.law_anchored({"cross": cross})
     assert got["runs"] == {d: pytest.approx(0.1 * d**-1.5) for d in (8, 16, 32)}
     assert got["exponent"] == (pytest.approx(-1.5), pytest.approx(-1.0))
+    assert math.isnan(got["anchor_shift"])  # not measured: no anchor sensitivity in the result
+    assert report.law_anchored({"cross": cross, "anchor_shift": {"aligned": (0.07, -1.3)}})["anchor_shift"] == 0.07
     del cross[("aligned", 32)]
     assert report.law_anchored({"cross": cross}) == {} and report.law_anchored({}) == {}
+
+
+def test_law_anchor_sensitivity_reads_half_at_both_anchors(monkeypatch):
+    """``report.law_anchor_sensitivity``: hand-made laws, flat at uniform + 2h from β = 1e-5 up to a crossing β
+    (0.1, 1e-2, 1e-3 for d = 8, 16, 32) where they equal uniform + h, lower beyond: both anchors (1e-5, 1e-4)
+    read the same half level, met exactly at the crossing β, so no shift and the exponent log(0.1)/log(2) =
+    −3.32. Control: raising the coldest value alone by h/2 moves the crossing read from it to 10^−0.25 of the
+    grid point (log-linear interpolation), so the shift is exactly 10^0.25 − 1 while the 1e-4 exponent stays."""
+    report = _report(monkeypatch, "fp_report_law_anchor")
+    betas, h = [1.0, 0.3, 0.1, 1e-2, 1e-3, 1e-4, 1e-5], 0.1
+    cross_at = {8: 0.1, 16: 1e-2, 32: 1e-3}
+
+    def law(d, bump=0.0):
+        curve = {"beta": betas, "d": d}
+        for stat in report.INTENSIVE:
+            u = report.uniform_level(stat, d, 2, 128)
+            curve[stat] = [u + (h if b == cross_at[d] else 2 * h if b < cross_at[d] else h / 3) for b in betas]
+            curve[stat][-1] += bump
+        return curve
+
+    text, shifts = report.law_anchor_sensitivity({d: law(d) for d in cross_at})
+    eight = " | ".join(report.number_text(c * d / 4) for d, c in cross_at.items())
+    assert f"| aligned | 1e-5 | {eight} | -3.32 |  |" in text and f"| aligned | 1e-4 | {eight} | -3.32 | 0.0 % |" in text
+    assert set(shifts) == set(report.INTENSIVE) and shifts["q"] == (pytest.approx(0, abs=1e-12), pytest.approx(-3.3219, abs=1e-4))
+    _, moved = report.law_anchor_sensitivity({d: law(d, bump=h / 2) for d in cross_at})
+    assert moved["q"][0] == pytest.approx(10**0.25 - 1) and moved["q"][1] == pytest.approx(shifts["q"][1])
+    assert report.law_anchor_sensitivity({8: law(8), 16: law(16)}) == ("", {})  # fewer than three d
