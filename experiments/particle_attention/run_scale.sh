@@ -20,7 +20,7 @@
 #   bash experiments/particle_attention/run_scale.sh lr-tune ARMS   # ARMS (mha8,p8 | p16,p32) at lr 3e-4, 1e-3,
 #                                                                   # 3e-3 on the carved validation split, seeds 0-2
 #   bash experiments/particle_attention/run_scale.sh lr-fair        # each tuned arm at its chosen lr, seeds 0-7
-#   bash experiments/particle_attention/run_scale.sh issue47        # hot, then p6, then lr-tune mha8,p8
+#   bash experiments/particle_attention/run_scale.sh issue47        # hot, p6, lr-tune mha8,p8, then lr-fair
 #   bash experiments/particle_attention/run_scale.sh smoke [OUT]    # the whole pipeline at the smoke size (CI)
 #
 # Seeds run seed-major (every primary arm of seed s before seed s + 1), so that an interrupted stage leaves
@@ -128,7 +128,7 @@ case "${1:-}" in
         if [ -z "$points" ]; then echo "lr-fair: every chosen lr is 1e-3 (primary/ holds those runs)"; exit 0; fi
         sweep "$R/lr_fair" "$points" 0 7 "" ;;
     issue47)
-        stage hot; stage p6; stage lr-tune mha8,p8 ;;
+        stage hot; stage p6; stage lr-tune mha8,p8; stage lr-fair ;;
     table)   # a stage's whole table from the runs finished so far, running nothing (meanfield sweep --table-only)
         case "${2:-}" in
             secondary) meanfield sweep "$CONFIG" --grid preset="$SECONDARY,p8-b3e-3" --seeds "$(seq_csv 0 7)" --table-only --quiet \

@@ -798,7 +798,8 @@ def test_run_scale_issue47_runs_hot_then_p6_then_the_lr_choice(tmp_path):
     """`issue47` (the plan's order): the hot end into secondary/ (β = 3e-3, 1e-2, 3e-2 over seeds 0-7 in one
     seed-major pool: the finished seeds 0-2 are skipped by the sweep) followed by the drop-half draws and the
     whole secondary table; then p8 and p8-b1e-3 seeds 0-1 into p6/ with their draws; then MHA-8 and M = 8 at the
-    three lrs on the carved split (tune), seeds 0-2, without draws. `lr-fair` runs nothing while no lr is chosen."""
+    three lrs on the carved split (tune), seeds 0-2, without draws; then the lr choice is asked for (lr-fair).
+    `lr-fair` runs nothing while no lr is chosen."""
     calls = [c for c in _stubbed_run_scale(tmp_path / "i", "issue47", followers=True) if c != ["killed"]]
     sweeps = [c for c in calls if c[0] == "meanfield" and "--order" in c]
     grids = [(c[c.index("--grid") + 1], c[c.index("--seeds") + 1], c[c.index("--out") + 1].split("/")[-1])
@@ -813,6 +814,7 @@ def test_run_scale_issue47_runs_hot_then_p6_then_the_lr_choice(tmp_path):
     assert "--table-only" in tables[0] and tables[0][tables[0].index("--out") + 1].endswith("secondary")
     draws = [c[c.index("--folder") + 1].split("/")[-1] for c in calls if "--folder" in c and "--every" not in c]
     assert draws == ["secondary", "p6"]  # negative control: no draws of the tuning runs (no probes there)
+    assert calls[-1] == ["python", "experiments/particle_attention/scale_lr.py", "--choice"]  # lr-fair, last
     fair = _stubbed_run_scale(tmp_path / "f", "lr-fair")
     assert fair == [["python", "experiments/particle_attention/scale_lr.py", "--choice"]]
 
