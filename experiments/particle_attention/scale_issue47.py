@@ -221,6 +221,7 @@ def markdown(scale: Path) -> str:
         lines.append(_row(["(b) particles beat MHA-8, lr per arm", f"P{3 + i}′: {r['arm']} − mha8 at their lrs",
                            str(n), _ci(r["d"]), _d80(r["d"]), f"{p_text(r['holm'])} (P3′–P5′)",
                            lr_verdict(r, n) if chosen.get(r["arm"]) and chosen.get("mha8")
+                           else "left out for the budget: not run" if r["arm"] in _lr.LEFT_OUT
                            else "lr not chosen yet: no verdict"]))  # fmt: skip
     for r in hot:
         n = len(r["seeds"])

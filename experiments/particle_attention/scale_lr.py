@@ -19,6 +19,10 @@ decision: Holm over the three rows, fixed; a row not testable counts as p = 1), 
 test (``scipy.stats.wilcoxon``, two-sided, exact at these n) and the mean without the pair of largest
 ``|Δ|``: the last two say whether one seed carries the sign (the primary P3–P5 rested on one MHA-8 seed). A row
 whose mean changes sign without that pair is *carried by one seed* (``row["carried"]``, the seed), whatever its p.
+
+**Left out** (``LEFT_OUT``): P4′ and P5′, M = 16 and 32, were not run for the budget (decided before any run at
+a chosen lr, ``results/scale/issue47_plan.md``); their rows say so and count as p = 1 in P3′'s Holm, as
+registered for a row not testable.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ LRS = ("3e-4", "1e-3", "3e-3")
 BASE_LR = "1e-3"
 ARMS = ("mha8", "p8", "p16", "p32")
 PARTICLES = ("p8", "p16", "p32")
+LEFT_OUT = ("p16", "p32")  # P4′, P5′: not run, for the budget (results/scale/issue47_plan.md, 2026-12-06 20:45 UTC)
 SEEDS_TUNE = (0, 1, 2)
 SEEDS_FAIR = tuple(range(8))
 
@@ -142,7 +147,8 @@ def markdown(table: dict[str, dict[str, list[float]]], chosen: dict[str, str], r
             f"{sum(v) / len(v):.4f} [{min(v):.4f}, {max(v):.4f}] (n={len(v)})" if v else "—"
             for v in (by_lr.get(lr, []) for lr in LRS)
         ]
-        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {chosen.get(arm, 'not yet')} |")
+        choice = "left out (budget)" if arm in LEFT_OUT and arm not in chosen else chosen.get(arm, "not yet")
+        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {choice} |")
     lines += [
         "",
         "**P3–P5 at each arm's lr** (final validation loss, seeds 0–7, pM − mha8; Holm over the three rows)",
@@ -154,7 +160,8 @@ def markdown(table: dict[str, dict[str, list[float]]], chosen: dict[str, str], r
         lrs = f"{chosen.get(r['arm'], '?')} / {chosen.get('mha8', '?')}"
         d = r["d"]
         if d is None:
-            lines.append(f"| P{3 + i}′ {r['arm']} − mha8 | {lrs} | {len(r['seeds'])} | not testable | | | | | |")
+            why = "left out (budget): not run" if r["arm"] in LEFT_OUT else "not testable"
+            lines.append(f"| P{3 + i}′ {r['arm']} − mha8 | {lrs} | {len(r['seeds'])} | {why} | | | | | |")
             continue
         seed, rest = r["without"]
         lines.append(

@@ -856,6 +856,12 @@ def test_scale_lr_chooses_by_the_rule_and_reports_p3_to_p5_with_wilcoxon(tmp_pat
     assert [r["d"] for r in rows[1:]] == [None, None] and [r["holm"] for r in rows[1:]] == [1.0, 1.0]
     assert p8["holm"] == pytest.approx(min(1.0, 3 * p8["d"].p_value))
     assert p8["carried"] is None  # without seed 7 the mean is still +0.04
+    # P4′, P5′ were left out for the budget: their rows and the tuning table say so, not "not testable"
+    text = lr.markdown(lr.tuning_table(lr.runs(tune)), chosen, rows)
+    for row in ("P4′ p16", "P5′ p32"):
+        assert f"| {row} − mha8 | ? / 3e-3 | 0 | left out (budget): not run |" in text
+    assert "| left out (budget) |" in text and "| 1e-3 |" in text  # p16's choice cell; p8's chosen lr
+    assert "not testable" in lr.markdown({}, {}, [{"arm": "p8", "seeds": [], "d": None}])  # control: p8 is not left out
 
 
 def test_scale_lr_calls_a_row_whose_sign_one_seed_sets_carried_by_one_seed(tmp_path):
