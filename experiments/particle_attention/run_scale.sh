@@ -125,7 +125,7 @@ case "${1:-}" in
         sweep "$R/lr_tune" "${points%,}" 0 2 "" ;;
     lr-fair)   # every arm tuned so far at the lr scale_lr.py chose (an arm at 1e-3 is primary/'s: not rerun)
         points=$(python experiments/particle_attention/scale_lr.py --choice) || exit 2
-        if [ -z "$points" ]; then echo "lr-fair: every chosen lr is 1e-3 (primary/ holds those runs)"; exit 0; fi
+        if [ -z "$points" ]; then echo "lr-fair: nothing to run: no arm has a chosen lr other than 1e-3 (primary/ holds those runs; scale_lr.py shows the choice)"; exit 0; fi
         sweep "$R/lr_fair" "$points" 0 7 "" ;;
     issue47)
         stage hot; stage p6; stage lr-tune mha8,p8; stage lr-fair ;;

@@ -143,8 +143,9 @@ def test_run_scale_refuses_unknown_stages_and_too_few_seeds():
     assert bad.returncode == 2
 
 
-def _stubbed_run_scale(tmp_path: Path, *args: str, followers: bool = False) -> list[list[str]]:
-    """The commands ``run_scale.sh ARGS`` runs, with ``meanfield`` and ``python`` stubbed (each logs its argv).
+def _stubbed_run_scale(tmp_path: Path, *args: str, followers: bool = False, choice: str = "") -> list[list[str]]:
+    """The commands ``run_scale.sh ARGS`` runs, with ``meanfield`` and ``python`` stubbed (each logs its argv;
+    ``scale_lr.py --choice`` prints ``choice``, the lr-fair points).
 
     A stubbed ``drop_half_draws.py --every`` follower runs until killed and then logs ``killed``; with
     ``followers`` every stubbed sweep first waits (10 s at most) until as many followers have started as sweeps
@@ -159,7 +160,7 @@ def _stubbed_run_scale(tmp_path: Path, *args: str, followers: bool = False) -> l
             if followers else "")  # fmt: skip
     (bin_ / "meanfield").write_text(f'#!/bin/sh\necho "meanfield $*" >> "{log}"\n{wait}')
     (bin_ / "python").write_text(
-        f'#!/bin/sh\necho "python $*" >> "{log}"\ncase "$*" in *--every*)\n'
+        f'#!/bin/sh\necho "python $*" >> "{log}"\ncase "$*" in *--choice*) echo "{choice}" ;; *--every*)\n'
         f'  trap \'echo "killed" >> "{log}"; exit 0\' TERM\n  echo x >> "{started}"\n'
         f"  for i in $(seq 4000); do sleep 0.05; done ;;\nesac\n"  # ends within minutes even if never killed
     )
@@ -817,6 +818,10 @@ def test_run_scale_issue47_runs_hot_then_p6_then_the_lr_choice(tmp_path):
     assert calls[-1] == ["python", "experiments/particle_attention/scale_lr.py", "--choice"]  # lr-fair, last
     fair = _stubbed_run_scale(tmp_path / "f", "lr-fair")
     assert fair == [["python", "experiments/particle_attention/scale_lr.py", "--choice"]]
+    fair = [c for c in _stubbed_run_scale(tmp_path / "g", "lr-fair", choice="mha8+lr3e-4") if c[0] == "meanfield"]
+    grid = [(c[c.index("--grid") + 1], c[c.index("--seeds") + 1], c[c.index("--out") + 1].split("/")[-1])
+            for c in fair if "--order" in c]  # fmt: skip
+    assert grid == [("preset=mha8+lr3e-4", "0,1,2,3,4,5,6,7", "lr_fair")]  # a chosen lr ≠ 1e-3: its 8 seeds run
 
 
 def _fake_run(folder: Path, preset: str, seed: int, val_loss: float | None) -> None:
@@ -862,6 +867,8 @@ def test_scale_lr_chooses_by_the_rule_and_reports_p3_to_p5_with_wilcoxon(tmp_pat
         assert f"| {row} − mha8 | ? / 3e-3 | 0 | left out (budget): not run |" in text
     assert "| left out (budget) |" in text and "| 1e-3 |" in text  # p16's choice cell; p8's chosen lr
     assert "not testable" in lr.markdown({}, {}, [{"arm": "p8", "seeds": [], "d": None}])  # control: p8 is not left out
+    chosen_after_all = lr.markdown({"p16": {}}, {"p16": "3e-4"}, [])  # a left-out arm that was chosen after all
+    assert "| p16 | — | — | — | 3e-4 |" in chosen_after_all and "| p32 | — | — | — | left out (budget) |" in chosen_after_all
 
 
 def test_scale_lr_calls_a_row_whose_sign_one_seed_sets_carried_by_one_seed(tmp_path):
@@ -902,6 +909,8 @@ def test_scale_issue47_verdict_words_follow_the_rows_numbers():
     e = _module("issue47", HERE / "scale_issue47.py").exploratory_verdict
     assert e(up, 0.01, 8) == "exploratory: higher (Holm p < 0.05 within the sweep table, 8 pairs; not a registered test)"
     assert e(flat, 1.0, 8) == "exploratory: " + v(flat, 1.0, 8) and "established" not in e(up, 0.01, 8)
+    down = paired_difference([1.0] * 8, [1.1, 1.2, 1.15, 1.12, 1.18, 1.11, 1.16, 1.14])
+    assert e(down, 0.01, 8).startswith("exploratory: lower (")
 
 
 def test_scale_issue47_puts_p6_prime_in_the_primary_family_for_information():
@@ -978,8 +987,8 @@ def test_drop_half_why_table_groups_the_curve_by_beta_and_ranks_the_gap(tmp_path
     for arm, seed, relative, gap in runs:
         name = f"preset={arm}_seed={seed}"
         record = {"run": name, "seed": seed, "arm": arm, "relative": relative, "spread": 10 * relative,
-                  "check": 1.0, "val_loss": 1.7, "rms_qkv": 0.05, "rms_o": 0.06,
-                  "noise_walk_rms": 0.0 if arm == "p8" else 0.12}  # fmt: skip
+                  "check": 1.0, "val_loss": 1.7, "rms_qkv": 0.05 if arm == "p8" else 0.3,
+                  "rms_o": 0.06 if arm == "p8" else 0.3, "noise_walk_rms": 0.0 if arm == "p8" else 0.12}  # fmt: skip
         (out / f"{name}.json").write_text(json.dumps(record))
         if gap is not None:
             stage = "p6" if arm == "p8" else "secondary"
@@ -991,7 +1000,8 @@ def test_drop_half_why_table_groups_the_curve_by_beta_and_ranks_the_gap(tmp_path
     assert "| 0 | 2 (0, 1) | 1.700 | 0.950 | 8.1000 | 0.810 |" in text
     assert "| 0.01 | 2 (3, 4) | 1.700 | 1.250 | 9.1000 | 0.910 |" in text
     assert "| 0.03 | 1 (3) |" in text and "9.9" not in text  # seed 4 has no record; p16 is off the curve
-    # learned ⊕ walk: the β = 0 RMS and the walk add in quadrature (√(0.05² + 0.12²) = 0.13, not their sum 0.17)
+    # learned ⊕ walk: β = 0's RMS (not the row's own 0.3) and the walk add in quadrature (√(0.05² + 0.12²) = 0.13,
+    # not their sum 0.17)
     assert "| 0.1200 | 0.1300, 0.1342 |" in text and "| 0.0000 | 0.0500, 0.0600 |" in text
     kept = [r for r in runs if r[0] != "p16" and r[3] is not None]
     rho = st.spearmanr([r[3] for r in kept], [r[2] for r in kept]).statistic

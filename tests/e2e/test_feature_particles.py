@@ -308,9 +308,27 @@ def test_law_anchor_sensitivity_reads_half_at_both_anchors(monkeypatch):
         return curve
 
     text, shifts = report.law_anchor_sensitivity({d: law(d) for d in cross_at})
+    ascending = {d: {k: (v[::-1] if isinstance(v, list) else v) for k, v in law(d).items()} for d in cross_at}
+    assert report.law_anchor_sensitivity(ascending) == (text, shifts)  # the grid's order does not matter
     eight = " | ".join(report.number_text(c * d / 4) for d, c in cross_at.items())
     assert f"| aligned | 1e-5 | {eight} | -3.32 |  |" in text and f"| aligned | 1e-4 | {eight} | -3.32 | 0.0 % |" in text
     assert set(shifts) == set(report.INTENSIVE) and shifts["q"] == (pytest.approx(0, abs=1e-12), pytest.approx(-3.3219, abs=1e-4))
     _, moved = report.law_anchor_sensitivity({d: law(d, bump=h / 2) for d in cross_at})
     assert moved["q"][0] == pytest.approx(10**0.25 - 1) and moved["q"][1] == pytest.approx(shifts["q"][1])
     assert report.law_anchor_sensitivity({8: law(8), 16: law(16)}) == ("", {})  # fewer than three d
+
+
+def test_glance_states_the_laws_anchor_shift_unrounded_down(monkeypatch):
+    """The λ ≈ 1 row of ``report.glance_table`` gives the law's own anchor shift to a tenth of a percent (0.0725
+    reads "≤ 7.2 %", never a "≤ 7 %" that the shift exceeds) and leaves the phrase out when the shift is NaN."""
+    report = _report(monkeypatch, "fp_report_glance_law")
+    law = {"runs": {8: 0.0021, 16: 0.00095, 32: 0.00043}, "law": {8: 0.002, 16: 0.00074, 32: 0.00031},
+           "exponent": (-1.16, -1.34), "anchor_shift": 0.0725}  # fmt: skip
+    lam = {"crossings": {8: 0.055, 16: 0.010, 32: 0.0015}}
+
+    def row(law):
+        text = report.glance_table({}, {}, lam, [], law=law)
+        return next(x for x in text.splitlines() if x.startswith("| behaviour changes"))
+
+    assert "≤ 7.2 % when the law's own anchor moves from its coldest β to 1e-4" in row(law)
+    assert "anchor moves" not in row(law | {"anchor_shift": math.nan})
