@@ -5,10 +5,11 @@ from __future__ import annotations
 import hashlib
 import numbers
 import secrets
+import warnings
 
 import torch
 
-__all__ = ["derive_seed", "resolve_generator", "SEED_RANGE"]
+__all__ = ["derive_seed", "resolve_generator", "warn_if_global_seed", "SEED_RANGE"]
 
 SEED_RANGE = (-(2**63), 2**64)
 """The seeds ``torch.Generator.manual_seed`` takes: $[-2^{63}, 2^{64})$."""
@@ -23,6 +24,26 @@ def derive_seed(seed: int, stream: str) -> int:
     """
     digest = hashlib.sha256(f"{seed}/{stream}".encode()).digest()
     return int.from_bytes(digest[:8], "little") >> 2
+
+
+def warn_if_global_seed(seed: int | None, who: str, stacklevel: int = 3) -> None:
+    """Warn when a noise stream's ``seed`` is the one torch's global generator was last given.
+
+    After ``torch.manual_seed(s)``, a ``torch.Generator().manual_seed(s)`` draws the same numbers as the global
+    generator: the noise of a sampler seeded with ``s`` repeats, draw for draw, an initialisation made with
+    ``torch.randn`` after that call, so the first steps' noise is the initial state itself (a bias, not an
+    independent kick). The remedy is a stream of its own, ``derive_seed(s, "noise")`` (as ``meanfield run``
+    does). ``torch.initial_seed()`` is that of the global CPU generator; a seed drawn at random never matches
+    it in practice.
+    """
+    if seed is not None and seed == torch.initial_seed():
+        warnings.warn(
+            f"{who}: seed={seed} is also the seed of torch's global generator (torch.manual_seed({seed})): its "
+            "noise can repeat the global stream's draws, e.g. an initialisation made with torch.randn after that "
+            f'call. Pass seed=meanfield.seeds.derive_seed({seed}, "noise") for a stream of its own',
+            UserWarning,
+            stacklevel=stacklevel,
+        )
 
 
 def resolve_generator(

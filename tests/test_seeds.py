@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -13,6 +15,7 @@ from meanfield.drift.potentials import (
 from meanfield.seeds import resolve_generator
 
 F64 = torch.float64
+UNDER_MUTMUT = "MUTANT_UNDER_TEST" in os.environ
 
 
 B, M, D = 4, 30, 2
@@ -73,3 +76,40 @@ def test_every_entry_point_reads_a_seed_the_same_way():
             simulate(system, state(), t1=0.05, dt=0.01, generator=bad)
         with pytest.raises(TypeError, match="int seed"):
             BrownianIncrements.sample(3, (2, 2), 0.1, generator=bad)
+
+
+def test_a_noise_seed_equal_to_the_global_one_is_warned_of_because_its_noise_repeats_the_init():
+    """``warn_if_global_seed``: after ``torch.manual_seed(7)`` an initialisation drawn with ``torch.randn`` and
+    ``Langevin(seed=7)``'s first noise are the same numbers (ξ = (θ₁ − θ₀)/√(2βη) on a zero gradient equals θ₀
+    exactly): the warning is about a real correlation. It is given once, at the caller's line, by ``Langevin``,
+    ``KineticLangevin`` and ``simulate(generator=7)``. Controls: ``derive_seed(7, "noise")`` and another seed
+    draw other numbers and do not warn."""
+    import warnings
+
+    from meanfield.optim import KineticLangevin, Langevin
+    from meanfield.seeds import derive_seed
+
+    def first_noise(seed):
+        torch.manual_seed(7)
+        theta = torch.nn.Parameter(torch.randn(6, 3, dtype=F64))
+        theta0 = theta.detach().clone()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            opt = Langevin([theta], lr=0.01, beta=0.5, seed=seed)
+        theta.grad = torch.zeros_like(theta)
+        opt.step()
+        return theta0, (theta.detach() - theta0) / (2 * 0.5 * 0.01) ** 0.5, caught
+
+    theta0, xi, caught = first_noise(7)
+    assert torch.allclose(xi, theta0, rtol=0, atol=1e-12)  # the footgun itself
+    assert len(caught) == 1 and "is also the seed of torch's global generator" in str(caught[0].message)
+    assert (UNDER_MUTMUT or caught[0].filename == __file__) and 'derive_seed(7, "noise")' in str(caught[0].message)
+    for other in (derive_seed(7, "noise"), 8):
+        theta0, xi, caught = first_noise(other)
+        assert not caught and (xi - theta0).abs().max() > 0.1
+    torch.manual_seed(7)
+    with pytest.warns(UserWarning, match="KineticLangevin: seed=7 is also the seed"):
+        KineticLangevin([torch.nn.Parameter(torch.zeros(3))], lr=0.1, friction=1.0, beta=0.1, seed=7)
+    with pytest.warns(UserWarning, match="simulate: seed=7 is also the seed") as record:
+        simulate(MeanFieldLangevin(Quadratic(A), beta=BETA), state(), t1=0.02, dt=0.01, generator=7)
+    assert UNDER_MUTMUT or record[0].filename == __file__  # mutmut's trampolines add frames

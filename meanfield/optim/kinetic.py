@@ -49,6 +49,7 @@ from meanfield.optim.conventions import TEMPERATURE_CONVENTIONS
 from meanfield.optim.direct import DirectStep
 from meanfield.optim.gradients import norms_and_sum
 from meanfield.optim.groups import beta_value, check_floating, normalise
+from meanfield.seeds import warn_if_global_seed
 
 __all__ = ["KineticLangevin"]
 
@@ -103,7 +104,8 @@ class KineticLangevin(DirectStep, torch.optim.Optimizer):
             $\exp(-L/\beta_s)$: the noise uses $M\cdot \beta_s$).
         projection: ``None`` or a [`Projection`][meanfield.drift.projections.Projection] applied to θ after every step.
         generator: the ``torch.Generator`` of the noise (on the parameters' device).
-        seed: seed of the optimizer's own generator when ``generator`` is not given.
+        seed: seed of the optimizer's own generator when ``generator`` is not given (as for ``Langevin``: a seed
+            equal to ``torch.initial_seed()`` warns, [`warn_if_global_seed`][meanfield.seeds.warn_if_global_seed]).
         check_every: check the gradients for NaN/Inf entries (one reduction and one synchronisation per group)
             at a group's steps ``0, k, 2k, …`` (``k = check_every``); ``1`` (default): every step, before any
             parameter changes; ``0``: never.
@@ -147,6 +149,7 @@ class KineticLangevin(DirectStep, torch.optim.Optimizer):
             raise ValueError("pass either generator or seed, not both")
         if seed is not None:
             seed = check_int("seed", seed, minimum=0)
+        warn_if_global_seed(seed, type(self).__name__)
         self._generator_given = generator
         self._seed = int(torch.randint(0, 2**62, (1,))) if seed is None and generator is None else seed
         self._generators: dict[torch.device, torch.Generator] = {}

@@ -46,6 +46,7 @@ from meanfield.optim.noise import (
     local_noise,
 )
 from meanfield.optim.step_stats import LangevinStats, LazyStats, Record
+from meanfield.seeds import warn_if_global_seed
 
 __all__ = ["Langevin"]
 
@@ -114,7 +115,8 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
             neither, one seed is drawn from torch's global generator at construction. It seeds the generator
             as given: with ``torch.manual_seed(s)`` for the initialisation, pass
             ``seed=`` [`derive_seed`][meanfield.seeds.derive_seed]``(s, "noise")`` (as ``meanfield run`` does), not
-            ``s``, or the noise repeats the initialisation's draws.
+            ``s``, or the noise repeats the initialisation's draws (a seed equal to ``torch.initial_seed()``
+            warns: [`warn_if_global_seed`][meanfield.seeds.warn_if_global_seed]).
         temperature_convention: what ``beta`` means (`TEMPERATURE_CONVENTIONS`): ``"mean_field"``
             (default: the temperature of $\exp(-M\cdot L/\beta)$) or ``"loss"`` (the seeds' $\beta_s$ of
             $\exp(-L/\beta_s)$; the noise uses $M\cdot \beta_s$, ``M`` the factor applied to the gradients: 1 with
@@ -191,6 +193,7 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
                 )
         if generator is not None and seed is not None:
             raise ValueError("pass either generator or seed, not both")
+        warn_if_global_seed(seed, type(self).__name__)
         self._warned_not_gibbs = False
         self._warned_momentum = False
         self._layout_key: list[tuple] | None = None  # what the layout was built for

@@ -24,7 +24,7 @@ from ..drift.resolution import (
 )
 from ..drift.systems import ParticleSystem
 from ..progress import progress_bar
-from ..seeds import resolve_generator
+from ..seeds import resolve_generator, warn_if_global_seed
 from .brownian import BrownianIncrements, GaussianNoise, NoiseSource, RademacherNoise
 from .solvers import Solver, get_solver
 
@@ -164,6 +164,7 @@ def _noise_source(
             f"so pass torch.Generator(device={str(x0.device)!r}) (or an int seed: simulate makes one there)"
         )
     generator, seed = resolve_generator(generator, x0.device)  # an int, a numpy integer, a Generator or None
+    warn_if_global_seed(seed, "simulate", stacklevel=4)  # the user's simulate(...) call: here, _noise_source, simulate
     return NOISES[noise](shape, dt, generator, x0.dtype, x0.device), seed
 
 
@@ -475,6 +476,8 @@ def simulate(
         generator: the ``torch.Generator`` the noise is drawn from, an int seed (a Python or numpy integer),
             or ``None`` for a fresh random seed (recorded in ``Trajectory.seed``); read by
             [`meanfield.seeds.resolve_generator`][meanfield.seeds.resolve_generator], as in every entry point.
+            An int equal to ``torch.initial_seed()`` warns: after ``torch.manual_seed(s)``, ``generator=s`` draws
+            the numbers an ``x0 = torch.randn(...)`` drew ([`warn_if_global_seed`][meanfield.seeds.warn_if_global_seed]).
         noise: ``"gaussian"`` or ``"rademacher"`` (±1 increments: weak order 1, Euler–Maruyama only).
         brownian: pre-drawn increments instead of a generator (e.g. a coarsened path for order tests), or
             another [`NoiseSource`][meanfield.stepping.brownian.NoiseSource] of the system's noise shape (e.g.
