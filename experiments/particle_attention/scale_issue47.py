@@ -196,8 +196,8 @@ def markdown(scale: Path) -> str:
     lines += ["", "**P3′–P5′: each arm at its own learning rate** (`scale_lr.py`)", ""]
     table = _lr.tuning_table(_lr.runs(scale / "lr_tune"))
     chosen = _lr.choose(table)
-    lines.append(_lr.markdown(table, chosen, _lr.comparisons(_lr.final_losses(chosen, scale / "lr_fair",
-                                                                               scale / "primary"))))  # fmt: skip
+    rows = _lr.comparisons(_lr.final_losses(chosen, scale / "lr_fair", scale / "primary"))
+    lines.append(_lr.markdown(table, chosen, rows, _lr.early_losses(scale / "lr_tune")))
     lines += [
         VERDICTS_START,  # a snippet section: the page opens with this table (docs/experiments/particle_attention.md)
         "**Verdicts, one row per seed claim** (6 × 256, tiny-shakespeare characters, final step; Δ first arm − "

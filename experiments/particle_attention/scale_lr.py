@@ -47,6 +47,7 @@ PARTICLES = ("p8", "p16", "p32")
 LEFT_OUT = ("p16", "p32")  # P4′, P5′: not run, for the budget (results/scale/issue47_plan.md, 2026-12-06 20:45 UTC)
 SEEDS_TUNE = (0, 1, 2)
 SEEDS_FAIR = tuple(range(8))
+EARLY_STEP = 450  # the early plateau: where MHA-8 and M = 8 part at lr 1e-3 (a descriptive column, not a test)
 
 
 def runs(folder: Path) -> dict[tuple[str, ...], dict[int, dict]]:
@@ -74,6 +75,24 @@ def tuning_table(tune: dict[tuple[str, ...], dict[int, dict]]) -> dict[str, dict
                 continue
             value = s["final"].get("val_loss", math.inf) if s.get("status") == "finished" else math.inf
             out.setdefault(arm, {}).setdefault(lr, []).append(float(value))
+    return out
+
+
+def early_losses(folder: Path, step: int = EARLY_STEP) -> dict[str, dict[str, list[float]]]:
+    """``{arm: {lr: [training loss logged at ``step`` of each finished tuning run]}}``: the mean over the log
+    window before ``step`` (``metrics.jsonl``), to show how fast each arm leaves the early plateau at each lr.
+    Descriptive: no test is registered on it."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for run in sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
+        if not (run / "summary.json").is_file() or json.loads((run / "summary.json").read_text()).get("status") != "finished":
+            continue
+        presets = str(json.loads((run / "point.json").read_text())["point"].get("preset", "")).split("+")
+        if len(presets) != 3 or presets[0] != "tune":
+            continue
+        rows = (json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip())
+        loss = next((r["train_loss"] for r in rows if r.get("step") == step and "train_loss" in r), None)
+        if loss is not None:
+            out.setdefault(presets[1], {}).setdefault(presets[2].removeprefix("lr"), []).append(float(loss))
     return out
 
 
@@ -133,7 +152,12 @@ def comparisons(losses: dict[str, dict[int, float]]) -> list[dict]:
     return rows
 
 
-def markdown(table: dict[str, dict[str, list[float]]], chosen: dict[str, str], rows: list[dict]) -> str:
+def markdown(
+    table: dict[str, dict[str, list[float]]],
+    chosen: dict[str, str],
+    rows: list[dict],
+    early: dict[str, dict[str, list[float]]] | None = None,
+) -> str:
     lines = [
         "**The lr choice** (validation loss at step 2000 on the last 111,540 training characters, seeds 0–2; "
         "mean [min, max]; `inf`: diverged or failed)",
@@ -149,6 +173,19 @@ def markdown(table: dict[str, dict[str, list[float]]], chosen: dict[str, str], r
         ]
         choice = "left out (budget)" if arm in LEFT_OUT and arm not in chosen else chosen.get(arm, "not yet")
         lines.append(f"| {arm} | " + " | ".join(cells) + f" | {choice} |")
+    if early:
+        lines += [
+            "",
+            f"Training loss at step {EARLY_STEP} of the same runs (mean over the log window before it; mean [min, max]:"
+            " how fast each arm leaves the early plateau; descriptive, not a test)",
+            "",
+            "| arm | " + " | ".join(f"lr {lr}" for lr in LRS) + " |",
+            "|---|" + "---|" * len(LRS),
+        ]  # fmt: skip
+        for arm, by_lr in early.items():
+            cells = [f"{sum(v) / len(v):.3f} [{min(v):.3f}, {max(v):.3f}] (n={len(v)})" if v else "—"
+                     for v in (by_lr.get(lr, []) for lr in LRS)]  # fmt: skip
+            lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "**P3–P5 at each arm's lr** (final validation loss, seeds 0–7, pM − mha8; Holm over the three rows)",
@@ -185,7 +222,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.choice:
         print(",".join(fair_points(chosen)))
         return
-    text = markdown(table, chosen, comparisons(final_losses(chosen, args.fair, args.primary)))
+    text = markdown(table, chosen, comparisons(final_losses(chosen, args.fair, args.primary)), early_losses(args.tune))
     args.out.write_text(text)
     sys.stdout.write(text)
 
