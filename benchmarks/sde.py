@@ -22,7 +22,7 @@ run one after the other). Run: ``python benchmarks/sde.py`` (``--smoke`` for a s
 runs); the results go to ``benchmarks/results/<machine>/sde.md``.
 
 **On a device** (``--device cuda``, or ``--device cpu`` for the same table on the CPU): the Euler–Maruyama
-step of ``simulate`` at M·d = 10⁶ … 10⁸ numbers (float32, B = 1, d = 10), as steps/s, numbers/s and as a
+step of ``simulate`` at M·d = 10⁶ … 10⁸ numbers on CUDA (10⁵, 10⁶ on a CPU) (float32, B = 1, d = 10), as steps/s, numbers/s and as a
 fraction of the memory bandwidth, counting the least a step must move: read x and write x, 8 bytes a number.
 The bandwidth is measured in the same run (a device copy ``y.copy_(x)`` of the largest state, also 8 bytes a
 number) and, where known, the vendor's figure is given too. Columns: ``noise alone`` and ``draw + 1 pass``
@@ -324,7 +324,7 @@ def main(argv=None) -> str:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat: checks that it runs")
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument(
-        "--out", default=None, help="results file (default benchmarks/results/sde.md, or sde-<device>.md)"
+        "--out", default=None, help="results file (default benchmarks/results/<machine>/sde.md, or sde-device.md with --device)"
     )
     parser.add_argument("--device", default=None, help="the EM-step table on this device (cuda, cpu) instead")
     parser.add_argument("--sizes", type=float, nargs="+", default=None, help="M·d of the device table")
