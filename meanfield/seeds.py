@@ -26,21 +26,22 @@ def derive_seed(seed: int, stream: str) -> int:
     return int.from_bytes(digest[:8], "little") >> 2
 
 
-def warn_if_global_seed(seed: int | None, who: str, stacklevel: int = 3) -> None:
+def warn_if_global_seed(seed: int | None, who: str, argument: str = "seed", stacklevel: int = 3) -> None:
     """Warn when a noise stream's ``seed`` is the one torch's global generator was last given.
 
     After ``torch.manual_seed(s)``, a ``torch.Generator().manual_seed(s)`` draws the same numbers as the global
     generator: the noise of a sampler seeded with ``s`` repeats, draw for draw, an initialisation made with
     ``torch.randn`` after that call, so the first steps' noise is the initial state itself (a bias, not an
     independent kick). The remedy is a stream of its own, ``derive_seed(s, "noise")`` (as ``meanfield run``
-    does). ``torch.initial_seed()`` is that of the global CPU generator; a seed drawn at random never matches
-    it in practice.
+    does). ``torch.initial_seed()`` is that of the global CPU generator, kept modulo $2^{64}$ (a negative seed
+    ``s`` is stored as $2^{64} + s$: the same stream); a seed drawn at random never matches it in practice.
+    ``argument`` is the caller's name for the seed (``generator`` for ``simulate``), used in the remedy.
     """
-    if seed is not None and seed == torch.initial_seed():
+    if seed is not None and seed % 2**64 == torch.initial_seed():
         warnings.warn(
-            f"{who}: seed={seed} is also the seed of torch's global generator (torch.manual_seed({seed})): its "
+            f"{who}: {argument}={seed} is also the seed of torch's global generator (torch.manual_seed({seed})): its "
             "noise can repeat the global stream's draws, e.g. an initialisation made with torch.randn after that "
-            f'call. Pass seed=meanfield.seeds.derive_seed({seed}, "noise") for a stream of its own',
+            f'call. Pass {argument}=meanfield.seeds.derive_seed({seed}, "noise") for a stream of its own',
             UserWarning,
             stacklevel=stacklevel,
         )

@@ -82,8 +82,10 @@ def test_a_noise_seed_equal_to_the_global_one_is_warned_of_because_its_noise_rep
     """``warn_if_global_seed``: after ``torch.manual_seed(7)`` an initialisation drawn with ``torch.randn`` and
     ``Langevin(seed=7)``'s first noise are the same numbers (ξ = (θ₁ − θ₀)/√(2βη) on a zero gradient equals θ₀
     exactly): the warning is about a real correlation. It is given once, at the caller's line, by ``Langevin``,
-    ``KineticLangevin`` and ``simulate(generator=7)``. Controls: ``derive_seed(7, "noise")`` and another seed
-    draw other numbers and do not warn."""
+    ``KineticLangevin``, ``simulate(generator=7)`` (naming its own argument in the remedy) and
+    ``BrownianIncrements.sample``, also for a negative seed (torch keeps it modulo 2^64). Controls:
+    ``derive_seed(7, "noise")`` and another seed draw other numbers and do not warn, nor does a Langevin group
+    whose noise is block-seeded (``noise_block``) or absent."""
     import warnings
 
     from meanfield.optim import KineticLangevin, Langevin
@@ -110,6 +112,16 @@ def test_a_noise_seed_equal_to_the_global_one_is_warned_of_because_its_noise_rep
     torch.manual_seed(7)
     with pytest.warns(UserWarning, match="KineticLangevin: seed=7 is also the seed"):
         KineticLangevin([torch.nn.Parameter(torch.zeros(3))], lr=0.1, friction=1.0, beta=0.1, seed=7)
-    with pytest.warns(UserWarning, match="simulate: seed=7 is also the seed") as record:
+    with pytest.warns(UserWarning, match="simulate: generator=7 is also the seed") as record:
         simulate(MeanFieldLangevin(Quadratic(A), beta=BETA), state(), t1=0.02, dt=0.01, generator=7)
     assert UNDER_MUTMUT or record[0].filename == __file__  # mutmut's trampolines add frames
+    assert 'Pass generator=meanfield.seeds.derive_seed(7, "noise")' in str(record[0].message)  # simulate's argument
+    torch.manual_seed(-5)  # stored as 2**64 − 5: the same stream as a generator seeded −5
+    with pytest.warns(UserWarning, match=r"BrownianIncrements.sample: generator=-5 is also the seed"):
+        BrownianIncrements.sample(3, (2, 2), 0.1, generator=-5)
+    torch.manual_seed(7)
+    with warnings.catch_warnings(record=True) as caught:  # controls: no noise from the seed's own stream
+        warnings.simplefilter("always")
+        Langevin([torch.nn.Parameter(torch.zeros(4, 2))], lr=0.1, beta=0.5, seed=7, noise_block=2)  # derived seeds
+        Langevin([torch.nn.Parameter(torch.zeros(4, 2))], lr=0.1, beta=0.5, seed=7, noise=False)  # no noise at all
+    assert not [w for w in caught if "global generator" in str(w.message)]

@@ -52,7 +52,8 @@ EARLY_STEP = 450  # the early plateau: where MHA-8 and M = 8 part at lr 1e-3 (a 
 
 def runs(folder: Path) -> dict[tuple[str, ...], dict[int, dict]]:
     """``{presets: {seed: summary}}`` of every run folder under ``folder`` that has a ``summary.json``
-    (finished or not): ``presets`` is the point's preset split at ``+`` (``("tune", "p8", "lr3e-3")``)."""
+    (finished or not): ``presets`` is the point's preset split at ``+`` (``("tune", "p8", "lr3e-3")``); each
+    summary carries its run's ``folder``."""
     out: dict[tuple[str, ...], dict[int, dict]] = {}
     for run in sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
         if not ((run / "summary.json").is_file() and (run / "point.json").is_file()):
@@ -60,7 +61,7 @@ def runs(folder: Path) -> dict[tuple[str, ...], dict[int, dict]]:
         point = json.loads((run / "point.json").read_text())
         presets = tuple(str(point["point"].get("preset") or point.get("preset") or "").split("+"))
         seed = int(_config.load_toml(run / "config.toml")["seed"])
-        out.setdefault(presets, {})[seed] = json.loads((run / "summary.json").read_text())
+        out.setdefault(presets, {})[seed] = json.loads((run / "summary.json").read_text()) | {"folder": run}
     return out
 
 
@@ -79,21 +80,24 @@ def tuning_table(tune: dict[tuple[str, ...], dict[int, dict]]) -> dict[str, dict
 
 
 def early_losses(folder: Path, step: int = EARLY_STEP) -> dict[str, dict[str, list[float]]]:
-    """``{arm: {lr: [training loss logged at ``step`` of each finished tuning run]}}``: the mean over the log
-    window before ``step`` (``metrics.jsonl``), to show how fast each arm leaves the early plateau at each lr.
+    """``{arm: {lr: [training loss logged at ``step`` of each finished tuning run]}}``, the tuning grid's runs
+    only (arms ``ARMS``, lrs ``LRS``, seeds ``SEEDS_TUNE``; arms in that order): the mean over the log window
+    before ``step`` (``metrics.jsonl``), to show how fast each arm leaves the early plateau at each lr.
     Descriptive: no test is registered on it."""
-    out: dict[str, dict[str, list[float]]] = {}
-    for run in sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []:
-        if not (run / "summary.json").is_file() or json.loads((run / "summary.json").read_text()).get("status") != "finished":
+    found: dict[str, dict[str, list[float]]] = {}
+    for (_, arm, lr_preset), by_seed in ((k, v) for k, v in runs(folder).items() if len(k) == 3 and k[0] == "tune"):
+        lr = lr_preset.removeprefix("lr")
+        if arm not in ARMS or lr not in LRS:
             continue
-        presets = str(json.loads((run / "point.json").read_text())["point"].get("preset", "")).split("+")
-        if len(presets) != 3 or presets[0] != "tune":
-            continue
-        rows = (json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip())
-        loss = next((r["train_loss"] for r in rows if r.get("step") == step and "train_loss" in r), None)
-        if loss is not None:
-            out.setdefault(presets[1], {}).setdefault(presets[2].removeprefix("lr"), []).append(float(loss))
-    return out
+        for seed in SEEDS_TUNE:
+            if by_seed.get(seed, {}).get("status") != "finished":
+                continue
+            metrics = by_seed[seed]["folder"] / "metrics.jsonl"
+            rows = (json.loads(line) for line in metrics.read_text().splitlines() if line.strip())
+            loss = next((r["train_loss"] for r in rows if r.get("step") == step and "train_loss" in r), None)
+            if loss is not None:
+                found.setdefault(arm, {}).setdefault(lr, []).append(float(loss))
+    return {arm: found[arm] for arm in ARMS if arm in found}
 
 
 def choose(table: dict[str, dict[str, list[float]]]) -> dict[str, str]:

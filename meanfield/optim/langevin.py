@@ -193,7 +193,6 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
                 )
         if generator is not None and seed is not None:
             raise ValueError("pass either generator or seed, not both")
-        warn_if_global_seed(seed, type(self).__name__)
         self._warned_not_gibbs = False
         self._warned_momentum = False
         self._layout_key: list[tuple] | None = None  # what the layout was built for
@@ -234,6 +233,8 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
             self._warn_not_gibbs(stacklevel=2)
         if any(momentum_with_noise(g) for g in self.param_groups):
             self._warn_momentum(stacklevel=2)
+        if any(g["noise"] and not g.get("noise_block") for g in self.param_groups):  # draws from the seed's stream
+            warn_if_global_seed(seed, type(self).__name__)
 
     @staticmethod
     def param_groups_for(

@@ -21,7 +21,7 @@ import torch
 
 from .. import _background
 from .._checks import check_int, check_positive
-from ..seeds import resolve_generator
+from ..seeds import resolve_generator, warn_if_global_seed
 
 __all__ = ["NoiseSource", "GaussianNoise", "RademacherNoise", "BrownianIncrements"]
 
@@ -265,7 +265,8 @@ class BrownianIncrements(NoiseSource):
         r"""Draw ``n_steps`` increments $dW_n \sim N(0, dt\cdot I)$ (and $H_n \sim N(0, dt/12\cdot I)$ if ``levy_area``);
         ``generator`` a ``torch.Generator`` on ``device`` or an int seed (Python or numpy integer)."""
         n_steps, dt = check_int("n_steps", n_steps), check_positive("dt", dt)
-        generator, _ = resolve_generator(generator, device, allow_none=False)
+        generator, seed = resolve_generator(generator, device, allow_none=False)
+        warn_if_global_seed(seed, "BrownianIncrements.sample", "generator")
         full = (n_steps, *shape)
         dW = torch.empty(full, dtype=dtype, device=device).normal_(
             0.0, math.sqrt(dt), generator=generator

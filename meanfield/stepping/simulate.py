@@ -164,7 +164,7 @@ def _noise_source(
             f"so pass torch.Generator(device={str(x0.device)!r}) (or an int seed: simulate makes one there)"
         )
     generator, seed = resolve_generator(generator, x0.device)  # an int, a numpy integer, a Generator or None
-    warn_if_global_seed(seed, "simulate", stacklevel=4)  # the user's simulate(...) call: here, _noise_source, simulate
+    warn_if_global_seed(seed, "simulate", "generator", stacklevel=4)  # the user's simulate(...) call: here, _noise_source, simulate
     return NOISES[noise](shape, dt, generator, x0.dtype, x0.device), seed
 
 

@@ -1010,19 +1010,21 @@ def test_drop_half_why_table_groups_the_curve_by_beta_and_ranks_the_gap(tmp_path
 
 def test_scale_lr_early_losses_read_each_finished_tuning_runs_loss_at_the_plateau(tmp_path):
     """``scale_lr.early_losses``: the training loss logged at step 450 of each finished tuning run, by arm and lr
-    (hand-made ``metrics.jsonl``: the value at step 450, not its neighbours'); a diverged run and a run outside
-    the tuning grid (control) are left out; ``markdown`` prints it as its own descriptive table."""
+    (hand-made ``metrics.jsonl``: the value at step 450, not its neighbours'); a diverged run and runs off the
+    tuning grid (another lr, seed or arm, or not a tuning run: controls) are left out; ``markdown`` prints it as
+    its own descriptive table."""
     lr = _module("lr", HERE / "scale_lr.py")
     tune = tmp_path / "lr_tune"
     for name, preset, seed, loss in (("a", "tune+mha8+lr3e-4", 0, 2.26), ("b", "tune+mha8+lr3e-4", 1, 2.28),
                                      ("c", "tune+p8+lr1e-3", 0, 2.05), ("d", "tune+p8+lr3e-3", 0, None),
-                                     ("e", "p8", 0, 9.0)):  # fmt: skip
+                                     ("e", "p8", 0, 9.0), ("f", "tune+p8+lr1e-2", 0, 9.1),
+                                     ("g", "tune+p8+lr1e-3", 5, 9.2), ("h", "tune+p99+lr1e-3", 0, 9.3)):  # fmt: skip
         _fake_run(tune / name, preset, seed, 1.6 if loss is not None else None)
         steps = [{"step": 400, "train_loss": 7.0}, {"step": 450, "train_loss": loss if loss is not None else 8.0},
                  {"step": 450, "val_loss": 5.0}, {"step": 500, "train_loss": 6.0}]  # fmt: skip
         (tune / name / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in steps) + "\n")
-    early = lr.early_losses(tune)
-    assert early == {"mha8": {"3e-4": [2.26, 2.28]}, "p8": {"1e-3": [2.05]}}
+    early = lr.early_losses(tune)  # off the grid, left out: an lr (1e-2), a seed (5), an arm (p99), not tuning (p8)
+    assert early == {"mha8": {"3e-4": [2.26, 2.28]}, "p8": {"1e-3": [2.05]}} and list(early) == ["mha8", "p8"]
     text = lr.markdown({}, {}, [], early)
     assert "| mha8 | 2.270 [2.260, 2.280] (n=2) | — | — |" in text and "| p8 | — | 2.050 [2.050, 2.050] (n=1) | — |" in text
     assert "Training loss at step" not in lr.markdown({}, {}, [])  # no runs: no table
