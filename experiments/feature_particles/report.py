@@ -358,14 +358,14 @@ def lambda_table() -> tuple[str, dict]:
 # issue 28: intensive order parameters of the λ transition, the M scan, the mean-field prediction
 # ----------------------------------------------------------------------------------------------------------
 INTENSIVE = ("aligned", "q", "q_abs_a")  # per-particle averages: their mean-field values do not depend on M
+STATS = (*INTENSIVE, "coverage")  # coverage: an extreme over particles (does some particle sit on w*_k?)
+N_BOOT = 2000
 LAW_ANCHOR = 1e-4  # the law's second anchor (its coldest β, 1e-5, is the first): how far "half" depends on it
 
 
 def power_text(x: float) -> str:
     """A grid β as the page writes it: 1e-4, not 0.0001 or 1e-04."""
     return f"{x:.0e}".replace("e-0", "e-")
-STATS = (*INTENSIVE, "coverage")  # coverage: an extreme over particles (does some particle sit on w*_k?)
-N_BOOT = 2000
 
 
 def theory_module():

@@ -36,6 +36,7 @@ from pathlib import Path
 from scipy import stats as _scipy
 
 from meanfield import config as _config
+from meanfield.runs.folder import MetricsLog
 from meanfield.studies.stats import holm, interval_cell, p_text, paired_difference
 
 HERE = Path(__file__).resolve().parent
@@ -92,8 +93,7 @@ def early_losses(folder: Path, step: int = EARLY_STEP) -> dict[str, dict[str, li
         for seed in SEEDS_TUNE:
             if by_seed.get(seed, {}).get("status") != "finished":
                 continue
-            metrics = by_seed[seed]["folder"] / "metrics.jsonl"
-            rows = (json.loads(line) for line in metrics.read_text().splitlines() if line.strip())
+            rows = MetricsLog(by_seed[seed]["folder"] / "metrics.jsonl").read()
             loss = next((r["train_loss"] for r in rows if r.get("step") == step and "train_loss" in r), None)
             if loss is not None:
                 found.setdefault(arm, {}).setdefault(lr, []).append(float(loss))
@@ -156,6 +156,13 @@ def comparisons(losses: dict[str, dict[int, float]]) -> list[dict]:
     return rows
 
 
+def range_cell(values: list[float], digits: int) -> str:
+    """``mean [min, max] (n=…)`` of one table cell, ``—`` when empty."""
+    if not values:
+        return "—"
+    return f"{sum(values) / len(values):.{digits}f} [{min(values):.{digits}f}, {max(values):.{digits}f}] (n={len(values)})"
+
+
 def markdown(
     table: dict[str, dict[str, list[float]]],
     chosen: dict[str, str],
@@ -171,10 +178,7 @@ def markdown(
     ]
     for arm in ARMS:
         by_lr = table.get(arm, {})
-        cells = [
-            f"{sum(v) / len(v):.4f} [{min(v):.4f}, {max(v):.4f}] (n={len(v)})" if v else "—"
-            for v in (by_lr.get(lr, []) for lr in LRS)
-        ]
+        cells = [range_cell(by_lr.get(lr, []), 4) for lr in LRS]
         choice = "left out (budget)" if arm in LEFT_OUT and arm not in chosen else chosen.get(arm, "not yet")
         lines.append(f"| {arm} | " + " | ".join(cells) + f" | {choice} |")
     if early:
@@ -187,8 +191,7 @@ def markdown(
             "|---|" + "---|" * len(LRS),
         ]  # fmt: skip
         for arm, by_lr in early.items():
-            cells = [f"{sum(v) / len(v):.3f} [{min(v):.3f}, {max(v):.3f}] (n={len(v)})" if v else "—"
-                     for v in (by_lr.get(lr, []) for lr in LRS)]  # fmt: skip
+            cells = [range_cell(by_lr.get(lr, []), 3) for lr in LRS]
             lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     lines += [
         "",
