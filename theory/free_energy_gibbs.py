@@ -11,10 +11,14 @@ gap λ2 ≈ 2.3 and T = 6 leaves ≈ 1e-6), ``free_energy(system, x, entropy="kn
 replicas. The k-NN entropy has a finite-M bias on this bimodal law: it is *measured* at the same M on exact
 draws of ρ_η (inverse CDF of the Nyström law, 400 samples of size M), bias ± SE, and enters the references.
 
-Rows: F̂ vs F(ρ_η) − β·bias (tolerance 5·SE + 5·β·SE(bias)); F̂ vs F* (tolerance 5·SE + |F(ρ_η) − F*| + β·|bias|
-+ 5·β·SE(bias)); Ĥ vs H(ρ_η) + bias; E V̂ vs ∫Vρ_η; the measured bias itself vs 0 (informative: within 5·SE + 0.01).
-Power (fast: M = 1000, B = 100, k = 3): SE(F̂) ≈ 1.2e-3, so an error of 0.006 (0.8 % of |F*|) is detected; the
-bias is measured to ±1.4e-3 nats.
+Rows: F̂ vs F(ρ_η) − β·bias (tolerance 5·SE + 5·β·SE(bias)), Ĥ vs H(ρ_η) + bias and E V̂ vs ∫Vρ_η check the
+simulated law (the bias comes from exact draws of ρ_η, so these rows cannot see an error of the estimator
+itself: it is in the bias too); the measured bias vs 0 (within 5·SE + 0.01 nats: ``ENTROPY_SLACK``) checks the
+estimator; F̂ vs F* checks both against the quadrature alone, with tolerance 5·SE + |F(ρ_η) − F*| +
+β·``ENTROPY_SLACK`` (no measured number in it).
+Power (fast: M = 1000, B = 100, k = 3): SE(F̂) ≈ 1.2e-3, so an error of the simulated law of 0.006 in F (0.8 % of
+|F*|) is detected; an error of the entropy estimator is detected above 0.017 nats (the bias row: 0.01 + 5·SE,
+SE ≈ 1.4e-3), 0.0085 in F.
 Negative control (expect="differ"): F̂ against F* at 1.2β (−1.2β log Z(1.2β)). BROKEN: the simulation at 1.2β,
 caught by Ĥ and E V̂ but *not* by F̂: F is stationary at its minimiser, F(ρ) − F* = β·KL(ρ‖ρ*) for this
 potential-only F, so the 20 % hotter law moves F by β·KL(ρ_{1.2β}‖ρ_β) ≈ 1e-3 (second order), below the SE.
@@ -40,6 +44,7 @@ CLAIM = "Free energy of the double-well Gibbs law from particles (k-NN entropy, 
 BROKEN = dict(beta_sim=0.6)  # the simulation runs 20 % hotter; the references keep β
 PRESETS = {"fast": dict(M=1000, B=100, bias_reps=400), "full": dict(M=4000, B=250, bias_reps=1000)}
 BETA, ETA, T_BURN = 0.5, 0.025, 6.0
+ENTROPY_SLACK = 0.01  # nats: the k-NN bias allowed at M = 1000 on this law (measured −0.001 ± 0.0014)
 
 
 def _dw():
@@ -90,9 +95,9 @@ def run(preset: str = "fast", *, beta_sim: float | None = None) -> CheckResult:
     tol = Z * Fh.se + Z * BETA * bias.se
     result.add("F̂ [F(ρ_η) − β·bias, EM chain law]", Fh.value, F_eta - BETA * bias.value, tol, detectable=tol,
                note=f"5·SE + 5·β·SE(bias); k-NN bias measured {bias.value:.2e} ± {bias.se:.1e} at M = {M}")  # fmt: skip
-    slack = abs(F_eta - F_star) + BETA * abs(bias.value)
-    result.add("F̂ [F* = −β log Z]", Fh.value, F_star, Z * Fh.se + slack + Z * BETA * bias.se, detectable=Z * Fh.se,
-               note=f"5·SE + O(η) gap |F(ρ_η) − F*| = {abs(F_eta - F_star):.2g} + β·|bias| + 5·β·SE(bias)")  # fmt: skip
+    slack = abs(F_eta - F_star) + BETA * ENTROPY_SLACK
+    result.add("F̂ [F* = −β log Z]", Fh.value, F_star, Z * Fh.se + slack, detectable=Z * Fh.se,
+               note=f"5·SE + O(η) gap |F(ρ_η) − F*| = {abs(F_eta - F_star):.2g} + β·{ENTROPY_SLACK} (entropy bias allowed)")  # fmt: skip
     result.add("Ĥ [H(ρ_η) + bias]", Hh.value, H_eta + bias.value, Z * Hh.se + Z * bias.se,
                detectable=Z * Hh.se, note="5·SE + 5·SE(bias); H(ρ_η) by the trapezoid rule")  # fmt: skip
     Vh = mean_se(F.confinement)
@@ -105,10 +110,10 @@ def run(preset: str = "fast", *, beta_sim: float | None = None) -> CheckResult:
         detectable=Z * Vh.se,
         note="5·SE; trapezoid on the Nyström grid",
     )
-    result.add(f"k-NN entropy bias at M = {M} (exact draws of ρ_η)", bias.value, 0.0, Z * bias.se + 0.01,
-               detectable=Z * bias.se, note="informative: the estimator's bias is small against 0.01 nats")  # fmt: skip
+    result.add(f"k-NN entropy bias at M = {M} (exact draws of ρ_η)", bias.value, 0.0, Z * bias.se + ENTROPY_SLACK,
+               detectable=Z * bias.se, note=f"the estimator: its bias within {ENTROPY_SLACK} nats (+ 5·SE)")  # fmt: skip
     wrong = gibbs_free_energy(1.2 * BETA)
-    result.add("negative control: F̂ vs F* at 1.2β", Fh.value, wrong, Z * Fh.se + slack + Z * BETA * bias.se,
+    result.add("negative control: F̂ vs F* at 1.2β", Fh.value, wrong, Z * Fh.se + slack,
                expect="differ", note="the Gibbs free energy at the wrong temperature: must be rejected")  # fmt: skip
     result.data = dict(
         beta=BETA, eta=ETA, M=M, B=B, F_hat=F.value.tolist(), F_eta=F_eta, F_star=F_star, H_eta=H_eta,

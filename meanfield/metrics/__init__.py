@@ -1,9 +1,10 @@
 """Measures of the particle law: Wasserstein distances, entropy and KL divergence, diversity, order parameters.
 
-``meanfield.metrics.wasserstein`` is the module; its ``wasserstein(x, y, ...)`` (the result object with the
-method used) is not re-exported here, so that the name keeps meaning the module. The entropy and KL
-estimators live in ``meanfield.metrics.information`` and are re-exported (``meanfield.metrics.entropy`` is the
-function).
+``meanfield.metrics.wasserstein`` and ``meanfield.metrics.free_energy`` are modules: their functions
+``wasserstein(x, y, ...)`` and ``free_energy(system, x)`` are not re-exported here, so that the names keep
+meaning the modules; the free energy is ``meanfield.free_energy`` (``mf.free_energy``), that of a network
+``meanfield.nn.free_energy``. The entropy and KL estimators live in ``meanfield.metrics.information`` and are
+re-exported (``meanfield.metrics.entropy`` is the function).
 """
 
 from meanfield.metrics.diversity import (
@@ -30,6 +31,7 @@ from meanfield.metrics.information import (
     KLEstimate,
     bsy_weights,
     entropy,
+    gaussian_entropy_bias,
     kl,
 )
 from meanfield.metrics.wasserstein import (
@@ -72,6 +74,7 @@ __all__ = [
     "distinct_modes",
     "effective_rank",
     "entropy",
+    "gaussian_entropy_bias",
     "gradient_variance",
     "kl",
     "live_particles",

@@ -7,7 +7,9 @@ $$F(\rho) = \mathbb{E}_\rho V + \tfrac12\,\mathbb{E}_{\rho\otimes\rho} W + \beta
           = \underbrace{\mathbb{E}_\rho V}_{\text{confinement}}
           + \underbrace{\tfrac12\,\mathbb{E}_{\rho\otimes\rho} W}_{\text{interaction}} - \beta H(\rho),$$
 
-the Lyapunov function of the mean-field flow, minimised by the Gibbs law ``ρ ∝ exp(−(V + W * ρ)/β)``.
+the Lyapunov function of the mean-field flow. Its critical points are the self-consistent Gibbs laws
+``ρ ∝ exp(−(V + W * ρ)/β)``; for a convex ``F`` (e.g. ``W`` positive definite) there is one and it is the
+minimiser, otherwise there can be several, some unstable (the double well with attraction below its critical β).
 Each replica's M particles are read as M draws of ``ρ`` (propagation of chaos) and every term is estimated
 from them:
 
@@ -157,7 +159,7 @@ def _beta(system, t: float | None, B: int) -> torch.Tensor:
         if not isinstance(system.beta, Constant):
             raise ValueError(
                 f"the system's temperature is a schedule ({system.beta!r}): give the time t at which to take "
-                "β_t (free_energy(x, t=...)), or pass a Trajectory (its saved times are used)"
+                "β_t (mf.free_energy(system, x, t=...)), or pass a Trajectory (its saved times are used)"
             )
         beta = system.beta.value
     else:

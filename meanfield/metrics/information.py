@@ -88,6 +88,7 @@ __all__ = [
     "bsy_weights",
     "default_weighted_k",
     "entropy",
+    "gaussian_entropy_bias",
     "kl",
     "resolve_entropy_method",
 ]
@@ -322,6 +323,29 @@ def _knn_entropy(
         step = np.where(used, d * (log_eps[:, 1:] - log_eps[:, :k]), 0.0) * w  # (M, k)
     t = terms @ w  # (M,)
     return float(t.mean()), t, t - _deletion_changes(step, index[:, :k], M)
+
+
+def gaussian_entropy_bias(M: int, d: int) -> float:
+    r"""$\mathbb{E}\hat H - H$ of the ``"gaussian"`` estimate from $M$ i.i.d. draws of a Gaussian in $\mathbb{R}^d$, exactly.
+
+    $(M - 1)\hat\Sigma$ is Wishart with $M - 1$ degrees of freedom, so
+    $\mathbb{E}\log\det\hat\Sigma - \log\det\Sigma = \sum_{i=1}^d \psi(\tfrac{M-i}{2}) + d\log\tfrac{2}{M-1}$ and
+
+    $$\mathbb{E}\hat H - H = \tfrac12 \sum_{i=1}^d \Big[\psi\big(\tfrac{M-i}{2}\big) + \log\tfrac{2}{M-1}\Big]
+      \approx -\frac{d(d+1)}{4M},$$
+
+    whatever the mean and covariance. Also exact for the particles of a chain that are exchangeable and jointly
+    Gaussian (``MeanFieldLangevin`` with quadratic $V$ and $W$ from a Gaussian start): their spreads
+    $x_i - \bar x$ are $N(0, (I - \mathbf{1}\mathbf{1}^\top/M) \otimes V)$, so $\sum_i (x_i - \bar x)(x_i - \bar x)^\top$
+    is Wishart with $M - 1$ degrees of freedom, as for $M$ i.i.d. draws of covariance $V$.
+
+    Raises:
+        ValueError: $M \le d$ (the sample covariance is singular).
+    """
+    M, d = int(M), int(d)
+    if d < 1 or M <= d:
+        raise ValueError(f"gaussian_entropy_bias needs d ≥ 1 and M > d (a non-singular sample covariance), got M = {M}, d = {d}")
+    return 0.5 * float(sum(scipy.special.digamma((M - i) / 2) for i in range(1, d + 1)) + d * math.log(2 / (M - 1)))
 
 
 def _gaussian(x: np.ndarray, name: str, replica: int) -> tuple[float, np.ndarray]:

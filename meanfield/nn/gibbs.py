@@ -9,7 +9,10 @@ $$F(\rho) = L(\rho) + \sum_\ell \Big(\frac{\lambda_\ell}{2}\,\mathbb{E}_{\rho_\e
           - \beta_\ell\, H(\rho_\ell)\Big),$$
 
 one term per particle layer ``ℓ`` (Mei–Montanari–Nguyen 2018; Chizat 2022; Nitanda–Wu–Suzuki 2022): the
-gradient ``M·∇_{θ_i} L = ∇ δL/δρ(θ_i)`` plus ``λθ_i`` is the drift, ``sqrt(2β·lr)`` the noise.
+gradient ``M·∇_{θ_i} L = ∇ δL/δρ(θ_i)`` plus ``λθ_i`` is the drift, ``sqrt(2β·lr)`` the noise. A group
+without the factor ``M`` (``mean_field_scaling=False``: drift ``∇_{θ_i} L + λ_g θ_i``, noise ``sqrt(2β_g·lr)``)
+runs the same chain as ``β = M·β_g``, ``λ = M·λ_g`` with it (at ``lr/M``), and those are its layer's ``β`` and
+``λ`` in ``F``.
 
 **The particles** of a layer are its rows: particle ``i`` is the concatenation of row ``i`` of every stacked
 parameter named in ``particle_parameter_names`` (``particle_features``), e.g.
@@ -47,8 +50,10 @@ class LayerEntropy:
     Attributes:
         name: the layer's name in the model (``""`` for the model itself).
         M: its particles; ``D``: the dimension of one particle.
-        beta: its mean-field temperature ``β`` (0 for a layer without noise).
-        weight_decay: its ``λ``; ``penalty`` is ``λ/2 · 1/M Σ_i |θ_i|²``.
+        beta: its mean-field temperature ``β`` (0 for a layer without noise; ``M`` times its group's ``β`` for a
+            group without the mean-field scaling or with ``temperature_convention="loss"``).
+        weight_decay: its ``λ`` in ``F`` (``M`` times its group's for a group without the mean-field scaling);
+            ``penalty`` is ``λ/2 · 1/M Σ_i |θ_i|²``.
         entropy: the estimate of ``H(ρ)``, with ``entropy_se`` and the estimator's ``method``.
     """
 
@@ -106,7 +111,16 @@ def _group_of(optimizer: torch.optim.Optimizer, p: torch.Tensor) -> tuple[int, d
 
 
 def _temperature(optimizer, layer: ParticleLayer, name: str) -> tuple[float, float]:
-    """``(β in the mean-field convention, λ)`` of the param group that holds ``layer``'s particles."""
+    r"""``(β, λ)`` of ``F`` for ``layer``'s ``M`` particles (all ranks' of a sharded layer), from the param group
+    that holds them.
+
+    The group's step is $\theta_i \leftarrow \theta_i - \mathrm{lr}(s\,\nabla_{\theta_i} L + \lambda_g\theta_i)
+    + \sqrt{2\beta_g\,\mathrm{lr}}\,\xi_i$ with $s$ its gradient factor (``M`` with the mean-field scaling, 1 without)
+    and $\beta_g$ its noise's temperature ($s\cdot\beta_s$ for ``temperature_convention="loss"``). Its
+    law is $\propto \exp(-(s L + \tfrac{\lambda_g}{2}\sum_i|\theta_i|^2)/\beta_g)
+    = \exp(-M\,(L + \tfrac{\lambda}{2}\mathbb{E}_\rho|\theta|^2)/\beta)$ with $\beta = \beta_g M/s$ and
+    $\lambda = \lambda_g M/s$: the group's own $(\beta_g, \lambda_g)$ with the scaling, $M$ times them without it.
+    """
     from meanfield.optim.groups import beta_value, scale
 
     found = _group_of(optimizer, getattr(layer, layer.particle_parameter_names[0]))
@@ -116,12 +130,16 @@ def _temperature(optimizer, layer: ParticleLayer, name: str) -> tuple[float, flo
             "from this model (Langevin(param_groups_for(model), ...))"
         )
     gi, group = found
+    shard = getattr(layer, "particle_shard", None)  # meanfield.nn.sharded: this rank holds some of the M rows
+    M = shard.M if shard is not None else layer.n_particles
+    s = scale(group)
+    lam = float(group["weight_decay"]) * M / s
     if not group["noise"]:
-        return 0.0, float(group["weight_decay"])
+        return 0.0, lam
     beta = beta_value(group, gi)
     if group.get("temperature_convention", "mean_field") == "loss":
-        beta *= scale(group)  # the seeds' β_s of exp(−L/β_s): the chain's mean-field β is M·β_s
-    return beta, float(group["weight_decay"])
+        beta *= s  # the seeds' β_s of exp(−L/β_s): the noise's temperature is s·β_s
+    return beta * M / s, lam
 
 
 def free_energy(
@@ -140,8 +158,9 @@ def free_energy(
             full-batch or large-batch loss: a minibatch loss carries its sampling noise into ``F``).
         beta: the temperature: a number ``β ≥ 0`` in the mean-field convention (every layer, no weight
             decay), or the [`Langevin`][meanfield.optim.Langevin] optimizer training the model: each layer then
-            takes its group's ``β_t`` at the step about to be taken (×M for ``temperature_convention="loss"``),
-            its weight decay, and ``β = 0`` for a group without noise.
+            takes its group's ``β_t`` at the step about to be taken and its weight decay (each ×M for a group
+            without the mean-field scaling; β ×M for ``temperature_convention="loss"``: the chain's mean-field
+            values), and ``β = 0`` for a group without noise.
         entropy: the method of ``meanfield.metrics.entropy``.
         k: the neighbour order of the k-NN estimators (``None``: their default).
 
@@ -183,9 +202,9 @@ def free_energy(
                 f"layer {name or 'model'!r} keeps its particles on a sphere (sphere=True): they have no density "
                 "on R^D, so their entropy (and F) is not defined there"
             )
-        b, lam = (beta, 0.0) if optimizer is None else _temperature(optimizer, layer, name)
         theta = layer.particle_features().to(torch.float64)  # (M, D)
         M, D = theta.shape
+        b, lam = (beta, 0.0) if optimizer is None else _temperature(optimizer, layer, name)
         if M < 2:
             raise ValueError(f"layer {name or 'model'!r} has M = {M} particle: the entropy needs M ≥ 2")
         h = estimate_entropy(theta, method=entropy, **({} if k is None else {"k": k}))

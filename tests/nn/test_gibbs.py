@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import meanfield as mf
+from meanfield.metrics import gaussian_entropy_bias
 from meanfield.nn import FeatureParticles, free_energy
 from meanfield.optim.layers import param_groups_for
 from meanfield.studies.stats import Z
@@ -21,33 +22,33 @@ def _layer(M: int = 400, seed: int = 0, **kw) -> FeatureParticles:
 
 
 def test_gaussian_particles_have_the_closed_form_free_energy():
-    # 40 layers of M = 400 particles θ_i = (a_i, w_i) ~ N(0, S) exactly: F = loss + λ/2·tr S − β/2·log((2πe)² det S)
-    # up to the moment estimator's bias (≈ −d(d+1)/(4M) = −0.004 nats, times β); SE(mean) ≈ 0.002·β…, so 5·SE +
-    # bias detects an error of ≈ 0.004 in F (4 % of β·H); negative control: 1.2β.
+    # 200 layers of M = 400 particles θ_i = (a_i, w_i) ~ N(0, S) exactly. Each replica's Ĥ has the exact mean
+    # H + b_M (b_M the Wishart bias, −0.0038 nats), so mean Ĥ is within Z·SE of it (SE 0.0035 measured: an entropy
+    # error of 0.018 nats is detected); F = loss + λ/2·tr S − β(H + b_M) likewise (SE 0.0015: an F error of 0.0074).
+    # Controls: H off by 0.025 nats, and 1.2β.
     S = torch.tensor([[1.0, 0.4], [0.4, 0.5]], dtype=torch.float64)
-    beta, lam, loss = 0.3, 0.7, 1.25
-    values = []
-    for seed in range(40):
-        f = _layer(seed=seed)
-        theta = torch.randn(400, 2, generator=torch.Generator().manual_seed(100 + seed), dtype=torch.float64)
+    beta, lam, loss, M, B = 0.3, 0.7, 1.25, 400, 200
+    values, entropies = [], []
+    for seed in range(B):
+        f = _layer(M=M, seed=seed)
+        theta = torch.randn(M, 2, generator=torch.Generator().manual_seed(100 + seed), dtype=torch.float64)
         theta = theta @ torch.linalg.cholesky(S).T  # (M, 2)
         with torch.no_grad():
             f.a.copy_(theta[:, 0]), f.w.copy_(theta[:, 1:])
         opt = mf.Langevin(param_groups_for(f), lr=0.01, beta=beta, weight_decay=lam, seed=seed)
-        values.append(free_energy(f, loss, opt, entropy="gaussian").value)
-    values = torch.tensor(values)
-    exact = (
-        loss
-        + 0.5 * lam * float(S.trace())
-        - 0.5 * beta * (2 * math.log(2 * math.pi * math.e) + float(torch.logdet(S)))
-    )
-    tol = Z * float(values.std()) / math.sqrt(len(values)) + beta * 6 / (4 * 400)
-    assert abs(float(values.mean()) - exact) <= tol
-    wrong = (
-        loss
-        + 0.5 * lam * float(S.trace())
-        - 0.6 * beta * (2 * math.log(2 * math.pi * math.e) + float(torch.logdet(S)))
-    )
+        F = free_energy(f, loss, opt, entropy="gaussian")
+        values.append(F.value)
+        entropies.append(F.layers[0].entropy)
+    values, entropies = torch.tensor(values), torch.tensor(entropies)
+    bias = gaussian_entropy_bias(M, 2)  # E Ĥ − H
+    H = 0.5 * (2 * math.log(2 * math.pi * math.e) + float(torch.logdet(S)))
+    h_tolerance = Z * float(entropies.std()) / math.sqrt(B)
+    assert abs(float(entropies.mean()) - (H + bias)) <= h_tolerance <= 0.02
+    assert abs(float(entropies.mean()) - (H + bias + 0.025)) > h_tolerance
+    exact = loss + 0.5 * lam * float(S.trace()) - beta * (H + bias)
+    tol = Z * float(values.std()) / math.sqrt(B)
+    assert abs(float(values.mean()) - exact) <= tol <= 0.008
+    wrong = loss + 0.5 * lam * float(S.trace()) - 1.2 * beta * (H + bias)
     assert abs(float(values.mean()) - wrong) > tol
 
 
@@ -131,3 +132,36 @@ def test_the_sphere_refusal_says_why():
         "layer 'model' keeps its particles on a sphere (sphere=True): they have no density on R^D, so their "
         "entropy (and F) is not defined there"
     )
+
+
+@pytest.mark.parametrize("convention", ["mean_field", "loss"])
+def test_a_group_without_the_mean_field_scaling_is_read_as_the_same_chain_with_it(convention):
+    # Without the factor M the step is θ ← θ − lr'(∇L + λ'θ) + sqrt(2β'lr')ξ; at lr' = M·lr, λ' = λ/M, β' = β/M
+    # (β_s unchanged under the "loss" convention, whose noise is s·β_s) it is, draw for draw, the step with the
+    # factor at (lr, λ, β): one chain, one law exp(−M(L + λ/2·E|θ|²)/β), so one F. Checked on the chains
+    # themselves (20 steps from one state and one noise seed, float64), then on F; control: the group's own
+    # (β', λ') in F, which the code read before, is another number.
+    M, lr, lam, beta = 50, 0.01, 0.7, 0.2
+    x = torch.tensor([[1.0], [-1.0]], dtype=torch.float64)
+    models, optimizers = [], []
+    for scaled in (True, False):
+        f = _layer(M=M, seed=3)
+        sdg = beta if convention == "loss" or scaled else beta / M
+        options = dict(mean_field_scaling=scaled, temperature_convention=convention)
+        opt = mf.Langevin(param_groups_for(f, **options), lr=lr if scaled else M * lr,
+                          beta=sdg, weight_decay=lam if scaled else lam / M, seed=11)  # fmt: skip
+        for _ in range(20):
+            loss = 0.5 * (f(x) - 2 * x[:, 0]).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        models.append(f)
+        optimizers.append(opt)
+    torch.testing.assert_close(models[1].particle_features(), models[0].particle_features(), rtol=1e-12, atol=1e-12)
+    loss = float(0.5 * (models[0](x).detach() - 2 * x[:, 0]).square().mean())
+    with_scaling, without = (free_energy(m, loss, o, entropy="gaussian") for m, o in zip(models, optimizers))
+    assert without.layers[0].beta == pytest.approx(with_scaling.layers[0].beta, rel=1e-12)
+    assert without.layers[0].weight_decay == pytest.approx(lam, rel=1e-12)
+    assert without.value == pytest.approx(with_scaling.value, rel=1e-12)
+    group_own = without.loss + without.penalty / M - optimizers[1].param_groups[0]["beta"] * without.layers[0].entropy
+    assert abs(group_own - with_scaling.value) > 0.01
