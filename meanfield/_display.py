@@ -22,6 +22,7 @@ __all__ = [
     "paragraph",
     "rows_html",
     "rows_text",
+    "seconds",
 ]
 
 MAX_ROWS = 6
@@ -39,6 +40,11 @@ def number(value: object, digits: int = 4) -> str:
     if isinstance(value, torch.Tensor):
         return f"tensor of shape {tuple(value.shape)}"
     return str(value)
+
+
+def seconds(value: float) -> str:
+    """A duration: ``12.3 s`` to a tenth from 1 s up, two significant digits below (``0.037 s``, not ``0.0 s``)."""
+    return f"{value:.1f} s" if value >= 1 else f"{value:.2g} s"
 
 
 def shortlist(values: Sequence[object], most: int = MAX_ROWS, digits: int = 4) -> str:

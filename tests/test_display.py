@@ -25,6 +25,7 @@ from meanfield._display import (
     paragraph,
     rows_html,
     rows_text,
+    seconds,
     shortlist,
 )
 from meanfield.metrics.wasserstein import Normal, wasserstein
@@ -377,3 +378,7 @@ def test_dataframe_keeps_the_columns_order_and_leaves_missing_cells_empty():
     assert df["a"].tolist() == ["x", "y"] and df["b"][0] == 1.5 and pandas.isna(df["b"][1])
     empty = dataframe([], ("p", "q"))
     assert list(empty.columns) == ["p", "q"] and len(empty) == 0
+
+
+def test_a_duration_keeps_its_digits_below_a_second():
+    assert [seconds(v) for v in (0.037, 0.5, 1.0, 12.34, 3600.0)] == ["0.037 s", "0.5 s", "1.0 s", "12.3 s", "3600.0 s"]

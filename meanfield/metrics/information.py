@@ -314,7 +314,7 @@ def _knn_entropy(
     k = w.size
     used = w != 0
     log_eps, index = _log_ranks(
-        name, x, x, k + 1, used, replica, f"{np.argmax(used) + 1}-th nearest neighbour"
+        name, x, x, k + 1, used, replica, f"nearest neighbour number {np.argmax(used) + 1}"
     )
     j = np.arange(1, k + 1)
     constants = scipy.special.digamma(M) - scipy.special.digamma(j) + _log_unit_ball(d)  # (k,)
@@ -456,9 +456,9 @@ def _kl_samples(xs: np.ndarray, ys: np.ndarray, k: int) -> tuple[np.ndarray, np.
     values, terms, jackknife = [], [], []
     for r in range(B):
         x, y = xs[r], ys[r if ys.shape[0] == B else 0]  # (M, d), (N, d)
-        log_rho, x_index = _log_ranks("x", x, x, k + 1, used, r, f"{k}-th nearest neighbour in x")
+        log_rho, x_index = _log_ranks("x", x, x, k + 1, used, r, f"nearest neighbour number {k} in x")
         log_nu, y_index = _log_ranks(
-            "x", x, y, k + 1 if N > k else k, used, r, f"{k}-th nearest neighbour in y (x on top of k particles of y)"
+            "x", x, y, k + 1 if N > k else k, used, r, f"nearest neighbour number {k} in y (x on top of k particles of y)"
         )  # fmt: skip
         t = d * (log_nu[:, k - 1] - log_rho[:, k - 1]) + math.log(N / (M - 1))  # (M,)
         # jackknife over x (deleting x_m moves ρ_k(i) to ρ_{k+1}(i) where x_m is among i's k nearest) and over

@@ -348,6 +348,20 @@ class SinkhornResult:
     converged: bool | None
     backend: str
 
+    def _fields(self) -> list[tuple[str, str]]:
+        values = self.divergence.reshape(-1).tolist()
+        value = f"{shortlist(values)} over {len(values)} replicas" if self.divergence.dim() else number(values[0])
+        eps = self.epsilon.reshape(-1).unique().tolist()
+        converged = {None: "not asked (tol=None)", True: "yes", False: "no"}[self.converged]
+        return [("S_ε", value), ("ε", shortlist(eps)), ("iterations", str(self.iterations)),
+                ("converged", converged), ("backend", self.backend)]  # fmt: skip
+
+    def __repr__(self) -> str:
+        return "SinkhornResult: " + "; ".join(f"{name} {value}" for name, value in self._fields())
+
+    def _repr_html_(self) -> str:
+        return html_block("SinkhornResult", fields_html(self._fields()))
+
 
 def _sinkhorn_batched(x, y, a_log, b_log, p, eps, reach, scaling, tol, max_iter, backend):
     """Debiased Sinkhorn with ε-scaling in the log domain, GeomLoss's symmetric updates (Feydy, 2020, §3.3).

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from meanfield import config as _config
 from meanfield._checks import asked_bytes, format_bytes, memory_available
+from meanfield._display import seconds
 from meanfield._io import write_text_atomic
 from meanfield.config import ConfigError
 from meanfield.data import CorruptDataError
@@ -720,6 +721,6 @@ class _Run(RunSummary):
         self._barrier()  # the summary is written before any rank reads it
         if not self.quiet and self.lead:
             print(
-                f"{self.folder}: finished {self.step} steps in {self.elapsed:.1f} s\n{summary_table(final)}"
+                f"{self.folder}: finished {self.step} steps in {seconds(self.elapsed)}\n{summary_table(final)}"
             )
         return RunResult.load(self.folder)

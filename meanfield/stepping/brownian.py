@@ -21,6 +21,7 @@ import torch
 
 from .. import _background
 from .._checks import check_int, check_positive
+from .._display import number
 from ..seeds import resolve_generator, warn_if_global_seed
 
 __all__ = ["NoiseSource", "GaussianNoise", "RademacherNoise", "BrownianIncrements"]
@@ -249,6 +250,12 @@ class BrownianIncrements(NoiseSource):
             raise ValueError(f"H must have the shape of dW {tuple(dW.shape)}, got {getattr(H, 'shape', H)}")
         super().__init__(tuple(dW.shape[1:]), dt)
         self.increments, self.H = dW, H
+
+    def __repr__(self) -> str:
+        n = self.increments.shape[0]
+        areas = ", with Lévy areas" if self.H is not None else ""
+        return (f"BrownianIncrements: {n} steps of dt = {number(self.dt)} (t ∈ [0, {number(n * self.dt)}]), noise shape "
+                f"{self.shape}, {str(self.increments.dtype).removeprefix('torch.')}{areas}")  # fmt: skip
 
     @classmethod
     def sample(

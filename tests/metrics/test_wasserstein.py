@@ -2371,3 +2371,15 @@ def test_psd_sqrt_helper_squares_back_and_clamps():
     assert np.allclose(R.numpy(), scipy.linalg.sqrtm(S.numpy()).real, rtol=1e-10, atol=1e-12)
     clamped = W._psd_sqrt(torch.diag(torch.tensor([4.0, -1e-12], dtype=DT)))
     assert torch.equal(clamped, torch.diag(torch.tensor([2.0, 0.0], dtype=DT)))
+
+
+def test_a_sinkhorn_result_prints_its_numbers_not_tensors():
+    x = torch.randn(3, 50, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)  # (B, M, d)
+    y = torch.randn(3, 60, 2, generator=torch.Generator().manual_seed(1), dtype=torch.float64)  # (B, N, d)
+    r = sinkhorn_divergence(x, y)
+    text = repr(r)
+    assert text.startswith("SinkhornResult: S_ε ") and "\n" not in text and "tensor" not in text
+    assert f"{float(r.divergence[0]):.4g}" in text and "over 3 replicas" in text and "converged yes" in text
+    assert "<table>" in r._repr_html_()
+    one = repr(sinkhorn_divergence(x[0], y[0], tol=None))
+    assert "over" not in one and "converged not asked (tol=None)" in one

@@ -44,6 +44,7 @@ from datetime import datetime
 from helpers.tiny_run import ROOT, TEACHER, TINY  # noqa: E402  (tests/helpers/tiny_run.py)
 
 from meanfield import cli, tasks
+from meanfield._display import seconds
 from meanfield.config import load_toml_text
 from meanfield.data import CorruptDataError
 from meanfield.optim import Langevin
@@ -2375,7 +2376,7 @@ def test_describe_latest_and_status(tmp_path):
 
 
 def test_finish_prints_the_summary_unless_quiet_and_draws_figures_when_asked(tmp_path, monkeypatch, capsys):
-    """Not quiet: stdout is exactly ``<folder>: finished 4 steps in <wall_time_s, 1 decimal> s`` and the summary
+    """Not quiet: stdout is exactly ``<folder>: finished 4 steps in <wall_time_s, _display.seconds>`` and the summary
     table of the final metrics; figures on: ``draw_figures`` (a recorder: drawing is tested in test_runs) gets
     the folder, every line and the unit; quiet with figures off: nothing printed, none drawn."""
     drawn = []
@@ -2386,7 +2387,7 @@ def test_finish_prints_the_summary_unless_quiet_and_draws_figures_when_asked(tmp
     out = capsys.readouterr().out
     summary = _summary(folder)
     assert out == (
-        f"{folder}: finished 4 steps in {summary['wall_time_s']:.1f} s\n{summary_table(summary['final'])}\n"
+        f"{folder}: finished 4 steps in {seconds(summary['wall_time_s'])}\n{summary_table(summary['final'])}\n"
     )
     ((where, records, unit),) = drawn
     assert (where, records, unit) == (folder, _records(folder), "samples")

@@ -694,3 +694,10 @@ def test_coarsen_without_areas_and_its_refusals():
     with pytest.raises(TypeError, match=r"^k must be an int, got float$"):
         inc.coarsen(2.0)
     assert len(inc.coarsen(6)) == 1 and len(inc.coarsen(2)) == 3
+
+
+def test_pre_drawn_increments_say_what_they_hold():
+    b = BrownianIncrements.sample(100, (4, 3), 0.01, generator=5)
+    assert repr(b) == "BrownianIncrements: 100 steps of dt = 0.01 (t ∈ [0, 1]), noise shape (4, 3), float64"
+    with_areas = BrownianIncrements.sample(10, (2,), 0.5, generator=5, levy_area=True, dtype=torch.float32)
+    assert repr(with_areas).endswith("noise shape (2,), float32, with Lévy areas")
