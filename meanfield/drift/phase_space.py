@@ -142,10 +142,11 @@ class KineticMeanFieldLangevin(ParticleSystem):
     def force_into(self, t: float, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """``force`` at ``x`` (``(B, M, d)``, contiguous), written into ``out`` when that saves passes: for
         ``V = a/2·|x|²`` and ``W = k/2·|z|²`` with numbers ``a``, ``k`` the force is ``−(a + k)·x + k·x̄``, one
-        pass after the mean (``force`` takes four); otherwise ``force``'s own tensor. Returns the force.
+        pass after the mean (``force`` takes four); otherwise, or when a subclass defines its own ``force``,
+        ``force``'s own tensor. Returns the force.
         """
         field = self.force_field
-        if not field._affine:
+        if not field._affine or type(self).force is not KineticMeanFieldLangevin.force:
             return self.force(t, x)  # (B, M, d)
         a = field.confinement.a
         k = field.interaction.k if field.interaction is not None else 0.0

@@ -17,7 +17,8 @@ is $\propto \exp(-(F(\theta) + \|v\|^2/2)/\beta)$, the θ-marginal the same Gibb
 exact at every stable step ($\operatorname{Var} \theta = \beta/a$ for $h^2a < 4$) and the stored velocity has $\operatorname{Var} v = \beta$
 exactly (``theory/kinetic_optimizer.py`` checks both through this optimizer).
 
-**Momentum SGD.** At $\beta = 0$ the step is heavy-ball momentum SGD, exactly: with $b = -v/h$ it is
+**Momentum SGD.** At $\beta = 0$ the step is heavy-ball momentum SGD, exactly: with $b = -v'/h$, $v' = v - h\cdot g$ the
+velocity after the step's kick (the stored ``v`` is the one before it), it is
 $b \leftarrow \mu\cdot b + g, \theta \leftarrow \theta - \eta\cdot b$ with $\mu = e^{-\gamma h}$ and $\eta = h^2(1 + \mu)/2$, i.e. ``torch.optim.SGD(lr=η,
 momentum=μ)`` (tested). Conversely SGD with momentum μ and learning rate η is this optimizer with
 $h = \sqrt{2\eta/(1 + \mu)}$ and $\gamma = -\ln(\mu)/h$; $\beta > 0$ adds the noise $\sqrt{\beta(1 - \mu^2)}\cdot \xi$ to the velocity
@@ -28,7 +29,7 @@ discretised kinetic Langevin dynamics and its stationary variance is biased by t
 
 **Mean-field scaling, temperature conventions, projections** are those of [`Langevin`][meanfield.optim.langevin.Langevin]:
 a group with ``n_particles = M`` multiplies its gradients by M (the Wasserstein gradient), ``"loss"``
-temperatures are multiplied by M, and $\Pi$ is applied to θ after every step (the velocity is left as it
+temperatures are multiplied by the same factor (M, or 1 with ``mean_field_scaling=False``), and $\Pi$ is applied to θ after every step (the velocity is left as it
 is: on a sphere it is not projected onto the tangent space).
 """
 
@@ -48,7 +49,7 @@ from meanfield.optim.checkpoints import as_data, own_copy
 from meanfield.optim.conventions import TEMPERATURE_CONVENTIONS
 from meanfield.optim.direct import DirectStep
 from meanfield.optim.gradients import norms_and_sum
-from meanfield.optim.groups import beta_value, check_floating, normalise
+from meanfield.optim.groups import beta_value, check_floating, normalise, scale
 from meanfield.seeds import warn_if_global_seed
 
 __all__ = ["KineticLangevin"]
@@ -79,10 +80,11 @@ def _check_group(group: dict[str, Any], where: str) -> None:
 
 
 def _beta_at(group: dict[str, Any], gi: int) -> float:
-    r"""$\beta_t$ of group ``gi`` at its step count, in the mean-field convention (×M for ``"loss"``)."""
+    r"""$\beta_t$ of group ``gi`` at its step count, in the mean-field convention (for ``"loss"``, × the factor
+    its gradients are multiplied by: ``M``, or 1 with ``mean_field_scaling=False``, as in ``Langevin``)."""
     value = beta_value(group, gi)
     if group["temperature_convention"] == "loss":
-        value *= group["n_particles"]
+        value *= scale(group)
     return value
 
 
@@ -223,11 +225,11 @@ class KineticLangevin(DirectStep, torch.optim.Optimizer):
             plan.append((gi, group, params, grads, _beta_at(group, gi)))
         for gi, group, params, grads, beta in plan:
             h, gamma = group["lr"], group["friction"]
-            scale = float(group["n_particles"]) if group["mean_field_scaling"] else 1.0
+            factor = scale(group)  # M, or 1 without the mean-field scaling
             c = math.exp(-gamma * h)
             sigma = math.sqrt(beta * (1.0 - c * c))  # the noise the friction requires: Var v → β
             velocities, noise, generators = self._buffers(gi, params)
-            foreach.add_(velocities, grads, alpha=-h * scale)  # B: v ← v − h·M·∂L/∂θ
+            foreach.add_(velocities, grads, alpha=-h * factor)  # B: v ← v − h·M·∂L/∂θ
             if group["weight_decay"]:
                 foreach.add_(velocities, params, alpha=-h * group["weight_decay"])  # … − h·λθ
             foreach.add_(params, velocities, alpha=0.5 * h)  # A(h/2)

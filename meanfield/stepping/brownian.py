@@ -164,7 +164,8 @@ class _SequentialNoise(NoiseSource):
         if self._spare is None:
             self._spare = torch.empty_like(self._buffer)  # (*noise_shape)
         self._before_prefetch = self.generator.get_state()
-        self._pending = (n, scale, _background.submit(self._draw, self._spare, scale))
+        drawn = scale if scale != 0 else 1.0  # a zero draw could not be rescaled if step n asks for another scale
+        self._pending = (n, drawn, _background.submit(self._draw, self._spare, drawn))
 
     def settle(self) -> None:
         """Abandon a prefetched draw that was not read: wait for it and put the generator back, so that it

@@ -18,6 +18,7 @@ from meanfield.drift.potentials import (
     Quadratic,
     QuadraticInteraction,
 )
+from meanfield.stepping.brownian import GaussianNoise
 from meanfield.stepping.solvers import get_solver
 from meanfield.stepping.solvers.splittings import Splitting
 
@@ -266,6 +267,36 @@ def test_a_state_changed_between_segments_gets_a_fresh_force():
     old = splitting_step("BAOAB", x, v, dW[1].numpy() / math.sqrt(h), h, 0.5, 0.3, force, stale)
     assert close_3(z, np.concatenate(fresh[:2], -1))
     assert not close_3(z, np.concatenate(old[:2], -1))
+
+
+@pytest.mark.parametrize("potential", ["double well", "quadratic"])
+def test_a_state_changed_between_segments_gets_a_fresh_force_with_drawn_noise(potential):
+    """The same on the drawn-noise path (its own contiguous copy of the state and ``force_into``): after ``z``
+    changed in place, the next segment equals a fresh stepper started on the changed state at that time with
+    the generator where the first segment left it. Negative control: a change the stepper cannot see (through
+    ``.data``, no new version) keeps the stale copy and force, and differs."""
+    conf = DoubleWell() if potential == "double well" else Quadratic(1.3)
+    system = KineticMeanFieldLangevin(conf, friction=0.5, beta=0.3)
+    h = 0.2
+
+    def stepper(g, t0):
+        return Splitting("baoab").stepper(system, GaussianNoise((1, 3, 2), h, g, torch.float64, "cpu"), t0, h)
+
+    results = {}
+    for how in ("in place", "unseen"):
+        g = torch.Generator().manual_seed(10)
+        z = pair(cloud_3(1, 3, 1, seed=11), cloud_3(1, 3, 1, seed=12))
+        first = stepper(g, 0.0)
+        z = first.run(z, 0, 1)
+        state = g.get_state()
+        (z[..., :1] if how == "in place" else z.data[..., :1]).add_(0.25)
+        changed = z.clone()
+        results[how] = first.run(z, 1, 1)
+        fresh = stepper(torch.Generator().manual_seed(0), h)
+        fresh._noise.generator.set_state(state)
+        results[how + " fresh"] = fresh.run(changed, 0, 1)
+    assert torch.equal(results["in place"], results["in place fresh"])
+    assert not torch.allclose(results["unseen"], results["unseen fresh"], atol=1e-3)
 
 
 def test_force_into_writes_the_affine_force_into_out():

@@ -64,11 +64,12 @@ def test_positions_are_baoab_with_the_same_normals():
 
 def test_mean_field_scaling_and_loss_convention():
     """n_particles = M multiplies the gradient by M; mean_field_scaling=False removes it; the "loss" convention
-    multiplies β by M (M = 4: exact in binary)."""
+    multiplies β by the gradients' factor: M with the scaling, 1 without (as Langevin; M = 4: exact in binary)."""
     start = torch.randn(3, 4, dtype=F64, generator=torch.Generator().manual_seed(2))
     runs = []
     for M, scale, grad_factor, beta, conv in ((4, True, 1.0, 0.5, "mean_field"), (1, True, 4.0, 0.5, "mean_field"),
-                                              (4, False, 4.0, 0.5, "mean_field"), (4, True, 1.0, 0.125, "loss")):  # fmt: skip
+                                              (4, False, 4.0, 0.5, "mean_field"), (4, True, 1.0, 0.125, "loss"),
+                                              (4, False, 4.0, 0.5, "loss")):  # fmt: skip
         p = nn.Parameter(start.clone())
         opt = KineticLangevin([p], lr=0.2, friction=1.0, beta=beta, n_particles=M, mean_field_scaling=scale,
                               temperature_convention=conv, seed=5)  # fmt: skip

@@ -701,3 +701,26 @@ def test_pre_drawn_increments_say_what_they_hold():
     assert repr(b) == "BrownianIncrements: 100 steps of dt = 0.01 (t ∈ [0, 1]), noise shape (4, 3), float64"
     with_areas = BrownianIncrements.sample(10, (2,), 0.5, generator=5, levy_area=True, dtype=torch.float32)
     assert repr(with_areas).endswith("noise shape (2,), float32, with Lévy areas")
+
+
+def test_a_prefetch_at_scale_zero_can_be_read_at_another_scale(monkeypatch):
+    """A step prefetched at scale 0 (a β schedule that is 0 there, computed at a time a rounding away from the
+    one the step reads) and read at scale 0.4 gives 0.4·ξ, the serial draw, instead of dividing by 0; read at 0
+    it is 0. The generator ends where the serial run leaves it."""
+    _prefetching(monkeypatch)
+    shape = (6, 5)
+    g = _gen(5)
+    src = GaussianNoise(shape, 0.1, g, F64_2, "cpu")
+    src.increment(0, 0.3)
+    src.increment(1, 0.3)
+    src.prefetch(2, 0.0)
+    got = src.increment(2, 0.4).clone()
+    src.prefetch(3, 0.0)
+    zero = src.increment(3, 0.0).clone()
+    ref = _normals(5, shape, (0.3, 0.3, 0.4, 0.0))
+    _close(got, ref[2], rtol=1e-15, atol=0)
+    assert torch.equal(zero, torch.zeros(shape, dtype=F64_2)) and got.abs().max() > 0.1
+    serial = _gen(5)
+    for _ in range(4):
+        torch.empty(shape, dtype=F64_2).normal_(generator=serial)
+    assert torch.equal(g.get_state(), serial.get_state())
