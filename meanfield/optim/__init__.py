@@ -21,8 +21,9 @@ Groups without noise (embeddings, norms) take the plain SGD/Adam step $\theta \l
 chain's law differs from it by O(lr) (for $F = a/2 \theta^2$ the chain's stationary variance is
 $\beta/(a(1 - \operatorname{lr}\cdot a/2))$, not $\beta/a$). With ``drift="adam"`` and preconditioned noise (the default) the step
 discretises $d\theta = -P\nabla F dt + \sqrt{2\beta P} dW$ with the diagonal preconditioner $P = \operatorname{diag}(\eta_{\mathrm{eff}}/\operatorname{lr})$; for a
-constant ``P`` the Gibbs law $\propto \exp(-F/\beta)$ is still stationary, and for the slowly varying ``P`` of Adam it
-is the target to first order (the Itô correction $\beta \nabla\cdot P$ is neglected, as in pSGLD, Li et al. 2016).
+constant ``P`` the Gibbs law $\propto \exp(-F/\beta)$ is still stationary; Adam's ``P`` follows the recent squared
+gradients, and without its Itô correction $\beta \nabla\cdot P$ (neglected, as in pSGLD, Li et al. 2016) the law is biased
+beyond O(lr) unless ``P`` barely moves (docs/optim.md, "The temperature contract"; measured in the optimizer check).
 
 *The first step cannot explode.* Bias-corrected Adam has $\hat{v}_1 = g_1^2$, so with a tiny $\varepsilon$
 $\eta_{\mathrm{eff}} = \operatorname{lr}/(|g_1| + \varepsilon)$ is unbounded where a first gradient is small (on a one-layer causal LM with

@@ -174,9 +174,12 @@ def beta_at(group: dict[str, Any], gi: int) -> float:
         TypeError, ValueError: as [`beta_value`][meanfield.optim.groups.beta_value]; also ValueError when $2\cdot \beta_t\cdot\operatorname{lr}$ overflows.
     """
     value = beta_value(group, gi)
-    if not math.isfinite(2.0 * value * group["lr"]):
+    loss = group.get("temperature_convention") == "loss"  # the noise's β is s·β_s, s the gradients' factor
+    noise = value * scale(group) if loss else value
+    if not math.isfinite(2.0 * noise * group["lr"]):
+        what = f"2·M·beta·lr = 2·{scale(group):g}·{value:g}" if loss else f"2·beta·lr = 2·{value:g}"
         raise ValueError(
-            f"param group {gi}: the noise variance 2·beta·lr = 2·{value:g}·{group['lr']:g} overflows at step "
+            f"param group {gi}: the noise variance {what}·{group['lr']:g} overflows at step "
             f"{group['step']}; lower beta or lr"
         )
     return value

@@ -42,6 +42,7 @@ from meanfield.optim.noise import (
     NoiseSource,
     add_noise,
     block_noise,
+    block_stream,
     fill_normal,
     local_noise,
 )
@@ -72,8 +73,8 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
     - ``drift="adam"``: $g = \hat{m}$ (bias-corrected first moment of $M\cdot\nabla_\theta L + \lambda \theta$) and
       $\eta_{\mathrm{eff}} = \operatorname{lr}/(\sqrt{\hat{v}} + \varepsilon)$ per coordinate ($\hat{v}$ bias-corrected with each parameter's own step
       count). With ``noise_preconditioned=True`` (default) the noise is $\sqrt{2\beta_t \eta_{\mathrm{eff}}} \xi$:
-      preconditioned Langevin with $P = \operatorname{diag}(\eta_{\mathrm{eff}}/\operatorname{lr})$, whose target is still $\propto \exp(-F/\beta)$ to first
-      order while ``P`` varies slowly. Groups with noise default to ``betas = (0, 0.999)`` (no momentum:
+      preconditioned Langevin with $P = \operatorname{diag}(\eta_{\mathrm{eff}}/\operatorname{lr})$, whose target is $\propto \exp(-F/\beta)$ only while ``P``
+      barely moves (Adam's follows θ: biased, docs/optim.md). Groups with noise default to ``betas = (0, 0.999)`` (no momentum:
       $\hat{m} = g$, the pSGLD drift, whose chain has the EM law; momentum multiplies its O(η) bias by
       $(1 + \beta_1)/(1 - \beta_1)$, see [`momentum_variance_factor`][meanfield.optim.conventions.momentum_variance_factor]) and $\varepsilon = 1$ ($\eta_{\mathrm{eff}} \le \operatorname{lr}$: no
       explosion at step 1, see the module docstring). With ``noise_preconditioned=False`` the noise
@@ -95,7 +96,7 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
         params: parameters or param-group dicts.
         lr: learning rate ``lr > 0`` (the time step of the SDE for an SGD drift).
         beta: temperature $\beta \ge 0$, a number or a schedule $\text{ step } -> \beta$ ([`meanfield.drift.schedules`][meanfield.drift.schedules]),
-            evaluated at the number of steps taken so far ($\beta(0)$ for the first step).
+            evaluated at its group's own step count ($\beta(0)$ at the group's first step).
         drift: ``"sgd"`` or ``"adam"`` (`DRIFTS`).
         betas: Adam's $(\beta_1, \beta_2)$, each in ``[0, 1)``; ``None`` (default): ``(0, 0.999)`` for a group with
             noise (no momentum: the right law), ``(0.9, 0.999)`` without. $\beta_1 > 0$ with noise warns once.
@@ -372,7 +373,7 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
             else:
                 draw.wait()
             noises = [  # [(n_j,)] this rank's rows of the shared draw, or the counter-based blocks
-                block_noise(b, self._seed, gi, t) if b.block else local_noise(b, view)
+                block_noise(b, self._seed, gi, t, block_stream(b, self.param_groups[gi])) if b.block else local_noise(b, view)
                 for (b, _, gi, t), view in zip(noisy, views)
             ]
         except BaseException:

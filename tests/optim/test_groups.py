@@ -212,3 +212,9 @@ def test_beta_at_refuses_an_overflowing_noise_variance():
         match=r"^param group 1: the noise variance 2·beta·lr = 2·1e\+300·1e\+10 overflows at step 5; lower beta or lr$",
     ):
         G.beta_at(_group(beta=1e300, lr=1e10, step=5), 1)
+    # the "loss" convention's noise is 2·M·β_s·lr: M = 8 overflows where β_s alone would not; control: M = 1
+    loss = dict(beta=5e307, lr=1.0, n_particles=8, temperature_convention="loss")
+    with pytest.raises(ValueError, match=r"^param group 0: the noise variance 2·M·beta·lr = 2·8·5e\+307·1 overflows"):
+        G.beta_at(_group(**loss), 0)
+    assert G.beta_at(_group(**{**loss, "beta": 5e306}), 0) == 5e306
+    assert G.beta_at(_group(**{**loss, "mean_field_scaling": False}), 0) == 5e307  # the factor is 1 then

@@ -1206,6 +1206,32 @@ def test_langevin_noise_blocks_are_counter_based_per_block_and_step():
         assert _max_diff(p.detach(), theta - 0.1 * 6 * g + amplitude * shared) > 1e-3
 
 
+def test_noise_blocks_of_two_dtypes_in_one_group_are_independent():
+    """A float64 and a float32 (64, 3) parameter in one group with ``noise_block = 2`` fall in two buckets: the
+    second draws from ``noise/0/{j}/{t}/param1`` (its first parameter's index), the first keeps
+    ``noise/0/{j}/{t}``. Their noises' correlation is within 5/sqrt(n) of 0 (n = 192; before, one key gave both
+    the same numbers: correlation 1 - 2e-16, the control below)."""
+    M = 64
+    a = torch.nn.Parameter(torch.zeros(M, 3, dtype=F64))
+    b = torch.nn.Parameter(torch.zeros(M, 3, dtype=torch.float32))
+    opt = Langevin([a, b], lr=0.5, beta=1.0, n_particles=M, noise_block=2, seed=3)
+    a.grad, b.grad = torch.zeros_like(a), torch.zeros_like(b)
+    opt.step()
+    x, y = a.detach().flatten(), b.detach().double().flatten()
+    assert abs(float(torch.corrcoef(torch.stack([x, y]))[0, 1])) < 5 / math.sqrt(x.numel())
+    first = torch.cat([
+        torch.empty(2, 3, dtype=F64).normal_(generator=torch.Generator().manual_seed(derive_seed(3, f"noise/0/{j}/0")))
+        for j in range(M // 2)
+    ])  # fmt: skip
+    assert torch.equal(a.detach(), first)  # lr·2β = 1: θ = ξ
+    same_key = torch.cat([
+        torch.empty(2, 3, dtype=torch.float32).normal_(generator=torch.Generator().manual_seed(derive_seed(3, f"noise/0/{j}/0")))
+        for j in range(M // 2)
+    ]).double().flatten()  # fmt: skip
+    assert float(torch.corrcoef(torch.stack([x, same_key]))[0, 1]) > 0.999  # the old key: b's noise would be a's
+    assert not torch.allclose(y, same_key)
+
+
 def test_langevin_seed_and_generator_errors_are_worded_exactly():
     """A negative seed and a generator that is not a ``torch.Generator`` are refused naming the argument and
     what it got; a checkpoint asking a generator-built optimizer for a generator on another device says
@@ -1548,6 +1574,23 @@ def test_eta_eff_is_bounded_by_lr_over_eps_whatever_the_gradient():
     stats = opt.last_stats
     assert stats.eta_eff_max <= lr * (1 + 1e-12) and stats.eta_eff_min >= lr / (M + 1) * (1 - 1e-12)
     assert stats.noise_rms <= math.sqrt(2 * beta * lr)
+
+
+def test_loss_convention_with_an_adam_drift_is_the_same_chain_too():
+    """With ``drift="adam"`` (preconditioned noise sqrt(2·M·β_s·η_eff)) the runs at β (mean-field) and β/M (loss)
+    are bit-identical (M = 8, exact in binary); control: β/M read as a mean-field β gives another chain."""
+    M, lr, beta = 8, 0.01, 0.4
+    runs = []
+    for convention, b in (("mean_field", beta), ("loss", beta / M), ("mean_field", beta / M)):
+        p = _param_3((M, 5), 0)
+        opt = Langevin([p], lr=lr, beta=b, drift="adam", n_particles=M, temperature_convention=convention, seed=2)
+        for _ in range(6):
+            opt.zero_grad()
+            (_loss_2(p) / M).backward()
+            opt.step()
+        runs.append(p.detach().clone())
+    assert torch.equal(runs[0], runs[1])
+    assert not torch.allclose(runs[2], runs[0])
 
 
 def test_loss_convention_is_the_seeds_chain_at_corresponding_beta():
