@@ -43,8 +43,11 @@ def number(value: object, digits: int = 4) -> str:
 
 
 def seconds(value: float) -> str:
-    """A duration: ``12.3 s`` to a tenth from 1 s up, two significant digits below (``0.037 s``, not ``0.0 s``)."""
-    return f"{value:.1f} s" if value >= 1 else f"{value:.2g} s"
+    """A duration: ``12.3 s`` to a tenth from about 1 s up, two significant digits below (``0.037 s``, not
+    ``0.0 s``), milliseconds under 0.01 s (``1.2 ms``)."""
+    if value >= 0.995:
+        return f"{value:.1f} s"
+    return f"{value:.2g} s" if value >= 0.01 else f"{value * 1e3:.2g} ms"
 
 
 def shortlist(values: Sequence[object], most: int = MAX_ROWS, digits: int = 4) -> str:

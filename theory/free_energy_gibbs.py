@@ -111,7 +111,7 @@ def run(preset: str = "fast", *, beta_sim: float | None = None) -> CheckResult:
         note="5·SE; trapezoid on the Nyström grid",
     )
     result.add(f"k-NN entropy bias at M = {M} (exact draws of ρ_η)", bias.value, 0.0, Z * bias.se + ENTROPY_SLACK,
-               detectable=Z * bias.se, note=f"the estimator: its bias within {ENTROPY_SLACK} nats (+ 5·SE)")  # fmt: skip
+               detectable=Z * bias.se + ENTROPY_SLACK, note=f"the estimator: its bias within {ENTROPY_SLACK} nats (+ 5·SE)")  # fmt: skip
     wrong = gibbs_free_energy(1.2 * BETA)
     result.add("negative control: F̂ vs F* at 1.2β", Fh.value, wrong, Z * Fh.se + slack,
                expect="differ", note="the Gibbs free energy at the wrong temperature: must be rejected")  # fmt: skip

@@ -81,7 +81,7 @@ def breaks(root: Path = PACKAGE) -> list[str]:
                     continue
                 f, g = FLOORS.get(here), FLOORS.get(there)
                 if f is None or g is None:
-                    found.append(f"{module} -> {target}: {here or there!r} has no floor (add it to FLOORS)")
+                    found.append(f"{module} -> {target}: {(here if f is None else there)!r} has no floor (add it to FLOORS)")
                 elif g > f or (g == f and (f != 0 or BASE.index(there) > BASE.index(here))):
                     found.append(f"{module} -> {target} (floor {f} -> {g})")
     return sorted(set(found))

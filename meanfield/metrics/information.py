@@ -336,13 +336,14 @@ def gaussian_entropy_bias(M: int, d: int) -> float:
 
     whatever the mean and covariance. Also exact for the particles of a chain that are exchangeable and jointly
     Gaussian (``MeanFieldLangevin`` with quadratic $V$ and $W$ from a Gaussian start): their spreads
-    $x_i - \bar x$ are $N(0, (I - \mathbf{1}\mathbf{1}^\top/M) \otimes V)$, so $\sum_i (x_i - \bar x)(x_i - \bar x)^\top$
-    is Wishart with $M - 1$ degrees of freedom, as for $M$ i.i.d. draws of covariance $V$.
+    $x_i - \bar x$ are $N(0, (I - \mathbf{1}\mathbf{1}^\top/M) \otimes \Sigma_y)$, so $\sum_i (x_i - \bar x)(x_i - \bar x)^\top$
+    is Wishart with $M - 1$ degrees of freedom, as for $M$ i.i.d. draws of covariance $\Sigma_y$.
 
     Raises:
+        TypeError: ``M`` or ``d`` not an integer.
         ValueError: $M \le d$ (the sample covariance is singular).
     """
-    M, d = int(M), int(d)
+    M, d = check_int("M", M), check_int("d", d)
     if d < 1 or M <= d:
         raise ValueError(f"gaussian_entropy_bias needs d ≥ 1 and M > d (a non-singular sample covariance), got M = {M}, d = {d}")
     return 0.5 * float(sum(scipy.special.digamma((M - i) / 2) for i in range(1, d + 1)) + d * math.log(2 / (M - 1)))

@@ -20,8 +20,9 @@ parameter named in ``particle_parameter_names`` (``particle_features``), e.g.
 differential entropy of those M points in ``R^D`` (``meanfield.metrics.entropy``). The k-NN estimators'
 bias grows with ``D`` (see their docs): the number is meaningful for small ``D`` (a teacher–student network
 on a few inputs), a trend at best for wide inputs. Particles constrained to a sphere (``sphere=True``) have
-no density on ``R^D`` and are refused. With an Adam drift the same ``F`` is the free energy of the chain's
-target law, but the preconditioned chain need not decrease it step by step.
+no density on ``R^D`` and are refused. With an Adam drift the same ``F`` is the free energy of the Gibbs law,
+which the preconditioned chain targets only while its preconditioner barely moves (docs/optim.md, "The
+temperature contract"), and need not decrease step by step.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class LayerEntropy:
         name: the layer's name in the model (``""`` for the model itself).
         M: its particles; ``D``: the dimension of one particle.
         beta: its mean-field temperature ``β`` (0 for a layer without noise; ``M`` times its group's ``β`` for a
-            group without the mean-field scaling or with ``temperature_convention="loss"``).
+            group with ``temperature_convention="loss"``, or in the mean-field convention without the scaling).
         weight_decay: its ``λ`` in ``F`` (``M`` times its group's for a group without the mean-field scaling);
             ``penalty`` is ``λ/2 · 1/M Σ_i |θ_i|²``.
         entropy: the estimate of ``H(ρ)``, with ``entropy_se`` and the estimator's ``method``.
@@ -111,8 +112,7 @@ def _group_of(optimizer: torch.optim.Optimizer, p: torch.Tensor) -> tuple[int, d
 
 
 def _temperature(optimizer, layer: ParticleLayer, name: str) -> tuple[float, float]:
-    r"""``(β, λ)`` of ``F`` for ``layer``'s ``M`` particles (all ranks' of a sharded layer), from the param group
-    that holds them.
+    r"""``(β, λ)`` of ``F`` for ``layer``'s ``M`` particles, from the param group that holds them.
 
     The group's step is $\theta_i \leftarrow \theta_i - \mathrm{lr}(s\,\nabla_{\theta_i} L + \lambda_g\theta_i)
     + \sqrt{2\beta_g\,\mathrm{lr}}\,\xi_i$ with $s$ its gradient factor (``M`` with the mean-field scaling, 1 without)
@@ -121,7 +121,7 @@ def _temperature(optimizer, layer: ParticleLayer, name: str) -> tuple[float, flo
     = \exp(-M\,(L + \tfrac{\lambda}{2}\mathbb{E}_\rho|\theta|^2)/\beta)$ with $\beta = \beta_g M/s$ and
     $\lambda = \lambda_g M/s$: the group's own $(\beta_g, \lambda_g)$ with the scaling, $M$ times them without it.
     """
-    from meanfield.optim.groups import beta_value, scale
+    from meanfield.optim.groups import beta_value, noise_beta, scale
 
     found = _group_of(optimizer, getattr(layer, layer.particle_parameter_names[0]))
     if found is None:
@@ -130,16 +130,11 @@ def _temperature(optimizer, layer: ParticleLayer, name: str) -> tuple[float, flo
             "from this model (Langevin(param_groups_for(model), ...))"
         )
     gi, group = found
-    shard = getattr(layer, "particle_shard", None)  # meanfield.nn.sharded: this rank holds some of the M rows
-    M = shard.M if shard is not None else layer.n_particles
-    s = scale(group)
+    M, s = layer.n_particles, scale(group)
     lam = float(group["weight_decay"]) * M / s
     if not group["noise"]:
         return 0.0, lam
-    beta = beta_value(group, gi)
-    if group.get("temperature_convention", "mean_field") == "loss":
-        beta *= s  # the seeds' β_s of exp(−L/β_s): the noise's temperature is s·β_s
-    return beta * M / s, lam
+    return noise_beta(group, beta_value(group, gi)) * M / s, lam
 
 
 def free_energy(
@@ -158,9 +153,9 @@ def free_energy(
             full-batch or large-batch loss: a minibatch loss carries its sampling noise into ``F``).
         beta: the temperature: a number ``β ≥ 0`` in the mean-field convention (every layer, no weight
             decay), or the [`Langevin`][meanfield.optim.Langevin] optimizer training the model: each layer then
-            takes its group's ``β_t`` at the step about to be taken and its weight decay (each ×M for a group
-            without the mean-field scaling; β ×M for ``temperature_convention="loss"``: the chain's mean-field
-            values), and ``β = 0`` for a group without noise.
+            takes its group's ``β_t`` at the step about to be taken and its weight decay, as the chain's
+            mean-field values: ``M·β_s`` for ``temperature_convention="loss"`` (with or without the scaling),
+            ``M·β`` and ``M·λ`` for a mean-field group without the scaling, and ``β = 0`` for a group without noise.
         entropy: the method of ``meanfield.metrics.entropy``.
         k: the neighbour order of the k-NN estimators (``None``: their default).
 
@@ -197,6 +192,11 @@ def free_energy(
         )
     terms = []
     for name, layer in layers:
+        if getattr(layer, "particle_shard", None) is not None:
+            raise ValueError(
+                f"layer {name or 'model'!r} holds only this process's rows of its particles (meanfield.nn.sharded): "
+                "their entropy needs all of them; gather the layer on one process first"
+            )
         if getattr(layer, "sphere", False):
             raise ValueError(
                 f"layer {name or 'model'!r} keeps its particles on a sphere (sphere=True): they have no density "

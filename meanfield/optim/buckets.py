@@ -34,6 +34,7 @@ class Bucket:
     rsqrt_views: list[torch.Tensor] | None = None
     rows: tuple[int, int, int] | None = None  # (start, stop, M): the parameters are rows of (M, …) tensors
     block: int = 0  # > 0: counter-based noise per block of this many particles (Langevin's noise_block)
+    stream: str = ""  # the block noise's key suffix: "" for the group's first bucket, else /param{i} (block_noise)
 
     def views(self, flat: torch.Tensor, index: Sequence[int], strided: bool = False) -> list[torch.Tensor]:
         """Views of ``flat`` (n,) shaped like the parameters ``index``.
@@ -100,8 +101,10 @@ def build_buckets(
             the group's ``noise_block`` or ``particle_rows``.
     """
     by_kind: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
-    for p in group["params"]:
+    first: dict[tuple[torch.device, torch.dtype], int] = {}  # each kind's first parameter's index in the group
+    for i, p in enumerate(group["params"]):
         by_kind.setdefault((p.device, p.dtype), []).append(p)
+        first.setdefault((p.device, p.dtype), i)
     buckets = []
     for (device, dtype), params in by_kind.items():
         offsets, n = [], 0
@@ -110,7 +113,8 @@ def build_buckets(
             offsets.append(n)
             n += p.numel()
         rows = group.get("particle_rows")
-        b = Bucket(params, offsets, n, block=int(group.get("noise_block", 0)))
+        index = first[(device, dtype)]
+        b = Bucket(params, offsets, n, block=int(group.get("noise_block", 0)), stream=f"/param{index}" if index else "")
         if b.block:
             if seed is None:
                 raise ValueError(

@@ -19,6 +19,7 @@ import torch
 
 from meanfield.optim import foreach
 from meanfield.optim.buckets import Bucket
+from meanfield.optim.groups import noise_beta
 from meanfield.optim.groups import scale as group_scale
 from meanfield.optim.step_stats import Record
 
@@ -50,9 +51,7 @@ def apply_drift(
     """
     lr = float(group["lr"])
     scale = group_scale(group)
-    # the β of the noise sqrt(2β η_eff): the "loss" convention's β is the temperature of exp(−L/β), i.e.
-    # of exp(−M·L/(M·β)): M·β in the mean-field convention
-    beta_noise = beta_t * scale if group["temperature_convention"] == "loss" else beta_t
+    beta_noise = noise_beta(group, beta_t)  # the β of the noise sqrt(2β η_eff): s·β_s for the "loss" convention
     wd = group["weight_decay"]
     params = [b.params[i] for i in index]
     if group["drift"] == "sgd":

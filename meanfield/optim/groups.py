@@ -32,6 +32,7 @@ __all__ = [
     "CheckedGroups",
     "CONFIG_KEYS",
     "scale",
+    "noise_beta",
     "not_gibbs",
     "momentum_with_noise",
     "normalise",
@@ -57,6 +58,13 @@ def position(groups: list[dict[str, Any]], group: dict[str, Any], p: torch.Tenso
 def scale(group: dict[str, Any]) -> float:
     """The factor ``M`` a group multiplies its gradients by (1 without the mean-field scaling)."""
     return float(group["n_particles"]) if group["mean_field_scaling"] else 1.0
+
+
+def noise_beta(group: dict[str, Any], beta_t: float) -> float:
+    r"""The temperature of the group's noise $\sqrt{2\beta\eta}\,\xi$ for its given $\beta_t$: $\beta_t$ itself, or for
+    ``temperature_convention="loss"`` (the seeds' $\beta_s$ of $\exp(-L/\beta_s) = \exp(-sL/(s\beta_s))$) $s\cdot\beta_t$, $s$ the
+    factor its gradients are multiplied by ([`scale`][meanfield.optim.groups.scale]: M, or 1 without the mean-field scaling)."""
+    return beta_t * scale(group) if group.get("temperature_convention") == "loss" else beta_t
 
 
 def not_gibbs(group: dict[str, Any]) -> bool:
@@ -174,9 +182,8 @@ def beta_at(group: dict[str, Any], gi: int) -> float:
         TypeError, ValueError: as [`beta_value`][meanfield.optim.groups.beta_value]; also ValueError when $2\cdot \beta_t\cdot\operatorname{lr}$ overflows.
     """
     value = beta_value(group, gi)
-    loss = group.get("temperature_convention") == "loss"  # the noise's β is s·β_s, s the gradients' factor
-    noise = value * scale(group) if loss else value
-    if not math.isfinite(2.0 * noise * group["lr"]):
+    if not math.isfinite(2.0 * noise_beta(group, value) * group["lr"]):
+        loss = group.get("temperature_convention") == "loss"
         what = f"2·M·beta·lr = 2·{scale(group):g}·{value:g}" if loss else f"2·beta·lr = 2·{value:g}"
         raise ValueError(
             f"param group {gi}: the noise variance {what}·{group['lr']:g} overflows at step "

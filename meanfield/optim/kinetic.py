@@ -49,7 +49,7 @@ from meanfield.optim.checkpoints import as_data, own_copy
 from meanfield.optim.conventions import TEMPERATURE_CONVENTIONS
 from meanfield.optim.direct import DirectStep
 from meanfield.optim.gradients import norms_and_sum
-from meanfield.optim.groups import beta_value, check_floating, normalise, scale
+from meanfield.optim.groups import beta_value, check_floating, noise_beta, normalise, scale
 from meanfield.seeds import warn_if_global_seed
 
 __all__ = ["KineticLangevin"]
@@ -82,10 +82,7 @@ def _check_group(group: dict[str, Any], where: str) -> None:
 def _beta_at(group: dict[str, Any], gi: int) -> float:
     r"""$\beta_t$ of group ``gi`` at its step count, in the mean-field convention (for ``"loss"``, × the factor
     its gradients are multiplied by: ``M``, or 1 with ``mean_field_scaling=False``, as in ``Langevin``)."""
-    value = beta_value(group, gi)
-    if group["temperature_convention"] == "loss":
-        value *= scale(group)
-    return value
+    return noise_beta(group, beta_value(group, gi))
 
 
 class KineticLangevin(DirectStep, torch.optim.Optimizer):

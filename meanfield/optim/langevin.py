@@ -32,6 +32,7 @@ from meanfield.optim.groups import (
     beta_at,
     check_group,
     momentum_with_noise,
+    noise_beta,
     normalise,
     not_gibbs,
 )
@@ -42,7 +43,6 @@ from meanfield.optim.noise import (
     NoiseSource,
     add_noise,
     block_noise,
-    block_stream,
     fill_normal,
     local_noise,
 )
@@ -373,7 +373,7 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
             else:
                 draw.wait()
             noises = [  # [(n_j,)] this rank's rows of the shared draw, or the counter-based blocks
-                block_noise(b, self._seed, gi, t, block_stream(b, self.param_groups[gi])) if b.block else local_noise(b, view)
+                block_noise(b, self._seed, gi, t) if b.block else local_noise(b, view)
                 for (b, _, gi, t), view in zip(noisy, views)
             ]
         except BaseException:
@@ -428,7 +428,7 @@ class Langevin(CheckedGroups, NoiseSource, LazyStats, LangevinCheckpoints, Direc
         try:
             for gi, group, beta_t, entries in plan:
                 lr, scale, wd = float(group["lr"]), group_scale(group), group["weight_decay"]
-                beta_noise = beta_t * scale if group["temperature_convention"] == "loss" else beta_t
+                beta_noise = noise_beta(group, beta_t)
                 for b, index, grads in entries:
                     terms, factor = sgd_drift_(b.params, grads, lr, scale, wd)
                     bucket_norms = None if wd or norms is None else norms[len(lazy)]

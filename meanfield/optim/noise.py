@@ -33,7 +33,6 @@ __all__ = [
     "start_noise",
     "draw_size",
     "block_noise",
-    "block_stream",
     "local_noise",
     "add_noise",
 ]
@@ -52,11 +51,11 @@ def draw_size(b: Bucket) -> int:
     return sum(p.numel() // (stop - start) * M for p in b.params)
 
 
-def block_noise(b: Bucket, seed: int, group_index: int, step: int, stream: str = "") -> torch.Tensor:
+def block_noise(b: Bucket, seed: int, group_index: int, step: int) -> torch.Tensor:
     """The noise ``(n,)`` of this bucket's particles, block by block: block ``j`` from a generator seeded by
-    ``derive_seed(seed, f"noise/{group_index}/{j}/{step}{stream}")``, drawing every parameter's rows of the block
-    in order (the same numbers whichever process holds the block). ``stream`` tells apart the buckets of one
-    group (another dtype or device): ``""`` for the bucket that holds the group's first parameter, else
+    ``derive_seed(seed, f"noise/{group_index}/{j}/{step}{b.stream}")``, drawing every parameter's rows of the
+    block in order (the same numbers whichever process holds the block). ``b.stream`` tells apart the buckets of
+    one group (another dtype or device): ``""`` for the bucket that holds the group's first parameter, else
     ``/param{i}``, ``i`` the index of its first parameter in the group (the same on every process)."""
     start, stop = (b.rows[0], b.rows[1]) if b.rows is not None else (0, b.params[0].shape[0])
     p0 = b.params[0]
@@ -65,19 +64,11 @@ def block_noise(b: Bucket, seed: int, group_index: int, step: int, stream: str =
     k = b.block
     generator = torch.Generator(device=p0.device)
     for j in range(start // k, stop // k):
-        generator.manual_seed(derive_seed(seed, f"noise/{group_index}/{j}/{step}{stream}"))
+        generator.manual_seed(derive_seed(seed, f"noise/{group_index}/{j}/{step}{b.stream}"))
         a = j * k - start
         for v in views:
             v[a : a + k].normal_(generator=generator)  # (k, …) ξ ~ N(0, I)
     return out
-
-
-def block_stream(b: Bucket, group: dict) -> str:
-    """:func:`block_noise`'s ``stream`` for bucket ``b`` of ``group``."""
-    first = b.params[0]
-    if first is group["params"][0]:
-        return ""
-    return f"/param{next(i for i, p in enumerate(group['params']) if p is first)}"
 
 
 def local_noise(b: Bucket, full: torch.Tensor) -> torch.Tensor:

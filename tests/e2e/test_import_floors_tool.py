@@ -36,3 +36,7 @@ def test_an_import_up_or_sideways_is_named(tmp_path, capsys):
     ]
     assert import_floors.main(package) == 1
     assert capsys.readouterr().out.count("import against the floors") == 3
+    (package / "drift" / "potentials.py").write_text("import meanfield.newthing\n")  # a piece with no floor
+    assert "meanfield.drift.potentials -> meanfield.newthing: 'newthing' has no floor (add it to FLOORS)" in (
+        import_floors.breaks(package)
+    )

@@ -472,3 +472,5 @@ def test_gaussian_entropy_bias_is_the_moment_estimates_mean_error(M, d):
     assert abs(float(error.mean()) + d * (d + 1) / (4 * M)) > tolerance
     with pytest.raises(ValueError, match="M > d"):
         gaussian_entropy_bias(d, d)
+    with pytest.raises(TypeError, match="^M must be an int, got float$"):
+        gaussian_entropy_bias(4.5, 1)

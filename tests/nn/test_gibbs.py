@@ -134,6 +134,18 @@ def test_the_sphere_refusal_says_why():
     )
 
 
+def test_a_sharded_layer_is_refused_in_one_line():
+    # a layer that holds rows 0–4 of 10 (meanfield.nn.sharded marks it so): its entropy would be that of half the
+    # particles; control: the same layer unmarked is measured
+    from meanfield.nn.sharded import ParticleShard
+
+    f = _layer(M=5)
+    assert free_energy(f, 1.0, 0.1, entropy="gaussian").layers[0].M == 5
+    f.particle_shard = ParticleShard(0, 5, 10)
+    with pytest.raises(ValueError, match=r"^layer 'model' holds only this process's rows of its particles .*one process first$"):
+        free_energy(f, 1.0, 0.1)
+
+
 @pytest.mark.parametrize("convention", ["mean_field", "loss"])
 def test_a_group_without_the_mean_field_scaling_is_read_as_the_same_chain_with_it(convention):
     # Without the factor M the step is θ ← θ − lr'(∇L + λ'θ) + sqrt(2β'lr')ξ; at lr' = M·lr, λ' = λ/M, β' = β/M

@@ -218,3 +218,12 @@ def test_beta_at_refuses_an_overflowing_noise_variance():
         G.beta_at(_group(**loss), 0)
     assert G.beta_at(_group(**{**loss, "beta": 5e306}), 0) == 5e306
     assert G.beta_at(_group(**{**loss, "mean_field_scaling": False}), 0) == 5e307  # the factor is 1 then
+
+
+def test_noise_beta_is_the_loss_conventions_beta_times_the_gradients_factor():
+    """The noise's temperature: β itself in the mean-field convention; s·β_s for "loss", s = M with the scaling
+    and 1 without (M = 8)."""
+    cases = [("mean_field", True, 0.5), ("mean_field", False, 0.5), ("loss", True, 4.0), ("loss", False, 0.5)]
+    for convention, scaled, want in cases:
+        group = _group(n_particles=8, mean_field_scaling=scaled, temperature_convention=convention)
+        assert G.noise_beta(group, 0.5) == want

@@ -29,7 +29,7 @@ all stable for $h^2a < 4$.
 step $n$ uses $\beta_{t_n + h/2}$ (both halves of an OBABO step). A force that depends on time is read where its
 kick sits when time advances with the drifts: $t_n$ plus the A fractions before it, so $t_n$ for a first kick,
 $t_{n+1}$ for a last one (which the next step's first kick reuses), $t_n + h/2$ for both of ABOBA's. Both keep every
-scheme weak order 2 (Strang splitting of the system with time as a coordinate); reading them at $t_n$ made it
+scheme weak order 2 (each step stays symmetric: run backward in time it reads the same β and forces); reading them at $t_n$ made it
 order 1 (measured on $V = a/2\cdot x^2$, $\beta_t = 0.1 + t$: the exact covariance recursion's error in
 $\operatorname{Var} x(2)$ falls by 4.0 per halving of $h$ instead of 2.0; ``tests/stepping/solvers/test_splittings.py``).
 
