@@ -203,7 +203,7 @@ def test_step_calls_the_closure_and_returns_its_loss():
 
     before = theta.detach().clone()
     loss = opt.step(closure)
-    assert calls == [True] and float(loss) == 2.5
+    assert calls == [True] and float(loss.detach()) == 2.5
     assert torch.all(torch.sign(theta.detach() - before) == -torch.sign(before))  # moved toward 0
     opt.register_step_post_hook(lambda *_: None)
     expected = 0.5 * float((theta.detach() ** 2).sum())  # the closure's loss: at θ before this step
