@@ -207,4 +207,4 @@ def test_step_calls_the_closure_and_returns_its_loss():
     assert torch.all(torch.sign(theta.detach() - before) == -torch.sign(before))  # moved toward 0
     opt.register_step_post_hook(lambda *_: None)
     expected = 0.5 * float((theta.detach() ** 2).sum())  # the closure's loss: at θ before this step
-    assert float(opt.step(closure)) == pytest.approx(expected, rel=1e-15) and calls == [True, True]
+    assert float(opt.step(closure).detach()) == pytest.approx(expected, rel=1e-15) and calls == [True, True]
