@@ -106,6 +106,9 @@ def seed_list(seeds: object, name: str = "seeds") -> list[int]:
     seeds = list(range(check_int(name, seeds))) if isinstance(seeds, int) else [_cell(s) for s in seeds]
     if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
         raise ValueError(f"{name} must be a non-empty sequence of ints, got {seeds}")
+    if len(set(seeds)) < len(seeds):
+        repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+        raise ValueError(f"{name} must be distinct (a repeated seed counts one run twice), got {repeated} more than once")
     return seeds
 
 

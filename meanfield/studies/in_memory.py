@@ -434,8 +434,9 @@ class RateEstimate:
 
     * ``"exact"``: the least-squares slope of $\log|\mathrm{mean}_M - Y_\infty|$ on ``log M`` with $Y_\infty$ treated as
       exact: 0 for a distance, the given limit, or the mean of the reference values (then it ignores their
-      uncertainty: the *naive* interval). Percentile interval of the bootstrap slopes (NaN when a resampled
-      excess is ≤ 0: no logarithm).
+      uncertainty: the *naive* interval). ``slope ± t_{reps−1}·SE_boot`` of the bootstrap slopes (NaN when a
+      resampled excess is ≤ 0: no logarithm); the percentile interval it replaced (2026-12-07) covered a truly
+      exact limit in only 87 % of studies with 5 replicates (83 % with replicates coupled across M).
     * ``"reference"``: the weighted least-squares fit of $\mathrm{mean}_M = Y_\infty + c\cdot M^{-\alpha}$ (weights $1/\operatorname{SE}_M^2$) in
       which the mean of the ``R`` reference values is one more point, at $M = \infty$ (weight ``1/SE_ref²``);
       each bootstrap draw redraws that mean from its Student-t sampling law ``ȳ_ref + SE_ref·t_{R−1}``
@@ -445,14 +446,14 @@ class RateEstimate:
       (reference-free; needs ≥ 3 sizes with a constant ratio $r = M_{k+1}/M_k$: then
       $\mathbb{E} Y_M - \mathbb{E} Y_{rM}$ is exactly that power law whatever $Y_\infty$).
 
-    The three fits scan α over [0.01, 4] and report ``−α ± t_{reps−1, (1+level)/2}·SE_boot`` (the bootstrap
-    standard error with a Student-t quantile), which covered a known exponent closer to ``level`` than the
-    percentile interval of the same draws (``theory/rate_coverage.py``).
+    The three fits scan α over [0.01, 4]. Every estimator reports ``slope ± t_{reps−1, (1+level)/2}·SE_boot`` (the
+    bootstrap standard error with a Student-t quantile), which covered a known exponent closer to ``level`` than
+    the percentile interval of the same draws (``theory/rate_coverage.py``).
 
     Attributes:
         estimator: one of [`ESTIMATORS`][meanfield.studies.in_memory.ESTIMATORS].
         slope: $-\alpha$.
-        slope_ci: its ``level`` bootstrap percentile interval (NaN when a resample has no logarithm).
+        slope_ci: its ``level`` interval, ``slope ± t·SE_boot`` (NaN when a resample has no logarithm).
         limit: $Y_\infty$ used or estimated.
         coefficient: ``c`` (signed: $\mathbb{E} Y_M - Y_\infty \approx c\cdot M^{-\alpha}$).
         level: the confidence level.
@@ -571,12 +572,6 @@ def _student_t(n: int, df: int, generator: torch.Generator) -> torch.Tensor:
     return z / (chi2 / df).sqrt()
 
 
-def _quantiles(t: torch.Tensor, level: float) -> tuple[float, float]:
-    q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
-    lo, hi = torch.quantile(t, q)
-    return float(lo), float(hi)
-
-
 def _t_interval(estimate: float, boot: torch.Tensor, level: float, df: int) -> tuple[float, float]:
     r"""``estimate ± t_{df,(1+level)/2} · sd(boot)``: the bootstrap-SE interval with a Student-t quantile.
 
@@ -644,7 +639,7 @@ def _estimate(
             )
             ci = nan
         else:
-            ci = _quantiles(_fit_loglog(Ms, eb)[0], level)
+            ci = _t_interval(slope, _fit_loglog(Ms, eb)[0], level, values.shape[1] - 1)
         return RateEstimate(estimator, slope, ci, L, sign * math.exp(intercept), level), notes
     se2 = values.var(1) / values.shape[1]  # (K,) squared standard errors of the means
     se2 = torch.where(se2 > 0, se2, se2[se2 > 0].min() if bool((se2 > 0).any()) else torch.ones_like(se2))

@@ -301,14 +301,16 @@ class PairedDifference:
         return (self.hi - self.lo) / 2
 
     def detectable(self, power: float = 0.8, alpha: float = 0.05, method: str = "t") -> float:
-        """[`detectable_difference`][meanfield.studies.stats.detectable_difference] at this comparison's ``sd`` and ``n`` (NaN for ``n < 2``)."""
-        if self.n < 2 or not math.isfinite(self.sd):
+        """[`detectable_difference`][meanfield.studies.stats.detectable_difference] at this comparison's ``sd`` and ``n`` (NaN for ``n < 2``
+        and where there is no test: the differences have no spread)."""
+        if self.n < 2 or not math.isfinite(self.sd) or not math.isfinite(self.p_value):
             return math.nan
         return detectable_difference(self.sd, self.n, power, alpha, method)
 
     def pairs_needed(self, delta: float, power: float = 0.8, alpha: float = 0.05, method: str = "t") -> float:
-        """[`pairs_needed`][meanfield.studies.stats.pairs_needed] for ``delta`` at this comparison's ``sd`` (NaN for ``n < 2``)."""
-        if self.n < 2 or not math.isfinite(self.sd):
+        """[`pairs_needed`][meanfield.studies.stats.pairs_needed] for ``delta`` at this comparison's ``sd`` (NaN for ``n < 2`` and
+        where there is no test)."""
+        if self.n < 2 or not math.isfinite(self.sd) or not math.isfinite(self.p_value):
             return math.nan
         return pairs_needed(delta, self.sd, power, alpha, method)
 
@@ -317,7 +319,8 @@ def paired_difference(a, b, level: float = 0.95) -> PairedDifference:
     r"""The paired difference $a_i - b_i$ (``a``, ``b`` aligned by seed) and the two-sided paired t-test.
 
     The p-value is that of $H_0: \mathbb{E}[a - b] = 0$ (``scipy.stats.ttest_rel``); NaN for ``n < 2`` or when
-    every difference is equal (no spread to test against). ``sd`` is the differences' sample standard
+    every difference is equal up to rounding (a spread below ``1e-12`` of the values: nothing to test against;
+    then ``detectable`` and ``pairs_needed`` are NaN too, not the 0 of a zero ``sd``). ``sd`` is the differences' sample standard
     deviation, the input of [`PairedDifference.detectable`][meanfield.studies.stats.PairedDifference.detectable] and [`PairedDifference.pairs_needed`][meanfield.studies.stats.PairedDifference.pairs_needed].
     """
     a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
@@ -325,7 +328,8 @@ def paired_difference(a, b, level: float = 0.95) -> PairedDifference:
         raise ValueError(f"paired values must have the same length, got {a.size} and {b.size}")
     d = t_interval(a - b, level)
     p = math.nan
-    if a.size >= 2 and np.ptp(a - b) > 0:
+    scale = float(max(np.abs(a).max(initial=0.0), np.abs(b).max(initial=0.0), 1e-300))
+    if a.size >= 2 and np.ptp(a - b) > 1e-12 * scale:  # equal up to rounding (1.1 − 1.0 vs 2.2 − 2.1): no spread
         p = float(_st.ttest_rel(a, b).pvalue)
     sd = float(np.std(a - b, ddof=1)) if a.size >= 2 else math.nan
     return PairedDifference(d.mean, d.lo, d.hi, d.n, p, sd)

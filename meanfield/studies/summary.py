@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -144,12 +145,22 @@ def summarize(
             continue
         entry: dict[str, Any] = {**{k: runs[0][k] for k in keys}, "n": len(runs)}
         for m in metrics:
-            entry.update(_mean_entry(m, [r[m] for r in runs if is_number(r.get(m))], options))
+            values = [r[m] for r in runs if is_number(r.get(m))]
+            if len(values) < len(runs):  # a run's value is NaN, inf or missing: the mean is of the others
+                entry[f"{m}:n"] = len(values)
+            entry.update(_mean_entry(m, values, options))
         if options.cost is not None:
             entry["cost"] = math.fsum(r[options.cost] for r in runs if is_number(r.get(options.cost)))
         if baseline is not None:
             entry.update(_paired_entry(entry, runs, done, keys, metrics, baseline, options))
         table.append(entry)
+    if baseline is not None and table and not any(e.get("is_baseline") for e in table):
+        warnings.warn(
+            f"baseline {dict(baseline)} matches no finished run of the table's points: no paired column (a value "
+            "must equal the stored one, e.g. a float32 grid stores 1e-3 as 0.0010000000474974513)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     _adjust(table, metrics, options)
     return SummaryTable(table, tuple(keys), tuple(metrics), options)
 
@@ -284,7 +295,7 @@ class SummaryTable(list):
     def _title(self) -> str:
         ps = [e[f"{m}:p"] for e in self for m in self.metrics if f"{m}:p" in e]
         tests = sum(math.isfinite(p) for p in ps)  # a point with one pair has a difference, and no test
-        untested = f", {len(ps) - tests} with too few pairs for one" if len(ps) > tests else ""
+        untested = f", {len(ps) - tests} with too few pairs or no spread for one" if len(ps) > tests else ""
         against = f", {tests} paired tests (Holm over the {self.options.holm}){untested}" if self.paired else ""
         return f"SummaryTable: {len(self)} points × {len(self.metrics)} metrics{against}"
 
@@ -296,7 +307,9 @@ class SummaryTable(list):
 
 
 def _mean_text(e: Mapping[str, Any], m: str) -> str:
-    return interval_cell(e[m], e[f"{m}:lo"], e[f"{m}:hi"], significant=4) if m in e else "—"
+    text = interval_cell(e[m], e[f"{m}:lo"], e[f"{m}:hi"], significant=4) if m in e else "—"
+    counted = e.get(f"{m}:n", e.get("n"))
+    return text if counted == e.get("n") else f"{text} [{counted} of {e['n']} finite]"
 
 
 def _diff_text(e: Mapping[str, Any], m: str) -> str:

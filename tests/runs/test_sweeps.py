@@ -1628,7 +1628,7 @@ def test_summarize_group_key_by_toml_value():
     assert [(e["a"], type(e["a"]), e["n"], e["m"]) for e in table] == [(1.0, float, 2, 1.5), (1, int, 1, 3.0)]
     assert math.isnan(table[1]["m:lo"]) and math.isnan(table[1]["m:hi"])
     none = sweeps.summarize([{"a": 1, "seed": 0, "status": "finished", "m": None}], ["a"], ["m"])
-    assert none == [{"a": 1, "n": 1}]
+    assert none == [{"a": 1, "n": 1, "m:n": 0}]  # one run, no value: counted, and said
 
 
 def test_summarize_paired_against_scipy():

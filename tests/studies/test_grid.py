@@ -50,6 +50,8 @@ def test_seed_list_and_runs_of_put_the_seed_fastest():
     ):
         with pytest.raises(error):
             seed_list(bad)
+    with pytest.raises(ValueError, match=r"^seeds must be distinct \(a repeated seed counts one run twice\), got \[0\] more"):
+        seed_list([0, 0, 1])  # would pair and count seed 0 twice: n = 3 where 2 runs exist
     assert runs_of([{"a": 1}, {"a": 2}], [5, 6]) == [
         {"a": 1, "seed": 5}, {"a": 1, "seed": 6}, {"a": 2, "seed": 5}, {"a": 2, "seed": 6},
     ]  # fmt: skip

@@ -1755,6 +1755,12 @@ def noisy_values(limit=1.0, c=2.0, alpha=0.8, reps=6, seed=10, K=5):
     return limit + c * Ms[:, None] ** -alpha * (1 + 0.2 * torch.randn(K, reps, generator=gen(seed), dtype=DT))
 
 
+def t_ci(slope, slopes, level, reps):
+    """``slope ± t_{reps−1, (1+level)/2}·sd(slopes)`` by scipy: every estimator's interval (in_memory._t_interval)."""
+    half = scipy.stats.t.ppf((1 + level) / 2, reps - 1) * np.std(slopes, ddof=1)
+    return slope - half, slope + half
+
+
 def boot_of(values, n_boot=40, seed=11):
     """Bootstrap means (n_boot, K) drawn here with NumPy (any resample of the rows will do)."""
     rng = np.random.default_rng(seed)
@@ -2131,15 +2137,6 @@ def test_student_t_draws_follow_students_law():
     assert scipy.stats.kstest(t, scipy.stats.norm.cdf).pvalue < 1e-6
 
 
-def test_quantiles_are_the_two_sided_linear_quantiles():
-    t = torch.arange(101, dtype=DT)
-    lo, hi = studies._quantiles(t, 0.9)
-    assert (lo, hi) == pytest.approx((5.0, 95.0), abs=1e-12) and type(lo) is float and type(hi) is float
-    r = torch.rand(37, generator=gen(9), dtype=DT)
-    lo, hi = studies._quantiles(r, 0.5)
-    assert (lo, hi) == pytest.approx(tuple(np.quantile(r.numpy(), [0.25, 0.75])), abs=1e-15)
-
-
 @pytest.mark.parametrize(("level", "df"), [(0.95, 4), (0.8, 19)], ids=["95_df4", "80_df19"])
 def test_t_interval_is_estimate_plus_minus_t_quantile_times_bootstrap_sd(level, df):
     boot = torch.tensor([0.1, 0.4, -0.2, 0.3, 0.0], dtype=DT)
@@ -2182,31 +2179,34 @@ def test_edge_notes(edge, boot_edge, level, notes):
     assert studies._edge_notes(edge, boot_edge, level) == notes
 
 
-def test_estimate_exact_for_a_distance_is_the_loglog_fit_with_percentile_bootstrap():
+def test_estimate_exact_for_a_distance_is_the_loglog_fit_with_a_t_bootstrap_interval():
     """Distance (limit 0): slope and ``c = exp(intercept)`` from ``np.polyfit`` of the means; the interval is
-    the ``np.quantile`` (2.5 %, 97.5 %) of the polyfit slopes of the bootstrap rows; no notes."""
+    ``slope ± t_{reps−1, 0.975}·sd`` of the polyfit slopes of the bootstrap rows (scipy's t); no notes. Control:
+    the percentile interval of the same slopes, which it replaced, is another pair."""
     values = noisy_values(limit=0.0)
     boot = boot_of(values)
     est, notes = call_estimate("exact", values, boot, distance=True)
     s, i = np_loglog(KS, values.mean(1))
-    slopes = [np_loglog(KS, row)[0] for row in boot.numpy()]
-    lo, hi = np.quantile(slopes, [0.025, 0.975])
+    slopes = np.array([np_loglog(KS, row)[0] for row in boot.numpy()])
+    half = scipy.stats.t.ppf(0.975, values.shape[1] - 1) * slopes.std(ddof=1)
     assert notes == [] and est.estimator == "exact" and est.limit == 0.0 and est.level == 0.95
     assert abs(est.slope - s) < 1e-12 and abs(est.coefficient - math.exp(i)) < 1e-12
-    assert est.slope_ci == pytest.approx((lo, hi), abs=1e-12)
+    assert est.slope_ci == pytest.approx((s - half, s + half), abs=1e-12)
+    assert est.slope_ci != pytest.approx(tuple(np.quantile(slopes, [0.025, 0.975])), abs=1e-6)
 
 
 def test_estimate_exact_for_a_quantity_below_its_limit_has_a_negative_coefficient():
     """Means below the limit 3: the excess is ``3 − mean``; the coefficient is ``−exp(intercept)``; level 0.8
-    gives the (10 %, 90 %) quantiles of the bootstrap slopes of ``3 − boot``."""
+    gives ``slope ± t_{reps−1, 0.9}·sd`` of the bootstrap slopes of ``3 − boot``."""
     values = noisy_values(limit=3.0, c=-2.0)
     boot = boot_of(values)
     est, notes = call_estimate("exact", values, boot, limit=3.0, level=0.8)
     s, i = np_loglog(KS, 3.0 - values.mean(1).numpy())
-    slopes = [np_loglog(KS, 3.0 - row)[0] for row in boot.numpy()]
+    slopes = np.array([np_loglog(KS, 3.0 - row)[0] for row in boot.numpy()])
+    half = scipy.stats.t.ppf(0.9, values.shape[1] - 1) * slopes.std(ddof=1)
     assert notes == [] and est.limit == 3.0 and est.level == 0.8
     assert abs(est.slope - s) < 1e-12 and abs(est.coefficient + math.exp(i)) < 1e-12
-    assert est.slope_ci == pytest.approx(tuple(np.quantile(slopes, [0.1, 0.9])), abs=1e-12)
+    assert est.slope_ci == pytest.approx((s - half, s + half), abs=1e-12)
 
 
 def test_estimate_exact_for_a_quantity_without_a_limit_uses_zero():
@@ -2560,7 +2560,7 @@ def test_distance_to_clouds_in_2d_with_the_exact_method_is_pots_emd():
 
 def test_a_law_study_end_to_end_against_hand_distances_and_a_replayed_bootstrap():
     """Against U(0, 1): every value is the hand ``W2²``; slope and intercept are ``np.polyfit`` of the mean
-    distances; the interval is the (2.5 %, 97.5 %) ``np.quantile`` of the polyfit slopes of the bootstrap
+    distances; the interval is ``slope ± t_4·sd`` of the polyfit slopes of the bootstrap
     means, replayed from a clone of the generator (n_boot = 64); and every other field."""
     Ms = [4, 8, 16]
     g = gen(21)
@@ -2572,7 +2572,7 @@ def test_a_law_study_end_to_end_against_hand_distances_and_a_replayed_bootstrap(
     assert r.values.dtype == DT and np.allclose(r.values.numpy(), values, rtol=0, atol=1e-14)
     s, i = np_loglog(Ms, values.mean(1))
     boot, _ = replay_boot(values, state, 64)
-    lo, hi = np.quantile([np_loglog(Ms, row)[0] for row in boot], [0.025, 0.975])
+    lo, hi = t_ci(s, [np_loglog(Ms, row)[0] for row in boot], 0.95, 5)
     assert abs(r.slope - s) < 1e-12 and abs(r.intercept - i) < 1e-12
     assert r.slope_ci == pytest.approx((lo, hi), abs=1e-12)
     assert r.Ms == (4, 8, 16) and r.metric == "w2_squared" and r.method == "law" and r.level == 0.95
@@ -2618,7 +2618,7 @@ def test_a_sampler_study_draws_fresh_clouds_per_replicate_and_the_floor_pairs():
     assert r.floor.shape == (2, 3) and np.allclose(r.floor.numpy(), floor, rtol=0, atol=1e-14)
     boot, _ = replay_boot(np.array(values), replay.get_state(), 16)
     slopes = [np_loglog(Ms, row)[0] for row in boot]
-    assert r.slope_ci == pytest.approx(tuple(np.quantile(slopes, [0.025, 0.975])), abs=1e-12)
+    assert r.slope_ci == pytest.approx(t_ci(r.slope, slopes, 0.95, reps), abs=1e-12)
     assert r.method == "1d" and not [m for m in messages(caught) if "floor" in m]
 
 
@@ -2829,7 +2829,7 @@ def test_a_quantity_study_with_every_estimator_against_numpy_and_the_replayed_dr
         and ex.limit == pytest.approx(ref_mean, abs=1e-15)
     )
     slopes = [np_loglog(QMS, row - ref_mean)[0] for row in boot]
-    assert ex.slope_ci == pytest.approx(tuple(np.quantile(slopes, [0.05, 0.95])), abs=1e-12)
+    assert ex.slope_ci == pytest.approx(t_ci(s, slopes, 0.9, reps), abs=1e-12)
 
     Mi = np.array([*QMS, np.inf])
     w = np.array([*(1 / se2), 1 / ref_se**2])
@@ -2889,7 +2889,7 @@ def test_an_exact_limit_is_the_limit_of_the_exact_estimator_and_draws_no_t():
     assert r.estimator == "exact" and r.limit == 1.0 and r.reference_values.shape == (0,)
     assert abs(r.slope - np_loglog(QMS, values.mean(1) - 1.0)[0]) < 1e-12
     slopes = [np_loglog(QMS, row - 1.0)[0] for row in boot]
-    assert r.slope_ci == pytest.approx(tuple(np.quantile(slopes, [0.025, 0.975])), abs=1e-12)
+    assert r.slope_ci == pytest.approx(t_ci(r.slope, slopes, 0.95, 4), abs=1e-12)
 
 
 def test_a_quantity_below_its_limit_has_a_negative_coefficient():

@@ -1439,3 +1439,14 @@ def test_log_interval_of_logs_spread_beyond_float64_gives_inf_not_an_error():
     assert r.center == pytest.approx(1e-150, rel=1e-9)
     assert r.lo == pytest.approx(math.exp(lo), rel=1e-9) if lo > -745 else r.lo == 0.0
     assert r.hi == math.inf and r.factor == math.inf
+
+
+def test_differences_equal_up_to_rounding_have_no_test_and_nothing_detectable():
+    """1.1 − 1.0, 2.2 − 2.1, 3.3 − 3.2 are 0.1 up to rounding (spread 4e-16): no p (it was 2e-30, Holm 0), and
+    δ80 and pairs_needed NaN, as for exactly equal differences (δ80 was 0: "any difference detected");
+    control: a spread of 1e-6 is tested."""
+    for a, b in (([1.1, 2.2, 3.3], [1.0, 2.1, 3.2]), ([1.5, 2.5, 3.5], [1.0, 2.0, 3.0])):
+        d = paired_difference(a, b)
+        assert math.isnan(d.p_value) and math.isnan(d.detectable()) and math.isnan(d.pairs_needed(0.1))
+    tested = paired_difference([1.1, 2.2, 3.3 + 1e-6], [1.0, 2.1, 3.2])
+    assert 0 < tested.p_value < 1 and tested.detectable() > 0

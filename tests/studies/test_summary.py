@@ -1,9 +1,11 @@
 """meanfield.studies.summary: the one table of both sweeps, and the cells of meanfield.studies.stats it prints."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
+import scipy.stats
 
 from meanfield.runs.sweeps import SweepTable
 from meanfield.studies.in_memory import sweep
@@ -90,7 +92,7 @@ def test_the_title_counts_only_the_tests_it_made():
     table = summarize(rows, ["beta"], ["loss"], {"beta": 0.0})
     assert math.isnan(table[2]["loss:p"]) and math.isnan(table[2]["loss:p_holm"])
     assert repr(table).startswith(
-        "SummaryTable: 3 points × 1 metrics, 1 paired tests (Holm over the table), 1 with too few pairs for one\n"
+        "SummaryTable: 3 points × 1 metrics, 1 paired tests (Holm over the table), 1 with too few pairs or no spread for one\n"
     )
 
 
@@ -139,3 +141,43 @@ def test_a_log_scale_metric_shows_its_paired_ratio():
     assert table[1]["mse:diff_scale"] == "log" and table[1]["mse:diff"] == pytest.approx(math.log(2.0))
     assert "  ×2 (2 – 2), p = " in repr(table)
     assert "| ×2 (2 – 2) |" in table.markdown() and "mse ratio vs baseline" in table.markdown()
+
+
+def test_a_metric_with_non_finite_values_says_how_many_runs_its_mean_has():
+    """Two of four seeds with a NaN or inf loss: the mean and interval are of the other two (scipy's t interval),
+    ``loss:n`` = 2 and the cell says "[2 of 4 finite]"; a metric every run has keeps no count (control)."""
+    rows = [{"p": 1, "seed": s, "status": "finished", "loss": v, "acc": 0.5 + s / 10}
+            for s, v in enumerate([1.4, float("nan"), 1.6, float("inf")])]  # fmt: skip
+    table = summarize(rows, ["p"], ["loss", "acc"])
+    (e,) = table
+    ci = scipy.stats.t.interval(0.95, 1, loc=1.5, scale=scipy.stats.sem([1.4, 1.6]))
+    assert e["n"] == 4 and e["loss:n"] == 2 and "acc:n" not in e
+    assert e["loss"] == pytest.approx(1.5) and (e["loss:lo"], e["loss:hi"]) == pytest.approx(ci)
+    assert "[2 of 4 finite]" in repr(table) and repr(table).count("finite]") == 1
+
+
+def test_a_baseline_that_matches_no_run_warns():
+    """A float32 grid's stored 1e-3 is 0.0010000000474974513: ``baseline={"beta": 1e-3}`` matches nothing, and
+    the table (no paired column) comes with a warning; the stored value gives the comparison (control)."""
+    stored = 0.0010000000474974513
+    rows = [{"beta": b, "seed": s, "status": "finished", "loss": 1.0 + b + s / 100}
+            for b in (0.0, stored) for s in range(3)]  # fmt: skip
+    with pytest.warns(RuntimeWarning, match="matches no finished run"):
+        table = summarize(rows, ["beta"], ["loss"], baseline={"beta": 1e-3})
+    assert not table.paired
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert summarize(rows, ["beta"], ["loss"], baseline={"beta": stored}).paired
+
+
+def test_the_paired_interval_has_the_tables_level():
+    """``TableOptions(level=0.9)``: the paired difference's interval is scipy's ``ttest_rel`` interval at 0.9
+    (control: the 0.95 one is wider)."""
+    rows = [{"x": x, "seed": s, "status": "finished", "m": v}
+            for x, vals in ((0, [1.0, 1.3, 0.9, 1.1]), (1, [1.2, 1.6, 1.0, 1.5])) for s, v in enumerate(vals)]  # fmt: skip
+    table = summarize(rows, ["x"], ["m"], baseline={"x": 0}, options=TableOptions(level=0.9))
+    e = next(e for e in table if e["x"] == 1)
+    ci = scipy.stats.ttest_rel([1.2, 1.6, 1.0, 1.5], [1.0, 1.3, 0.9, 1.1]).confidence_interval(0.9)
+    assert (e["m:diff_lo"], e["m:diff_hi"]) == pytest.approx((ci.low, ci.high), abs=1e-12)
+    wide = scipy.stats.ttest_rel([1.2, 1.6, 1.0, 1.5], [1.0, 1.3, 0.9, 1.1]).confidence_interval(0.95)
+    assert wide.high - wide.low > e["m:diff_hi"] - e["m:diff_lo"] + 0.01
