@@ -36,6 +36,7 @@ from meanfield.nn.sharded import (
     sharded_layers,
 )
 from meanfield.optim import Langevin
+from meanfield.optim.groups import noise_beta, scale
 from meanfield.progress import progress_default
 from meanfield.runs import parallel
 from meanfield.runs.environment import environment, provenance, read_environment, record_environment
@@ -184,16 +185,16 @@ def _stats_record(optimizer: Langevin) -> dict[str, Any]:
 def _temperature(optimizer: Langevin) -> dict[str, float]:
     """β of the first noisy group at the step about to be taken (0 without noise), as the config gives it.
 
-    A group in the seeds' ``temperature_convention = "loss"`` also gets ``beta_mean_field = M·β``, the
-    temperature of the mean-field chain its noise actually realises (see docs/optim.md).
+    Where that is not the temperature of the mean-field chain the group's noise realises, ``beta_mean_field``
+    says it (see docs/optim.md): ``M·β`` for the seeds' ``temperature_convention = "loss"``, and for a group
+    without the mean-field scaling (its law is that of the scaled chain at ``M·β``, ``M·λ``).
     """
     for group in optimizer.param_groups:
         if group["noise"]:
             beta = group["beta"]
             value = float(beta(group["step"]) if callable(beta) else beta)
-            if group.get("temperature_convention", "mean_field") == "loss":
-                return {"beta": value, "beta_mean_field": value * group["n_particles"]}
-            return {"beta": value}
+            mean_field = noise_beta(group, value) * group["n_particles"] / scale(group)
+            return {"beta": value} if mean_field == value else {"beta": value, "beta_mean_field": mean_field}
     return {"beta": 0.0}
 
 

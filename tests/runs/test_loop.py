@@ -758,6 +758,11 @@ def test_temperature_is_beta_and_m_beta_in_the_loss_convention():
     assert loop._temperature(loss_opt) == {"beta": 0.25, "beta_mean_field": 2.0}
     plain = Langevin([theta], lr=0.1, beta=0.25, n_particles=8, seed=0)
     assert loop._temperature(plain) == {"beta": 0.25}  # negative control: the mean-field convention
+    unscaled = Langevin([theta], lr=0.1, beta=0.25, n_particles=8, mean_field_scaling=False, seed=0)
+    assert loop._temperature(unscaled) == {"beta": 0.25, "beta_mean_field": 2.0}  # the scaled chain's M·β
+    both = Langevin([theta], lr=0.1, beta=0.25, n_particles=8, mean_field_scaling=False,
+                    temperature_convention="loss", seed=0)  # fmt: skip
+    assert loop._temperature(both) == {"beta": 0.25, "beta_mean_field": 2.0}  # M·β_s, not M²·β_s
     quiet = Langevin([theta], lr=0.1, beta=0.25, noise=False, seed=0)
     assert loop._temperature(quiet) == {"beta": 0.0}
 
@@ -1606,9 +1611,10 @@ def test_temperature_reads_the_first_noisy_group_at_its_step():
     ``step`` (Linear 2 → 0 over 4 at step 1 is 1.5), an int β becomes a float; the loss convention adds
     ``M·β``; no noisy group is β = 0."""
     quiet = {"noise": False, "beta": 9.0, "step": 0}
-    noisy = {"noise": True, "beta": Linear(2.0, 0.0, 4.0), "step": 1}
+    defaults = {"n_particles": 1, "mean_field_scaling": True}  # as every Langevin group has them
+    noisy = {"noise": True, "beta": Linear(2.0, 0.0, 4.0), "step": 1, **defaults}
     assert loop._temperature(SimpleNamespace(param_groups=[quiet, noisy])) == {"beta": 1.5}
-    whole = loop._temperature(SimpleNamespace(param_groups=[{"noise": True, "beta": 2, "step": 0}]))
+    whole = loop._temperature(SimpleNamespace(param_groups=[{"noise": True, "beta": 2, "step": 0, **defaults}]))
     assert whole == {"beta": 2.0} and type(whole["beta"]) is float
     loss = {**noisy, "temperature_convention": "loss", "n_particles": 4}
     assert loop._temperature(SimpleNamespace(param_groups=[loss])) == {"beta": 1.5, "beta_mean_field": 6.0}
