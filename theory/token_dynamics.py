@@ -55,7 +55,7 @@ from meanfield.studies.plotting import figure
 from meanfield.studies.stats import Z, loglog_slope
 from meanfield.studies.validation import CheckResult
 
-CLAIM = "Tokens: one cluster at rate 2 (SA) / 2e^β (USA); circle modes grow at k²I_k(β)/β; depth L → ODE at order 1"
+CLAIM = "Tokens: one cluster at rate 2 (SA) / 2e^β (USA); circle modes grow at k²I_k(β)/(βI₀(β)) (SA), k²I_k(β)/β (USA); depth L → ODE at order 1"
 BROKEN = dict(beta_scale=1.25)  # the simulated attention's β is 1.25× the references'
 PRESETS = {
     "fast": dict(

@@ -176,11 +176,17 @@ class FeatureParticles(ParticleLayer):
         r"""Every neuron's output $a_i \sigma(w_i \cdot x + b_i)$, particle axis at dimension 1.
 
         $(N, d_{in}) -> (N, M)$ for scalar $a_i$; $(N, d_{in}) -> (N, M, k)$ and
-        $(B, T, d_{in}) -> (B, M, T, k)$ for $a_i \in \mathbb{R}^k$.
+        $(B, T, d_{in}) -> (B, M, T, k)$ for $a_i \in \mathbb{R}^k$. A single input ``(d_in,)`` has no axis 0 to
+        put before the particles and is refused (``forward`` takes it): pass ``X[None]``.
         """
         self._check_input(X)
+        if X.dim() == 1:
+            raise ValueError(
+                f"particle_outputs needs a batch axis (the particle axis is dimension 1): X of shape (N, d_in), got "
+                f"{tuple(X.shape)}; pass X[None] for one input"
+            )
         h = self.hidden(X)  # (…, M)
         if self.out_features is None:
             return h * self.a  # (N, M)
         out = h.unsqueeze(-1) * self.a  # (…, M, k)
-        return out.movedim(-2, 1) if X.dim() >= 2 else out  # (N, M, k), (B, M, T, k)
+        return out.movedim(-2, 1)  # (N, M, k), (B, M, T, k)

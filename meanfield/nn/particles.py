@@ -310,6 +310,13 @@ class Medoids(SubsampleStrategy):
     Minimises $Q(S) = \sum_i \min_{j\in S} \|\varphi_i - \varphi_j\|^2 = M \cdot \min_w W_2^2(\rho_M, \sum_{j\in S} w_j \delta_{\varphi_j})$ over
     ``|S| = k`` by alternating Voronoi assignment and medoid update (``Q`` never increases), started from
     farthest-point sampling; a local minimum, at most ``max_iter`` rounds.
+
+    The law that attains $Q(S)/M$ weights medoid $j$ by its cell's mass $|\mathrm{cell}_j|/M$; a layer averages
+    its particles equally, so ``subsample(k, "medoids")`` keeps the *uniform* law on ``S``. With unequal cells
+    the two differ, and the pruned layer can be far from the full one (16 neurons in clusters of 12, 3 and 1,
+    k = 3: RMS output error 1.25 against 0.0033 for the cell-weighted law, whose output
+    ``prune(S.repeat_interleave(cell sizes))`` reproduces with M particles). Prefer it where the clusters are
+    of similar size, or where diversity, not the output, is what is kept.
     """
 
     name = "medoids"

@@ -212,6 +212,19 @@ def test_gradients_reach_every_particle():
             assert bool((g.reshape(layer.n_particles, -1).abs().sum(1) > 0).all()), name
 
 
+def test_the_initialisation_has_the_documented_scales():
+    # W_QKV ~ N(0, 1/d) and W_O ~ N(0, 1/h) entrywise (d = 64, M = 8, h = 8: 12,288 and 4,096 entries); the
+    # sample variances are within 5·SE (SE = sqrt(2/n)·σ²: 2.6 % and 4.4 %) of 1/d and 1/h. Control: W_O's
+    # variance is not 1/d (8× smaller), the mutant a review found passing every other test.
+    d, M = 64, 8
+    layer = ParticleAttention(d, M, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    h = layer.d_head
+    for W, var in ((layer.W_QKV, 1 / d), (layer.W_O, 1 / h)):
+        n = W.numel()
+        assert abs(float(W.detach().var()) - var) <= 5 * math.sqrt(2 / n) * var, (W.shape, float(W.var()), var)
+    assert abs(float(layer.W_O.detach().var()) - 1 / d) > 5 * math.sqrt(2 / layer.W_O.numel()) / h
+
+
 def test_generator_makes_init_reproducible():
     a, b, c = attention(seed=5), attention(seed=5), attention(seed=6)
     assert torch.equal(a.W_Q, b.W_Q) and torch.equal(a.W_O, b.W_O)

@@ -522,12 +522,18 @@ def test_importance_pruning_names_what_it_needs():
         layer.select(2, "importance")
 
 
-def test_vector_feature_particles_of_one_input_keep_the_particle_axis_first():
+def test_vector_feature_particles_need_a_batch_axis_for_their_particle_outputs():
+    # a single input (d_in,) gave (M, k), the particle axis at 0 where every caller reads it at 1: select() then
+    # returned duplicates and importance() k values for M particles. It is refused in one line; X[None] gives
+    # (1, M, k), whose mean over the particles is forward(x) (the contract), and forward still takes (d_in,).
     from meanfield.nn import FeatureParticles
 
-    layer = FeatureParticles(3, 4, "tanh", out_features=2)
+    layer = FeatureParticles(3, 6, "tanh", out_features=4)
     x = torch.randn(3)
-    out = layer.particle_outputs(x)  # (M, k) for a single input (d_in,)
-    assert out.shape == (4, 2)
+    with pytest.raises(ValueError, match=r"^particle_outputs needs a batch axis .*got \(3,\); pass X\[None\] for one input$"):
+        layer.particle_outputs(x)
+    out = layer.particle_outputs(x[None])  # (1, M, k)
     expected = torch.tanh(layer.w @ x + (layer.b if layer.b is not None else 0))[:, None] * layer.a  # (M, k)
-    assert torch.allclose(out, expected, atol=1e-6)
+    assert out.shape == (1, 6, 4) and torch.allclose(out[0], expected, atol=1e-6)
+    assert torch.allclose(out.mean(1)[0], layer(x), atol=1e-6)
+    assert sorted(layer.select(5, "farthest", X=x[None]).tolist()) == sorted(set(layer.select(5, "farthest", X=x[None]).tolist()))

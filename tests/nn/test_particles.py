@@ -445,3 +445,34 @@ def test_strategy_lookup_and_registry():
         _strategy("best")
     with pytest.raises(ValueError, match=r"^unknown subsample strategy 3; "):
         _layer().select(2, 3)
+
+
+def test_medoids_keep_the_uniform_law_on_their_set_not_the_cell_weighted_one():
+    """16 neurons in clusters of 12, 3 and 1 (outputs ×1, ×−2, ×5), k = 3: the medoids are one per cluster, but
+    the pruned layer averages them equally, while the W2-best law on them weights each by its cell (12/16,
+    3/16, 1/16). Its output error is of the size of the output itself (> 0.5× its RMS; measured 1.25 against
+    0.81), the cell-weighted law's is tiny (< 0.01; measured 0.0033), which
+    ``prune(S.repeat_interleave(cell sizes))`` reproduces (what the Medoids docstring says)."""
+    from meanfield.nn import FeatureParticles
+    from meanfield.nn.particles import _squared_distances
+
+    g = torch.Generator().manual_seed(0)
+    sizes = (12, 3, 1)
+    w = torch.cat([3.0 * torch.eye(4, dtype=torch.float64)[j] + 0.01 * torch.randn(s, 4, generator=g, dtype=torch.float64)
+                   for j, s in enumerate(sizes)])  # fmt: skip
+    f = FeatureParticles(4, 16, "tanh", dtype=torch.float64)
+    with torch.no_grad():
+        f.w.copy_(w)
+        f.a.copy_(torch.tensor([1.0] * 12 + [-2.0] * 3 + [5.0], dtype=torch.float64))
+    X = torch.randn(200, 4, generator=g, dtype=torch.float64)  # (N, d_in)
+    S = f.select(3, "medoids", X=X)
+    cell = _squared_distances(f.particle_features(X))[:, S].argmin(1)  # (M,)
+    counts = torch.bincount(cell, minlength=3)
+    assert sorted(counts.tolist()) == [1, 3, 12]  # one medoid per cluster
+
+    def rms(t):
+        return float(t.detach().square().mean().sqrt())
+
+    full = f(X)
+    assert rms(full - f.subsample(3, "medoids", X=X)(X)) > 0.5 * rms(full)
+    assert rms(full - f.prune(S.repeat_interleave(counts))(X)) < 0.01
