@@ -861,6 +861,20 @@ class Law1d(ABC):
     def quantile_integral(self, a: np.ndarray, b: np.ndarray, k: int) -> np.ndarray:
         r"""$\int_a^b Q(u)^k du$ for $0 \le a \le b \le 1$ and $k \in \{1, 2\}$."""
 
+    def within_cell(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        r"""$\int_a^b (Q(u) - m)^2 du$, $m$ the mean of $Q$ on $[a, b]$ (0 for an empty cell).
+
+        By default $\int Q^2 - (b - a)m^2$, clamped at 0: a difference of two nearly equal numbers, so for cells
+        of width $w$ with $w^3 Q'^2/12$ near the round-off of $\int Q^2$ (M ≳ 1e6 cells) it carries rounding
+        noise (a review measured relative errors of $W_2^2$ of 1e-5 to 5e-5 at M = 1e6 to 4e6 for the Normal;
+        equally spaced points against U(0, 1) at M = 1e6 came out 80× too large). A law with a closed form
+        overrides it (``Uniform``: $s^2 w^3/12$, exact).
+        """
+        width = b - a
+        safe = np.where(width > 0, width, 1.0)
+        mean = self.quantile_integral(a, b, 1) / safe
+        return np.where(width > 0, np.maximum(self.quantile_integral(a, b, 2) - safe * mean**2, 0.0), 0.0)
+
     def sample(self, shape: int | tuple[int, ...], generator: torch.Generator | int) -> torch.Tensor:
         r"""I.i.d. draws ``Q(U)``, $U \sim U(0, 1)$, float64 of shape ``(*shape, 1)``; ``generator`` a
         ``torch.Generator`` or an int seed (Python or numpy integer: [`meanfield.seeds.resolve_generator`][meanfield.seeds.resolve_generator])."""
@@ -928,6 +942,9 @@ class Uniform(Law1d):
         if k == 1:
             return self.low * (b - a) + 0.5 * s * (b * b - a * a)
         return ((self.low + s * b) ** 3 - (self.low + s * a) ** 3) / (3 * s)
+
+    def within_cell(self, a, b):
+        return (self.high - self.low) ** 2 * (np.asarray(b) - np.asarray(a)) ** 3 / 12  # Q linear: exact
 
 
 class Discrete(Law1d):
@@ -1059,11 +1076,9 @@ def wasserstein_to_law(
     lo = np.concatenate([np.zeros((B, 1)), c[:, :-1]], -1)  # (B, M)
     width = hi - lo  # (B, M)
     if p == 2:
-        i1 = law.quantile_integral(lo, hi, 1)  # (B, M)
-        i2 = law.quantile_integral(lo, hi, 2)  # (B, M)
         safe = np.where(width > 0, width, 1.0)  # (B, M)
-        mean_q = i1 / safe  # (B, M)
-        within = np.maximum(i2 - safe * mean_q**2, 0.0)  # (B, M)  ∫ (Q − m_i)²
+        mean_q = law.quantile_integral(lo, hi, 1) / safe  # (B, M)
+        within = law.within_cell(lo, hi)  # (B, M)  ∫ (Q − m_i)²
         cells = np.where(width > 0, width * (xs - mean_q) ** 2 + within, 0.0)  # (B, M)
     else:
         ustar = np.clip(law.cdf(xs), lo, hi)  # (B, M)

@@ -2383,3 +2383,18 @@ def test_a_sinkhorn_result_prints_its_numbers_not_tensors():
     assert "<table>" in r._repr_html_()
     one = repr(sinkhorn_divergence(x[0], y[0], tol=None))
     assert "over" not in one and "converged not asked (tol=None)" in one
+
+
+def test_distance_to_a_uniform_law_keeps_its_precision_at_a_million_cells():
+    """M = 1e6 equally spaced points (i − ½)/M against U(0, 1): W2² = Σ_i w³/12 = 1/(12M²) = 8.3e-14 exactly;
+    with the within-cell term in closed form the result is within 1e-6 of it (measured 2e-9). Control: the
+    generic within-cell difference ∫Q² − w·m² (Law1d's default) gives 6.6e-12, 80× too large."""
+    from meanfield.metrics.wasserstein import Law1d
+
+    M = 10**6
+    x = ((torch.arange(M, dtype=torch.float64) + 0.5) / M)[None, :, None]  # (1, M, 1)
+    exact = 1 / (12 * M**2)
+    assert float(wasserstein_to_law(x, Uniform(), p=2).cost) == pytest.approx(exact, rel=1e-6)
+    lo = np.arange(M) / M
+    generic = Law1d.within_cell(Uniform(), lo, lo + 1 / M).sum()
+    assert generic > 10 * exact
