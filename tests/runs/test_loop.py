@@ -1384,7 +1384,9 @@ def _recording_run(step, *, log=2, evaluate=0, window=None, window_metrics=None)
         elapsed=7.25,
         experiment=SimpleNamespace(unit="tokens", units_per_step=10, window_metrics=window_metrics),
         optimizer=SimpleNamespace(
-            param_groups=[{"noise": True, "beta": 0.5, "step": step}], last_stats=None, last_group_stats=None
+            param_groups=[{"noise": True, "beta": 0.5, "step": step, "n_particles": 1, "mean_field_scaling": True}],
+            last_stats=None,
+            last_group_stats=None,
         ),
         _evaluate=lambda: (evaluated.append(step), {"val_loss": 1.25})[1],
     )
