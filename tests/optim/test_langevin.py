@@ -1576,21 +1576,24 @@ def test_eta_eff_is_bounded_by_lr_over_eps_whatever_the_gradient():
     assert stats.noise_rms <= math.sqrt(2 * beta * lr)
 
 
+def _convention_run(beta: float, convention: str, drift: str = "sgd", M: int = 8, lr: float = 0.01) -> torch.Tensor:
+    """Six steps of ``Langevin(n_particles=M, seed=2)`` on ``_loss_2/M`` from ``_param_3((M, 5), 0)``: the state."""
+    p = _param_3((M, 5), 0)
+    opt = Langevin([p], lr=lr, beta=beta, drift=drift, n_particles=M, temperature_convention=convention, seed=2)
+    for _ in range(6):
+        opt.zero_grad()
+        (_loss_2(p) / M).backward()
+        opt.step()
+    return p.detach().clone()
+
+
 def test_loss_convention_with_an_adam_drift_is_the_same_chain_too():
     """With ``drift="adam"`` (preconditioned noise sqrt(2·M·β_s·η_eff)) the runs at β (mean-field) and β/M (loss)
     are bit-identical (M = 8, exact in binary); control: β/M read as a mean-field β gives another chain."""
-    M, lr, beta = 8, 0.01, 0.4
-    runs = []
-    for convention, b in (("mean_field", beta), ("loss", beta / M), ("mean_field", beta / M)):
-        p = _param_3((M, 5), 0)
-        opt = Langevin([p], lr=lr, beta=b, drift="adam", n_particles=M, temperature_convention=convention, seed=2)
-        for _ in range(6):
-            opt.zero_grad()
-            (_loss_2(p) / M).backward()
-            opt.step()
-        runs.append(p.detach().clone())
-    assert torch.equal(runs[0], runs[1])
-    assert not torch.allclose(runs[2], runs[0])
+    M, beta = 8, 0.4
+    run = _convention_run(beta, "mean_field", "adam")
+    assert torch.equal(run, _convention_run(beta / M, "loss", "adam"))
+    assert not torch.allclose(_convention_run(beta / M, "mean_field", "adam"), run)
 
 
 def test_loss_convention_is_the_seeds_chain_at_corresponding_beta():
@@ -1600,15 +1603,7 @@ def test_loss_convention_is_the_seeds_chain_at_corresponding_beta():
     ``β/M`` (loss) are bit-identical (M = 8: the conversion is exact in binary), and both equal the seeds'
     update written out by hand with the same draws."""
     M, lr, beta = 8, 0.01, 0.4
-    runs = []
-    for convention, b in (("mean_field", beta), ("loss", beta / M)):
-        p = _param_3((M, 5), 0)
-        opt = Langevin([p], lr=lr, beta=b, n_particles=M, temperature_convention=convention, seed=2)
-        for _ in range(6):
-            opt.zero_grad()
-            (_loss_2(p) / M).backward()
-            opt.step()
-        runs.append(p.detach().clone())
+    runs = [_convention_run(beta, "mean_field"), _convention_run(beta / M, "loss")]
     assert torch.equal(runs[0], runs[1])
     q = _param_3((M, 5), 0).detach()
     gen = torch.Generator().manual_seed(2)
@@ -1619,13 +1614,8 @@ def test_loss_convention_is_the_seeds_chain_at_corresponding_beta():
         xi = torch.empty(M * 5, dtype=F64).normal_(generator=gen).view(M, 5)
         q = q - eta_s * x.grad + math.sqrt(2 * beta_s * eta_s) * xi
     torch.testing.assert_close(runs[0], q, rtol=0, atol=1e-13)
-    wrong = _param_3((M, 5), 0)
-    opt = Langevin([wrong], lr=lr, beta=beta / M, n_particles=M, seed=2)  # β_s read as a mean-field β
-    for _ in range(6):
-        opt.zero_grad()
-        (_loss_2(wrong) / M).backward()
-        opt.step()
-    assert not torch.allclose(wrong.detach(), runs[0]), "negative control: the conventions differ by M"
+    wrong = _convention_run(beta / M, "mean_field")  # β_s read as a mean-field β
+    assert not torch.allclose(wrong, runs[0]), "negative control: the conventions differ by M"
 
 
 def test_bad_temperature_convention_is_named():
