@@ -121,7 +121,7 @@ def _temperature(optimizer, layer: ParticleLayer, name: str) -> tuple[float, flo
     = \exp(-M\,(L + \tfrac{\lambda}{2}\mathbb{E}_\rho|\theta|^2)/\beta)$ with $\beta = \beta_g M/s$ and
     $\lambda = \lambda_g M/s$: the group's own $(\beta_g, \lambda_g)$ with the scaling, $M$ times them without it.
     """
-    from meanfield.optim.groups import beta_value, noise_beta, scale
+    from meanfield.optim.groups import beta_value, mean_field_beta, scale
 
     found = _group_of(optimizer, getattr(layer, layer.particle_parameter_names[0]))
     if found is None:
@@ -134,7 +134,7 @@ def _temperature(optimizer, layer: ParticleLayer, name: str) -> tuple[float, flo
     lam = float(group["weight_decay"]) * M / s
     if not group["noise"]:
         return 0.0, lam
-    return noise_beta(group, beta_value(group, gi)) * M / s, lam
+    return mean_field_beta(group, beta_value(group, gi), M), lam
 
 
 def free_energy(

@@ -33,6 +33,7 @@ __all__ = [
     "CONFIG_KEYS",
     "scale",
     "noise_beta",
+    "mean_field_beta",
     "not_gibbs",
     "momentum_with_noise",
     "normalise",
@@ -65,6 +66,20 @@ def noise_beta(group: dict[str, Any], beta_t: float) -> float:
     ``temperature_convention="loss"`` (the seeds' $\beta_s$ of $\exp(-L/\beta_s) = \exp(-sL/(s\beta_s))$) $s\cdot\beta_t$, $s$ the
     factor its gradients are multiplied by ([`scale`][meanfield.optim.groups.scale]: M, or 1 without the mean-field scaling)."""
     return beta_t * scale(group) if group.get("temperature_convention") == "loss" else beta_t
+
+
+def mean_field_beta(group: dict[str, Any], beta_t: float, n_particles: int | None = None) -> float:
+    r"""The temperature $\beta$ of the mean-field chain the group's noise realises for its given $\beta_t$.
+
+    The group's step $\theta_i \leftarrow \theta_i - \mathrm{lr}(s\,\nabla_{\theta_i} L + \dots) + \sqrt{2\beta_g\,\mathrm{lr}}\,\xi_i$,
+    $s$ its gradient factor ([`scale`][meanfield.optim.groups.scale]) and $\beta_g$ its noise's temperature
+    ([`noise_beta`][meanfield.optim.groups.noise_beta]), has the law $\propto\exp(-sL/\beta_g)
+    = \exp(-M L/\beta)$ with $\beta = \beta_g M / s$: $\beta_t$ itself with the mean-field scaling and the
+    ``"gradient"`` convention, $M\beta_t$ for the ``"loss"`` convention or without the scaling. ``n_particles``
+    is the $M$ of the law (default: the group's; a layer's own $M$ where its particles sit in a group built
+    by hand)."""
+    M = group["n_particles"] if n_particles is None else n_particles
+    return noise_beta(group, beta_t) * float(M) / scale(group)
 
 
 def not_gibbs(group: dict[str, Any]) -> bool:

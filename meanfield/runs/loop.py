@@ -36,7 +36,7 @@ from meanfield.nn.sharded import (
     sharded_layers,
 )
 from meanfield.optim import Langevin
-from meanfield.optim.groups import noise_beta, scale
+from meanfield.optim.groups import mean_field_beta
 from meanfield.progress import progress_default
 from meanfield.runs import parallel
 from meanfield.runs.environment import environment, provenance, read_environment, record_environment
@@ -193,7 +193,7 @@ def _temperature(optimizer: Langevin) -> dict[str, float]:
         if group["noise"]:
             beta = group["beta"]
             value = float(beta(group["step"]) if callable(beta) else beta)
-            mean_field = noise_beta(group, value) * group["n_particles"] / scale(group)
+            mean_field = mean_field_beta(group, value)
             return {"beta": value} if mean_field == value else {"beta": value, "beta_mean_field": mean_field}
     return {"beta": 0.0}
 

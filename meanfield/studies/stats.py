@@ -322,10 +322,20 @@ def paired_difference(a, b, level: float = 0.95) -> PairedDifference:
     every difference is equal up to rounding (a spread below ``1e-12`` of the values: nothing to test against;
     then ``detectable`` and ``pairs_needed`` are NaN too, not the 0 of a zero ``sd``). ``sd`` is the differences' sample standard
     deviation, the input of [`PairedDifference.detectable`][meanfield.studies.stats.PairedDifference.detectable] and [`PairedDifference.pairs_needed`][meanfield.studies.stats.PairedDifference.pairs_needed].
+
+    Raises:
+        ValueError: ``a`` and ``b`` differ in length, or a value is NaN or infinite (a diverged run: which pairs
+            to drop is the caller's choice, not a silent NaN).
     """
     a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
     if a.shape != b.shape:
         raise ValueError(f"paired values must have the same length, got {a.size} and {b.size}")
+    bad = np.flatnonzero(~(np.isfinite(a) & np.isfinite(b)))
+    if bad.size:
+        raise ValueError(
+            f"paired_difference needs finite values; pairs {bad[:5].tolist()} are not (a = {a[bad[:3]].tolist()}, "
+            f"b = {b[bad[:3]].tolist()}): drop those pairs from both a and b"
+        )
     d = t_interval(a - b, level)
     p = math.nan
     scale = float(max(np.abs(a).max(initial=0.0), np.abs(b).max(initial=0.0), 1e-300))

@@ -126,6 +126,9 @@ def summarize(
 
     Args:
         rows: one dict per point × seed: the values of ``keys``, ``seed`` and the metrics.
+
+    Raises:
+        ValueError: two finished rows of one point have the same ``seed``.
         finished: which rows count (default: ``status == "finished"``, a run folder's).
         level: used when ``options`` is not given.
 
@@ -137,8 +140,16 @@ def summarize(
     finished = finished or (lambda r: r.get("status") == "finished")
     done = [r for r in rows if finished(r)]
     groups: dict[tuple, list[Mapping[str, Any]]] = {point_key(r, keys): [] for r in rows}
+    seen: set[tuple] = set()
     for r in done:
-        groups[point_key(r, keys)].append(r)
+        key = point_key(r, keys)
+        if "seed" in r and (key, r["seed"]) in seen:  # counted twice, it would narrow every interval
+            point = ", ".join(f"{k}={r[k]!r}" for k in keys)
+            raise ValueError(
+                f"summarize: two finished runs of the point ({point}) have seed {r['seed']!r}; give each seed once"
+            )
+        seen.add((key, r.get("seed")))
+        groups[key].append(r)
     table = []
     for runs in groups.values():
         if not runs:

@@ -297,6 +297,12 @@ def test_every_page_is_built_with_content_and_every_figure_exists(site):
                 continue
             target = (page.parent / src).resolve()
             assert target.is_file() and target.stat().st_size > 1000, f"{page}: figure {src} missing"
+    # an example that failed shows its traceback on its page; mkdocs-gallery caches a failed example's page
+    # by its MD5 too, so a later build passes with the traceback still shown (seen with a stale install)
+    ran = [p for p in pages if _name(site, p).startswith(("generated/gallery/plot_", "notebooks/"))]
+    assert len(ran) >= 10, [_name(site, p) for p in ran]  # 8 gallery examples, 2 notebooks
+    for page in ran:
+        assert "Traceback (most recent call last)" not in page.read_text(), f"{page}: the example failed"
     theory_pages = [p for p in pages if p.parent.name == "theory" and p.name != "index.html"]
     assert len(theory_pages) >= 9
     assert all("<img" in p.read_text() for p in theory_pages), "every theory page shows its figure"

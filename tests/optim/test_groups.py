@@ -227,3 +227,16 @@ def test_noise_beta_is_the_loss_conventions_beta_times_the_gradients_factor():
     for convention, scaled, want in cases:
         group = _group(n_particles=8, mean_field_scaling=scaled, temperature_convention=convention)
         assert G.noise_beta(group, 0.5) == want
+
+
+def test_mean_field_beta_is_the_temperature_of_the_law_the_group_samples():
+    """β of exp(−M·L/β): β_t with the scaling in the mean-field convention, M·β_t for "loss" (noise M·β_t, gradient
+    factor M) and without the scaling (noise β_t, factor 1); M = 8, β_t = 0.5. A layer's own M overrides the
+    group's (a group built by hand with n_particles = 1 holding an 8-particle layer: β = 8·0.5, not 0.5)."""
+    cases = [("mean_field", True, 0.5), ("mean_field", False, 4.0), ("loss", True, 4.0), ("loss", False, 4.0)]
+    for convention, scaled, want in cases:
+        group = _group(n_particles=8, mean_field_scaling=scaled, temperature_convention=convention)
+        assert G.mean_field_beta(group, 0.5) == want
+    by_hand = _group(n_particles=1, mean_field_scaling=True, temperature_convention="mean_field")
+    assert G.mean_field_beta(by_hand, 0.5) == 0.5
+    assert G.mean_field_beta(by_hand, 0.5, n_particles=8) == 4.0

@@ -1130,6 +1130,9 @@ def test_paired_difference_at_its_edges():
     with pytest.raises(ValueError, match="^paired values must have the same length, got 2 and 3$"):
         paired_difference([1.0, 2.0], [1.0, 2.0, 3.0])
     assert paired_difference([[1.0, 2.0]], [3.0, 5.0]).mean == -2.5  # only the sizes need to agree
+    # a NaN or inf (a diverged run) is refused, naming the pairs, rather than a NaN result with a numpy warning
+    with pytest.raises(ValueError, match=r"^paired_difference needs finite values; pairs \[1, 3\] are not"):
+        paired_difference([1.0, float("nan"), 2.0, 3.0], [0.5, 0.5, 0.5, float("inf")])
 
 
 def test_paired_difference_record_defaults_and_methods():

@@ -156,6 +156,22 @@ def test_a_metric_with_non_finite_values_says_how_many_runs_its_mean_has():
     assert "[2 of 4 finite]" in repr(table) and repr(table).count("finite]") == 1
 
 
+def test_a_seed_given_twice_for_a_point_is_refused():
+    """Two finished rows of point p = 1 with seed 0 would count that run twice (n = 4, a narrower interval):
+    refused in one line naming the point and the seed; the same seed at two points is a pairing (control), and
+    an unfinished repeat (a run restarted) does not count."""
+    rows = [
+        {"p": p, "seed": s, "status": "finished", "loss": 1.0 + p + s / 10} for p in (0, 1) for s in range(3)
+    ]
+    with pytest.raises(
+        ValueError,
+        match=r"^summarize: two finished runs of the point \(p=1\) have seed 0; give each seed once$",
+    ):
+        summarize([*rows, {**rows[3]}], ["p"], ["loss"])
+    table = summarize([*rows, {**rows[3], "status": "running"}], ["p"], ["loss"], baseline={"p": 0})
+    assert [e["n"] for e in table] == [3, 3] and table[1]["loss:pairs"] == 3
+
+
 def test_a_baseline_that_matches_no_run_warns():
     """A float32 grid's stored 1e-3 is 0.0010000000474974513: ``baseline={"beta": 1e-3}`` matches nothing, and
     the table (no paired column) comes with a warning; the stored value gives the comparison (control)."""
