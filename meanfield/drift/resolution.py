@@ -114,7 +114,7 @@ class CollapseError(FloatingPointError):
 
 def _values(value: Param) -> torch.Tensor:
     """A number or per-replica ``(B,)`` values as a float64 ``(B,)`` or ``(1,)`` tensor."""
-    return torch.as_tensor(value, dtype=torch.float64).reshape(-1)
+    return torch.as_tensor(value, dtype=torch.float64, device="cpu").reshape(-1)  # not the default device
 
 
 def unstable_step(system: ParticleSystem, x0: torch.Tensor, dt: float, solver: str) -> str | None:

@@ -382,7 +382,10 @@ class _Run(RunSummary):
             print(f"{folder}: task {self.cfg.task!r} runs code imported from {self.task_source}")
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
-        self.device = _device(self.cfg.device)
+        try:
+            self.device = parallel.rank_device(_device(self.cfg.device))  # torchrun: cuda → cuda:LOCAL_RANK
+        except ValueError as error:
+            raise ConfigError(f"device: {error}") from None
         self.rank, self.world, self.owns_group = parallel.process_group(self.device)
         self.lead = self.rank == 0  # the rank that writes the folder
         self.sharded = self.world > 1 and self.cfg.parallel == "particles"
@@ -401,7 +404,9 @@ class _Run(RunSummary):
         self.optimizer = build_optimizer(self.experiment.model, self.cfg)
         if self.cfg.train.free_energy:  # refused up front, not at the first metrics line
             if self.sharded:
-                raise ConfigError("train.free_energy needs every particle on one process (not parallel = 'particles')")
+                raise ConfigError(
+                    "train.free_energy needs every particle on one process (not parallel = 'particles')"
+                )
             try:
                 _free_energy(self.experiment.model, 0.0, self.optimizer)
             except (TypeError, ValueError) as error:
@@ -658,13 +663,14 @@ class _Run(RunSummary):
                         self._checkpoint()
                     if self.on_step is not None:
                         self.on_step(self.step)
-                    if stop.set:
+                    if self._stopping(stop):
                         self._checkpoint()
                         self._write_summary("interrupted", self._final())
-                        name = signal.Signals(stop.signum).name
+                        signum = stop.signum or signal.SIGTERM  # a rank stopped by another rank's signal
                         raise RunInterrupted(
-                            f"interrupted by {name} at step {self.step}; checkpoint written, continue with --resume",
-                            stop.signum,
+                            f"interrupted by {signal.Signals(signum).name} at step {self.step}; checkpoint "
+                            "written, continue with --resume",
+                            signum,
                         )
                 self._checkpoint()  # the end is always saved
         except NonFiniteLossError as error:
@@ -690,6 +696,14 @@ class _Run(RunSummary):
             bar.close()
             board.close()
         return self._finish()
+
+    def _stopping(self, stop: StopFlag) -> bool:
+        """Whether to stop after this step: a signal on any rank stops every rank after the same step (a
+        signal reaches the ranks of torchrun at different steps; one rank stopping alone would leave the
+        others in a collective it never joins)."""
+        if self.world == 1:
+            return stop.set
+        return bool(parallel.all_reduce_scalar(float(stop.set), self.device, "max"))
 
     def _describe_latest(self) -> str:
         step = self.checkpoints.latest()

@@ -10,7 +10,29 @@ from typing import Any
 
 import torch
 
-__all__ = ["process_group", "batch_share", "all_reduce_scalar", "average_gradients"]
+__all__ = ["rank_device", "process_group", "batch_share", "all_reduce_scalar", "average_gradients"]
+
+
+def rank_device(device: torch.device) -> torch.device:
+    """This process's GPU under torchrun: ``cuda`` without an index becomes ``cuda:LOCAL_RANK`` (made the
+    current device, so that NCCL and every tensor made without a device use it); otherwise ``device`` itself.
+
+    Without it every rank of a node would take GPU 0 (NCCL refuses a duplicate GPU).
+
+    Raises:
+        ValueError: ``LOCAL_RANK`` names a GPU this machine does not have.
+    """
+    local = os.environ.get("LOCAL_RANK")
+    if device.type != "cuda" or device.index is not None or local is None:
+        return device
+    count = torch.cuda.device_count()
+    if not 0 <= int(local) < count:
+        raise ValueError(
+            f"LOCAL_RANK = {local} but this machine has {count} GPU(s): start at most {count} processes a node"
+        )
+    device = torch.device("cuda", int(local))
+    torch.cuda.set_device(device)
+    return device
 
 
 def process_group(device: torch.device) -> tuple[int, int, bool]:

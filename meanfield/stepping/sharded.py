@@ -27,6 +27,7 @@ $O(B\cdot m\cdot M\cdot d)$ flops of pair work per rank: the pair kernel is comp
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any
 
 import torch
@@ -34,10 +35,12 @@ import torch.distributed as dist
 
 from .._checks import check_int
 from ..drift.potentials import Alignment, QuadraticInteraction, RadialInteraction
+from ..drift.resolution import UnstableStepWarning, resolution_radius, unstable_step
 from ..drift.systems import MeanFieldLangevin, ParticleSystem
 from ..seeds import derive_seed
 from .brownian import NoiseSource
 from .simulate import Trajectory, simulate
+from .solvers import get_solver
 
 __all__ = [
     "BlockNoise",
@@ -208,11 +211,13 @@ class ShardedSystem(ParticleSystem):
         b = system.confinement.grad(x)  # (B, m, d)
         interaction = system.interaction
         if isinstance(interaction, (QuadraticInteraction, Alignment)):
+            from .._replicas import at
+
             centre = self._all_sum(x.sum(1, keepdim=True)) / self.M  # (B, 1, d) x̄
-            b = b + (
-                interaction.k * (x - centre)
+            b = b + (  # k, κ: a number or one per replica (B,), read as (B, 1, 1)
+                at(interaction.k, x, "k") * (x - centre)
                 if isinstance(interaction, QuadraticInteraction)
-                else -interaction.kappa * centre
+                else -at(interaction.kappa, x, "kappa") * centre
             )
         elif interaction is not None:
             sums = self._ring_pair_sums(x)  # (B, m, 1 + d)
@@ -221,6 +226,9 @@ class ShardedSystem(ParticleSystem):
 
     def diffusion(self, t: float, x: torch.Tensor) -> float:
         return self.system.diffusion(t, x)
+
+    def check_state(self, x: torch.Tensor) -> None:
+        self.system.check_state(x)  # per-replica parameters: the shard has the global state's B
 
     def __repr__(self) -> str:
         return f"ShardedSystem({self.system!r}, M={self.M}, world={self.world})"
@@ -246,7 +254,10 @@ def simulate_sharded(
             rank's shard ``(B, M/world, d)`` with ``M`` given.
         t1: as in ``simulate``.
         dt: as in ``simulate``.
-        seed: the run's seed (the noise of block j comes from ``derive_seed(seed, "noise/block/<j>")``).
+        seed: the run's seed (the noise of block j comes from ``derive_seed(seed, "noise/block/<j>")``). Each
+            call starts the blocks' streams afresh: a run continued by a second call from the first's final
+            state must take another seed (e.g. ``derive_seed(seed, "segment/1")``), or it replays the first
+            call's increments.
         block: particles per noise block; ``M`` must be a multiple of ``world·block``.
         group: the process group (``None``: the default one; a single process when none is initialised).
         M: the global number of particles (default ``x0.shape[1]``: ``x0`` is the global state).
@@ -255,6 +266,18 @@ def simulate_sharded(
     Returns:
         This rank's trajectory ``(S, B, m, d)``. With one process it equals ``simulate(system, x0,
         brownian=BlockNoise(...))``.
+
+    The unstable-step warning of ``simulate`` is given for the global system. Its collapse watch is not: it
+    needs every pair of particles on one rank. For an attractive singular interaction (``LogInteraction`` or
+    ``RieszInteraction`` with ``c < 0``, where ``simulate`` watches for pairs closer than the resolution radius)
+    a ``RuntimeWarning`` says so once, before the first step;
+    ``collapse="raise"`` is refused. Watch the gathered cloud yourself
+    ([`gather_particles`][meanfield.stepping.sharded.gather_particles],
+    [`close_pairs`][meanfield.drift.resolution.close_pairs]) where it matters.
+
+    Raises:
+        ValueError: ``x0`` is neither the global state nor this rank's shard; ``collapse="raise"`` for an
+            attractive singular interaction.
     """
     world, rank = _world(group)
     M = x0.shape[1] if M is None else M
@@ -264,6 +287,23 @@ def simulate_sharded(
         raise ValueError(
             f"x0 must be the global state (B, {M}, d) or this rank's shard (B, {stop - start}, d), got {tuple(x0.shape)}"
         )
+    if resolution_radius(system, M, dt) is not None:
+        if kwargs.get("collapse") == "raise":
+            raise ValueError(
+                "simulate_sharded cannot watch for a collapse (it needs every pair of particles on one rank): "
+                "collapse='raise' is not available; gather the particles and use close_pairs"
+            )
+        if kwargs.get("collapse") != "ignore":
+            warnings.warn(
+                f"simulate_sharded does not watch {system.interaction!r} for a collapse (attractive and "
+                "singular; the watch needs every pair on one rank): gather the particles and use close_pairs",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        kwargs["collapse"] = "ignore"  # the shard's own pairs would be a watch of another system
+    unstable = unstable_step(system, local, dt, get_solver(kwargs.get("solver", "euler")).name)
+    if unstable is not None:
+        warnings.warn(unstable, UnstableStepWarning, stacklevel=2)
     sharded = ShardedSystem(system, M, group)
     noise = BlockNoise(
         tuple(local.shape), dt, seed, start=start, block=block, dtype=local.dtype, device=local.device

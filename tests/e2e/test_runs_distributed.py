@@ -45,7 +45,9 @@ def _rank(rank: int, world: int, port: int, out: str, params: str) -> None:
     )
     dist.barrier()  # no rank tears down gloo while the other still talks to it (a SIGABRT race)
     dist.destroy_process_group()
-    os._exit(0)  # skip the interpreter's teardown, where gloo's threads could still abort the process (SIGABRT)
+    os._exit(
+        0
+    )  # skip the interpreter's teardown, where gloo's threads could still abort the process (SIGABRT)
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +82,64 @@ def test_data_parallel_run_equals_the_single_process_run(data_parallel):
         quiet=True,
     )
     assert abs(lone.final["train_loss"] - single.final["train_loss"]) > 1e-6
+
+
+def _signalled_rank(rank: int, world: int, port: int, out: str, mode: str, report: str) -> None:
+    """A rank that sends itself SIGTERM after step 3 (rank 0) or 4 (rank 1): a Ctrl-C or torchrun's SIGTERM
+    reaches the ranks between different steps. Writes what the rank's run raised, and at which step."""
+    import json
+    import signal
+
+    os.environ.update(WORLD_SIZE=str(world), RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import torch.distributed as dist
+
+    from meanfield import config as _config
+    from meanfield.runs.loop import _Run
+
+    resolved = _config.resolve(_config.load_toml(TEACHER), "smoke", [*OVERRIDES, f"parallel={mode}"])
+    at = 3 + rank
+    r = _Run(
+        resolved,
+        Path(out),
+        resume=False,
+        quiet=True,
+        on_step=lambda step: step == at and os.kill(os.getpid(), signal.SIGTERM),
+    )
+    try:
+        r.train()
+        raised = None
+    except BaseException as error:  # noqa: BLE001 - the test reads what it was
+        raised = type(error).__name__
+    Path(report, f"rank{rank}.json").write_text(json.dumps({"raised": raised, "step": r.step}))
+    dist.barrier()
+    dist.destroy_process_group()
+    os._exit(0)
+
+
+@pytest.mark.slow  # two processes import torch and train: about 20 s a mode here
+@pytest.mark.parametrize("mode", ["data", "particles"])
+def test_a_signal_reaching_the_ranks_at_different_steps_stops_them_together(tmp_path, free_port, mode):
+    """Rank 0 is signalled after step 3, rank 1 after step 4: both stop after step 3 with RunInterrupted, the
+    step-3 checkpoint is written and the summary says "interrupted". Each rank used to read only its own flag:
+    rank 0 left the collectives rank 1 was still in (sharded: a gloo abort; data-parallel: a hang), with no
+    checkpoint and the summary left "running"."""
+    import json
+
+    out, report = tmp_path / "run", tmp_path / "report"
+    report.mkdir()
+    ctx = mp.spawn(_signalled_rank, args=(2, free_port(), str(out), mode, str(report)), nprocs=2, join=False)
+    ctx.join(timeout=120)
+    for p in ctx.processes:
+        if p.is_alive():
+            p.kill()
+    got = [
+        json.loads((report / f"rank{r}.json").read_text())
+        for r in (0, 1)
+        if (report / f"rank{r}.json").exists()
+    ]
+    assert got == [{"raised": "RunInterrupted", "step": 3}] * 2, got
+    assert Checkpoints(out / "checkpoints").latest() == 3
+    assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
 
 
 @pytest.mark.slow

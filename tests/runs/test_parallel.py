@@ -14,7 +14,13 @@ from torch import nn
 
 from meanfield.runs import loop
 from meanfield.runs.folder import RunResult
-from meanfield.runs.parallel import all_reduce_scalar, average_gradients, batch_share, process_group
+from meanfield.runs.parallel import (
+    all_reduce_scalar,
+    average_gradients,
+    batch_share,
+    process_group,
+    rank_device,
+)
 
 VALUES = [1.5, -2.0, 4.25]
 
@@ -193,3 +199,23 @@ def test_a_run_that_created_the_process_group_destroys_it(tmp_path, monkeypatch)
     monkeypatch.setattr(loop.parallel, "process_group", lambda device: (0, 1, False))
     _run(tmp_path / "guest")
     assert destroyed == [()]
+
+
+def test_rank_device_gives_each_torchrun_process_its_own_gpu(monkeypatch):
+    """Under torchrun (``LOCAL_RANK`` = 1, CUDA faked with 2 GPUs) ``cuda`` becomes ``cuda:1`` and is made the
+    current device; every rank used to take ``cuda`` = GPU 0. An explicit index, the CPU, or no torchrun keep
+    the device (controls); a LOCAL_RANK beyond the GPUs is refused in one line."""
+    current = []
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", current.append)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert rank_device(torch.device("cuda")) == torch.device("cuda", 1) and current == [
+        torch.device("cuda", 1)
+    ]
+    assert rank_device(torch.device("cuda", 0)) == torch.device("cuda", 0)
+    assert rank_device(torch.device("cpu")) == torch.device("cpu")
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    with pytest.raises(ValueError, match=r"^LOCAL_RANK = 2 but this machine has 2 GPU\(s\): start at most 2"):
+        rank_device(torch.device("cuda"))
+    monkeypatch.delenv("LOCAL_RANK")
+    assert rank_device(torch.device("cuda")) == torch.device("cuda") and len(current) == 1

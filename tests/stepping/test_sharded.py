@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -302,6 +303,26 @@ def test_sharded_drift_is_the_drift_of_all_particles(monkeypatch, name, world):
         assert not close(alone, system.drift(0.0, x), 1e-3)
 
 
+@pytest.mark.parametrize("world", [1, 2])
+@pytest.mark.parametrize("d", [2, 3])
+@pytest.mark.parametrize("kind", ["quadratic", "alignment"])
+def test_a_per_replica_strength_is_read_per_replica(monkeypatch, kind, world, d):
+    """k (κ) one per replica, (B,) = (0.5, 2.0): the sharded drift is the one-process drift. At d = B = 2 the
+    (B,) tensor broadcast against the last axis (d) gave a silently wrong drift (max error 2.8), at d = 3 a
+    shape error. Control: the replica-swapped strengths give another drift."""
+    x = torch.randn(2, 8, d, dtype=torch.float64, generator=torch.Generator().manual_seed(0))  # (B, M, d)
+
+    def system(v):
+        pair = QuadraticInteraction(v) if kind == "quadratic" else Alignment(v)
+        return MeanFieldLangevin(Quadratic(1.0), pair, beta=0.3)
+
+    fake = FakeWorld(world).install(monkeypatch)
+    s = system(torch.tensor([0.5, 2.0]))
+    out = fake.run(lambda r: ShardedSystem(s, 8).drift(0.0, x[:, slice(*shard_range(8, world, r))]))
+    assert close(torch.cat(out, 1), s.drift(0.0, x), 1e-12)
+    assert not close(system(torch.tensor([2.0, 0.5])).drift(0.0, x), s.drift(0.0, x), 1e-3)
+
+
 def test_the_ring_passes_every_shard_to_every_rank(monkeypatch):
     """Four ranks: each sends world − 1 = 3 times to rank + 1 and receives from rank − 1 (mod 4)."""
     fake = FakeWorld(4).install(monkeypatch)
@@ -361,6 +382,34 @@ def test_simulate_sharded_refuses_a_state_of_neither_size(monkeypatch):
         return r
 
     assert fake.run(rank_fn) == [0, 1]
+
+
+def test_simulate_sharded_says_what_it_does_not_watch():
+    """One process: an attractive singular interaction (``LogInteraction(-8)``), where ``simulate`` raises a
+    CollapseError at t ≈ 0.16, cannot be watched sharded: ``collapse="raise"`` is refused in one line, the
+    default warns once before the first step (the sharded run used to end silently); ``"ignore"`` is quiet.
+    A step beyond the stability limit (Quadratic(30), dt 0.1: a·dt = 3 > 2) warns as ``simulate`` does; a
+    repulsive kernel and a stable step (controls) warn of nothing."""
+    from meanfield.drift.resolution import CollapseError, UnstableStepWarning
+
+    x0 = cloud(5, 16)
+    attractive = MeanFieldLangevin(Quadratic(1.0), LogInteraction(-8.0), beta=0.01)
+    with pytest.raises(CollapseError):
+        simulate(attractive, x0, t1=0.5, dt=0.01, generator=0, collapse="raise")
+    message = "simulate_sharded cannot watch for a collapse (it needs every pair of particles on one rank)"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        simulate_sharded(attractive, x0, t1=0.5, dt=0.01, seed=0, block=4, collapse="raise")
+    with pytest.warns(RuntimeWarning, match="simulate_sharded does not watch LogInteraction"):
+        simulate_sharded(attractive, x0, t1=0.05, dt=0.01, seed=0, block=4)
+    unstable = MeanFieldLangevin(Quadratic(30.0), beta=0.1)
+    with pytest.warns(UnstableStepWarning):
+        simulate_sharded(unstable, x0, t1=0.2, dt=0.1, seed=0, block=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        simulate_sharded(attractive, x0, t1=0.05, dt=0.01, seed=0, block=4, collapse="ignore")
+        repulsive = MeanFieldLangevin(Quadratic(1.0), LogInteraction(1.0), beta=0.01)
+        simulate_sharded(repulsive, x0, t1=0.05, dt=0.01, seed=0, block=4)
+        simulate_sharded(MeanFieldLangevin(Quadratic(3.0), beta=0.1), x0, t1=0.2, dt=0.1, seed=0, block=4)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
