@@ -131,6 +131,10 @@ def get_task(name: str) -> Task:
             f"unknown task {name!r}; the built-in tasks are {sorted(TASKS)}, or 'module:attribute'"
         )
     module, _, attribute = name.partition(":")
+    if not module or module.startswith(".") or not attribute:  # importlib: ValueError, TypeError
+        raise ConfigError(
+            f"task {name!r}: an import path is 'package.module:attribute', absolute, with both parts named"
+        )
     try:
         task = getattr(importlib.import_module(module), attribute)
     except (ImportError, AttributeError) as error:
@@ -146,5 +150,6 @@ def task_source(name: str) -> str | None:
     has no file); ``None`` for a built-in task. A configuration that names such a task runs that code."""
     if not isinstance(name, str) or name in TASKS or ":" not in name:
         return None
+    get_task(name)  # a name that does not resolve is one ConfigError line, here as there
     module = importlib.import_module(name.partition(":")[0])
     return getattr(module, "__file__", None) or module.__name__

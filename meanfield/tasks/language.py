@@ -111,6 +111,28 @@ def lm_splits(corpus: _data.TokenCorpus, data: LMData) -> tuple[torch.Tensor, to
     return train, getattr(corpus, data.eval_split)
 
 
+def _check_evaluation(data: LMData) -> None:
+    """Raise ``ConfigError`` for evaluation options a run would only fail on at its first evaluation."""
+    from meanfield.nn import SUBSAMPLE_STRATEGIES
+
+    for name in ("eval_blocks", "probe_blocks"):
+        if getattr(data, name) < 0:
+            raise ConfigError(
+                f"data.{name} must be ≥ 0 (0: {'the whole split' if name == 'eval_blocks' else 'no probes'}), got {getattr(data, name)}"
+            )
+    if not 0.0 <= data.corrupt_fraction <= 1.0:
+        raise ConfigError(
+            f"data.corrupt_fraction must be in [0, 1] (the share of input tokens replaced), got {data.corrupt_fraction}"
+        )
+    if data.min_context < 1:
+        raise ConfigError(
+            f"data.min_context must be ≥ 1 (visible tokens of a row the head similarity reads), got {data.min_context}"
+        )
+    unknown = [s for s in data.drop_strategies if s not in SUBSAMPLE_STRATEGIES]
+    if unknown:
+        raise ConfigError(f"data.drop_strategies: {unknown} unknown; allowed: {list(SUBSAMPLE_STRATEGIES)}")
+
+
 class _LanguageModel:
     Data = LMData
     Model = LMModel
@@ -125,6 +147,7 @@ class _LanguageModel:
         device: torch.device,
         dtype: torch.dtype,
     ) -> Experiment:
+        _check_evaluation(data)
         corpus = _corpus(data)
         train, held_out = lm_splits(corpus, data)
         g = torch.Generator().manual_seed(derive_seed(seed, "init"))
@@ -163,10 +186,12 @@ class _LanguageModel:
             ``corrupt`` of the input tokens replaced (the same draws at every evaluation)."""
             g_corrupt = torch.Generator().manual_seed(derive_seed(seed, "corrupt"))
 
+            # exactly ``blocks`` blocks of ``block_size`` targets, whatever the batch size (a cap at a batch's end
+            # rounded it up to a multiple of the batch size, so the loss changed with it)
+            tokens = held_out[: blocks * data.block_size + 1] if blocks else held_out  # (n,)
+
             def held_out_batches():
-                for i, (x, y) in enumerate(_data.iter_blocks(held_out, data.block_size, batch_size)):
-                    if blocks and i * batch_size >= blocks:
-                        break
+                for x, y in _data.iter_blocks(tokens, data.block_size, batch_size):
                     if corrupt:
                         x = _lm.corrupt_tokens(x, corrupt, corpus.vocab_size, g_corrupt)
                     yield x.to(device), y.to(device)

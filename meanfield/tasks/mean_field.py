@@ -42,7 +42,8 @@ class MeanFieldModel:
 
     ``confinement``: ``"quadratic"`` ($V = a/2\cdot|x|^2$) or ``"double_well"``; ``k``: the quadratic interaction;
     ``init_scale``: the initial law ``N(0, init_scale² I)``; ``beta`` and ``eta``: the chain's temperature and
-    step, only for the reported exact stationary variance (0 leaves it out). ``meanfield run`` fills them from
+    step, only for the reported exact stationary variance (left out for β = 0, η = 0, and where the chain has
+    no stationary law: a + k ≤ 0, e.g. free diffusion, or η(a + k) ≥ 2). ``meanfield run`` fills them from
     ``[optim] beta`` and ``lr`` (``FROM_OPTIM``); a configuration does not give them in ``[model]``.
     """
 
@@ -86,7 +87,10 @@ class _NoBatches:
 class _MeanField:
     Data = MeanFieldData
     Model = MeanFieldModel
-    FROM_OPTIM = {"beta": "beta", "eta": "lr"}  # the chain's β and step: meanfield run fills them from [optim]
+    FROM_OPTIM = {
+        "beta": "beta",
+        "eta": "lr",
+    }  # the chain's β and step: meanfield run fills them from [optim]
 
     def build(
         self,
@@ -104,7 +108,8 @@ class _MeanField:
             model.n_particles, model.d, V, model.k, init_scale=model.init_scale, generator=g, dtype=dtype
         ).to(device)
         exact = None
-        if model.confinement == "quadratic" and model.beta > 0 and model.eta > 0:
+        c = model.a + model.k  # the rate about the mean; a chain without a stationary law has no exact value
+        if model.confinement == "quadratic" and model.beta > 0 and c > 0 and 0 < model.eta * c < 2:
             exact = stationary_variance(model.a, model.k, model.beta, model.eta)
         batches = _NoBatches()
 

@@ -200,6 +200,83 @@ def test_lm_build_follows_the_documented_model_and_seed_streams(tmp_path):
     assert "probe_loss" not in out
 
 
+@pytest.mark.parametrize("batch_size", [1, 2, 4])
+def test_eval_blocks_evaluates_exactly_that_many_blocks_whatever_the_batch_size(tmp_path, batch_size):
+    """``eval_blocks = 3`` of the five 8-token blocks of the 41-token valid split: the loss of exactly the
+    first three (by hand), at every batch size. The cap used to stop at a batch's end: 4 blocks at batch sizes
+    2 and 4. Control: the first four blocks' loss differs."""
+    data, model, _, valid, _ = _lm_setup(tmp_path, eval_blocks=3)
+    exp = LM.build(
+        data, model, batch_size=batch_size, seed=1, device=torch.device("cpu"), dtype=torch.float64
+    )
+    with torch.no_grad():
+        out = exp.evaluate()
+        three, four = (_mean_loss(exp.model, _blocks(valid, 8)[:n]) for n in (3, 4))
+    assert out["val_loss"] == pytest.approx(three, rel=1e-12) and three != pytest.approx(four, rel=1e-6)
+
+
+def test_the_probe_metrics_are_their_definitions_by_hand(tmp_path):
+    """``probe_blocks = 2``: probe_loss is the first two blocks' loss; corrupt_loss the same blocks with each input
+    token replaced with probability 0.3 by the ``derive_seed(seed, "corrupt")`` draws (``corrupt_tokens``);
+    ``corrupt_gap = corrupt_loss − probe_loss`` (its sign), ``corrupt_ppl = exp(corrupt_loss)``; the half-drop
+    loss is the model with half its particles dropped (``drop_particles``, seed ``"drop"``, on the first batch)
+    on the same blocks, its gap against probe_loss. Each was untested (a flipped sign, a doubled fraction, a
+    probe on the whole split passed)."""
+    from meanfield.nn.head_metrics import as_particle_model, corrupt_tokens
+    from meanfield.nn.transformer import drop_particles
+
+    data, model, _, valid, V = _lm_setup(
+        tmp_path, probe_blocks=2, corrupt_fraction=0.3, drop_strategies=("random",), min_context=4
+    )
+    seed = 3
+    exp = LM.build(data, model, batch_size=2, seed=seed, device=torch.device("cpu"), dtype=torch.float64)
+    blocks = _blocks(valid, 8)[:2]
+    x, y = torch.stack([b[0] for b in blocks]), torch.stack([b[1] for b in blocks])  # (2, 8)
+    with torch.no_grad():
+        out = exp.evaluate()
+        probe = _mean_loss(exp.model, blocks)
+        g = torch.Generator().manual_seed(_stream_seed(seed, "corrupt"))
+        xc = corrupt_tokens(x, 0.3, V, g)
+        corrupt = float(F.cross_entropy(exp.model(xc).reshape(-1, V), y.reshape(-1)))
+        half = drop_particles(
+            as_particle_model(exp.model), 0.5, "random", idx=x, targets=y,
+            generator=torch.Generator().manual_seed(_stream_seed(seed, "drop")),
+        )  # fmt: skip
+        dropped = _mean_loss(half, blocks)
+    assert not torch.equal(xc, x)  # the draws replaced tokens
+    assert out["probe_loss"] == pytest.approx(probe, rel=1e-12)
+    assert out["corrupt_loss"] == pytest.approx(corrupt, rel=1e-12)
+    assert out["corrupt_gap"] == pytest.approx(corrupt - probe, rel=1e-12)
+    assert out["corrupt_ppl"] == pytest.approx(math.exp(corrupt), rel=1e-12)
+    assert out["half_random_loss"] == pytest.approx(dropped, rel=1e-12)
+    assert out["half_random_gap"] == pytest.approx(dropped - probe, rel=1e-12)
+    assert probe != pytest.approx(_mean_loss(exp.model, _blocks(valid, 8)), rel=1e-6)  # control: the split
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"eval_blocks": -1}, "data.eval_blocks must be ≥ 0 (0: the whole split), got -1"),
+        ({"probe_blocks": -2}, "data.probe_blocks must be ≥ 0 (0: no probes), got -2"),
+        ({"corrupt_fraction": 1.5}, "data.corrupt_fraction must be in [0, 1] (the share of input tokens replaced), got 1.5"),
+        ({"min_context": 0}, "data.min_context must be ≥ 1 (visible tokens of a row the head similarity reads), got 0"),
+        (
+            {"drop_strategies": ("random", "bogus")},
+            "data.drop_strategies: ['bogus'] unknown; allowed: ['random', 'importance', 'farthest', 'medoids']",
+        ),
+    ],
+)  # fmt: skip
+def test_lm_refuses_bad_evaluation_options_when_it_is_built(tmp_path, bad, message):
+    """Each used to build and fail the run with a traceback at its first evaluation; now one ConfigError line
+    before anything runs. Control: the defaults build."""
+    data, model, *_ = _lm_setup(tmp_path, **bad)
+    with pytest.raises(ConfigError) as info:
+        LM.build(data, model, batch_size=2, seed=0, device=torch.device("cpu"), dtype=torch.float64)
+    assert str(info.value) == message
+    data, model, *_ = _lm_setup(tmp_path)
+    LM.build(data, model, batch_size=2, seed=0, device=torch.device("cpu"), dtype=torch.float64)
+
+
 def test_lm_gradient_statistics_window(tmp_path):
     data, model, train, valid, V = _lm_setup(tmp_path, grad_stats=True)
     exp = LM.build(data, model, batch_size=2, seed=0, device=torch.device("cpu"), dtype=torch.float64)

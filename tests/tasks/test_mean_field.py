@@ -285,11 +285,26 @@ def test_the_exact_variance_is_reported_for_the_quadratic_chain_only():
     quadratic = _build_2(MeanFieldModel(n_particles=8, d=2, a=1.0, k=1.0, beta=0.5, eta=0.1)).evaluate()
     assert quadratic["variance_exact"] == pytest.approx(0.5 / (2.0 * (1 - 0.1 * 2.0 / 2)), rel=1e-15)
     assert quadratic["variance_ratio"] == pytest.approx(quadratic["variance"] / quadratic["variance_exact"])
-    well = _build_2(MeanFieldModel(n_particles=8, d=2, confinement="double_well", beta=0.5, eta=0.1)).evaluate()
+    well = _build_2(
+        MeanFieldModel(n_particles=8, d=2, confinement="double_well", beta=0.5, eta=0.1)
+    ).evaluate()
     assert "variance_exact" not in well and "variance_ratio" not in well  # no closed form for the double well
     cold = _build_2(MeanFieldModel(n_particles=8, d=2, beta=0.0, eta=0.1)).evaluate()
     assert "variance_exact" not in cold
     assert repr(DoubleWell()) in _build_2(MeanFieldModel(confinement="double_well")).description
+
+
+@pytest.mark.parametrize(
+    ("a", "k", "eta"), [(0.0, 0.0, 0.05), (1.0, -1.0, 0.05), (0.5, -1.0, 0.05), (1.0, 1.0, 1.0)]
+)
+def test_a_chain_without_a_stationary_law_builds_and_reports_no_exact_variance(a, k, eta):
+    """Free diffusion (a = k = 0), a + k ≤ 0 and η(a + k) ≥ 2 have no stationary variance: the task builds and
+    its evaluation leaves the exact variance out (it refused the whole run since β and η come from [optim]).
+    Control: a + k = 2 at η = 0.05 reports it."""
+    model = MeanFieldModel(n_particles=8, d=2, a=a, k=k, beta=0.5, eta=eta)
+    assert set(_build_2(model).evaluate()) == {"energy", "variance", "centre"}
+    stable = _build_2(MeanFieldModel(n_particles=8, d=2, a=1.0, k=1.0, beta=0.5, eta=0.05)).evaluate()
+    assert stable["variance_exact"] == pytest.approx(0.5 / (2.0 * (1 - 0.05)), rel=1e-15)
 
 
 @pytest.mark.parametrize("eta", [2.0, 2.5, 0.0, -0.1])

@@ -68,8 +68,29 @@ def test_get_task_finds_builtin_and_user_tasks(user_module):
             "h_cli_user_tasks:no_build",
             "task 'h_cli_user_tasks:no_build' has no 'build': a task defines Data, Model and build",
         ),
+        (
+            ":x",
+            "task ':x': an import path is 'package.module:attribute', absolute, with both parts named",
+        ),
+        (
+            ".relative:x",
+            "task '.relative:x': an import path is 'package.module:attribute', absolute, with both parts named",
+        ),
+        (
+            "h_cli_user_tasks:",
+            "task 'h_cli_user_tasks:': an import path is 'package.module:attribute', absolute, with both parts "
+            "named",
+        ),
     ],
-    ids=["not-a-string", "unknown-name", "missing-attribute", "no-build"],
+    ids=[
+        "not-a-string",
+        "unknown-name",
+        "missing-attribute",
+        "no-build",
+        "no-module",
+        "relative",
+        "no-attribute",
+    ],
 )
 def test_get_task_errors_say_what_is_wrong(user_module, name, message):
     """The exact :class:`ConfigError` of each bad task name. Negative control: ``h_cli_user_tasks:task``
