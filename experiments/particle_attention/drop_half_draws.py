@@ -57,12 +57,8 @@ def probe_blocks(data, batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor
         raise ValueError(f"drop_half_draws reads tiny-shakespeare runs, not {data.dataset!r}")
     corpus = _data.tiny_shakespeare(data.root or None)
     held_out = lm_splits(corpus, data)[1]
-    out = []
-    for i, (x, y) in enumerate(_data.iter_blocks(held_out, data.block_size, batch_size)):
-        if i * batch_size >= data.probe_blocks:
-            break
-        out.append((x, y))
-    return out
+    tokens = held_out[: data.probe_blocks * data.block_size + 1]  # exactly probe_blocks blocks
+    return list(_data.iter_blocks(tokens, data.block_size, batch_size))
 
 
 @torch.no_grad()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 
@@ -174,6 +175,24 @@ class StreamingGradientVariance:
                 self.sum[key][0] += g
                 self.sq[key][0] += g * g
         self.n += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        """The window's running sums (``{}`` for an empty window), for a checkpoint."""
+        if self.n == 0:
+            return {}
+        return {
+            "n": self.n,
+            "sum": {k: v[0] for k, v in self.sum.items()},
+            "sq": {k: v[0] for k, v in self.sq.items()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put back a window's sums saved by [`state_dict`][meanfield.nn.head_metrics.StreamingGradientVariance.state_dict]."""
+        self.reset()
+        if state:
+            self.n = int(state["n"])
+            self.sum = {k: [state["sum"][k].clone()] for k in self.groups}
+            self.sq = {k: [state["sq"][k].clone()] for k in self.groups}
 
     def compute(self) -> dict[str, float]:
         """``{"grad_var_{group}": var/P, "grad_rel_var_{group}": rel}`` for the window (empty if ``n < 2``)."""

@@ -379,7 +379,8 @@ class RunResult:
 
 
 MARKER = "run.json"
-"""The file a run writes first into its folder: ``{"format", "created", "config_sha256"}``."""
+"""The file a run writes into its folder right after ``config.toml``: ``{"format", "created", "config_sha256"}``
+(the hash of the configuration the run started with; a resume is refused when ``config.toml`` no longer has it)."""
 RUN_FILES = ("metrics.jsonl", "summary.json", "checkpoints")
 """Files that only a run writes: a folder holding one of them without a ``config.toml`` holds another run."""
 

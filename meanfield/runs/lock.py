@@ -3,8 +3,9 @@
 The lock is ``FOLDER/.lock``: an advisory ``flock`` on that file (released by the kernel when the holder exits,
 however it exits: a SIGKILL leaves no live lock behind) plus a JSON record of the holder in the file (pid, host,
 command, time), so that a refusal can name who holds the folder. A record left by a holder that is gone is
-stale: on the same host, its pid no longer runs (the ``flock`` is free); the new holder takes the folder and
-says so. A record that names *another* host is not taken over while that host may still be writing (a
+stale: on the same host, its pid no longer runs, or runs another process (the ``flock`` is free, and the
+record's boot and start time, ``boot_id`` and ``started``, are not those of the process now under that pid);
+the new holder takes the folder and says so. A record that names *another* host is not taken over while that host may still be writing (a
 network file system may not carry ``flock`` between hosts): the refusal names the host and the file to remove
 once its run is known to be gone.
 """
@@ -129,7 +130,12 @@ class FolderLock:
                         f"that process is gone, remove {self.path} and try again"
                     )
                 pid = previous.get("pid")
-                if isinstance(pid, int) and pid != os.getpid() and _alive(pid) and _is_python(pid):
+                if (
+                    isinstance(pid, int)
+                    and pid != os.getpid()
+                    and _alive(pid)
+                    and _same_process(pid, previous)
+                ):
                     # the flock is free but the pid lives: a file system without flock, or a holder that closed it
                     fcntl.flock(fd, fcntl.LOCK_UN)
                     raise FolderLocked(
@@ -139,6 +145,7 @@ class FolderLock:
                 self.stale = previous
             record = {
                 "pid": os.getpid(),
+                **_identity(os.getpid()),
                 "host": host,
                 "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "command": list(sys.argv),
@@ -180,6 +187,39 @@ class FolderLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def _start_ticks(pid: int) -> int | None:
+    """Process ``pid``'s start time (clock ticks after boot, ``/proc/<pid>/stat`` field 22), or ``None``."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _identity(pid: int) -> dict[str, Any]:
+    """What tells process ``pid`` from a later process given the same pid: the boot and its start time (where
+    ``/proc`` has them)."""
+    found = {"boot_id": _boot_id(), "started": _start_ticks(pid)}
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def _same_process(pid: int, record: dict[str, Any]) -> bool:
+    """Whether the live process ``pid`` is the holder ``record`` names: a Python process, started in the same
+    boot at the same time when the record says when (a pid reused after a reboot or a power loss, even by
+    another Python process, is not the holder)."""
+    now = _identity(pid)
+    for key in ("boot_id", "started"):
+        if key in record and key in now and record[key] != now[key]:
+            return False
+    return _is_python(pid)
 
 
 def _is_python(pid: int) -> bool:

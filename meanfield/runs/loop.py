@@ -213,7 +213,7 @@ def _checkpoint_state(
     elapsed: float,
     wall: float,
 ) -> dict[str, Any]:
-    return {
+    state = {
         "step": step,
         "model": experiment.model.state_dict(),
         "optimizer": optimizer.state_dict(),
@@ -223,6 +223,10 @@ def _checkpoint_state(
         "elapsed": elapsed,
         "wall": wall,
     }
+    window_metrics = experiment.window_state() if experiment.window_state is not None else {}
+    if window_metrics:  # a checkpoint between two metrics lines (Ctrl-C): the task's window so far
+        state["window_metrics"] = window_metrics
+    return state
 
 
 def _check_checkpointable(state: Mapping[str, Any]) -> None:
@@ -433,8 +437,10 @@ class _Run(RunSummary):
                         f"{folder}: the lock of a run that is gone was taken over ({self.lock.stale.get('pid')})"
                     )
                 remove_temporaries(folder)
-                write_marker(folder, self.config_sha256)
+                # config.toml first: a kill between the two leaves a folder that resumes (a run.json alone
+                # would be refused for ever as another run's remains)
                 write_text_atomic(self.folder / "config.toml", self.config_text)
+                write_marker(folder, self.config_sha256)
             if resume:
                 self._restore()
             else:
@@ -523,6 +529,8 @@ class _Run(RunSummary):
         if "cuda_rng" in state and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
         self.step, self.window, self.elapsed = state["step"], dict(state["window"]), state["elapsed"]
+        if self.experiment.load_window_state is not None:
+            self.experiment.load_window_state(state.get("window_metrics", {}))
         self._wall_origin = time.perf_counter() - state.get("wall", state["elapsed"])
         if self.lead:
             self.log.truncate(self.step)

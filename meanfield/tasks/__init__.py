@@ -67,6 +67,10 @@ class Experiment:
         window_metrics: called at every metrics line; its numbers join the line. State it keeps (e.g. the
             accumulators of ``on_backward``) must cover the steps since the last line and restart there, so
             that a run resumed from a checkpoint taken on a logging step logs the same numbers.
+        window_state: that state as ``torch.load(weights_only=True)`` can read it (tensors, numbers, lists,
+            dicts), empty on a logging step; saved in a checkpoint where it is not empty, so that a run
+            stopped between two lines (Ctrl-C) and resumed logs the same numbers too.
+        load_window_state: puts a saved ``window_state`` back (on resume).
         nonfinite_metrics: the evaluation metrics that may be NaN or Inf (e.g. a statistic undefined while no
             particle is alive); any other non-finite evaluation metric stops the run as ``diverged``.
     """
@@ -83,6 +87,8 @@ class Experiment:
     on_backward: Callable[[], None] | None = None
     window_metrics: Callable[[], dict[str, float]] | None = None
     nonfinite_metrics: tuple[str, ...] = ()
+    window_state: Callable[[], dict[str, Any]] | None = None
+    load_window_state: Callable[[dict[str, Any]], None] | None = None
 
 
 class Task(Protocol):

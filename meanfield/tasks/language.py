@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -240,6 +240,15 @@ class _LanguageModel:
             window_losses.clear()
             return out
 
+        def window_state() -> dict[str, Any]:
+            if grad_var.n == 0 and not window_losses:
+                return {}
+            return {"grad_var": grad_var.state_dict(), "losses": list(window_losses)}
+
+        def load_window_state(state: dict[str, Any]) -> None:
+            grad_var.load_state_dict(state.get("grad_var", {}))
+            window_losses[:] = state.get("losses", [])
+
         return Experiment(
             model=net,
             batches=batches,
@@ -250,6 +259,8 @@ class _LanguageModel:
             units_per_step=batch_size * data.block_size,
             on_backward=on_backward if data.grad_stats else None,
             window_metrics=window_metrics if data.grad_stats else None,
+            window_state=window_state if data.grad_stats else None,
+            load_window_state=load_window_state if data.grad_stats else None,
             description=(
                 f"{corpus.description}"
                 + (f"; the last {data.holdout:,} training tokens held out" if data.holdout else "")

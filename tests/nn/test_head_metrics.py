@@ -282,15 +282,15 @@ def test_lm_probe_metrics_by_hand(tmp_path):
     net.eval()
     with torch.no_grad():
         out = exp.evaluate()
-        blocks = _blocks(valid, 8)[:4]  # probe_blocks = 3 with batches of 2: the first two batches, 4 blocks
+        blocks = _blocks(valid, 8)[:3]  # probe_blocks = 3 with batches of 2: exactly 3 blocks (2 + 1)
         base = _mean_loss(net, blocks)
         assert out["probe_loss"] == pytest.approx(base, rel=1e-12)
+        assert base != pytest.approx(_mean_loss(net, _blocks(valid, 8)[:4]), rel=1e-6)  # not rounded up to 4
         g = torch.Generator().manual_seed(_stream_seed(seed, "corrupt"))  # one generator across the batches
         corrupted = []
-        for b in range(2):
-            xs = torch.stack([blocks[2 * b][0], blocks[2 * b + 1][0]])
-            xc = corrupt_tokens(xs, 0.5, V, g)
-            corrupted += [(xc[0], blocks[2 * b][1]), (xc[1], blocks[2 * b + 1][1])]
+        for batch in (blocks[:2], blocks[2:]):
+            xc = corrupt_tokens(torch.stack([b[0] for b in batch]), 0.5, V, g)  # (2 or 1, 8)
+            corrupted += [(xc[i], batch[i][1]) for i in range(len(batch))]
         corrupt = _mean_loss(net, corrupted)
         assert out["corrupt_loss"] == pytest.approx(corrupt, rel=1e-12)
         assert out["corrupt_ppl"] == pytest.approx(math.exp(corrupt), rel=1e-12)

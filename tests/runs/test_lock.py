@@ -98,7 +98,9 @@ def test_the_record_names_this_process_and_the_file_is_readable_by_all(tmp_path)
     assert record["what"] == "sweep"
     assert _recent(record["since"])
     assert mode == 0o644  # rw-r--r--: 0o777 & ~umask would be 0o755
-    assert sorted(record) == ["command", "host", "pid", "since", "what"]
+    assert sorted(record) == ["boot_id", "command", "host", "pid", "since", "started", "what"]
+    assert record["boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert record["started"] == int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
 
 
 def test_release_keeps_the_holder_and_stamps_the_time(tmp_path):
@@ -149,6 +151,28 @@ def test_a_live_python_holder_is_refused_by_name_and_the_flock_given_back(tmp_pa
         assert lock.stale["pid"] == child.pid
 
 
+def test_a_live_python_process_that_took_a_dead_holders_pid_is_not_the_holder(tmp_path):
+    """After a reboot or a power loss a holder's pid can belong to another Python process: a record whose start
+    time or boot is not that process's is stale and taken over (it used to be refused as "in use" for as long
+    as that process lived). Control: the record with the process's own start time and boot is refused."""
+    folder = tmp_path / "run"
+    child = _started_python()
+    try:
+        ticks = int(Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        host = socket.gethostname()
+        for other in ({"started": ticks - 1, "boot_id": boot}, {"started": ticks, "boot_id": "another boot"}):
+            _write_record(folder, {"pid": child.pid, "host": host, **other})
+            with FolderLock(folder) as lock:
+                assert lock.stale["pid"] == child.pid
+        _write_record(folder, {"pid": child.pid, "host": host, "started": ticks, "boot_id": boot})
+        with pytest.raises(FolderLocked, match=rf"in use by another run: pid {child.pid} "):
+            FolderLock(folder).acquire()
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_a_live_program_that_is_not_python_is_a_recycled_pid_not_a_holder(tmp_path):
     child = subprocess.Popen(["sleep", "60"])
     try:
@@ -188,7 +212,9 @@ def test_a_long_record_is_read_whole(tmp_path):
         "MUTANT_UNDER_TEST" in os.environ
     ):  # passes alone under mutmut, not in its in-process clean run: unexplained
         pytest.skip("not run inside mutmut's clean run (docs/testing.md)")
-    child = _started_python(60.0)  # its cmdline names Python already (it is empty mid-exec, seen right after Popen)
+    child = _started_python(
+        60.0
+    )  # its cmdline names Python already (it is empty mid-exec, seen right after Popen)
     try:
         record = {"pid": child.pid, "host": socket.gethostname(), "command": ["x" * 70_000]}
         _write_record(tmp_path / "run", record)

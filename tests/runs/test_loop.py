@@ -572,7 +572,9 @@ def test_a_failed_write_leaves_the_old_file_and_no_tmp(tmp_path, error):
     assert target.read_bytes() == b"old"
 
 
-STAMP_2 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}[+-]\d{4}$")  # time.strftime("%Y-%m-%dT%H:%M:%S%z")
+STAMP_2 = re.compile(
+    r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}[+-]\d{4}$"
+)  # time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
 def _run(folder: Path, extra=(), **kwargs):
@@ -950,10 +952,6 @@ def test_differences_include_keys_on_one_side_only():
         "b",
         "t.y",
     ]
-
-
-
-
 
 
 CHAR_LM = ROOT / "experiments" / "char_lm" / "config.toml"
@@ -1384,7 +1382,9 @@ def _recording_run(step, *, log=2, evaluate=0, window=None, window_metrics=None)
         elapsed=7.25,
         experiment=SimpleNamespace(unit="tokens", units_per_step=10, window_metrics=window_metrics),
         optimizer=SimpleNamespace(
-            param_groups=[{"noise": True, "beta": 0.5, "step": step, "n_particles": 1, "mean_field_scaling": True}],
+            param_groups=[
+                {"noise": True, "beta": 0.5, "step": step, "n_particles": 1, "mean_field_scaling": True}
+            ],
             last_stats=None,
             last_group_stats=None,
         ),
@@ -1469,6 +1469,38 @@ def _checkpointing(*, lead=True, sharded=False, latest=None, finite=True):
         device=CPU,
     )
     return fake, states
+
+
+def test_a_run_killed_between_its_first_two_files_resumes(tmp_path, monkeypatch):
+    """The process dies (an exception in place of SIGKILL) between the two files a run writes first into a new
+    folder, config.toml and run.json: the folder resumes and finishes. config.toml is written first; the other
+    way round a run.json alone was refused for ever as another run's remains (--resume and sweeps alike).
+    Control: the resumed run ends where an uninterrupted one does."""
+    from meanfield.runs import RunResult, run
+
+    config = Path(__file__).resolve().parents[2] / "experiments" / "teacher_student" / "config.toml"
+    overrides = ["train.steps=6", "train.figures=false"]
+    calls = []
+
+    def second_dies(real):
+        def write(*args):
+            calls.append(real.__name__)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+            return real(*args)
+
+        return write
+
+    with monkeypatch.context() as patch:
+        patch.setattr(loop, "write_marker", second_dies(loop.write_marker))
+        patch.setattr(loop, "write_text_atomic", second_dies(loop.write_text_atomic))
+        with pytest.raises(KeyboardInterrupt):
+            run(config, tmp_path / "run", preset="smoke", overrides=overrides, quiet=True)
+    assert calls == ["write_text_atomic", "write_marker"]
+    resumed = run(config, tmp_path / "run", preset="smoke", overrides=overrides, quiet=True, resume=True)
+    whole = run(config, tmp_path / "whole", preset="smoke", overrides=overrides, quiet=True)
+    assert (tmp_path / "run" / "run.json").is_file() and resumed.summary["status"] == "finished"
+    assert RunResult.load(resumed.path).final["train_loss"] == RunResult.load(whole.path).final["train_loss"]
 
 
 def test_run_interrupted_keeps_its_signal_as_an_int_across_pickle():
@@ -1616,7 +1648,9 @@ def test_temperature_reads_the_first_noisy_group_at_its_step():
     defaults = {"n_particles": 1, "mean_field_scaling": True}  # as every Langevin group has them
     noisy = {"noise": True, "beta": Linear(2.0, 0.0, 4.0), "step": 1, **defaults}
     assert loop._temperature(SimpleNamespace(param_groups=[quiet, noisy])) == {"beta": 1.5}
-    whole = loop._temperature(SimpleNamespace(param_groups=[{"noise": True, "beta": 2, "step": 0, **defaults}]))
+    whole = loop._temperature(
+        SimpleNamespace(param_groups=[{"noise": True, "beta": 2, "step": 0, **defaults}])
+    )
     assert whole == {"beta": 2.0} and type(whole["beta"]) is float
     loss = {**noisy, "temperature_convention": "loss", "n_particles": 4}
     assert loop._temperature(SimpleNamespace(param_groups=[loss])) == {"beta": 1.5, "beta_mean_field": 6.0}

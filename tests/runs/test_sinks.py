@@ -6,6 +6,7 @@ import importlib
 import math
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -68,11 +69,12 @@ def _lines(ax):
 def test_tensorboard_purges_after_the_resume_step_and_writes_every_number_by_its_path(
     tmp_path, fake_tensorboard
 ):
-    """A fresh run's writer purges nothing; a run resumed at step 10 purges from step 11 (the events the
-    first run wrote past its checkpoint). Each record's numbers become scalars tagged by their path
+    """A run from step 0 purges from step 1 (the events of an earlier try that had no checkpoint: they were
+    kept, each step's scalars twice); a run resumed at step 10 purges from step 11 (the events the first run
+    wrote past its checkpoint). Each record's numbers become scalars tagged by their path
     (``optim/eta``, ``groups/0/g``) at the record's step, integers as floats; booleans, strings, None and the
     step itself are left out — the list below is written by hand."""
-    assert sinks.TensorBoard(tmp_path, True, 0).writer.purge_step is None
+    assert sinks.TensorBoard(tmp_path, True, 0).writer.purge_step == 1
     assert sinks.TensorBoard(tmp_path, True, 10).writer.purge_step == 11
     assert sinks.TensorBoard(tmp_path, False, 10).writer is None  # disabled: no writer at all
     board = sinks.TensorBoard(tmp_path, True, 0)
@@ -184,9 +186,10 @@ def _lines_2(ax):
     return [(l.get_label(), list(l.get_xdata()), list(l.get_ydata())) for l in ax.get_lines()]
 
 
-@pytest.mark.parametrize(("start", "purge"), [(0, None), (1, 2), (10, 11)])
+@pytest.mark.parametrize(("start", "purge"), [(0, 1), (1, 2), (10, 11)])
 def test_tensorboard_writer_folder_and_purge_step(tmp_path, fake_writer, start, purge):
-    """Enabled: a writer on ``str(folder)`` that purges from ``start + 1`` on a resumed run (none at 0)."""
+    """Enabled: a writer on ``str(folder)`` that purges from ``start + 1`` (at 0 too: a try without a
+    checkpoint left events)."""
     board = sinks.TensorBoard(tmp_path / "tb", True, start)
     assert isinstance(board.writer, _Writer_2)
     assert board.writer.logdir == str(tmp_path / "tb") and type(board.writer.logdir) is str
@@ -255,6 +258,74 @@ def test_tensorboard_writes_real_event_files(tmp_path):
     assert sorted(acc.Tags()["scalars"]) == ["loss", "optim/eta"]
     assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(2, 0.5), (3, 0.25)]
     assert [(e.step, e.value) for e in acc.Scalars("optim/eta")] == [(2, 0.125)]
+
+
+def test_a_run_started_again_from_step_0_keeps_one_event_per_logged_step(tmp_path):
+    """A run stopped at step 9 before any checkpoint starts again from step 0: its TensorBoard events are the
+    steps of metrics.jsonl, once each (the first try's 2, 4, 6, 8 were kept beside the new ones)."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from meanfield.runs import RunResult, run
+
+    config = Path(__file__).resolve().parents[2] / "experiments" / "teacher_student" / "config.toml"
+    folder = tmp_path / "run"
+    overrides = ["train.steps=12", "train.checkpoint_every=0", "train.log_every=2", "train.figures=false"]
+
+    def stop(step):
+        if step == 9:
+            raise RuntimeError("stopped")
+
+    with pytest.raises(RuntimeError, match="stopped"):
+        run(config, folder, preset="smoke", overrides=overrides, quiet=True, on_step=stop)
+    assert not (folder / "checkpoints").exists() or not list((folder / "checkpoints").glob("*.pt"))
+    run(config, folder, preset="smoke", overrides=overrides, quiet=True, resume=True)
+    acc = EventAccumulator(str(folder / "tensorboard"))
+    acc.Reload()
+    logged = [r["step"] for r in RunResult.load(folder).metrics if "train_loss" in r]
+    assert logged == [2, 4, 6, 8, 10, 12]
+    assert [e.step for e in acc.Scalars("train_loss")] == logged
+
+
+def test_a_refused_tensorboard_write_is_one_line_naming_the_events_folder(tmp_path, monkeypatch):
+    """A full disk met by the event writer (its flush raises ENOSPC with no file name): a DiskFullError naming
+    the events folder (the message said "writing None"); the writer is not used again, and a refused close
+    warns. A writer thread's OSError prints no traceback (the training thread raises it)."""
+    import errno
+    import threading
+
+    from meanfield.runs.errors import DiskFullError
+
+    pytest.importorskip("tensorboard")
+    original = threading.excepthook
+    monkeypatch.setattr(threading, "excepthook", original)  # put back at teardown whatever happens here
+    board = sinks.TensorBoard(tmp_path / "tb", True, 0)
+    assert threading.excepthook is not original  # the writer thread's OSError is kept quiet while it lives
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(board.writer, "flush", full)
+    with pytest.raises(DiskFullError, match=rf"^no space left on device writing {tmp_path / 'tb'} "):
+        board.write({"step": 1, "loss": 0.5})
+    assert board.writer is None
+    board.write({"step": 2, "loss": 0.25})  # nothing to write to: nothing raised
+    board.close()
+    assert threading.excepthook is original  # close puts the hook back
+    printed = []
+    quiet = sinks._quiet_writer_thread(printed.append)
+    writer_thread = type("_AsyncWriterThread", (), {})()
+    quiet(types.SimpleNamespace(exc_type=OSError, thread=writer_thread))
+    other = [types.SimpleNamespace(exc_type=ValueError, thread=writer_thread),
+             types.SimpleNamespace(exc_type=OSError, thread=threading.Thread())]  # fmt: skip
+    for args in other:
+        quiet(args)
+    assert printed == other  # only the writer thread's OSError is silenced
+    closing = sinks.TensorBoard(tmp_path / "tb2", True, 0)
+    monkeypatch.setattr(closing.writer, "close", full)
+    with pytest.warns(RuntimeWarning, match=r"^TensorBoard: no space left on device writing"):
+        closing.close()
+    assert threading.excepthook is original
 
 
 def test_summary_table_by_hand():

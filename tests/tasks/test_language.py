@@ -116,6 +116,32 @@ def test_smoke_run_logs_every_metric_and_resumes_exactly(tmp_path):
     assert len(groups) == 3 and groups[0]["noise_rms"] > 0 and groups[-1]["noise_rms"] == 0  # 2 layers + rest
 
 
+def test_a_run_stopped_between_two_metrics_lines_resumes_its_gradient_statistics(tmp_path):
+    """Ctrl-C after step 7 (lines at 3, 6, 9, 12): the checkpoint of step 7 holds the window's gradient sums
+    and losses (``Experiment.window_state``), so the resumed run logs the uninterrupted run's lines; they were
+    lost, and the step-9 line's gradient variance and loss roughness were of steps 8–9 only."""
+    import os
+    import signal
+
+    from meanfield.runs.loop import RunInterrupted
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    ra = run(CONFIG, a, preset="smoke", overrides=["optim.beta=1e-3"], quiet=True)
+
+    def interrupt(step: int) -> None:
+        if step == 7:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(RunInterrupted):
+        run(CONFIG, b, preset="smoke", overrides=["optim.beta=1e-3"], quiet=True, on_step=interrupt)
+    saved = torch.load(b / "checkpoints" / "step-00000007.pt", weights_only=True)
+    assert saved["window_metrics"]["grad_var"]["n"] == 1 and len(saved["window_metrics"]["losses"]) == 1
+    rb = run(CONFIG, b, preset="smoke", overrides=["optim.beta=1e-3"], quiet=True, resume=True)
+    line = next(r for r in _deterministic(rb.metrics) if r["step"] == 9)
+    assert "grad_var_attn" in line and "loss_roughness" in line
+    assert _deterministic(ra.metrics) == _deterministic(rb.metrics)
+
+
 def test_toy_smoke_run(tmp_path):
     result = run(TOY, tmp_path / "toy", preset="smoke", quiet=True)
     summary = json.loads((tmp_path / "toy" / "summary.json").read_text())
@@ -213,44 +239,6 @@ def test_eval_blocks_evaluates_exactly_that_many_blocks_whatever_the_batch_size(
         out = exp.evaluate()
         three, four = (_mean_loss(exp.model, _blocks(valid, 8)[:n]) for n in (3, 4))
     assert out["val_loss"] == pytest.approx(three, rel=1e-12) and three != pytest.approx(four, rel=1e-6)
-
-
-def test_the_probe_metrics_are_their_definitions_by_hand(tmp_path):
-    """``probe_blocks = 2``: probe_loss is the first two blocks' loss; corrupt_loss the same blocks with each input
-    token replaced with probability 0.3 by the ``derive_seed(seed, "corrupt")`` draws (``corrupt_tokens``);
-    ``corrupt_gap = corrupt_loss − probe_loss`` (its sign), ``corrupt_ppl = exp(corrupt_loss)``; the half-drop
-    loss is the model with half its particles dropped (``drop_particles``, seed ``"drop"``, on the first batch)
-    on the same blocks, its gap against probe_loss. Each was untested (a flipped sign, a doubled fraction, a
-    probe on the whole split passed)."""
-    from meanfield.nn.head_metrics import as_particle_model, corrupt_tokens
-    from meanfield.nn.transformer import drop_particles
-
-    data, model, _, valid, V = _lm_setup(
-        tmp_path, probe_blocks=2, corrupt_fraction=0.3, drop_strategies=("random",), min_context=4
-    )
-    seed = 3
-    exp = LM.build(data, model, batch_size=2, seed=seed, device=torch.device("cpu"), dtype=torch.float64)
-    blocks = _blocks(valid, 8)[:2]
-    x, y = torch.stack([b[0] for b in blocks]), torch.stack([b[1] for b in blocks])  # (2, 8)
-    with torch.no_grad():
-        out = exp.evaluate()
-        probe = _mean_loss(exp.model, blocks)
-        g = torch.Generator().manual_seed(_stream_seed(seed, "corrupt"))
-        xc = corrupt_tokens(x, 0.3, V, g)
-        corrupt = float(F.cross_entropy(exp.model(xc).reshape(-1, V), y.reshape(-1)))
-        half = drop_particles(
-            as_particle_model(exp.model), 0.5, "random", idx=x, targets=y,
-            generator=torch.Generator().manual_seed(_stream_seed(seed, "drop")),
-        )  # fmt: skip
-        dropped = _mean_loss(half, blocks)
-    assert not torch.equal(xc, x)  # the draws replaced tokens
-    assert out["probe_loss"] == pytest.approx(probe, rel=1e-12)
-    assert out["corrupt_loss"] == pytest.approx(corrupt, rel=1e-12)
-    assert out["corrupt_gap"] == pytest.approx(corrupt - probe, rel=1e-12)
-    assert out["corrupt_ppl"] == pytest.approx(math.exp(corrupt), rel=1e-12)
-    assert out["half_random_loss"] == pytest.approx(dropped, rel=1e-12)
-    assert out["half_random_gap"] == pytest.approx(dropped - probe, rel=1e-12)
-    assert probe != pytest.approx(_mean_loss(exp.model, _blocks(valid, 8)), rel=1e-6)  # control: the split
 
 
 @pytest.mark.parametrize(
