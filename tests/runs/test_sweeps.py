@@ -950,6 +950,22 @@ def test_worker_init_records_the_sweep_in_locks_and_signals_only_mark_the_worker
     assert sweeps._worker_stop == signal.SIGINT
 
 
+def test_a_signal_that_came_while_a_point_was_built_stops_it_after_its_first_step(monkeypatch, tmp_path):
+    """A worker's SIGTERM that arrives while the run is being built is only recorded (``_worker_stop``, the
+    run's handler is not in place yet): ``_resignal``, the run's ``on_step``, sends it again after step 1, and
+    the run checkpoints there and stops as interrupted; the record is cleared. (Dropping the resend ran the
+    point to its end through a stop; nothing tested it.) Control: without a recorded signal it runs to step 4."""
+    from meanfield.runs import run
+
+    monkeypatch.setattr(sweeps, "_worker_stop", signal.SIGTERM)
+    with pytest.raises(RunInterrupted) as info:
+        run(TEACHER, tmp_path / "a", overrides=TINY, quiet=True, on_step=sweeps._resignal)
+    assert info.value.signum == signal.SIGTERM and sweeps._worker_stop is None
+    assert RunResult.load(tmp_path / "a").summary["status"] == "interrupted"
+    assert (tmp_path / "a" / "checkpoints" / "step-00000001.pt").is_file()
+    assert run(TEACHER, tmp_path / "b", overrides=TINY, quiet=True, on_step=sweeps._resignal).step == 4
+
+
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_run_local_returns_every_point_by_its_index(monkeypatch, jobs):
     """``_run_local`` runs every point of ``todo`` with its own arguments and files its summary under its
