@@ -118,7 +118,7 @@ def cost() -> tuple[str, float]:
         lines.append(
             f"- `benchmarks/results/amd-epyc/lm_step.md` ({'a --quick check, 3 rounds' if quick else 'a measurement'}"
             f", 1-minute load {load.group(1) if load else '?'} at its start): see that file; "
-            + ("not used for the estimate (taken under load, too few rounds)" if quick else "compare")
+            + ("not used for the estimate (taken under load, too few rounds)" if quick else "compare its time a step with the estimate above")
         )
     return "\n".join(lines), run_s / 3600
 
