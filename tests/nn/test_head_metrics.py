@@ -89,6 +89,28 @@ def test_streaming_gradient_variance_equals_the_batch_formula():
     assert tracker.compute() == {}
 
 
+def test_streaming_gradient_variance_state_continues_a_window_in_another_tracker():
+    """3 updates, the state saved and loaded into a fresh tracker, 4 more: the 7-step window's numbers, bit for
+    bit (a run resumed between two metrics lines); an empty window saves ``{}`` and loads as empty. Control:
+    the fresh tracker without the state has the last 4 steps only."""
+    g = torch.Generator().manual_seed(1)
+    p = torch.nn.Parameter(torch.zeros(6))
+    grads = [torch.randn(6, generator=g) + 1 for _ in range(7)]
+    whole, first, second, alone = (StreamingGradientVariance({"p": [p]}) for _ in range(4))
+    assert whole.state_dict() == {}
+    for k, grad in enumerate(grads):
+        p.grad = grad
+        whole.update()
+        (first if k < 3 else second).update()
+        if k >= 3:
+            alone.update()
+        if k == 2:
+            second.load_state_dict(first.state_dict())
+    assert second.compute() == whole.compute() and alone.compute() != whole.compute()
+    second.load_state_dict({})
+    assert second.n == 0 and second.compute() == {}
+
+
 def test_corrupt_tokens_fraction():
     idx = torch.zeros(200, 100, dtype=torch.long)
     g = torch.Generator().manual_seed(0)
