@@ -11,8 +11,11 @@ Each has two implementations, which give the same numbers to round-off:
 
 * ``"torch"``: blocks of rows, ``B × rows × N ≤ max_elements`` numbers at a time, in one reused work buffer;
   the squared distances come from one matrix product per block, $|x|^2 + |y|^2 - 2 x\cdot y$, and the clouds are
-  centred on their common mean first (the cost is translation invariant, and centring keeps that difference
-  accurate). Memory ``O(max_elements + B(M + N)d)``: linear in the number of points (a differentiable
+  centred on their common mean first (the cost is translation invariant, and centring keeps the difference
+  accurate for clouds far from the origin). Its absolute error is about $\epsilon\,|x|^2$, so for a singular
+  kernel (``exclude_self``) below float64 a close pair's $r^2$ would cancel to 0 and $\varphi$ give inf and NaN
+  (float32, a cloud of size 1: pairs 3e-4 apart): there the distances are taken from the differences
+  (``torch.cdist`` without the matrix product), 2–6× slower for the distances alone. Memory ``O(max_elements + B(M + N)d)``: linear in the number of points (a differentiable
   ``radial_sum`` keeps one small result per block for autograd).
 * ``"keops"``: KeOps' symbolic ``LazyTensor`` reductions (compiled C++ on the CPU, CUDA on a GPU), memory
   ``O(B(M + N)d)``. Present when ``pykeops`` is installed (``pip install 'meanfield-sde[keops]'``); the
@@ -136,16 +139,27 @@ class _Blocks:
 # Σ_j φ(|x_i − y_j|²) v_j
 
 
+def _direct_squared_distances(
+    x: torch.Tensor, y: torch.Tensor, y2: torch.Tensor, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """$|x_i - y_j|^2$ from the differences (no cancellation; ``y2`` unused: the signature of
+    ``_squared_distances``), into ``out`` when given."""
+    r2 = torch.cdist(x, y, compute_mode="donot_use_mm_for_euclid_dist").square_()  # (B, c, N)
+    return r2 if out is None else out.copy_(r2)
+
+
 def _radial_sum_torch(x, y, phi, values, max_elements, exclude_self=False):
     B, M, _ = x.shape
     N = y.shape[1]
     x, y = _centred(x, y)
     y2 = y.square().sum(-1)  # (B, N)
     rows = min(M, _rows(B, N, max_elements))
+    # a singular kernel below float64: close pairs need their distances without cancellation (module docstring)
+    distances = _direct_squared_distances if exclude_self and x.dtype != torch.float64 else _squared_distances
     if torch.is_grad_enabled() and any(t.requires_grad for t in (x, y, values)):
         blocks = []  # a list, not writes into a buffer: the result stays differentiable
         for start in range(0, M, rows):
-            r2 = _squared_distances(x[:, start : start + rows], y, y2)  # (B, c, N)
+            r2 = distances(x[:, start : start + rows], y, y2)  # (B, c, N)
             if exclude_self:  # φ of a stand-in 1 at the self-pairs, then 0: no 0·φ'(0) = NaN in the backward
                 mask = _diagonal_mask(r2.shape[1], N, start, r2.device)  # (c, N)
                 g = phi(r2.masked_fill(mask, 1.0)).masked_fill(mask, 0.0)  # (B, c, N)
@@ -157,7 +171,7 @@ def _radial_sum_torch(x, y, phi, values, max_elements, exclude_self=False):
     work = _Blocks(B, rows, N, x)
     for start in range(0, M, rows):
         xi = x[:, start : start + rows]  # (B, c, d)
-        g = phi(_squared_distances(xi, y, y2, out=work.take(xi.shape[1])))  # (B, c, N)
+        g = phi(distances(xi, y, y2, out=work.take(xi.shape[1])))  # (B, c, N)
         if exclude_self:
             g.diagonal(offset=start, dim1=1, dim2=2).zero_()  # g[:, i, start + i] = 0: the pairs j = i
         torch.bmm(g, values, out=out[:, start : start + rows])  # (B, c, k)

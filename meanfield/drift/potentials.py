@@ -205,7 +205,7 @@ class RadialInteraction(Interaction):
     pairwise reduction $\sum_j g_{ij} (1, x_j)$ ([`meanfield.drift.pairwise.radial_sum`][meanfield.drift.pairwise.radial_sum]), never an
     $M \times M \times d$ tensor. The ``"torch"`` backend works in blocks of ``B × rows × M ≤ max_elements``
     numbers, one matrix product each; ``"keops"`` (when ``pykeops`` is installed) keeps memory ``O(BMd)``
-    and is what ``"auto"`` picks on a GPU and in low dimension ([`meanfield.drift.pairwise.resolve_backend`][meanfield.drift.pairwise.resolve_backend]).
+    and is what ``"auto"`` picks for tensors on a GPU, whatever the dimension ([`meanfield.drift.pairwise.resolve_backend`][meanfield.drift.pairwise.resolve_backend]).
     KeOps needs $\psi$ and $\psi'$ written with operators and tensor methods (``(-r2).exp()``, ``1 / (1 + r2)``),
     which apply to its symbolic tensors too; where they do not (``torch.exp(r2)``) the torch backend is used.
     `backend_used` says which backend the last call used. Writing $\psi$ in $|z|^2$ keeps the gradient

@@ -104,8 +104,12 @@ class Sphere(Projection):
             )
 
     def project_(self, x: torch.Tensor) -> torch.Tensor:
-        norm = torch.linalg.vector_norm(x, dim=self.dim, keepdim=True)  # (…, 1, …)
-        return x.mul_(self.radius / norm.clamp_min_(torch.finfo(x.dtype).tiny))
+        tiny = torch.finfo(x.dtype).tiny
+        # over its largest |coordinate| first: |x| then neither overflows (float32 beyond about 1.3e19: a particle
+        # sent to 0) nor underflows (a subnormal particle left inside the sphere); a zero particle stays zero
+        x.div_(x.abs().amax(dim=self.dim, keepdim=True).clamp_min_(tiny))  # (…) largest |coordinate| 1
+        norm = torch.linalg.vector_norm(x, dim=self.dim, keepdim=True)  # (…, 1, …) in [1, √d], or 0
+        return x.mul_(self.radius / norm.clamp_min_(tiny))
 
     def __repr__(self) -> str:
         return f"Sphere(radius={self.radius}, dim={self.dim if len(self.dim) > 1 else self.dim[0]})"

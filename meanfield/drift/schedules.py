@@ -140,7 +140,8 @@ class Linear(_Anneal):
     r"""Linear interpolation ``λ_s = λ_start + (λ_end − λ_start)·s/T`` for $0 \le s \le T$."""
 
     def __call__(self, s: float) -> float:
-        return self.start + (self.end - self.start) * self._progress(s)
+        u = self._progress(s)
+        return (1.0 - u) * self.start + u * self.end  # exactly start at u = 0 and end at u = 1
 
 
 class Exponential(_Anneal):
@@ -162,7 +163,8 @@ class Exponential(_Anneal):
                 raise ValueError(f"Exponential schedule needs {name} > 0, got {value}")
 
     def __call__(self, s: float) -> float:
-        return self.start * (self.end / self.start) ** self._progress(s)
+        u = self._progress(s)
+        return self.end if u >= 1.0 else self.start * (self.end / self.start) ** u  # exactly end at s ≥ T
 
 
 @dataclass(frozen=True)

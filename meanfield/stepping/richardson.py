@@ -64,7 +64,9 @@ def coupled_step_sizes(
     series: dict[int, list[torch.Tensor]] = {k: [] for k in levels}
     n_fine, t = segment * record_every, 0.0
     for _ in range(n_segments):
-        path = BrownianIncrements.sample(n_fine, tuple(x0.shape), eta, generator=generator, dtype=x0.dtype)
+        path = BrownianIncrements.sample(  # the system's noise shape (general noise: (B, M, m)), where x0 is
+            n_fine, system.noise_shape(x0.shape), eta, generator=generator, dtype=x0.dtype, device=x0.device
+        )
         for k in levels:
             traj = simulate(
                 system,

@@ -189,3 +189,15 @@ def test_the_projection_is_applied_after_every_torchsde_step():
         x = x - dt * x + 0.3 * dW[k].numpy()
         x = x / np.linalg.norm(x, axis=-1, keepdims=True)
         assert close_2(traj.states[k + 1], x)
+
+
+@pytest.mark.parametrize("v", [1e20, 1e30, torch.finfo(torch.float32).tiny / 4, 1.0])
+def test_sphere_puts_every_nonzero_float32_particle_on_the_sphere_and_leaves_zero_at_zero(v):
+    """float32 particles (v, v): |Π(x)| = r for huge ones (|x| overflowed: they were sent to 0) and subnormal
+    ones (they were left at 0.71 of r), and Π(Π(x)) = Π(x); a zero particle stays zero (untested: without the
+    clamp it became NaN); r itself is used (a radius of 1 passed the drift tests). Control: v = 1."""
+    x = torch.full((1, 3, 2), v, dtype=torch.float32)
+    x[0, 2] = 0.0
+    y = Sphere(2.5)(x.clone())
+    assert torch.allclose(y[0, :2].norm(dim=-1), torch.full((2,), 2.5), rtol=1e-6, atol=0)
+    assert torch.equal(y[0, 2], torch.zeros(2)) and torch.equal(Sphere(2.5)(y.clone()), y)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
+
+import pytest
 import torch
 
-from meanfield import MeanFieldLangevin
+from meanfield import MeanFieldLangevin, simulate
 from meanfield.drift.potentials import LogInteraction, Quadratic
-from meanfield.drift.resolution import CollapseWatch
+from meanfield.drift.resolution import STABILITY_LIMITS, CollapseWatch, UnstableStepWarning, unstable_step
 
 
 def _collapsed_in(B: int) -> str:
@@ -30,3 +33,19 @@ def test_the_message_lists_five_more_replicas_and_marks_the_rest():
     alone = _collapsed_in(1)
     assert "in replica 0: " in alone and "more replicas" not in alone
     assert "at t = 0.03 (step 3)" in alone
+
+
+@pytest.mark.parametrize("solver", sorted(STABILITY_LIMITS))
+def test_each_stability_limit_is_where_the_solvers_own_step_stops_contracting(solver):
+    """The solver's step of ẋ = −x (β = 0) at λ·dt = 1.99 and 2.01: its measured growth per step |R| (Euler
+    1 − z, the two-stage Runge–Kutta 1 − z + z²/2) passes 1 where ``unstable_step`` starts to warn. Only
+    Euler's limit was tested: Heun's at 2.1 or 2.5 passed."""
+    system = MeanFieldLangevin(Quadratic(1.0), beta=0.0)
+    x0 = torch.ones(1, 1, 1, dtype=torch.float64)
+    for z in (1.99, 2.01):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UnstableStepWarning)
+            final = simulate(system, x0, t1=20 * z, dt=z, solver=solver).final
+        growth = abs(float(final)) ** (1 / 20)  # |R| per step
+        warned = unstable_step(system, x0, z, solver) is not None
+        assert (growth >= 1.0) == warned == (z > 2), (solver, z, growth)

@@ -226,3 +226,17 @@ def test_per_replica_schedules_evaluate_each_replicas_schedule_and_round_trip():
         "kind": "constant",
         "value": [0.1, 0.2],
     }
+
+
+def test_linear_and_exponential_end_exactly_at_end_and_stay_there():
+    """2,000 random (start, end) pairs: the schedule at s = T and beyond is ``end`` bit for bit, at s = 0
+    ``start`` (the docs' promise; ``start + (end − start)·1`` missed ``end`` by an ulp in 334 of 2,000 pairs,
+    the exponential in 189). Control: that old formula misses in some pairs here too."""
+    rng = np.random.default_rng(0)
+    pairs = 10.0 ** rng.uniform(-6, 1, size=(2000, 2))
+    missed = 0
+    for start, end in pairs:
+        for schedule in (Linear(start, end, T=7), Exponential(start, end, T=7)):
+            assert schedule(7) == end and schedule(1e9) == end and schedule(0) == start
+        missed += start + (end - start) * 1.0 != end
+    assert missed > 0
