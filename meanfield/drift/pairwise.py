@@ -13,7 +13,7 @@ Each has two implementations, which give the same numbers to round-off:
   the squared distances come from one matrix product per block, $|x|^2 + |y|^2 - 2 x\cdot y$, and the clouds are
   centred on their common mean first (the cost is translation invariant, and centring keeps the difference
   accurate for clouds far from the origin). Its absolute error is about $\epsilon\,|x|^2$, so for a singular
-  kernel (``exclude_self``) below float64 a close pair's $r^2$ would cancel to 0 and $\varphi$ give inf and NaN
+  kernel (``singular``, by default ``exclude_self``) below float64 a close pair's $r^2$ would cancel to 0 and $\varphi$ give inf and NaN
   (float32, a cloud of size 1: pairs 3e-4 apart): there the distances are taken from the differences
   (``torch.cdist`` without the matrix product), 2–6× slower for the distances alone. Memory ``O(max_elements + B(M + N)d)``: linear in the number of points (a differentiable
   ``radial_sum`` keeps one small result per block for autograd).
@@ -148,14 +148,14 @@ def _direct_squared_distances(
     return r2 if out is None else out.copy_(r2)
 
 
-def _radial_sum_torch(x, y, phi, values, max_elements, exclude_self=False):
+def _radial_sum_torch(x, y, phi, values, max_elements, exclude_self=False, singular=False):
     B, M, _ = x.shape
     N = y.shape[1]
     x, y = _centred(x, y)
     y2 = y.square().sum(-1)  # (B, N)
     rows = min(M, _rows(B, N, max_elements))
     # a singular kernel below float64: close pairs need their distances without cancellation (module docstring)
-    distances = _direct_squared_distances if exclude_self and x.dtype != torch.float64 else _squared_distances
+    distances = _direct_squared_distances if singular and x.dtype != torch.float64 else _squared_distances
     if torch.is_grad_enabled() and any(t.requires_grad for t in (x, y, values)):
         blocks = []  # a list, not writes into a buffer: the result stays differentiable
         for start in range(0, M, rows):
@@ -216,6 +216,7 @@ def radial_sum(
     backend: str = "auto",
     max_elements: int = MAX_ELEMENTS,
     exclude_self: bool = False,
+    singular: bool | None = None,
 ) -> tuple[torch.Tensor, str]:
     r"""$\mathrm{out}_i = \sum_j \varphi(s\cdot|x_i - y_j|^2) v_j$ per replica, without the $M \times N$ matrix.
 
@@ -234,6 +235,9 @@ def radial_sum(
         backend: ``"auto"``, ``"torch"`` or ``"keops"``.
         max_elements: block size of the torch path ($B \times \text{ rows } \times N$).
         exclude_self: leave out the pairs ``j = i`` (needs ``M = N``: ``y`` is ``x``); torch backend only.
+        singular: $\varphi$ is singular at 0, so close pairs need their distances without cancellation below
+            float64 (module docstring); default ``exclude_self`` (the sum over one cloud of a singular
+            kernel). The sharded ring passes it for the other ranks' shards, whose pairs it does not exclude.
 
     Returns:
         ``(out (B, M, k), backend used)``.
@@ -254,7 +258,8 @@ def radial_sum(
     if torch.is_tensor(scale) or scale != 1.0:
         root = _root(scale, x)  # a number or (B, 1, 1)
         x, y = x * root, y * root  # (B, M, d), (B, N, d)
-    return _radial_sum_torch(x, y, phi, values, max_elements, exclude_self), used
+    singular = exclude_self if singular is None else singular
+    return _radial_sum_torch(x, y, phi, values, max_elements, exclude_self, singular), used
 
 
 # --------------------------------------------------------------------------------------------------------

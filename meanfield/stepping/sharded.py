@@ -183,12 +183,15 @@ class ShardedSystem(ParticleSystem):
         interaction: RadialInteraction = self.system.interaction
         # 2ψ'(r²) = c·φ(s·r²), as RadialInteraction.mean_field_grad reads it (Log and Riesz keep c outside ψ')
         _, phi, scale, _, c = interaction._kernels()
+        singular = not interaction.self_pair  # −log|z|, Riesz: close pairs across shards need exact distances
 
         def pair_sums(
             y: torch.Tensor, exclude_self: bool = False
         ) -> torch.Tensor:  # (B, n, d) -> (B, m, 1+d)
             values = torch.cat((torch.ones_like(y[..., :1]), y), -1)  # (B, n, 1 + d)
-            return radial_sum(x, y, phi, values, scale=scale, backend="torch", exclude_self=exclude_self)[0]
+            return radial_sum(
+                x, y, phi, values, scale=scale, backend="torch", exclude_self=exclude_self, singular=singular
+            )[0]
 
         # the pairs j = i lie in the own shard only: left out when the system leaves them out (a kernel
         # singular at 0, −log|z| or Riesz, has self_pair False)
