@@ -65,6 +65,10 @@ def _tensor(name: str, x: object, min_rank: int, layout: str) -> torch.Tensor:
 def _unit(x: torch.Tensor) -> torch.Tensor:
     r"""$x/\|x\|$ along the last axis, and 0 for a zero vector."""
     norm = x.norm(dim=-1, keepdim=True)  # (…, 1)
+    top = x.abs().amax(-1, keepdim=True)  # (…, 1)
+    odd = (top > 0) & ((norm < torch.finfo(x.dtype).tiny) | torch.isinf(norm))  # norm under/overflowed
+    x = torch.where(odd, x / torch.where(odd, top, torch.ones_like(top)), x)  # those rows: largest |entry| 1
+    norm = torch.where(odd, x.norm(dim=-1, keepdim=True), norm)
     return x / norm.clamp_min(torch.finfo(x.dtype).tiny)  # (…, D)
 
 
@@ -152,7 +156,9 @@ def effective_rank(C: torch.Tensor) -> torch.Tensor:
     $$
 
     which lies in ``[1, rank C]``: 1 for a rank-one matrix, M for a multiple of the identity. A zero matrix
-    (no variance at all) has effective rank 0 by convention.
+    (no variance at all) has effective rank 0 by convention, a matrix with a NaN or Inf has NaN (a diverged
+    model's heads, not "collapsed" ones). The eigenvalues are divided by the largest before they are summed,
+    so the value is the same at any scale the dtype holds.
 
     Args:
         C: ``(…, M, M)``, e.g. [`output_covariance`][meanfield.metrics.diversity.output_covariance].
@@ -164,10 +170,13 @@ def effective_rank(C: torch.Tensor) -> torch.Tensor:
     if C.shape[-1] != C.shape[-2]:
         raise ValueError(f"C must be square (…, M, M), got {tuple(C.shape)}")
     lam = torch.linalg.eigvalsh(C).clamp_min(0)  # (…, M)
-    total = lam.sum(-1, keepdim=True)  # (…, 1)
-    p = lam / total.clamp_min(torch.finfo(C.dtype).tiny)  # (…, M)
+    top = lam.amax(-1, keepdim=True)  # (…, 1)
+    lam = lam / torch.where(top > 0, top, torch.ones_like(top))  # largest 1: no overflow, no subnormal sum
+    total = lam.sum(-1, keepdim=True)  # (…, 1), ≥ 1 unless C = 0
+    p = lam / total.clamp_min(1)  # (…, M)
     H = -torch.special.xlogy(p, p).sum(-1)  # (…)
-    return torch.where(total.squeeze(-1) > 0, H.exp(), torch.zeros_like(H))
+    out = torch.where(total.squeeze(-1) > 0, H.exp(), torch.zeros_like(H))
+    return torch.where(torch.isfinite(C).all(-1).all(-1), out, torch.full_like(out, float("nan")))
 
 
 def teacher_alignment(w: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
@@ -187,7 +196,9 @@ def teacher_alignment(w: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
             f"teacher must have shape (K, d={w.shape[-1]}) to match w {tuple(w.shape)}, "
             f"got {tuple(teacher.shape)}"
         )
-    return _unit(w) @ _unit(teacher.to(w.dtype)).T  # (…, M, K), in w's dtype (a float32 teacher for float64 w)
+    return (
+        _unit(w) @ _unit(teacher.to(w.dtype)).T
+    )  # (…, M, K), in w's dtype (a float32 teacher for float64 w)
 
 
 def _check_cosine(name: str, value: float) -> float:

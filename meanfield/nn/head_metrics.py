@@ -96,7 +96,8 @@ def output_effective_rank(outputs: torch.Tensor) -> torch.Tensor:
         outputs: ``(N, M, d)``: the outputs $v_{\theta_i}$ of the M heads on N tokens.
 
     Returns:
-        0-d tensor in ``[1, M]`` (1: all heads' outputs collinear; M: uncorrelated, equal variances).
+        0-d tensor in ``[1, M]`` (1: all heads' outputs collinear; M: uncorrelated, equal variances), or 0
+        when the outputs do not vary at all, NaN when they are not finite ([`effective_rank`][meanfield.metrics.diversity.effective_rank]).
     """
     return effective_rank(output_covariance(outputs.double()))
 

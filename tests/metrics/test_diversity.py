@@ -1469,3 +1469,29 @@ def test_distinct_modes_of_one_replica_is_zero_d_and_all_dead_is_zero():
     assert float(dv.distinct_modes(w, live=torch.zeros(4, dtype=torch.bool))) == 0.0
     live = torch.tensor([[True, True, False, False], [True, True, True, True]])
     assert dv.distinct_modes(torch.stack([w, w]), live=live).tolist() == [1.0, 2.0]
+
+
+def test_effective_rank_is_nan_for_a_non_finite_matrix_and_scale_free_in_float32():
+    """A NaN or Inf in C: NaN (it was 1.0 and 0.0: a diverged model's heads read as collapsed ones); I·1e38
+    and I·1e-40 in float32 have effective rank 4 (the eigenvalues' sum overflowed to 1.0, the clamp gave
+    1.18). Control: I·1 is 4 and the zero matrix 0."""
+    from meanfield.metrics.diversity import effective_rank
+
+    for bad in (math.nan, math.inf):
+        C = torch.eye(3, dtype=torch.float64)
+        C[0, 0] = bad
+        assert math.isnan(float(effective_rank(C)))
+    for s in (1e38, 1e-40, 1.0):
+        assert float(effective_rank(torch.eye(4) * s)) == pytest.approx(4.0, rel=1e-5)
+    assert float(effective_rank(torch.zeros(4, 4))) == 0.0
+
+
+@pytest.mark.parametrize("s", [2e19, 1e-40, 1.0])
+def test_pairwise_cosine_has_ones_on_the_diagonal_at_any_float32_scale(s):
+    """Vectors whose norm overflows float32 (2e19·(3, 4)) were read as zero vectors (cosine 0 with
+    themselves), subnormal ones gave 0.0018: the diagonal is 1 at every scale (control: s = 1)."""
+    from meanfield.metrics.diversity import pairwise_cosine
+
+    x = torch.tensor([[3.0, 4.0], [1.0, 0.0]]) * s
+    assert pairwise_cosine(x).diagonal().tolist() == pytest.approx([1.0, 1.0], rel=1e-6)
+    assert float(pairwise_cosine(x)[0, 1]) == pytest.approx(0.6, rel=1e-6)

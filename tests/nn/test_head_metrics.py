@@ -344,3 +344,49 @@ def test_lm_probe_metrics_by_hand(tmp_path):
         for key, value in div.items():
             assert out[key] == pytest.approx(value, rel=1e-12)
         assert {"head_sim_l0", "erank_l1", "head_sim", "erank", "erank_frac"} <= set(div)
+
+
+def test_layer_diversity_by_hand():
+    """A 2-layer 4-head LM, rows from min_context = 4 on (s ≥ 3: at least 4 visible tokens): per layer the mean
+    off-diagonal cosine of the heads' attention maps and the effective rank of the heads' output covariance over
+    the (batch, token) pairs, written out with NumPy; their means over layers and erank/M. Six mutations passed
+    the bounds-only tests (no min_context slice, heads mixed with tokens, erank_frac not over M, one layer only)."""
+    import scipy.special
+
+    from meanfield.nn.transformer import attention_inputs
+
+    model = TransformerLM(
+        11, 12, 16, 2, 4, "mha", generator=torch.Generator().manual_seed(0), dtype=torch.float64
+    )
+    idx = torch.randint(0, 11, (3, 12), generator=torch.Generator().manual_seed(1))  # (B, T)
+    mc = 4
+    out = layer_diversity(model, idx, mc)
+    pm = as_particle_model(model)
+    sims, ranks = [], []
+    with torch.no_grad():
+        for ell, (block, X) in enumerate(zip(pm.blocks, attention_inputs(pm, idx))):
+            A = block.attention.attention_maps(X)  # (B, M, T, T)
+            P = block.attention.particle_outputs(X)  # (B, M, T, d)
+            M = A.shape[1]
+            vec = [A[:, i, mc - 1 :, :].reshape(-1) for i in range(M)]
+            cos = [
+                float(vec[i] @ vec[j] / (vec[i].norm() * vec[j].norm()))
+                for i in range(M)
+                for j in range(M)
+                if i != j
+            ]
+            Z = np.stack(
+                [P[:, i, mc - 1 :, :].reshape(-1, P.shape[-1]).numpy() for i in range(M)]
+            )  # (M, N, d)
+            Z = Z - Z.mean(1, keepdims=True)
+            lam = np.clip(np.linalg.eigvalsh(np.einsum("inf,jnf->ij", Z, Z) / (Z.shape[1] - 1)), 0, None)
+            p = lam / lam.sum()
+            sims.append(sum(cos) / len(cos))
+            ranks.append(math.exp(-scipy.special.xlogy(p, p).sum()))
+            assert out[f"head_sim_l{ell}"] == pytest.approx(sims[-1], rel=1e-9)
+            assert out[f"erank_l{ell}"] == pytest.approx(ranks[-1], rel=1e-9)
+    assert out["head_sim"] == pytest.approx(np.mean(sims), rel=1e-9)
+    assert out["erank"] == pytest.approx(np.mean(ranks), rel=1e-9)
+    assert out["erank_frac"] == pytest.approx(np.mean(ranks) / 4, rel=1e-9)
+    # control: the layers differ by far more than the 1e-9 the checks resolve (near-uniform maps at init)
+    assert abs(sims[0] - sims[1]) > 1e-7 and abs(ranks[0] - ranks[1]) > 1e-7
