@@ -133,8 +133,15 @@ def exploratory_rows(primary: dict) -> list[dict]:
         ds = {arm: _primary.paired(primary, arm, "p8", metric)[1] for arm in SWEEP_ROWS}
         p = [d.p_value if d is not None and math.isfinite(d.p_value) else 1.0 for d in ds.values()]
         adjusted = dict(zip(ds, holm(p), strict=True))
-        out.append({"claim": claim, "metric": metric, "unit": unit, "d": ds["p8-b1e-3"],
-                    "holm": float(adjusted["p8-b1e-3"])})
+        out.append(
+            {
+                "claim": claim,
+                "metric": metric,
+                "unit": unit,
+                "d": ds["p8-b1e-3"],
+                "holm": float(adjusted["p8-b1e-3"]),
+            }
+        )
     return out
 
 
@@ -143,7 +150,9 @@ def issue47_runs(scale: Path):
     did not run (β = 3e-3; seeds 3–7 of 1e-2 and 3e-2), the P6 reruns, the lr choice and the lr-fair runs."""
     for stage in ("secondary", "p6", "lr_tune", "lr_fair"):
         for arm, seed, run, summary in _primary.finished_runs(scale / stage):
-            if stage == "secondary" and not (arm == "p8-b3e-3" or (arm in ("p8-b1e-2", "p8-b3e-2") and seed >= 3)):
+            if stage == "secondary" and not (
+                arm == "p8-b3e-3" or (arm in ("p8-b1e-2", "p8-b3e-2") and seed >= 3)
+            ):
                 continue
             env = run / "environment.json"
             yield stage, summary, json.loads(env.read_text()) if env.is_file() else {}
@@ -197,7 +206,8 @@ def markdown(scale: Path) -> str:
     table = _lr.tuning_table(_lr.runs(scale / "lr_tune"))
     chosen = _lr.choose(table)
     rows = _lr.comparisons(_lr.final_losses(chosen, scale / "lr_fair", scale / "primary"))
-    lines.append(_lr.markdown(table, chosen, rows, _lr.early_losses(scale / "lr_tune")))
+    transferred = _lr.transfer(chosen, scale / "lr_fair", scale / "primary")
+    lines.append(_lr.markdown(table, chosen, rows, _lr.early_losses(scale / "lr_tune"), transferred))
     lines += [
         VERDICTS_START,  # a snippet section: the page opens with this table (docs/experiments/particle_attention.md)
         "**Verdicts, one row per seed claim** (6 × 256, tiny-shakespeare characters, final step; Δ first arm − "

@@ -45,10 +45,15 @@ LRS = ("3e-4", "1e-3", "3e-3")
 BASE_LR = "1e-3"
 ARMS = ("mha8", "p8", "p16", "p32")
 PARTICLES = ("p8", "p16", "p32")
-LEFT_OUT = ("p16", "p32")  # P4′, P5′: not run, for the budget (results/scale/issue47_plan.md, 2026-12-06 20:45 UTC)
+LEFT_OUT = (
+    "p16",
+    "p32",
+)  # P4′, P5′: not run, for the budget (results/scale/issue47_plan.md, 2026-12-06 20:45 UTC)
 SEEDS_TUNE = (0, 1, 2)
 SEEDS_FAIR = tuple(range(8))
-EARLY_STEP = 450  # the early plateau: where MHA-8 and M = 8 part at lr 1e-3 (a descriptive column, not a test)
+EARLY_STEP = (
+    450  # the early plateau: where MHA-8 and M = 8 part at lr 1e-3 (a descriptive column, not a test)
+)
 
 
 def runs(folder: Path) -> dict[tuple[str, ...], dict[int, dict]]:
@@ -86,7 +91,9 @@ def early_losses(folder: Path, step: int = EARLY_STEP) -> dict[str, dict[str, li
     before ``step`` (``metrics.jsonl``), to show how fast each arm leaves the early plateau at each lr.
     Descriptive: no test is registered on it."""
     found: dict[str, dict[str, list[float]]] = {}
-    for (_, arm, lr_preset), by_seed in ((k, v) for k, v in runs(folder).items() if len(k) == 3 and k[0] == "tune"):
+    for (_, arm, lr_preset), by_seed in (
+        (k, v) for k, v in runs(folder).items() if len(k) == 3 and k[0] == "tune"
+    ):
         lr = lr_preset.removeprefix("lr")
         if arm not in ARMS or lr not in LRS:
             continue
@@ -156,6 +163,25 @@ def comparisons(losses: dict[str, dict[int, float]]) -> list[dict]:
     return rows
 
 
+def transfer(chosen: dict[str, str], fair: Path, primary: Path) -> list[dict]:
+    """Exploratory, after the registered tests: for each arm whose chosen lr is not the base, that arm at its lr
+    minus the same arm at the base lr on the evaluation split, paired by seed (does the holdout's choice hold
+    where the comparison is made?)."""
+    at_base = final_losses({arm: BASE_LR for arm in chosen}, fair, primary)
+    at_chosen = final_losses(chosen, fair, primary)
+    rows = []
+    for arm, lr in chosen.items():
+        a, b = at_chosen.get(arm, {}), at_base.get(arm, {})
+        seeds = sorted(set(a) & set(b))
+        if lr == BASE_LR or len(seeds) < 2:
+            continue
+        d = paired_difference([a[s] for s in seeds], [b[s] for s in seeds])
+        worse = sum(a[s] > b[s] for s in seeds)
+        rows.append({"arm": arm, "lr": lr, "d": d, "worse": worse, "n": len(seeds),
+                     "means": (sum(a[s] for s in seeds) / len(seeds), sum(b[s] for s in seeds) / len(seeds))})  # fmt: skip
+    return rows
+
+
 def range_cell(values: list[float], digits: int) -> str:
     """``mean [min, max] (n=…)`` of one table cell, ``—`` when empty."""
     if not values:
@@ -168,6 +194,7 @@ def markdown(
     chosen: dict[str, str],
     rows: list[dict],
     early: dict[str, dict[str, list[float]]] | None = None,
+    transferred: list[dict] | None = None,
 ) -> str:
     lines = [
         "**The lr choice** (validation loss at step 2000 on the last 111,540 training characters, seeds 0–2; "
@@ -213,6 +240,22 @@ def markdown(
             f"{p_text(d.p_value)} | {p_text(r['holm'])} | {d.detectable():.3f} | {p_text(r['wilcoxon'])} | "
             f"{rest:+.4f} (seed {seed} left out{'; the sign changes: carried by one seed' if r['carried'] is not None else ''}) |"
         )
+    if transferred:
+        lines += [
+            "",
+            "Exploratory, post hoc: does the holdout's choice hold on the evaluation split? (each arm at its chosen lr "
+            f"minus the same arm at {BASE_LR}, final validation loss, paired by seed; not a registered test)",
+            "",
+            "| arm | chosen − base lr | n | means | Δ (95 % CI) | paired t p | δ80 | pairs worse at the chosen lr |",
+            "|---|---|---|---|---|---|---|---|",
+        ]  # fmt: skip
+        for r in transferred:
+            d = r["d"]
+            lines.append(
+                f"| {r['arm']} | {r['lr']} − {BASE_LR} | {r['n']} | {r['means'][0]:.4f} vs {r['means'][1]:.4f} | "
+                f"{interval_cell(d.mean, d.lo, d.hi, 4, sign=True)} | {p_text(d.p_value)} | {d.detectable():.3f} | "
+                f"{r['worse']} of {r['n']} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -221,7 +264,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tune", type=Path, default=SCALE / "lr_tune")
     parser.add_argument("--fair", type=Path, default=SCALE / "lr_fair")
     parser.add_argument("--primary", type=Path, default=SCALE / "primary")
-    parser.add_argument("--choice", action="store_true", help="print the lr-fair stage's grid points and stop")
+    parser.add_argument(
+        "--choice", action="store_true", help="print the lr-fair stage's grid points and stop"
+    )
     parser.add_argument("--out", type=Path, default=SCALE / "lr_tests.md")
     args = parser.parse_args(argv)
     table = tuning_table(runs(args.tune))
@@ -229,7 +274,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.choice:
         print(",".join(fair_points(chosen)))
         return
-    text = markdown(table, chosen, comparisons(final_losses(chosen, args.fair, args.primary)), early_losses(args.tune))
+    text = markdown(
+        table,
+        chosen,
+        comparisons(final_losses(chosen, args.fair, args.primary)),
+        early_losses(args.tune),
+        transfer(chosen, args.fair, args.primary),
+    )
     args.out.write_text(text)
     sys.stdout.write(text)
 
