@@ -6,12 +6,17 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("code_shape", ROOT / "tools" / "code_shape.py")
 code_shape = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(code_shape)
 
 
+@pytest.mark.skipif(
+    ROOT.name == "mutants", reason="mutmut's copy of the package: its trampolines lengthen every class"
+)
 def test_the_package_keeps_its_pieces_short(capsys):
     assert code_shape.main(["--top", "1"]) == 0
     out = capsys.readouterr().out
