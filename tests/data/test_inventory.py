@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.data_files import _need, _pickles, _plain_tar, _tar_of, _wiki, _wikitext
+from helpers.data_files import SHARED, _need, _pickles, _plain_tar, _tar_of, _wiki, _wikitext
 
 from meanfield import data
 from meanfield.data import (
@@ -27,7 +27,6 @@ from meanfield.data import (
 ROOT = Path(__file__).resolve().parents[2]
 
 
-SHARED = ROOT.parent / "shared" / "data"
 
 
 @pytest.fixture

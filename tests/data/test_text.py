@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.data_files import _need, _wiki, _wikitext
+from helpers.data_files import SHARED, _need, _wiki, _wikitext
 
 from meanfield.data import (
     SOURCES,
@@ -20,7 +20,6 @@ from meanfield.data import (
 ROOT = Path(__file__).resolve().parents[2]
 
 
-SHARED = ROOT.parent / "shared" / "data"
 
 
 @pytest.fixture

@@ -4,12 +4,18 @@ pickles and their archive, plain tar files), and the skip for a real file this m
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import tarfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = Path(os.environ.get("MEANFIELD_DATA") or ROOT.parent / "shared" / "data")
+"""The project's data: ``MEANFIELD_DATA`` when set (a copy of the checkout, e.g. mutmut's ``mutants/``, has no
+``../shared`` beside it), else ``../shared/data`` beside the checkout."""
 
 
 def _need(path: Path) -> Path:
