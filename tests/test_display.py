@@ -383,3 +383,5 @@ def test_dataframe_keeps_the_columns_order_and_leaves_missing_cells_empty():
 def test_a_duration_keeps_its_digits_below_a_second():
     values = (0.0012, 0.037, 0.5, 0.9996, 1.0, 12.34, 3600.0)
     assert [seconds(v) for v in values] == ["1.2 ms", "0.037 s", "0.5 s", "1.0 s", "1.0 s", "12.3 s", "3600.0 s"]
+    # the two boundaries belong above them (mutation survivors: > for >= passed)
+    assert [seconds(0.995), seconds(0.01), seconds(0.0099)] == ["1.0 s", "0.01 s", "9.9 ms"]
