@@ -196,9 +196,8 @@ def teacher_alignment(w: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
             f"teacher must have shape (K, d={w.shape[-1]}) to match w {tuple(w.shape)}, "
             f"got {tuple(teacher.shape)}"
         )
-    return (
-        _unit(w) @ _unit(teacher.to(w.dtype)).T
-    )  # (…, M, K), in w's dtype (a float32 teacher for float64 w)
+    # (…, M, K), in w's dtype (a float32 teacher for float64 w)
+    return _unit(w) @ _unit(teacher.to(w.dtype)).T
 
 
 def _check_cosine(name: str, value: float) -> float:

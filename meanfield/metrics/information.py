@@ -71,6 +71,7 @@ All computations run in float64 NumPy on the CPU (not differentiable); results a
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from collections.abc import Callable
@@ -104,6 +105,7 @@ DEFAULT_K = {"knn": 3, "weighted": None}
 ``None`` stands for [`default_weighted_k`][meanfield.metrics.information.default_weighted_k]."""
 
 
+@functools.lru_cache(maxsize=256)  # a pure function of (M, d), asked by the method's choice and by k's
 def default_weighted_k(M: int, d: int) -> int:
     r"""The default largest neighbour rank of ``"weighted"``: the smallest $k \ge 10$ whose weights
     ([`bsy_weights`][meanfield.metrics.information.bsy_weights]) have $\|w\|_2 \le 3$, capped at $\min(100, \max(10, \lfloor M/10 \rfloor), M - 2)$.

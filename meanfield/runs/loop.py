@@ -36,7 +36,7 @@ from meanfield.nn.sharded import (
     sharded_layers,
 )
 from meanfield.optim import Langevin
-from meanfield.optim.groups import mean_field_beta
+from meanfield.optim.groups import beta_value, mean_field_beta
 from meanfield.progress import progress_default
 from meanfield.runs import parallel
 from meanfield.runs.environment import environment, provenance, read_environment, record_environment
@@ -189,10 +189,9 @@ def _temperature(optimizer: Langevin) -> dict[str, float]:
     says it (see docs/optim.md): ``M·β`` for the seeds' ``temperature_convention = "loss"``, and for a group
     without the mean-field scaling (its law is that of the scaled chain at ``M·β``, ``M·λ``).
     """
-    for group in optimizer.param_groups:
+    for gi, group in enumerate(optimizer.param_groups):
         if group["noise"]:
-            beta = group["beta"]
-            value = float(beta(group["step"]) if callable(beta) else beta)
+            value = beta_value(group, gi)
             mean_field = mean_field_beta(group, value)
             return {"beta": value} if mean_field == value else {"beta": value, "beta_mean_field": mean_field}
     return {"beta": 0.0}

@@ -126,15 +126,15 @@ def summarize(
 
     Args:
         rows: one dict per point × seed: the values of ``keys``, ``seed`` and the metrics.
-
-    Raises:
-        ValueError: two finished rows of one point have the same ``seed``.
         finished: which rows count (default: ``status == "finished"``, a run folder's).
         level: used when ``options`` is not given.
 
     Returns:
         [`SummaryTable`][meanfield.studies.summary.SummaryTable]: one entry per grid point with a finished run,
         in the order of ``rows``.
+
+    Raises:
+        ValueError: two finished rows of one point have the same ``seed``.
     """
     options = options if options is not None else TableOptions(level=level)
     finished = finished or (lambda r: r.get("status") == "finished")

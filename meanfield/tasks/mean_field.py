@@ -57,6 +57,12 @@ class MeanFieldModel:
     eta: float = 0.0
 
 
+def _stationary(a: float, k: float, eta: float) -> bool:
+    """Whether the quadratic chain has a stationary law about its mean: a + k > 0 and 0 < η(a + k) < 2."""
+    c = a + k
+    return c > 0 and 0 < eta * c < 2
+
+
 def stationary_variance(a: float, k: float, beta: float, eta: float) -> float:
     r"""Per-coordinate stationary variance of the Euler–Maruyama chain of the quadratic system, mean-field limit.
 
@@ -64,7 +70,7 @@ def stationary_variance(a: float, k: float, beta: float, eta: float) -> float:
     $\operatorname{Var} = 2\beta \eta/(1 - (1 - \eta(a + k))^2) = \beta/((a + k)(1 - \eta(a + k)/2))$, the SDE's $\beta/(a + k)$ as $\eta \to 0$.
     """
     c = a + k
-    if c <= 0 or not 0 < eta * c < 2:
+    if not _stationary(a, k, eta):
         raise ValueError(
             f"the chain is stationary only for a + k > 0 and 0 < η(a + k) < 2, got {c} and {eta * c}"
         )
@@ -87,10 +93,8 @@ class _NoBatches:
 class _MeanField:
     Data = MeanFieldData
     Model = MeanFieldModel
-    FROM_OPTIM = {
-        "beta": "beta",
-        "eta": "lr",
-    }  # the chain's β and step: meanfield run fills them from [optim]
+    # the chain's β and step: meanfield run fills them from [optim]
+    FROM_OPTIM = {"beta": "beta", "eta": "lr"}
 
     def build(
         self,
@@ -108,8 +112,8 @@ class _MeanField:
             model.n_particles, model.d, V, model.k, init_scale=model.init_scale, generator=g, dtype=dtype
         ).to(device)
         exact = None
-        c = model.a + model.k  # the rate about the mean; a chain without a stationary law has no exact value
-        if model.confinement == "quadratic" and model.beta > 0 and c > 0 and 0 < model.eta * c < 2:
+        # a chain without a stationary law (free diffusion, η(a + k) ≥ 2) has no exact value
+        if model.confinement == "quadratic" and model.beta > 0 and _stationary(model.a, model.k, model.eta):
             exact = stationary_variance(model.a, model.k, model.beta, model.eta)
         batches = _NoBatches()
 
