@@ -225,8 +225,7 @@ def markdown(scale: Path) -> str:
     lines.append(_row(["(e) noise makes half droppable", "P6′: the same, mean of 32 draws", str(len(p6_seeds)),
                        _ci(p6), _d80(p6), f"{p_text(p6.p_value)} (one test)" if p6 else "—",
                        verdict(p6, p6.p_value if p6 else 1.0, len(p6_seeds))]))  # fmt: skip
-    lr_rows = _lr.comparisons(_lr.final_losses(chosen, scale / "lr_fair", scale / "primary"))
-    for i, r in enumerate(lr_rows):
+    for i, r in enumerate(rows):  # P3′–P5′, as in the table above
         n = len(r["seeds"])
         lines.append(_row(["(b) particles beat MHA-8, lr per arm", f"P{3 + i}′: {r['arm']} − mha8 at their lrs",
                            str(n), _ci(r["d"]), _d80(r["d"]), f"{p_text(r['holm'])} (P3′–P5′)",
